@@ -1,0 +1,57 @@
+"""SendDock's web app: ``create_app()`` plugs every subsystem in, in one visible place."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask
+
+from webapp import auth, db, errors, nav, security
+from webapp.settings import Config, load
+
+log = logging.getLogger("senddock")
+
+
+class SendDock:
+    """What the app holds for its lifetime (``app.extensions['senddock']``)."""
+
+    def __init__(self, config: Config, engine: Any) -> None:
+        self.config = config
+        self.engine = engine
+        self.pool: Any = None
+
+
+def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
+    config = config or load()
+    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app.config.update(
+        SECRET_KEY=config.secret_key,
+        MAX_CONTENT_LENGTH=config.max_request_bytes,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=config.secure_cookies,
+        REMEMBER_COOKIE_SECURE=config.secure_cookies,
+        REMEMBER_COOKIE_HTTPONLY=True,
+        WTF_CSRF_TIME_LIMIT=None,
+        TEMPLATES_AUTO_RELOAD=False,
+    )
+    if engine is None:
+        url = db.resolve_url(config.database_url, config.data_dir)
+        engine = db.make_engine(url, pool_size=max(5, config.workers + 2))
+    app.extensions["senddock"] = SendDock(config, engine)
+
+    auth.init_app(app)
+    security.init_app(app)
+    errors.init_app(app)
+    nav.init_app(app)
+
+    from webapp.blueprints import register_all
+
+    register_all(app)
+    return app
+
+
+def senddock(app: Flask) -> SendDock:
+    ext: SendDock = app.extensions["senddock"]
+    return ext

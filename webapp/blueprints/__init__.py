@@ -1,0 +1,13 @@
+"""One blueprint per area; templates mirror them under ``templates/<area>/``."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+
+def register_all(app: Flask) -> None:
+    from webapp.blueprints import api, auth, home
+
+    app.register_blueprint(auth.bp)
+    app.register_blueprint(home.bp)
+    app.register_blueprint(api.bp, url_prefix="/api/v1")

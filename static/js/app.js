@@ -1,0 +1,50 @@
+// SendDock's only script besides htmx. No inline script anywhere (CSP: script-src 'self').
+(function () {
+  "use strict";
+  // Send the CSRF token with every htmx request that changes something.
+  document.addEventListener("htmx:configRequest", function (event) {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    if (meta) { event.detail.headers["X-CSRFToken"] = meta.getAttribute("content"); }
+  });
+  // Polling fragments (data-poll-visible) skip their refresh while the tab is hidden and
+  // refresh once as soon as it is visible again.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt;
+    if (document.visibilityState === "hidden" && elt && elt.hasAttribute("data-poll-visible")) {
+      event.preventDefault();
+    }
+  });
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState !== "visible" || !window.htmx) { return; }
+    document.querySelectorAll("[data-poll-visible]").forEach(function (elt) {
+      window.htmx.trigger(elt, "senddock:visible");
+    });
+  });
+  // Countdown buttons: <button data-countdown-until="ISO time"> stay disabled until then.
+  function tickCountdowns() {
+    document.querySelectorAll("[data-countdown-until]").forEach(function (btn) {
+      var until = Date.parse(btn.getAttribute("data-countdown-until"));
+      var left = Math.ceil((until - Date.now()) / 1000);
+      var label = btn.querySelector("[data-countdown-label]");
+      if (left > 0) {
+        btn.disabled = true;
+        if (label) { label.textContent = "(" + left + " s)"; }
+      } else {
+        btn.disabled = false;
+        if (label) { label.textContent = ""; }
+        btn.removeAttribute("data-countdown-until");
+      }
+    });
+  }
+  setInterval(tickCountdowns, 1000);
+  document.addEventListener("DOMContentLoaded", tickCountdowns);
+  document.addEventListener("htmx:afterSwap", tickCountdowns);
+  // Confirm dangerous actions: <form data-confirm="Really?">.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form && form.hasAttribute && form.hasAttribute("data-confirm") &&
+        !window.confirm(form.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
+  }, true);
+})();

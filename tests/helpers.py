@@ -1,0 +1,50 @@
+"""Shared test helpers: seeding lists and campaigns, reading the queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from webapp.domain import campaigns, lists
+
+
+def make_campaign(engine: sa.Engine, emails: list[str], *, send: bool = True,
+                  name: str = "Test campaign") -> dict[str, Any]:
+    with engine.begin() as conn:
+        lst = lists.create_list(conn, f"{name} list")
+        result = lists.add_subscribers(conn, lst["id"], [{"email": e, "name": e.split("@")[0]}
+                                                         for e in emails])
+        assert not result["errors"], result["errors"]
+        campaign = campaigns.create(conn, {
+            "name": name, "list_id": lst["id"], "subject": "Hello {{ name }}",
+            "text": "Hi {{ name }}, unsubscribe: {{ unsubscribe_url }}",
+            "html": "<p>Hi {{ name }}</p>"}, default_from="news@example.com")
+        if send:
+            campaign = campaigns.send(conn, campaign["id"])
+    return campaign
+
+
+def jobs_by_email(engine: sa.Engine, campaign_id: int) -> dict[str, dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT * FROM delivery_jobs WHERE campaign_id = :c"), {"c": campaign_id})
+        return {r["email"]: dict(r) for r in rows.mappings()}
+
+
+def attempts_of(engine: sa.Engine, job_id: int) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT * FROM job_attempts WHERE job_id = :j ORDER BY attempt"), {"j": job_id})
+        return [dict(r) for r in rows.mappings()]
+
+
+def campaign_status(engine: sa.Engine, campaign_id: int) -> str:
+    with engine.connect() as conn:
+        return str(conn.execute(sa.text("SELECT status FROM campaigns WHERE id = :id"),
+                                {"id": campaign_id}).scalar_one())
+
+
+def suppressed(engine: sa.Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(sa.text("SELECT email FROM suppressions")).scalars())

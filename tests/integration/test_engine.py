@@ -1,0 +1,161 @@
+"""The delivery engine end to end: real PostgreSQL, real SMTP on loopback, the real pool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.conftest import wait_for
+from tests.helpers import attempts_of, campaign_status, jobs_by_email, make_campaign, suppressed
+from webapp.settings import Config
+from workers import queue
+from workers.pool import Pool
+
+RULES = {"rules": [
+    {"match": "hard@example.org", "reply": "550 5.1.1 User unknown"},
+    {"match": "policy@example.org", "reply": "550 5.7.1 Rejected by policy"},
+    {"match": "soft@example.org", "reply": "451 4.3.0 Try again later", "times": 2},
+    {"match": "forever@example.org", "reply": "451 4.3.0 Try again later"},
+    {"match": "full@example.org", "reply": "452 4.2.2 Mailbox full", "times": 1},
+]}
+
+
+def run_pool(engine: sa.Engine, config: Config) -> Pool:
+    pool = Pool(engine, config, node="test-node")
+    pool.start()
+    return pool
+
+
+def test_broadcast_ends_in_the_right_states(engine: sa.Engine, sink: Any,
+                                            config_for: Callable[..., Config]) -> None:
+    sink.set_rules(RULES)
+    emails = [f"ok{i}@example.org" for i in range(20)] + [
+        "hard@example.org", "policy@example.org", "soft@example.org", "forever@example.org",
+        "full@example.org"]
+    campaign = make_campaign(engine, emails)
+    pool = run_pool(engine, config_for(sink.port, RETRY_SCHEDULE_BROADCAST="1,1"))
+    try:
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=60,
+                 message="campaign to finish")
+    finally:
+        pool.stop()
+    jobs = jobs_by_email(engine, campaign["id"])
+    assert {e: j["status"] for e, j in jobs.items() if e.startswith("ok")} == {
+        e: "sent" for e in emails if e.startswith("ok")}
+    assert jobs["hard@example.org"]["status"] == "bounced"
+    assert jobs["policy@example.org"]["status"] == "failed"
+    assert jobs["soft@example.org"]["status"] == "sent"
+    assert jobs["forever@example.org"]["status"] == "failed"
+    assert jobs["full@example.org"]["status"] == "sent"
+    # Only the dead address is suppressed: never for policy or transient replies (P5).
+    assert suppressed(engine) == {"hard@example.org"}
+
+    # The attempts table tells the story.
+    soft = attempts_of(engine, jobs["soft@example.org"]["id"])
+    assert [(a["attempt"], a["outcome"], a["smtp_code"]) for a in soft] == [
+        (1, "transient", 451), (2, "transient", 451), (3, "sent", 250)]
+    gap = (soft[1]["started_at"] - soft[0]["started_at"]).total_seconds()
+    assert 0.9 <= gap < 5, gap  # the 1 s schedule step, not immediately
+    forever = attempts_of(engine, jobs["forever@example.org"]["id"])
+    assert len(forever) == 3  # two delays in the schedule: three attempts, then failed
+    hard = attempts_of(engine, jobs["hard@example.org"]["id"])
+    assert [(a["outcome"], a["enhanced_code"]) for a in hard] == [("hard_bounce", "5.1.1")]
+    assert "5.1.1" in jobs["hard@example.org"]["last_error"]
+
+    # What the sink accepted is exactly what is marked sent, each once.
+    accepted = [r["rcpt_tos"][0] for r in sink.records()]
+    sent = sorted(e for e, j in jobs.items() if j["status"] == "sent")
+    assert sorted(accepted) == sent
+    with engine.connect() as conn:
+        counts = queue.broadcast_counts(conn, campaign["broadcast_id"])
+        assert counts == queue.broadcast_counts_slow(conn, campaign["broadcast_id"])
+    assert counts["sent"] == 22 and counts["bounced"] == 1 and counts["failed"] == 2
+
+
+def test_message_headers(engine: sa.Engine, sink: Any,
+                         config_for: Callable[..., Config]) -> None:
+    import email
+    from email import policy
+
+    campaign = make_campaign(engine, ["reader@example.org"])
+    pool = run_pool(engine, config_for(sink.port))
+    try:
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=30)
+    finally:
+        pool.stop()
+    raw = sink.raw_messages()[0] if hasattr(sink, "raw_messages") else None
+    job = jobs_by_email(engine, campaign["id"])["reader@example.org"]
+    record = sink.records()[0]
+    assert record["message_id"] == job["message_id"]
+    assert job["message_id"].startswith(f"<{job['id']}.")
+    if raw is not None:
+        msg = email.message_from_bytes(raw, policy=policy.default)
+        assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+        assert msg["X-SendDock-Correlation-ID"] == job["correlation_id"]
+
+
+def test_relay_down_and_refusing_login_loses_nothing(engine: sa.Engine, sink: Any,
+                                                     config_for: Callable[..., Config]) -> None:
+    """P6: no recipient bounced, failed or suppressed, no attempt used; all sent later."""
+    sink.set_rules({"rules": [], "auth": {"username": "u", "password": "right"}})
+    emails = [f"r{i}@example.org" for i in range(10)]
+    campaign = make_campaign(engine, emails)
+    # First the relay refuses our login (a rotated password)...
+    bad = config_for(sink.port, SMTP_URL=f"smtp://u:wrong@127.0.0.1:{sink.port}?tls=none")
+    pool = run_pool(engine, bad)
+    try:
+        wait_for(lambda: _relay(engine)["status"] == "down", timeout=20,
+                 message="relay marked down")
+        assert "535" in (_relay(engine)["last_error"] or "")
+    finally:
+        pool.stop()
+    jobs = jobs_by_email(engine, campaign["id"])
+    assert {j["status"] for j in jobs.values()} == {"pending"}
+    assert all(j["attempts"] == 0 for j in jobs.values())
+    assert suppressed(engine) == set()
+    # ...then the right password: delivery resumes by itself after the probe.
+    good = config_for(sink.port, SMTP_URL=f"smtp://u:right@127.0.0.1:{sink.port}?tls=none")
+    pool = run_pool(engine, good)
+    try:
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=60,
+                 message="campaign to finish after relay recovery")
+    finally:
+        pool.stop()
+    jobs = jobs_by_email(engine, campaign["id"])
+    assert {j["status"] for j in jobs.values()} == {"sent"}
+    assert all(j["attempts"] == 1 for j in jobs.values())
+    assert _relay(engine)["status"] == "ok"
+
+
+def test_relay_unreachable_then_back(engine: sa.Engine, sink: Any,
+                                     config_for: Callable[..., Config]) -> None:
+    from tests.conftest import free_port
+    from workers.sink import SinkServer
+
+    port = free_port()  # nothing listens here yet: connection refused
+    emails = [f"d{i}@example.org" for i in range(5)]
+    campaign = make_campaign(engine, emails)
+    pool = run_pool(engine, config_for(port))
+    late = None
+    try:
+        wait_for(lambda: _relay(engine)["status"] == "down", timeout=20)
+        jobs = jobs_by_email(engine, campaign["id"])
+        assert {j["status"] for j in jobs.values()} <= {"pending", "sending"}
+        late = SinkServer(host="127.0.0.1", port=port, record_path=sink.record_path.parent
+                          / "late.jsonl")
+        late.start()
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=90,
+                 message="delivery to resume when the relay comes up")
+    finally:
+        pool.stop()
+        if late is not None:
+            late.stop()
+    jobs = jobs_by_email(engine, campaign["id"])
+    assert all(j["status"] == "sent" and j["attempts"] == 1 for j in jobs.values())
+
+
+def _relay(engine: sa.Engine) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return queue.relay_status(conn)

@@ -1,0 +1,3 @@
+from webapp.cli import main
+
+main()

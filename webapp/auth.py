@@ -1,0 +1,105 @@
+"""Authentication (sessions for pages, bearer tokens for the API) and the role check.
+
+The check itself is :func:`enforce_access`, run before every request against the matrix in
+:mod:`webapp.access`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Flask, abort, g, jsonify, redirect, request, session, url_for
+from flask_login import LoginManager, UserMixin, current_user
+from werkzeug.wrappers import Response
+
+from webapp import access
+from webapp.context import engine, role
+from webapp.domain import users
+
+login_manager = LoginManager()
+
+
+class User(UserMixin):
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.id = row["id"]
+        self.email = row["email"]
+        self.role = row["role"]
+        self.session_version = row["session_version"]
+
+    def get_id(self) -> str:
+        # The session names the user *and* the session version: a password change or a
+        # disable bumps the version and every existing session stops working.
+        return f"{self.id}:{self.session_version}"
+
+
+@login_manager.user_loader
+def load_user(user_key: str) -> User | None:
+    try:
+        user_id, version = (int(part) for part in user_key.split(":"))
+    except ValueError:
+        return None
+    with engine().connect() as conn:
+        row = conn.execute(sa.text(
+            "SELECT id, email, role, session_version FROM users WHERE id = :id AND active"),
+            {"id": user_id}).mappings().first()
+    if row is None or row["session_version"] != version:
+        return None
+    return User(dict(row))
+
+
+def _api_user() -> dict[str, Any] | None:
+    header = request.headers.get("Authorization", "")
+    if not header.lower().startswith("bearer "):
+        return None
+    token = header[7:].strip()
+    if not token:
+        return None
+    with engine().begin() as conn:
+        return users.user_for_token(conn, token)
+
+
+def _api_error(status: int, message: str) -> Response:
+    response = jsonify({"error": {"message": message, "fields": {}}})
+    response.status_code = status
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="senddock"'
+    return response
+
+
+def enforce_access() -> Response | None:
+    """Authenticate and check the role for this request's endpoint (deny by default)."""
+    endpoint = request.endpoint
+    allowed = access.allowed_roles(endpoint)
+    is_api = request.path.startswith("/api/")
+    if is_api and endpoint not in access.PUBLIC:
+        g.api_user = _api_user()
+        has_header = "Authorization" in request.headers
+        # A logged-in browser may use the API with its session (CSRF then applies).
+        if g.api_user is None and (has_header or not current_user.is_authenticated):
+            return _api_error(401, "missing or invalid API token (Authorization: Bearer …)")
+    if endpoint is None:
+        return None  # unknown URL: let routing answer 404/405
+    if allowed is None:
+        abort(403)
+    if "anonymous" in allowed:
+        return None
+    current = role()
+    if current == "anonymous":
+        return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
+    if current not in allowed:
+        if is_api:
+            return _api_error(403, f"your role ({current}) may not do this")
+        abort(403)
+    return None
+
+
+def init_app(app: Flask) -> None:
+    login_manager.init_app(app)
+    login_manager.login_view = "auth.login"
+    login_manager.session_protection = "strong"
+    app.before_request(enforce_access)
+
+    @app.context_processor
+    def inject_user() -> dict[str, Any]:
+        return {"current_role": role(), "session": session}

@@ -1,0 +1,143 @@
+"""The JSON API (``/api/v1``). Views parse input, call one domain function, answer JSON.
+Errors are JSON with a message and the offending fields (P9), see :mod:`webapp.errors`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+from werkzeug.wrappers import Response
+
+from webapp.context import actor, config, engine
+from webapp.domain import campaigns, lists
+from webapp.domain.errors import DomainError, Invalid, NotFound
+from workers import queue
+
+bp = Blueprint("api", __name__)
+
+
+def body() -> dict[str, Any]:
+    """The request's JSON object, or a 400 that says what is wrong with it."""
+    if not request.data:
+        raise DomainError("the request body must be a JSON object")
+    data = request.get_json(silent=True)
+    if data is None:
+        raise DomainError("the request body is not valid JSON (Content-Type must be "
+                          "application/json)")
+    if not isinstance(data, dict):
+        raise DomainError("the request body must be a JSON object")
+    return data
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def answer(payload: dict[str, Any], status: int = 200) -> Response:
+    response = jsonify(jsonable(payload))
+    response.status_code = status
+    return response
+
+
+def campaign_json(c: dict[str, Any]) -> dict[str, Any]:
+    out = {k: c.get(k) for k in campaigns.FIELDS}
+    out["from"] = out.pop("from_addr")
+    out["text"] = out.pop("text_body")
+    out["html"] = out.pop("html_body")
+    out["counts"] = c["counts"]
+    out["total"] = c["total"]
+    out["audience"] = c.get("audience")
+    return out
+
+
+@bp.get("/lists")
+def list_lists() -> Response:
+    with engine().connect() as conn:
+        return answer({"lists": lists.all_lists(conn)})
+
+
+@bp.post("/lists")
+def create_list() -> Response:
+    data = body()
+    name = data.get("name")
+    if not isinstance(name, str):
+        raise Invalid("name is required", fields={"name": "required string"})
+    with engine().begin() as conn:
+        row = lists.create_list(conn, name)
+    return answer({"id": row["id"], "name": row["name"]}, 201)
+
+
+@bp.post("/lists/<int:list_id>/subscribers")
+def add_subscribers(list_id: int) -> Response:
+    items = body().get("subscribers")
+    if not isinstance(items, list):
+        raise Invalid("subscribers must be a list", fields={"subscribers": "required list"})
+    if len(items) > 10_000:
+        raise Invalid("at most 10,000 subscribers per request; use CSV import for more",
+                      fields={"subscribers": "too many"})
+    with engine().begin() as conn:
+        return answer(lists.add_subscribers(conn, list_id, items))
+
+
+@bp.post("/campaigns")
+def create_campaign() -> Response:
+    data = body()
+    with engine().begin() as conn:
+        campaign = campaigns.create(conn, data, default_from=config().mail_from,
+                                    actor=actor())
+    return answer(campaign_json(campaign), 201)
+
+
+@bp.get("/campaigns/<int:campaign_id>")
+def get_campaign(campaign_id: int) -> Response:
+    with engine().connect() as conn:
+        return answer(campaign_json(campaigns.with_counts(conn, campaign_id)))
+
+
+ACTIONS = {"send": campaigns.send, "pause": campaigns.pause, "resume": campaigns.resume,
+           "cancel": campaigns.cancel}
+
+
+@bp.post("/campaigns/<int:campaign_id>/<any(send, pause, resume, cancel):action>")
+def campaign_action(campaign_id: int, action: str) -> Response:
+    kwargs: dict[str, Any] = {"actor": actor()}
+    if action == "send" and request.data:
+        at = body().get("at")
+        if at is not None:
+            try:
+                kwargs["at"] = datetime.fromisoformat(str(at))
+            except ValueError:
+                raise Invalid("at must be an ISO 8601 time with a zone",
+                              fields={"at": "invalid time"}) from None
+            if kwargs["at"].tzinfo is None:
+                raise Invalid("at must include a time zone (e.g. 2026-12-01T09:00:00Z)",
+                              fields={"at": "missing time zone"})
+    with engine().begin() as conn:
+        campaign = ACTIONS[action](conn, campaign_id, **kwargs)
+    return answer(campaign_json(campaign), 202)
+
+
+@bp.get("/jobs/<int:job_id>")
+def get_job(job_id: int) -> Response:
+    with engine().connect() as conn:
+        job = queue.get_job(conn, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        job.pop("claim_token", None)
+        job["attempts_made"] = job.pop("attempts")
+        job["attempts"] = queue.job_attempts(conn, job_id)
+    return answer(job)
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    from webapp.openapi import document
+
+    return answer(document())

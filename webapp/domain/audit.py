@@ -1,0 +1,31 @@
+"""The audit log: who did what, when."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+
+def record(conn: Connection, actor: str, action: str, target: str = "",
+           **details: Any) -> None:
+    """Append one entry in the caller's transaction, so the log and the change it describes
+    commit (or roll back) together."""
+    conn.execute(sa.text("INSERT INTO audit_log (actor, action, target, details) "
+                         "VALUES (:actor, :action, :target, CAST(:details AS jsonb))"),
+                 {"actor": actor, "action": action, "target": target,
+                  "details": json.dumps(details, default=str)})
+
+
+def entries(conn: Connection, *, actor: str | None = None, action: str | None = None,
+            limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
+    rows = conn.execute(sa.text("""
+        SELECT id, at, actor, action, target, details FROM audit_log
+         WHERE (CAST(:actor AS text) IS NULL OR actor ILIKE '%' || :actor || '%')
+           AND (CAST(:action AS text) IS NULL OR action = :action)
+           AND (CAST(:before AS bigint) IS NULL OR id < :before)
+         ORDER BY id DESC LIMIT :limit"""),
+        {"actor": actor, "action": action, "before": before_id, "limit": limit})
+    return [dict(r) for r in rows.mappings()]

@@ -1,0 +1,217 @@
+"""Campaigns: compose, send (now or scheduled), pause, resume, cancel, and honest counts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit
+from webapp.domain.errors import Conflict, Invalid, NotFound
+from webapp.domain.lists import check_email, get_list
+from workers import queue
+from workers.message import TemplateError, compile_campaign
+
+EDITABLE = ("draft", "scheduled")
+FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
+          "scheduled_at", "broadcast_id", "created_at", "updated_at", "started_at",
+          "finished_at")
+
+
+def validate_templates(subject: str, text: str | None, html: str | None) -> None:
+    """Compile the templates now, so an error shows when composing, not mid-send (P9)."""
+    if not (text or "").strip() and not (html or "").strip():
+        raise Invalid("a campaign needs a text or an HTML body",
+                      fields={"text": "text or html required", "html": "text or html required"})
+    try:
+        compile_campaign(subject, text, html)
+    except TemplateError as exc:
+        where = f" on line {exc.line}" if exc.line else ""
+        raise Invalid(f"template error in {exc.field}{where}: {exc.message}",
+                      fields={exc.field: f"line {exc.line}: {exc.message}"}) from None
+
+
+def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
+    name = (data.get("name") or "").strip()
+    subject = (data.get("subject") or "").strip()
+    missing = {k: "required" for k, v in (("name", name), ("subject", subject)) if not v}
+    if missing:
+        raise Invalid(f"missing: {', '.join(missing)}", fields=missing)
+    from_addr = (data.get("from") or data.get("from_addr") or default_from).strip()
+    check_email(from_addr.rsplit("<", 1)[-1].rstrip(">") if "<" in from_addr else from_addr)
+    text, html = data.get("text"), data.get("html")
+    for field, value in (("text", text), ("html", html)):
+        if value is not None and not isinstance(value, str):
+            raise Invalid(f"{field} must be a string", fields={field: "must be a string"})
+    validate_templates(subject, text, html)
+    return {"name": name[:200], "subject": subject, "from_addr": from_addr,
+            "text_body": text or None, "html_body": html or None}
+
+
+def create(conn: Connection, data: dict[str, Any], *, default_from: str,
+           actor: str = "system") -> dict[str, Any]:
+    list_id = data.get("list_id")
+    if not isinstance(list_id, int) or isinstance(list_id, bool):
+        raise Invalid("list_id must be a number", fields={"list_id": "required integer"})
+    get_list(conn, list_id)
+    values = _check(data, default_from)
+    row = conn.execute(sa.text("""
+        INSERT INTO campaigns (name, list_id, from_addr, subject, text_body, html_body)
+        VALUES (:name, :list_id, :from_addr, :subject, :text_body, :html_body)
+        RETURNING id"""), {**values, "list_id": list_id}).one()
+    audit.record(conn, actor, "campaign.create", f"campaign:{row.id}", name=values["name"])
+    return with_counts(conn, row.id)
+
+
+def update(conn: Connection, campaign_id: int, data: dict[str, Any], *, default_from: str,
+           actor: str = "system") -> dict[str, Any]:
+    current = get(conn, campaign_id, lock=True)
+    if current["status"] not in EDITABLE:
+        raise Conflict(f"campaign is {current['status']}; only drafts can be edited")
+    list_id = data.get("list_id", current["list_id"])
+    get_list(conn, int(list_id))
+    values = _check(data, default_from)
+    conn.execute(sa.text("""
+        UPDATE campaigns SET name = :name, list_id = :list_id, from_addr = :from_addr,
+               subject = :subject, text_body = :text_body, html_body = :html_body,
+               updated_at = now() WHERE id = :id"""),
+        {**values, "list_id": int(list_id), "id": campaign_id})
+    audit.record(conn, actor, "campaign.update", f"campaign:{campaign_id}")
+    return get(conn, campaign_id)
+
+
+def get(conn: Connection, campaign_id: int, *, lock: bool = False) -> dict[str, Any]:
+    row = conn.execute(sa.text(
+        f"SELECT {', '.join(FIELDS)} FROM campaigns WHERE id = :id"
+        + (" FOR UPDATE" if lock else "")), {"id": campaign_id}).mappings().first()
+    if row is None:
+        raise NotFound(f"campaign {campaign_id} does not exist")
+    return dict(row)
+
+
+def with_counts(conn: Connection, campaign_id: int) -> dict[str, Any]:
+    """The campaign with exact counts (P8) and its audience summary."""
+    campaign = get(conn, campaign_id)
+    return _attach_counts(conn, [campaign])[0]
+
+
+def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ids = [r["broadcast_id"] for r in rows if r["broadcast_id"]]
+    counts = queue.many_broadcast_counts(conn, ids) if ids else {}
+    summaries = {}
+    if ids:
+        for b in conn.execute(sa.text(
+                "SELECT id, total, skipped_suppressed, skipped_inactive, enqueued_at, paused "
+                "FROM broadcasts WHERE id = ANY(:ids)"), {"ids": ids}).mappings():
+            summaries[b["id"]] = dict(b)
+    for r in rows:
+        c = counts.get(r["broadcast_id"], dict.fromkeys(queue.COUNTED_STATES, 0))
+        r["counts"] = c
+        r["total"] = sum(c.values())
+        r["audience"] = summaries.get(r["broadcast_id"])
+        r["enqueued"] = bool(r["audience"] and r["audience"]["enqueued_at"])
+    return rows
+
+
+def all_with_counts(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
+    rows = conn.execute(sa.text(
+        f"SELECT {', '.join(FIELDS)} FROM campaigns ORDER BY id DESC LIMIT :limit"),
+        {"limit": limit}).mappings()
+    return _attach_counts(conn, [dict(r) for r in rows])
+
+
+def _start_broadcast(conn: Connection, campaign_id: int) -> int:
+    broadcast_id = conn.execute(sa.text(
+        "INSERT INTO broadcasts (campaign_id) VALUES (:c) RETURNING id"), {"c": campaign_id}
+    ).scalar_one()
+    conn.execute(sa.text("""
+        UPDATE campaigns SET status = 'sending', broadcast_id = :b, started_at = now(),
+               updated_at = now(), scheduled_at = NULL WHERE id = :c"""),
+        {"b": broadcast_id, "c": campaign_id})
+    conn.execute(sa.text("SELECT pg_notify('senddock_jobs', 'enqueue')"))
+    return int(broadcast_id)
+
+
+def send(conn: Connection, campaign_id: int, *, actor: str = "system",
+         at: datetime | None = None) -> dict[str, Any]:
+    """Send now (or schedule for ``at``). Returns at once: the broadcast row is the durable
+    record of the request (P1) and a worker enqueues its jobs set-based."""
+    campaign = get(conn, campaign_id, lock=True)
+    if campaign["status"] not in EDITABLE:
+        raise Conflict(f"campaign is already {campaign['status']}")
+    validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"])
+    if at is not None and at > datetime.now(UTC):
+        conn.execute(sa.text("UPDATE campaigns SET status = 'scheduled', scheduled_at = :at, "
+                             "updated_at = now() WHERE id = :id"), {"at": at, "id": campaign_id})
+        audit.record(conn, actor, "campaign.schedule", f"campaign:{campaign_id}", at=at)
+    else:
+        _start_broadcast(conn, campaign_id)
+        audit.record(conn, actor, "campaign.send", f"campaign:{campaign_id}")
+    return with_counts(conn, campaign_id)
+
+
+def unschedule(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
+    campaign = get(conn, campaign_id, lock=True)
+    if campaign["status"] != "scheduled":
+        raise Conflict(f"campaign is {campaign['status']}, not scheduled")
+    conn.execute(sa.text("UPDATE campaigns SET status = 'draft', scheduled_at = NULL, "
+                         "updated_at = now() WHERE id = :id"), {"id": campaign_id})
+    audit.record(conn, actor, "campaign.unschedule", f"campaign:{campaign_id}")
+    return with_counts(conn, campaign_id)
+
+
+def fire_due_scheduled(conn: Connection) -> list[int]:
+    """Start every scheduled campaign whose time has come (run by the pool each second;
+    the schedule lives in the row, so it survives restarts)."""
+    due = [r.id for r in conn.execute(sa.text("""
+        SELECT id FROM campaigns WHERE status = 'scheduled' AND scheduled_at <= now()
+         ORDER BY scheduled_at FOR UPDATE SKIP LOCKED"""))]
+    for campaign_id in due:
+        _start_broadcast(conn, campaign_id)
+        audit.record(conn, "scheduler", "campaign.send", f"campaign:{campaign_id}",
+                     scheduled=True)
+    return due
+
+
+def pause(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
+    campaign = get(conn, campaign_id, lock=True)
+    if campaign["status"] != "sending":
+        raise Conflict(f"only a sending campaign can be paused; this one is "
+                       f"{campaign['status']}")
+    queue.set_broadcast_paused(conn, campaign["broadcast_id"], True)
+    conn.execute(sa.text("UPDATE campaigns SET status = 'paused', updated_at = now() "
+                         "WHERE id = :id"), {"id": campaign_id})
+    audit.record(conn, actor, "campaign.pause", f"campaign:{campaign_id}")
+    return with_counts(conn, campaign_id)
+
+
+def resume(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
+    campaign = get(conn, campaign_id, lock=True)
+    if campaign["status"] != "paused":
+        raise Conflict(f"only a paused campaign can be resumed; this one is "
+                       f"{campaign['status']}")
+    queue.set_broadcast_paused(conn, campaign["broadcast_id"], False)
+    conn.execute(sa.text("UPDATE campaigns SET status = 'sending', updated_at = now() "
+                         "WHERE id = :id"), {"id": campaign_id})
+    queue.notify_new_jobs(conn, "broadcast")
+    audit.record(conn, actor, "campaign.resume", f"campaign:{campaign_id}")
+    return with_counts(conn, campaign_id)
+
+
+def cancel(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
+    """Cancel: every job not yet in flight becomes `cancelled`; in-flight ones finish."""
+    campaign = get(conn, campaign_id, lock=True)
+    if campaign["status"] in ("sent", "cancelled"):
+        raise Conflict(f"campaign is already {campaign['status']}")
+    cancelled = 0
+    if campaign["broadcast_id"]:
+        conn.execute(sa.text("UPDATE broadcasts SET paused = false WHERE id = :b"),
+                     {"b": campaign["broadcast_id"]})
+        cancelled = queue.cancel_broadcast(conn, campaign["broadcast_id"])
+    conn.execute(sa.text("UPDATE campaigns SET status = 'cancelled', finished_at = now(), "
+                         "updated_at = now(), scheduled_at = NULL WHERE id = :id"),
+                 {"id": campaign_id})
+    audit.record(conn, actor, "campaign.cancel", f"campaign:{campaign_id}", jobs=cancelled)
+    return with_counts(conn, campaign_id)

@@ -1,0 +1,90 @@
+"""Errors become clear answers: JSON with a message and the offending fields on the API,
+a readable page elsewhere. Bad input is never a 500 (P9)."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify, render_template, request
+from flask_wtf.csrf import CSRFError
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
+
+from webapp.db import DatabaseUnavailable
+from webapp.domain.errors import DomainError, Overloaded, TooMany
+
+log = logging.getLogger("senddock.web")
+
+
+def api_error(status: int, message: str, fields: dict[str, str] | None = None,
+              **extra: object) -> Response:
+    body: dict[str, object] = {"message": message, "fields": fields or {}}
+    body.update(extra)
+    response = jsonify({"error": body})
+    response.status_code = status
+    return response
+
+
+def _wants_json() -> bool:
+    return request.path.startswith("/api/") or (request.headers.get("HX-Request") == "true" \
+        and request.accept_mimetypes.best == "application/json")
+
+
+def _page(status: int, title: str, message: str) -> tuple[str, int]:
+    return render_template("error.html", status=status, title=title, message=message), status
+
+
+def init_app(app: Flask) -> None:
+    @app.errorhandler(DomainError)
+    def domain_error(exc: DomainError) -> Response | tuple[str, int]:
+        if _wants_json():
+            response = api_error(exc.status, exc.message, exc.fields, **exc.extra)
+        else:
+            return _page(exc.status, "That did not work", exc.message)
+        if isinstance(exc, TooMany | Overloaded):
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
+
+    @app.errorhandler(CSRFError)
+    def csrf_error(exc: CSRFError) -> Response | tuple[str, int]:
+        message = f"The form expired or was not sent by SendDock ({exc.description}). " \
+                  "Reload the page and try again."
+        if _wants_json():
+            return api_error(400, message)
+        return _page(400, "Please try again", message)
+
+    @app.errorhandler(DatabaseUnavailable)
+    def db_down(exc: DatabaseUnavailable) -> Response | tuple[str, int]:
+        log.warning("database unavailable: %s", exc)
+        message = "The database is unreachable right now; nothing was lost. Try again shortly."
+        if _wants_json():
+            response = api_error(503, message)
+            response.headers["Retry-After"] = "5"
+            return response
+        return _page(503, "Database unavailable", message)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response | tuple[str, int]:
+        status = exc.code or 500
+        messages = {
+            404: "Not found.",
+            405: "Method not allowed here.",
+            413: "The request is too large.",
+            403: "Your role does not allow this.",
+        }
+        message = messages.get(status, exc.description or exc.name)
+        if _wants_json():
+            return api_error(status, message)
+        return _page(status, exc.name, message)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response | tuple[str, int]:
+        import sqlalchemy as sa
+
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+            return db_down(DatabaseUnavailable(str(exc).splitlines()[0]))
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        message = "Something went wrong on our side. It has been logged."
+        if _wants_json():
+            return api_error(500, message)
+        return _page(500, "Internal error", message)

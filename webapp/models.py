@@ -1,0 +1,316 @@
+"""The schema, as SQLAlchemy Core tables. Alembic's migrations must produce exactly this
+(``tests/integration/test_migrations.py`` compares them).
+
+A delivery job is the unit of the whole product: one recipient, one message, one row whose
+``status`` walks ``pending → sending → sent | retry | failed | bounced | skipped | cancelled``
+(and ``held`` for verification mail held by the disposable-domain policy).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+metadata = MetaData()
+
+JOB_STATUSES = ("pending", "sending", "retry", "sent", "failed", "bounced", "skipped",
+                "cancelled", "held")
+TERMINAL_STATUSES = ("sent", "failed", "bounced", "skipped", "cancelled")
+ACTIVE_STATUSES = ("pending", "sending", "retry", "held")
+JOB_KINDS = ("broadcast", "verification", "test")
+ROLES = ("admin", "marketer", "support")
+CAMPAIGN_STATUSES = ("draft", "scheduled", "sending", "paused", "cancelled", "sent")
+SUPPRESSION_REASONS = ("bounced", "unsubscribed", "complaint", "manual")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _now() -> Column:
+    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+users = Table(
+    "users", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("email", Text, nullable=False),
+    Column("password_hash", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    # Bumped on password change or disable: sessions carry it and die when it moves.
+    Column("session_version", Integer, nullable=False, server_default=text("1")),
+    Column("failed_logins", Integer, nullable=False, server_default=text("0")),
+    Column("locked_until", DateTime(timezone=True)),
+    Column("last_login_at", DateTime(timezone=True)),
+    _now(),
+    CheckConstraint(_in("role", ROLES), name="users_role_check"),
+    Index("users_email_key", text("lower(email)"), unique=True),
+)
+
+api_tokens = Table(
+    "api_tokens", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False, server_default=""),
+    Column("prefix", Text, nullable=False),
+    Column("token_hash", Text, nullable=False, unique=True),
+    Column("last_used_at", DateTime(timezone=True)),
+    Column("revoked_at", DateTime(timezone=True)),
+    _now(),
+)
+
+login_attempts = Table(
+    "login_attempts", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("email", Text, nullable=False),
+    Column("remote_addr", Text, nullable=False),
+    Column("succeeded", Boolean, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("login_attempts_addr_idx", "remote_addr", "at"),
+)
+
+lists = Table(
+    "lists", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    _now(),
+)
+
+subscribers = Table(
+    "subscribers", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("email", Text, nullable=False),
+    Column("name", Text, nullable=False, server_default=""),
+    Column("attributes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("status", Text, nullable=False, server_default="active"),
+    _now(),
+    CheckConstraint("status IN ('active', 'unsubscribed', 'blocklisted')",
+                    name="subscribers_status_check"),
+    # One subscriber per address however it is cased.
+    Index("subscribers_email_key", text("lower(email)"), unique=True),
+)
+
+memberships = Table(
+    "memberships", metadata,
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"), nullable=False),
+    Column("subscriber_id", BigInteger, ForeignKey("subscribers.id", ondelete="CASCADE"),
+           nullable=False),
+    _now(),
+    PrimaryKeyConstraint("list_id", "subscriber_id"),
+    Index("memberships_subscriber_idx", "subscriber_id"),
+)
+
+campaigns = Table(
+    "campaigns", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="RESTRICT"), nullable=False),
+    Column("from_addr", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("text_body", Text),
+    Column("html_body", Text),
+    Column("status", Text, nullable=False, server_default="draft"),
+    Column("scheduled_at", DateTime(timezone=True)),
+    Column("broadcast_id", BigInteger, ForeignKey("broadcasts.id", use_alter=True,
+                                                   name="campaigns_broadcast_id_fkey")),
+    Column("created_by", BigInteger, ForeignKey("users.id", ondelete="SET NULL")),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(_in("status", CAMPAIGN_STATUSES), name="campaigns_status_check"),
+    Index("campaigns_scheduled_idx", "scheduled_at", postgresql_where=text("status = 'scheduled'")),
+)
+
+broadcasts = Table(
+    "broadcasts", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    # Audience summary fixed at send time: who was enqueued and who was left out, and why.
+    Column("total", Integer, nullable=False, server_default=text("0")),
+    Column("skipped_suppressed", Integer, nullable=False, server_default=text("0")),
+    Column("skipped_inactive", Integer, nullable=False, server_default=text("0")),
+    # Set when the jobs exist. The send request only records the broadcast (durably) and
+    # returns; a worker enqueues the audience in one set-based statement (SPEC 3).
+    Column("enqueued_at", DateTime(timezone=True)),
+    _now(),
+    Column("finished_at", DateTime(timezone=True)),
+)
+
+delivery_jobs = Table(
+    "delivery_jobs", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("status", Text, nullable=False, server_default="pending"),
+    Column("attempts", SmallInteger, nullable=False, server_default=text("0")),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("claimed_by", Text),
+    Column("claim_token", UUID(as_uuid=False)),
+    Column("claimed_at", DateTime(timezone=True)),
+    Column("correlation_id", UUID(as_uuid=False), nullable=False,
+           server_default=text("gen_random_uuid()")),
+    Column("message_id", Text),
+    Column("email", Text, nullable=False),
+    Column("broadcast_id", BigInteger, ForeignKey("broadcasts.id", ondelete="CASCADE")),
+    Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE")),
+    Column("subscriber_id", BigInteger, ForeignKey("subscribers.id", ondelete="SET NULL")),
+    # The SaaS's own user id, for verification mail.
+    Column("user_ref", Text),
+    Column("idempotency_key", Text),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("flags", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("last_error", Text),
+    Column("last_error_class", Text),
+    Column("requested_by", Text),
+    _now(),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("dismissed_at", DateTime(timezone=True)),
+    CheckConstraint(_in("status", JOB_STATUSES), name="delivery_jobs_status_check"),
+    CheckConstraint(_in("kind", JOB_KINDS), name="delivery_jobs_kind_check"),
+    # The claim: priority first (verification before campaigns, P7), then due time.
+    Index("delivery_jobs_claim_idx", "priority", "available_at", "id",
+          postgresql_where=text("status IN ('pending', 'retry')")),
+    # Taking back jobs from dead workers scans only the in-flight ones.
+    Index("delivery_jobs_sending_idx", "claimed_by",
+          postgresql_where=text("status = 'sending'")),
+    Index("delivery_jobs_broadcast_idx", "broadcast_id", "status"),
+    Index("delivery_jobs_problem_idx", "finished_at",
+          postgresql_where=text("status IN ('failed', 'bounced') AND dismissed_at IS NULL")),
+    Index("delivery_jobs_email_idx", text("lower(email)"),
+          postgresql_where=text("kind <> 'broadcast' OR status IN ('failed', 'bounced')")),
+    Index("delivery_jobs_correlation_idx", "correlation_id",
+          postgresql_where=text("kind <> 'broadcast' OR status IN ('failed', 'bounced')")),
+    Index("delivery_jobs_user_idx", "user_ref", "created_at",
+          postgresql_where=text("user_ref IS NOT NULL")),
+    # One live verification job per user and kind (SPEC 4: asking again returns it).
+    Index("delivery_jobs_one_active_idx", "kind", "user_ref", unique=True,
+          postgresql_where=text("user_ref IS NOT NULL AND status IN "
+                                "('pending', 'sending', 'retry', 'held')")),
+    Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
+          postgresql_where=text("idempotency_key IS NOT NULL")),
+    Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
+)
+
+job_attempts = Table(
+    "job_attempts", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("job_id", BigInteger, ForeignKey("delivery_jobs.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("attempt", SmallInteger, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("duration_ms", Float, nullable=False, server_default=text("0")),
+    Column("outcome", Text, nullable=False),
+    Column("smtp_code", SmallInteger),
+    Column("enhanced_code", Text),
+    Column("reply", Text),
+    Column("stage", Text),
+    Column("worker", Text),
+    Index("job_attempts_job_idx", "job_id", "attempt"),
+    Index("job_attempts_started_idx", "started_at"),
+)
+
+# Exact per-broadcast counts without counting a million rows: a statement-level trigger on
+# delivery_jobs adds each statement's deltas to one of a few slots, in the same transaction
+# as the change itself, so the sum over slots equals GROUP BY status at every snapshot (P8).
+broadcast_counts = Table(
+    "broadcast_counts", metadata,
+    Column("broadcast_id", BigInteger, ForeignKey("broadcasts.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("status", Text, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("broadcast_id", "status", "slot"),
+    postgresql_with={"fillfactor": "50"},
+)
+
+suppressions = Table(
+    "suppressions", metadata,
+    Column("email", Text, primary_key=True),  # always lower-cased
+    Column("reason", Text, nullable=False),
+    Column("job_id", BigInteger, ForeignKey("delivery_jobs.id", ondelete="SET NULL")),
+    Column("reply", Text),
+    Column("note", Text, nullable=False, server_default=""),
+    Column("created_by", Text),
+    _now(),
+    CheckConstraint(_in("reason", SUPPRESSION_REASONS), name="suppressions_reason_check"),
+    CheckConstraint("email = lower(email)", name="suppressions_email_lower_check"),
+    Index("suppressions_reason_idx", "reason", "created_at"),
+    Index("suppressions_created_idx", "created_at"),
+)
+
+# Liveness is in the schema: each pool holds a session advisory lock (lock_key) and
+# heartbeats its row. A worker is dead when its lock can be taken; its jobs are then taken
+# back at once by its own node's next start, and by peers once its heartbeat is also older
+# than SENDDOCK_WORKER_TIMEOUT (so a blip in one connection never double-sends).
+workers = Table(
+    "workers", metadata,
+    Column("id", Text, primary_key=True),
+    # The pool holds pg_advisory_lock(lock_key) on a session of its own for as long as it
+    # lives; PostgreSQL releases it when that connection dies, which is how peers know.
+    Column("lock_key", BigInteger, nullable=False, unique=True),
+    Column("node", Text, nullable=False),
+    Column("hostname", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("threads", Integer, nullable=False),
+    Column("in_flight", Integer, nullable=False, server_default=text("0")),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("stopped_at", DateTime(timezone=True)),
+    Index("workers_node_idx", "node"),
+)
+
+# One row (id = 1): the relay's health as every process sees it (P6).
+relay_state = Table(
+    "relay_state", metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("status", Text, nullable=False, server_default="ok"),
+    Column("since", DateTime(timezone=True)),
+    Column("last_error", Text),
+    Column("failures", Integer, nullable=False, server_default=text("0")),
+    Column("next_probe_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("id = 1", name="relay_state_single_row"),
+    CheckConstraint("status IN ('ok', 'down')", name="relay_state_status_check"),
+)
+
+# Cross-process rate limit (SENDDOCK_RATE_LIMIT): permits handed out per wall-clock second.
+rate_windows = Table(
+    "rate_windows", metadata,
+    Column("second", BigInteger, primary_key=True),
+    Column("used", Integer, nullable=False),
+)
+
+audit_log = Table(
+    "audit_log", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target", Text, nullable=False, server_default=""),
+    Column("details", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Index("audit_log_at_idx", "at"),
+    Index("audit_log_action_idx", "action", "at"),
+)
+

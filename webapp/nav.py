@@ -1,0 +1,48 @@
+"""The main navigation: what each role can reach, from the same matrix that guards it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask, current_app, request, url_for
+
+from webapp import access
+from webapp.context import role
+
+ITEMS = [
+    ("home.index", "Dashboard"),
+    ("campaigns.index", "Campaigns"),
+    ("lists.index", "Lists"),
+    ("support.index", "Support"),
+    ("inbox.index", "Failed jobs"),
+    ("admin.suppressions", "Suppressions"),
+    ("health.index", "Queue health"),
+    ("admin.audit", "Audit log"),
+    ("admin.users", "Users & tokens"),
+]
+
+
+@dataclass
+class NavItem:
+    url: str
+    label: str
+    active: bool
+
+
+def nav_items() -> list[NavItem]:
+    current = role()
+    items = []
+    for endpoint, label in ITEMS:
+        if endpoint not in current_app.view_functions:
+            continue
+        allowed = access.allowed_roles(endpoint) or frozenset()
+        if current in allowed:
+            area = endpoint.split(".")[0]
+            active = ((request.endpoint or "").split(".")[0] == area and area != "admin") \
+                or request.endpoint == endpoint
+            items.append(NavItem(url_for(endpoint), label, active))
+    return items
+
+
+def init_app(app: Flask) -> None:
+    app.jinja_env.globals["nav_items"] = nav_items

@@ -1,0 +1,102 @@
+"""The OpenAPI document served at ``/api/v1/openapi.json``: every endpoint with its shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+COUNTS = {"type": "object", "properties": {s: {"type": "integer"} for s in (
+    "pending", "sending", "retry", "sent", "failed", "bounced", "skipped", "cancelled")}}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(c): {"description": "error", **_json(ERROR)} for c in codes}
+
+
+def _op(summary: str, ok: int, schema: dict[str, Any], *errors: int,
+        request: dict[str, Any] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary,
+                          "responses": {str(ok): {"description": "ok", **_json(schema)},
+                                        **_errors(401, 403, *errors)}}
+    if request is not None:
+        op["requestBody"] = {"required": True, **_json(request)}
+    return op
+
+
+CAMPAIGN = {"$ref": "#/components/schemas/Campaign"}
+JOB = {"$ref": "#/components/schemas/Job"}
+ID_PARAM = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}]
+
+PATHS: dict[str, Any] = {
+    "/lists": {
+        "get": _op("All lists", 200, {"type": "object", "required": ["lists"],
+                                      "properties": {"lists": {"type": "array"}}}),
+        "post": _op("Create a list", 201, {"type": "object", "required": ["id", "name"],
+                                           "properties": {"id": {"type": "integer"},
+                                                          "name": {"type": "string"}}},
+                    400, 413, 422, request={"type": "object", "required": ["name"],
+                                            "properties": {"name": {"type": "string"}}}),
+    },
+    "/lists/{id}/subscribers": {
+        "parameters": ID_PARAM,
+        "post": _op("Add or update subscribers", 200, {
+            "type": "object", "required": ["added", "updated", "errors"],
+            "properties": {"added": {"type": "integer"}, "updated": {"type": "integer"},
+                           "errors": {"type": "array"}}}, 400, 404, 413, 422,
+            request={"type": "object", "required": ["subscribers"], "properties": {
+                "subscribers": {"type": "array", "items": {
+                    "type": "object", "required": ["email"], "properties": {
+                        "email": {"type": "string"}, "name": {"type": "string"},
+                        "attributes": {"type": "object"}}}}}}),
+    },
+    "/campaigns": {
+        "post": _op("Create a campaign (draft)", 201, CAMPAIGN, 400, 404, 413, 422, request={
+            "type": "object", "required": ["name", "list_id", "subject"], "properties": {
+                "name": {"type": "string"}, "list_id": {"type": "integer"},
+                "subject": {"type": "string"}, "text": {"type": "string"},
+                "html": {"type": "string"}, "from": {"type": "string"}}}),
+    },
+    "/campaigns/{id}": {"parameters": ID_PARAM,
+                        "get": _op("A campaign with exact counts", 200, CAMPAIGN, 404)},
+    **{f"/campaigns/{{id}}/{action}": {
+        "parameters": ID_PARAM,
+        "post": _op(f"{action.capitalize()} the campaign", 202, CAMPAIGN, 400, 404, 409, 422)}
+       for action in ("send", "pause", "resume", "cancel")},
+    "/jobs/{id}": {"parameters": ID_PARAM,
+                   "get": _op("A delivery job with its attempts", 200, JOB, 404)},
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["message", "fields"],
+        "properties": {"message": {"type": "string"}, "fields": {"type": "object"}}}}},
+    "Campaign": {"type": "object",
+                 "required": ["id", "status", "broadcast_id", "total", "counts"],
+                 "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+                                "status": {"type": "string", "enum": [
+                                    "draft", "scheduled", "sending", "paused", "cancelled",
+                                    "sent"]},
+                                "broadcast_id": {"type": ["integer", "null"]},
+                                "total": {"type": "integer"}, "counts": COUNTS}},
+    "Job": {"type": "object", "required": ["id", "status", "attempts"],
+            "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
+                           "kind": {"type": "string"}, "email": {"type": "string"},
+                           "correlation_id": {"type": "string"},
+                           "attempts": {"type": "array"}}},
+}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "SendDock API", "version": "1"},
+        "servers": [{"url": "/api/v1"}],
+        "components": {"schemas": SCHEMAS, "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": PATHS,
+    }

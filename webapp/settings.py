@@ -1,0 +1,210 @@
+"""Every ``SENDDOCK_*`` setting in one place, with its default and a line of help.
+
+``docs/configuration.md`` is generated from :data:`SETTINGS` (``senddock config``), so the
+documentation cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A setting has a value SendDock cannot use; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str | None
+    help: str
+
+
+SETTINGS: list[Setting] = [
+    Setting("DATABASE_URL", None,
+            "PostgreSQL URL (postgresql://user:pass@host:5432/db). Unset: an embedded "
+            "PostgreSQL is started in SENDDOCK_DATA_DIR."),
+    Setting("DATA_DIR", "./.senddock",
+            "Where the embedded PostgreSQL and the demo keep their files."),
+    Setting("SMTP_URL", "smtp://127.0.0.1:2525?tls=none",
+            "Relay: smtp://[user:password@]host:port[?tls=none|starttls|ssl]."),
+    Setting("FROM", "SendDock <noreply@localhost>", "Default From address."),
+    Setting("BASE_URL", "http://127.0.0.1:5000",
+            "Public URL of the web app, used in unsubscribe and verification links."),
+    Setting("SECRET_KEY", None,
+            "Signs sessions, CSRF tokens and unsubscribe links. Required outside the demo."),
+    Setting("WORKERS", "5", "Delivery worker threads per process."),
+    Setting("CLAIM_BATCH", "10",
+            "Jobs a worker claims at once; also bounds the messages a crash can resend (P3)."),
+    Setting("RETRY_SCHEDULE_BROADCAST", "30,120,480,1800,3600",
+            "Seconds between attempts for campaign mail (comma-separated)."),
+    Setting("RETRY_SCHEDULE_VERIFY", "30,120,600",
+            "Seconds between attempts for verification mail."),
+    Setting("RETRY_JITTER", "0.1", "Random spread applied to retry delays (0.1 = ±10 %)."),
+    Setting("RESEND_COOLDOWN", "60",
+            "Seconds a verification resend must wait after the last one."),
+    Setting("RATE_LIMIT", "0", "Messages per second across all processes (0 = no limit)."),
+    Setting("HEARTBEAT_INTERVAL", "5", "Seconds between worker heartbeats."),
+    Setting("WORKER_TIMEOUT", "30",
+            "Seconds without a heartbeat after which a dead worker's jobs are taken back."),
+    Setting("SMTP_TIMEOUT", "30", "Seconds before an SMTP command is given up on."),
+    Setting("MAX_BACKLOG", "5000000",
+            "Most jobs waiting (pending+retry) before new enqueues are refused with 429/503."),
+    Setting("DISPOSABLE_POLICY", "send",
+            "send: send disposable-domain verification mail, flagged; hold: hold it for support."),
+    Setting("ALARM_OLDEST_PENDING", "600",
+            "Alarm when the oldest due job waited this many seconds."),
+    Setting("ALARM_FAILURE_RATE", "0.2",
+            "Alarm when this share of the last 15 minutes' finished jobs failed or bounced."),
+    Setting("MAX_REQUEST_BYTES", "10485760",
+            "Largest request body accepted (413 above it)."),
+    Setting("MAX_IMPORT_BYTES", "536870912", "Largest CSV upload accepted."),
+    Setting("LOG_LEVEL", "INFO", "Python log level."),
+    Setting("SECURE_COOKIES", "auto",
+            "auto: Secure cookies when BASE_URL is https; on/off to force."),
+]
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(f"SENDDOCK_{name}")
+    if value is not None and value.strip() == "":
+        return None
+    return value
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"SENDDOCK_{name} must be a whole number, got {raw!r}") from None
+
+
+def _float(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"SENDDOCK_{name} must be a number, got {raw!r}") from None
+
+
+def _schedule(name: str, raw: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(
+            f"SENDDOCK_{name} must be seconds separated by commas, got {raw!r}") from None
+    if any(v < 0 for v in values):
+        raise ConfigError(f"SENDDOCK_{name} cannot contain negative delays")
+    return values
+
+
+@dataclass
+class Config:
+    """Resolved settings. Build with :func:`load`; tests pass overrides."""
+
+    database_url: str | None
+    data_dir: Path
+    smtp_url: str
+    mail_from: str
+    base_url: str
+    secret_key: str
+    workers: int
+    claim_batch: int
+    retry_schedule: dict[str, tuple[int, ...]]
+    retry_jitter: float
+    resend_cooldown: int
+    rate_limit: float
+    heartbeat_interval: float
+    worker_timeout: float
+    smtp_timeout: float
+    max_backlog: int
+    disposable_policy: str
+    alarm_oldest_pending: int
+    alarm_failure_rate: float
+    max_request_bytes: int
+    max_import_bytes: int
+    log_level: str
+    secure_cookies: bool
+    secret_key_generated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load(overrides: dict[str, str] | None = None, *, require_secret: bool = False) -> Config:
+    """Read the environment (plus ``overrides``, keyed without the prefix) into a Config.
+
+    Raises :class:`ConfigError` naming the variable for any unusable value.
+    """
+    overrides = overrides or {}
+
+    def get(name: str) -> str | None:
+        if name in overrides:
+            return overrides[name]
+        value = _env(name)
+        if value is not None:
+            return value
+        return next(s.default for s in SETTINGS if s.name == name)
+
+    def req(name: str) -> str:
+        value = get(name)
+        assert value is not None, name
+        return value
+
+    secret = get("SECRET_KEY")
+    generated = False
+    if not secret:
+        if require_secret:
+            raise ConfigError("SENDDOCK_SECRET_KEY is not set: set it to a long random string "
+                              "(python -c 'import secrets; print(secrets.token_urlsafe(48))')")
+        secret, generated = secrets.token_urlsafe(48), True
+    policy = req("DISPOSABLE_POLICY")
+    if policy not in {"send", "hold"}:
+        raise ConfigError(f"SENDDOCK_DISPOSABLE_POLICY must be 'send' or 'hold', got {policy!r}")
+    base_url = req("BASE_URL").rstrip("/")
+    cookie_mode = req("SECURE_COOKIES").lower()
+    secure = base_url.startswith("https://") if cookie_mode == "auto" else cookie_mode in {
+        "1", "on", "true", "yes"}
+    workers = _int("WORKERS", req("WORKERS"))
+    if workers < 0:
+        raise ConfigError("SENDDOCK_WORKERS cannot be negative")
+    return Config(
+        database_url=get("DATABASE_URL"),
+        data_dir=Path(req("DATA_DIR")).expanduser().resolve(),
+        smtp_url=req("SMTP_URL"),
+        mail_from=req("FROM"),
+        base_url=base_url,
+        secret_key=secret,
+        secret_key_generated=generated,
+        workers=workers,
+        claim_batch=max(1, _int("CLAIM_BATCH", req("CLAIM_BATCH"))),
+        retry_schedule={
+            "broadcast": _schedule("RETRY_SCHEDULE_BROADCAST", req("RETRY_SCHEDULE_BROADCAST")),
+            "verification": _schedule("RETRY_SCHEDULE_VERIFY", req("RETRY_SCHEDULE_VERIFY")),
+            "test": (),
+        },
+        retry_jitter=_float("RETRY_JITTER", req("RETRY_JITTER")),
+        resend_cooldown=_int("RESEND_COOLDOWN", req("RESEND_COOLDOWN")),
+        rate_limit=_float("RATE_LIMIT", req("RATE_LIMIT")),
+        heartbeat_interval=_float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL")),
+        worker_timeout=_float("WORKER_TIMEOUT", req("WORKER_TIMEOUT")),
+        smtp_timeout=_float("SMTP_TIMEOUT", req("SMTP_TIMEOUT")),
+        max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
+        disposable_policy=policy,
+        alarm_oldest_pending=_int("ALARM_OLDEST_PENDING", req("ALARM_OLDEST_PENDING")),
+        alarm_failure_rate=_float("ALARM_FAILURE_RATE", req("ALARM_FAILURE_RATE")),
+        max_request_bytes=_int("MAX_REQUEST_BYTES", req("MAX_REQUEST_BYTES")),
+        max_import_bytes=_int("MAX_IMPORT_BYTES", req("MAX_IMPORT_BYTES")),
+        log_level=req("LOG_LEVEL").upper(),
+        secure_cookies=secure,
+    )
+
+
+def markdown_table() -> str:
+    """The settings as the Markdown table in docs/configuration.md."""
+    rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    for s in SETTINGS:
+        default = f"`{s.default}`" if s.default is not None else "(unset)"
+        rows.append(f"| `SENDDOCK_{s.name}` | {default} | {s.help} |")
+    return "\n".join(rows)

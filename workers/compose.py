@@ -1,0 +1,121 @@
+"""Turning a claimed job into the bytes handed to the relay.
+
+A campaign's templates are compiled once per process and reused for every recipient;
+only the per-recipient render and the MIME assembly run per message.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from email.utils import formatdate, parseaddr
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from webapp.domain.unsubscribe_links import unsubscribe_url
+from webapp.settings import Config
+from workers.message import CampaignTemplate, build_mime, compile_campaign
+from workers.queue import ClaimedJob
+
+MAIL_TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "mail"
+
+
+@dataclass(frozen=True)
+class PreparedCampaign:
+    name: str
+    from_addr: str
+    subject: str
+    template: CampaignTemplate
+
+
+@dataclass(frozen=True)
+class Envelope:
+    mail_from: str
+    message: bytes
+
+
+def domain_of(address: str) -> str:
+    """The domain part of a From address, for Message-IDs."""
+    addr = parseaddr(address)[1]
+    return addr.rsplit("@", 1)[-1] if "@" in addr else "senddock.local"
+
+
+def _verification_template() -> CampaignTemplate:
+    def read(name: str) -> str:
+        return (MAIL_TEMPLATES / name).read_text(encoding="utf-8")
+
+    return compile_campaign(read("verification_subject.txt").strip(),
+                            read("verification.txt"), read("verification.html"))
+
+
+class Composer:
+    """Builds messages for any job kind; safe to share between worker threads."""
+
+    def __init__(self, engine: Engine, config: Config) -> None:
+        self.engine = engine
+        self.config = config
+        self._campaigns: dict[int, PreparedCampaign] = {}
+        self._lock = threading.Lock()
+        self._verification = _verification_template()
+
+    def campaign(self, campaign_id: int) -> PreparedCampaign:
+        prepared = self._campaigns.get(campaign_id)
+        if prepared is None:
+            with self.engine.connect() as conn:
+                row = conn.execute(sa.text(
+                    "SELECT name, from_addr, subject, text_body, html_body FROM campaigns "
+                    "WHERE id = :id"), {"id": campaign_id}).one()
+            prepared = PreparedCampaign(
+                name=row.name, from_addr=row.from_addr, subject=row.subject,
+                template=compile_campaign(row.subject, row.text_body, row.html_body))
+            with self._lock:
+                self._campaigns[campaign_id] = prepared
+        return prepared
+
+    def build(self, job: ClaimedJob) -> Envelope:
+        """The envelope sender and message bytes for ``job``. Raises
+        ``workers.message.TemplateError`` if a template cannot render for this recipient."""
+        if job.kind == "verification":
+            return self._build_verification(job)
+        return self._build_campaign(job)
+
+    def _headers(self, job: ClaimedJob) -> dict[str, str]:
+        return {"X-SendDock-Correlation-ID": job.correlation_id}
+
+    def _build_campaign(self, job: ClaimedJob) -> Envelope:
+        campaign_id = job.campaign_id or int(job.payload.get("campaign_id", 0))
+        prepared = self.campaign(campaign_id)
+        subscriber = {"email": job.email, "name": job.name, "attributes": job.attributes}
+        headers = self._headers(job)
+        unsub = ""
+        if job.subscriber_id is not None:
+            unsub = unsubscribe_url(self.config.base_url, self.config.secret_key,
+                                    job.subscriber_id, campaign_id)
+            headers["List-Unsubscribe"] = f"<{unsub}>"
+            headers["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+        context: dict[str, Any] = {
+            "subscriber": subscriber, "email": job.email, "name": job.name,
+            "attributes": job.attributes, "unsubscribe_url": unsub,
+            "campaign": {"name": prepared.name, "subject": prepared.subject},
+        }
+        rendered = prepared.template.render(context)
+        subject = rendered.subject
+        if job.kind == "test":
+            subject = f"[Test] {subject}"
+        message = build_mime(from_addr=prepared.from_addr, to_addr=job.email, subject=subject,
+                             text=rendered.text, html=rendered.html, message_id=job.message_id,
+                             headers=headers, date=formatdate(localtime=False, usegmt=True))
+        return Envelope(parseaddr(prepared.from_addr)[1], message)
+
+    def _build_verification(self, job: ClaimedJob) -> Envelope:
+        context = {"email": job.email, "verify_url": job.payload.get("verify_url", ""),
+                   "user_id": job.user_ref, "subscriber": {"email": job.email}}
+        rendered = self._verification.render(context)
+        message = build_mime(from_addr=self.config.mail_from, to_addr=job.email,
+                             subject=rendered.subject, text=rendered.text, html=rendered.html,
+                             message_id=job.message_id, headers=self._headers(job),
+                             date=formatdate(localtime=False, usegmt=True))
+        return Envelope(parseaddr(self.config.mail_from)[1], message)

@@ -1,0 +1,327 @@
+"""The worker pool, hosted by APScheduler inside the process (SPEC 2).
+
+- N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
+  claim a batch, send it, and finish it in one transaction;
+- a liveness session holding the worker's advisory lock, and a heartbeat (P4);
+- the startup hook and a periodic rescuer that take back dead workers' jobs (P2, P4);
+- maintenance: enqueue accepted broadcasts, fire scheduled campaigns, complete finished ones;
+- a LISTEN connection that wakes idle loops the moment a job is enqueued (P7).
+
+``stop()`` (SIGTERM) lets in-flight messages finish and be marked, claims nothing new, and
+hands unsent claimed jobs back, within a bounded time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.engine import Connection, Engine
+
+from webapp.settings import Config
+from workers import outcomes, queue
+from workers.classify import ReplyClass
+from workers.compose import Composer, domain_of
+from workers.message import TemplateError
+from workers.smtp import SmtpTransport, parse_smtp_url
+
+log = logging.getLogger("senddock.worker")
+
+DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, psycopg.OperationalError)
+
+
+class Pool:
+    """Delivery workers for one process. ``start()`` then ``stop()``; or ``run_forever()``."""
+
+    def __init__(self, engine: Engine, config: Config, *, node: str | None = None,
+                 maintenance: bool = True) -> None:
+        self.engine = engine
+        self.config = config
+        self.node = node or os.environ.get("SENDDOCK_NODE") or socket.gethostname()
+        self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.lock_key = random.randint(1, 2**62)
+        self.smtp = parse_smtp_url(config.smtp_url)
+        self.domain = domain_of(config.mail_from)
+        self.composer = Composer(engine, config)
+        self.maintenance = maintenance
+        self.stopping = threading.Event()
+        self._wake = threading.Condition()
+        self._live: Connection | None = None
+        self._live_lock = threading.Lock()
+        self._scheduler: BackgroundScheduler | None = None
+        self._listener: threading.Thread | None = None
+        self.sent = 0
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Register, take the liveness lock, run the startup hook, start the loops."""
+        self._connect_liveness(register=True)
+        taken = self._rescue()
+        log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
+                 self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
+        scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(self.config.workers + 4)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+            timezone="UTC")
+        for i in range(self.config.workers):
+            scheduler.add_job(self._drain_loop, id=f"drain-{i}", name=f"drain-{i}")
+        scheduler.add_job(self._heartbeat, "interval", seconds=self.config.heartbeat_interval,
+                          id="heartbeat")
+        scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
+        if self.maintenance:
+            scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
+        scheduler.start()
+        self._scheduler = scheduler
+        self._listener = threading.Thread(target=self._listen, name="listen", daemon=True)
+        self._listener.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Graceful stop: finish in-flight messages, claim nothing new, release the rest."""
+        if self.stopping.is_set():
+            return
+        log.info("worker %s stopping: finishing in-flight messages", self.worker_id)
+        self.stopping.set()
+        self.wake()
+        if self._scheduler is not None:
+            deadline = timeout if timeout is not None else self.config.smtp_timeout + 10
+            waiter = threading.Thread(target=self._scheduler.shutdown, kwargs={"wait": True},
+                                      daemon=True)
+            waiter.start()
+            waiter.join(deadline)
+        try:
+            with self.engine.begin() as conn:
+                queue.mark_worker_stopped(conn, self.worker_id)
+        except DB_ERRORS as exc:
+            log.warning("could not mark worker stopped: %s", exc)
+        with self._live_lock:
+            if self._live is not None:
+                self._live.close()
+                self._live = None
+        log.info("worker %s stopped after sending %d message(s)", self.worker_id, self.sent)
+
+    def wake(self) -> None:
+        with self._wake:
+            self._wake.notify_all()
+
+    def run_forever(self) -> None:
+        self.start()
+        while not self.stopping.wait(1.0):
+            pass
+
+    # --- liveness ----------------------------------------------------------------------
+
+    def _connect_liveness(self, register: bool = False) -> None:
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        if register:
+            queue.register_worker(conn, worker_id=self.worker_id, lock_key=self.lock_key,
+                                  node=self.node, hostname=socket.gethostname(),
+                                  pid=os.getpid(), threads=self.config.workers)
+        if not queue.hold_liveness_lock(conn, self.lock_key):
+            conn.close()
+            raise RuntimeError("could not take this worker's liveness lock")
+        self._live = conn
+
+    def _heartbeat(self) -> None:
+        with self._live_lock:
+            try:
+                if self._live is None or self._live.closed or self._live.invalidated:
+                    self._connect_liveness()
+                    log.info("liveness session re-established")
+                assert self._live is not None
+                queue.heartbeat(self._live, self.worker_id)
+            except DB_ERRORS as exc:
+                log.warning("heartbeat failed (database unreachable?): %s",
+                            str(exc).splitlines()[0])
+                if self._live is not None:
+                    self._live.invalidate()
+                    self._live.close()
+                self._live = None
+
+    def _rescue(self) -> dict[str, int]:
+        with self.engine.begin() as conn:
+            taken = queue.requeue_orphans(conn, me=self.worker_id, node=self.node,
+                                          timeout=self.config.worker_timeout)
+            if any(taken.values()):
+                queue.notify_new_jobs(conn, "rescued")
+        for dead, n in taken.items():
+            log.warning("took back %d in-flight job(s) from dead worker %s", n, dead)
+        return taken
+
+    def _rescue_safely(self) -> None:
+        if self._live is None:
+            return  # without our own lock held we might be the one presumed dead
+        try:
+            self._rescue()
+        except DB_ERRORS as exc:
+            log.warning("rescuer: database unreachable: %s", str(exc).splitlines()[0])
+
+    # --- maintenance -------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        from webapp.domain import campaigns
+
+        try:
+            with self.engine.begin() as conn:
+                campaigns.fire_due_scheduled(conn)
+            for broadcast_id in self._broadcasts_to_enqueue():
+                with self.engine.begin() as conn:
+                    summary = queue.enqueue_broadcast(conn, broadcast_id)
+                    if summary is not None:
+                        queue.notify_new_jobs(conn, "broadcast")
+                        log.info("broadcast %d enqueued: %s", broadcast_id, summary)
+            with self.engine.begin() as conn:
+                for campaign_id in queue.complete_finished_campaigns(conn):
+                    log.info("campaign %d finished", campaign_id)
+        except DB_ERRORS as exc:
+            log.warning("maintenance: database unreachable: %s", str(exc).splitlines()[0])
+
+    def _broadcasts_to_enqueue(self) -> list[int]:
+        with self.engine.connect() as conn:
+            return queue.broadcasts_to_enqueue(conn)
+
+    # --- wake-ups ----------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        backoff = 0.5
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute("LISTEN senddock_jobs")
+                    backoff = 0.5
+                    while not self.stopping.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self.wake()
+            except psycopg.Error as exc:
+                log.debug("listener reconnecting: %s", exc)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 10)
+
+    def _idle(self, seconds: float) -> None:
+        with self._wake:
+            self._wake.wait(seconds)
+
+    # --- delivery ----------------------------------------------------------------------
+
+    def _drain_loop(self) -> None:
+        transport = SmtpTransport(self.smtp, timeout=self.config.smtp_timeout)
+        backoff = 0.5
+        try:
+            while not self.stopping.is_set():
+                try:
+                    worked = self._drain_once(transport)
+                    backoff = 0.5
+                    if not worked:
+                        self._idle(1.0)
+                except DB_ERRORS as exc:
+                    log.warning("database unreachable, retrying in %.1fs: %s", backoff,
+                                str(exc).splitlines()[0])
+                    self.stopping.wait(backoff)
+                    backoff = min(backoff * 2, 30)
+                except Exception:
+                    log.exception("drain loop error; continuing")
+                    self.stopping.wait(1.0)
+        finally:
+            transport.close()
+
+    def _claim(self) -> list[queue.ClaimedJob]:
+        n = self.config.claim_batch
+        with self.engine.begin() as conn:
+            if self.config.rate_limit > 0:
+                n = queue.acquire_permits(conn, n, max(1, int(self.config.rate_limit)))
+                if n == 0:
+                    return []
+            return queue.claim_batch(conn, self.worker_id, n, self.domain)
+
+    def _drain_once(self, transport: SmtpTransport) -> bool:
+        """Claim and deliver one batch. Returns False when there was nothing to do."""
+        jobs = self._claim()
+        if not jobs:
+            self._maybe_probe_relay(transport)
+            return False
+        results, relay_error = self._deliver(transport, jobs)
+        self._finish(results, relay_error)
+        return True
+
+    def _deliver(self, transport: SmtpTransport,
+                 jobs: list[queue.ClaimedJob]) -> tuple[list[queue.Outcome], str | None]:
+        results: list[queue.Outcome] = []
+        relay_error: str | None = None
+        for job in jobs:
+            if relay_error is not None or self.stopping.is_set():
+                results.append(outcomes.released(job))
+                continue
+            if job.suppressed:
+                results.append(outcomes.skipped(job))
+                continue
+            try:
+                envelope = self.composer.build(job)
+            except TemplateError as exc:
+                results.append(outcomes.build_failed(job, f"template error: {exc}"))
+                continue
+            started = datetime.now(UTC)
+            result = transport.send(envelope.mail_from, job.email, envelope.message)
+            outcome = outcomes.outcome_for(job, result, self.config.retry_schedule[job.kind],
+                                           self.config.retry_jitter, started)
+            results.append(outcome)
+            if result.reply_class is ReplyClass.RELAY:
+                relay_error = outcome.reply or "relay unavailable"
+            elif result.reply_class is ReplyClass.SENT:
+                self.sent += 1
+        return results, relay_error
+
+    def _finish(self, results: list[queue.Outcome], relay_error: str | None) -> None:
+        """Record the batch. If the database is away, keep trying (bounded by shutdown):
+        what the relay accepted must be marked, or it will be sent again."""
+        backoff = 0.5
+        deadline: float | None = None
+        while True:
+            try:
+                with self.engine.begin() as conn:
+                    queue.finish_batch(conn, self.worker_id, results)
+                    if relay_error is not None:
+                        queue.mark_relay_down(conn, relay_error)
+                        log.error("relay unavailable, delivery paused: %s", relay_error)
+                return
+            except DB_ERRORS as exc:
+                if self.stopping.is_set():
+                    deadline = deadline or time.monotonic() + 15
+                    if time.monotonic() > deadline:
+                        log.error("giving up marking %d job(s): database unreachable; they "
+                                  "will be taken back after restart", len(results))
+                        return
+                log.warning("could not record %d outcome(s), retrying in %.1fs: %s",
+                            len(results), backoff, str(exc).splitlines()[0])
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10)
+
+    def _maybe_probe_relay(self, transport: SmtpTransport) -> None:
+        with self.engine.begin() as conn:
+            state = queue.relay_status(conn)
+            if state["status"] != "down" or not queue.take_probe_turn(conn):
+                return
+        result = transport.probe()
+        with self.engine.begin() as conn:
+            if result.reply_class is ReplyClass.SENT:
+                queue.mark_relay_ok(conn)
+                queue.notify_new_jobs(conn, "relay")
+                log.info("relay is back; delivery resumes")
+            else:
+                queue.mark_relay_down(conn, outcomes.reply_line(result))
+                log.warning("relay still unavailable: %s", outcomes.reply_line(result))
+
+    def status(self) -> dict[str, Any]:
+        return {"worker_id": self.worker_id, "threads": self.config.workers,
+                "running": self._scheduler is not None and not self.stopping.is_set()}

@@ -1,0 +1,536 @@
+"""All queue SQL, in one place, so the promises can be checked in one file.
+
+Each statement carries a line saying what it guarantees. The job states are
+``pending → sending → sent | retry → sending … | failed | bounced | skipped | cancelled``
+(and ``held`` for verification mail held by policy). Functions take a SQLAlchemy
+``Connection``; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+PRIORITY = {"verification": 0, "test": 0, "broadcast": 10}
+TERMINAL = ("sent", "failed", "bounced", "skipped", "cancelled")
+COUNTED_STATES = ("pending", "sending", "retry", "sent", "failed", "bounced", "skipped",
+                  "cancelled")
+
+
+@dataclass
+class ClaimedJob:
+    id: int
+    kind: str
+    email: str
+    claim_token: str
+    attempts: int
+    correlation_id: str
+    message_id: str
+    campaign_id: int | None
+    subscriber_id: int | None
+    broadcast_id: int | None
+    user_ref: str | None
+    payload: dict[str, Any]
+    suppressed: bool
+    name: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """How one claimed job ends this round. ``counted`` is False for outcomes that are not
+    an attempt at the recipient (relay trouble, skip, release on shutdown)."""
+
+    job_id: int
+    claim_token: str
+    status: str
+    counted: bool
+    reply_class: str | None = None
+    delay: float | None = None
+    error: str | None = None
+    code: int | None = None
+    enhanced: str | None = None
+    reply: str | None = None
+    stage: str | None = None
+    duration_ms: float = 0.0
+    started_at: datetime | None = None
+
+
+# --- enqueue ---------------------------------------------------------------------------
+
+# Set-based and atomic: one statement inserts one job per active, non-suppressed member of
+# the list (one per address: subscribers are unique by lower(email)), and reports who was
+# left out. Runs once per broadcast: the row lock and enqueued_at guard make a second run a
+# no-op, and a crash rolls the whole statement back so it is simply run again.
+_ENQUEUE_BROADCAST = sa.text("""
+WITH b AS (
+    SELECT b.id, b.campaign_id, c.list_id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
+     WHERE b.id = :broadcast_id AND b.enqueued_at IS NULL
+       AND c.status IN ('sending', 'paused')
+       FOR UPDATE OF b SKIP LOCKED
+), audience AS MATERIALIZED (
+    SELECT s.id, s.email, s.status,
+           EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email)) AS suppressed
+      FROM b JOIN memberships m ON m.list_id = b.list_id
+      JOIN subscribers s ON s.id = m.subscriber_id
+), ins AS (
+    INSERT INTO delivery_jobs (kind, priority, status, email, broadcast_id, campaign_id,
+                               subscriber_id)
+    SELECT 'broadcast', :priority, 'pending', a.email, b.id, b.campaign_id, a.id
+      FROM audience a, b
+     WHERE a.status = 'active' AND NOT a.suppressed
+    RETURNING 1
+), summary AS (
+    SELECT (SELECT count(*) FROM ins) AS total,
+           count(*) FILTER (WHERE suppressed) AS skipped_suppressed,
+           count(*) FILTER (WHERE NOT suppressed AND status <> 'active') AS skipped_inactive
+      FROM audience
+)
+UPDATE broadcasts SET enqueued_at = now(), total = summary.total,
+       skipped_suppressed = summary.skipped_suppressed, skipped_inactive = summary.skipped_inactive
+  FROM summary, b WHERE broadcasts.id = b.id
+RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_inactive
+""")
+
+
+def enqueue_broadcast(conn: Connection, broadcast_id: int) -> dict[str, int] | None:
+    """Create the broadcast's jobs in one statement. Returns the audience summary, or None
+    when the broadcast is already enqueued or another process is enqueueing it now."""
+    row = conn.execute(_ENQUEUE_BROADCAST, {"broadcast_id": broadcast_id,
+                                            "priority": PRIORITY["broadcast"]}).first()
+    if row is None:
+        return None
+    return {"total": row.total, "skipped_suppressed": row.skipped_suppressed,
+            "skipped_inactive": row.skipped_inactive}
+
+
+# Broadcasts that were accepted but whose jobs do not exist yet (the send request returned).
+_BROADCASTS_TO_ENQUEUE = sa.text("""
+SELECT b.id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
+ WHERE b.enqueued_at IS NULL AND c.status IN ('sending', 'paused') ORDER BY b.id LIMIT 10
+""")
+
+
+def broadcasts_to_enqueue(conn: Connection) -> list[int]:
+    return [r.id for r in conn.execute(_BROADCASTS_TO_ENQUEUE)]
+
+
+# One transactional job. The partial unique indexes make "one live job per user and kind"
+# and the Idempotency-Key hold under concurrency: a duplicate insert does nothing.
+_ENQUEUE_SINGLE = sa.text("""
+INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key, payload,
+                           flags, requested_by)
+VALUES (:kind, :priority, :status, :email, :user_ref, :idempotency_key,
+        CAST(:payload AS jsonb), CAST(:flags AS jsonb), :requested_by)
+ON CONFLICT DO NOTHING
+RETURNING id
+""")
+
+
+def enqueue_single(conn: Connection, *, kind: str, email: str, user_ref: str | None,
+                   payload: str, flags: str = "[]", status: str = "pending",
+                   idempotency_key: str | None = None,
+                   requested_by: str | None = None) -> int | None:
+    """Insert one job (JSON ``payload``/``flags`` given as text); None when a live job for
+    the same user and kind, or the same idempotency key, already exists."""
+    row = conn.execute(_ENQUEUE_SINGLE, {
+        "kind": kind, "priority": PRIORITY[kind], "status": status, "email": email,
+        "user_ref": user_ref, "idempotency_key": idempotency_key, "payload": payload,
+        "flags": flags, "requested_by": requested_by}).first()
+    return None if row is None else int(row.id)
+
+
+def notify_new_jobs(conn: Connection, kind: str) -> None:
+    """Wake idle workers at once (delivered at commit): P7's fast path."""
+    conn.execute(sa.text("SELECT pg_notify('senddock_jobs', :kind)"), {"kind": kind})
+
+
+# --- claim -----------------------------------------------------------------------------
+
+# Claim in one statement: due jobs in priority order (transactional kinds first, P7),
+# skipping rows other workers hold (SKIP LOCKED) and paused broadcasts, marked `sending`
+# with this worker's id and a fresh claim token. Nothing is claimed while the relay is
+# marked down (P6). The Message-ID is fixed at the first claim and never changes (P3).
+_CLAIM = sa.text("""
+WITH due AS (
+    SELECT j.id FROM delivery_jobs j
+     WHERE j.status IN ('pending', 'retry') AND j.available_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
+       AND NOT EXISTS (SELECT 1 FROM relay_state r WHERE r.status = 'down')
+     ORDER BY j.priority, j.available_at, j.id
+     LIMIT :n
+       FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE delivery_jobs j
+   SET status = 'sending', claimed_by = :worker, claim_token = gen_random_uuid(),
+       claimed_at = now(),
+       message_id = coalesce(j.message_id,
+                             '<' || j.id || '.' || j.correlation_id || '@' || :domain || '>')
+  FROM due WHERE j.id = due.id
+RETURNING j.id, j.kind, j.email, j.claim_token::text AS claim_token, j.attempts,
+          j.correlation_id::text AS correlation_id, j.message_id, j.campaign_id,
+          j.subscriber_id, j.broadcast_id, j.user_ref, j.payload,
+          EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email)) AS suppressed,
+          (SELECT s.name FROM subscribers s WHERE s.id = j.subscriber_id) AS sub_name,
+          (SELECT s.attributes FROM subscribers s WHERE s.id = j.subscriber_id) AS sub_attrs
+""")
+
+
+def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[ClaimedJob]:
+    """Claim up to ``n`` due jobs for ``worker_id``. No two workers ever get the same job."""
+    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain}).all()
+    jobs = [ClaimedJob(id=r.id, kind=r.kind, email=r.email, claim_token=r.claim_token,
+                       attempts=r.attempts, correlation_id=r.correlation_id,
+                       message_id=r.message_id, campaign_id=r.campaign_id,
+                       subscriber_id=r.subscriber_id, broadcast_id=r.broadcast_id,
+                       user_ref=r.user_ref, payload=r.payload or {}, suppressed=r.suppressed,
+                       name=r.sub_name or "", attributes=r.sub_attrs or {})
+            for r in rows]
+    jobs.sort(key=lambda j: (PRIORITY[j.kind], j.id))
+    return jobs
+
+
+# --- finish ----------------------------------------------------------------------------
+
+# Finish a batch in one statement. The guard `status = 'sending' AND claim_token = …` means
+# a job that was taken back (and maybe claimed again) is never finished twice. Counted
+# outcomes add an attempt row; a hard bounce suppresses the address in the same transaction.
+_FINISH = sa.text("""
+WITH o AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
+                         CAST(:statuses AS text[]), CAST(:counted AS boolean[]),
+                         CAST(:classes AS text[]), CAST(:delays AS float8[]),
+                         CAST(:errors AS text[]), CAST(:codes AS int[]),
+                         CAST(:enhanced AS text[]), CAST(:replies AS text[]),
+                         CAST(:stages AS text[]), CAST(:durations AS float8[]),
+                         CAST(:started AS timestamptz[]))
+        AS o(id, token, status, counted, class, delay, error, code, enhanced, reply, stage,
+             duration_ms, started_at)
+), u AS (
+    UPDATE delivery_jobs j
+       SET status = o.status,
+           attempts = j.attempts + CASE WHEN o.counted THEN 1 ELSE 0 END,
+           available_at = CASE WHEN o.delay IS NULL THEN j.available_at
+                               ELSE now() + make_interval(secs => o.delay) END,
+           last_error = coalesce(o.error, j.last_error),
+           last_error_class = coalesce(o.class, j.last_error_class),
+           finished_at = CASE WHEN o.status IN ('sent', 'failed', 'bounced', 'skipped',
+                                                 'cancelled') THEN now() END,
+           claimed_by = NULL, claim_token = NULL, claimed_at = NULL
+      FROM o
+     WHERE j.id = o.id AND j.status = 'sending' AND j.claim_token = o.token
+    RETURNING j.id AS job_id, j.attempts AS attempt_no, j.email AS job_email,
+              o.status AS new_status, o.counted, o.class, o.code, o.enhanced, o.reply,
+              o.stage, o.duration_ms, o.started_at
+), a AS (
+    INSERT INTO job_attempts (job_id, attempt, started_at, duration_ms, outcome, smtp_code,
+                              enhanced_code, reply, stage, worker)
+    SELECT job_id, attempt_no, coalesce(started_at, now()), duration_ms, class, code,
+           enhanced, reply, stage, :worker
+      FROM u WHERE counted
+), s AS (
+    INSERT INTO suppressions (email, reason, job_id, reply, created_by)
+    SELECT DISTINCT ON (lower(job_email)) lower(job_email), 'bounced', job_id, reply, 'system'
+      FROM u WHERE new_status = 'bounced'
+    ON CONFLICT (email) DO NOTHING
+)
+SELECT job_id FROM u
+""")
+
+
+def finish_batch(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+    """Record the outcomes; returns the ids actually finished (still claimed by us)."""
+    if not outcomes:
+        return set()
+    params = {
+        "worker": worker_id,
+        "ids": [o.job_id for o in outcomes], "tokens": [o.claim_token for o in outcomes],
+        "statuses": [o.status for o in outcomes], "counted": [o.counted for o in outcomes],
+        "classes": [o.reply_class for o in outcomes], "delays": [o.delay for o in outcomes],
+        "errors": [o.error for o in outcomes], "codes": [o.code for o in outcomes],
+        "enhanced": [o.enhanced for o in outcomes], "replies": [o.reply for o in outcomes],
+        "stages": [o.stage for o in outcomes],
+        "durations": [o.duration_ms for o in outcomes],
+        "started": [o.started_at for o in outcomes],
+    }
+    return {r.job_id for r in conn.execute(_FINISH, params)}
+
+
+# --- liveness and rescue ---------------------------------------------------------------
+
+_REGISTER_WORKER = sa.text("""
+INSERT INTO workers (id, lock_key, node, hostname, pid, threads)
+VALUES (:id, :lock_key, :node, :hostname, :pid, :threads)
+""")
+
+
+def register_worker(conn: Connection, *, worker_id: str, lock_key: int, node: str,
+                    hostname: str, pid: int, threads: int) -> None:
+    conn.execute(_REGISTER_WORKER, {"id": worker_id, "lock_key": lock_key, "node": node,
+                                    "hostname": hostname, "pid": pid, "threads": threads})
+
+
+def hold_liveness_lock(conn: Connection, lock_key: int) -> bool:
+    """Take this worker's session advisory lock on ``conn`` (kept open for the process's
+    life). PostgreSQL drops it when the session ends, however the process died."""
+    return bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key})
+                .scalar())
+
+
+# Heartbeat: proves the pool's thread is alive and publishes its in-flight count.
+_HEARTBEAT = sa.text("""
+UPDATE workers SET heartbeat_at = now(), in_flight = (
+    SELECT count(*) FROM delivery_jobs WHERE status = 'sending' AND claimed_by = :id)
+ WHERE id = :id
+""")
+
+
+def heartbeat(conn: Connection, worker_id: str) -> None:
+    conn.execute(_HEARTBEAT, {"id": worker_id})
+
+
+# Dead workers: their advisory lock is free (their session is gone). Peers also require a
+# stale heartbeat; the worker's own node (a restart of it) does not (P4).
+_DEAD_WORKERS = sa.text("""
+SELECT id, lock_key FROM workers
+ WHERE stopped_at IS NULL AND id <> :me
+   AND (node = :node OR heartbeat_at < now() - make_interval(secs => :timeout))
+""")
+
+# Take back a dead worker's in-flight jobs: back to `pending`, attempt not counted (we
+# cannot know whether the relay got the message; the Message-ID stays the same, P3).
+_REQUEUE_ORPHANS = sa.text("""
+UPDATE delivery_jobs
+   SET status = 'pending', available_at = now(), claimed_by = NULL, claim_token = NULL,
+       claimed_at = NULL,
+       last_error = 'taken back from worker ' || :dead || ' after it stopped unexpectedly',
+       last_error_class = 'orphan'
+ WHERE status = 'sending' AND claimed_by = :dead
+""")
+
+
+def requeue_orphans(conn: Connection, *, me: str, node: str, timeout: float) -> dict[str, int]:
+    """Take back the jobs of every dead worker; returns {worker_id: jobs taken back}.
+
+    A worker is dead only if its advisory lock can be taken right now, so a live process's
+    in-flight jobs are never touched, however late its heartbeat.
+    """
+    taken: dict[str, int] = {}
+    for row in conn.execute(_DEAD_WORKERS, {"me": me, "node": node, "timeout": timeout}).all():
+        got = conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(:k)"),
+                           {"k": row.lock_key}).scalar()
+        if not got:
+            continue  # alive: its session holds the lock
+        n = conn.execute(_REQUEUE_ORPHANS, {"dead": row.id}).rowcount
+        conn.execute(sa.text("UPDATE workers SET stopped_at = now() WHERE id = :id"),
+                     {"id": row.id})
+        taken[row.id] = n
+    return taken
+
+
+# Release jobs this worker claimed but will not send (shutdown mid-batch, relay trouble):
+# back to `pending` without using an attempt.
+_RELEASE = sa.text("""
+UPDATE delivery_jobs
+   SET status = 'pending', claimed_by = NULL, claim_token = NULL, claimed_at = NULL
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'sending'
+   AND claim_token = ANY(CAST(:tokens AS uuid[]))
+""")
+
+
+def release(conn: Connection, jobs: Sequence[ClaimedJob]) -> int:
+    if not jobs:
+        return 0
+    return conn.execute(_RELEASE, {"ids": [j.id for j in jobs],
+                                   "tokens": [j.claim_token for j in jobs]}).rowcount
+
+
+def mark_worker_stopped(conn: Connection, worker_id: str) -> None:
+    conn.execute(sa.text("UPDATE workers SET stopped_at = now(), in_flight = 0 WHERE id = :id"),
+                 {"id": worker_id})
+
+
+# --- relay state (P6) ------------------------------------------------------------------
+
+_RELAY_DOWN = sa.text("""
+UPDATE relay_state
+   SET status = 'down', since = CASE WHEN status = 'down' THEN since ELSE now() END,
+       last_error = :error, failures = failures + 1,
+       next_probe_at = now() + make_interval(secs => least(60, power(2, least(failures, 6))::int)),
+       updated_at = now()
+ WHERE id = 1
+""")
+
+
+def mark_relay_down(conn: Connection, error: str) -> None:
+    """Pause all delivery (every process: the claim checks this row); probe with backoff."""
+    conn.execute(_RELAY_DOWN, {"error": error[:1000]})
+
+
+def mark_relay_ok(conn: Connection) -> bool:
+    """Resume delivery. Returns True if the relay had been down."""
+    row = conn.execute(sa.text("""
+        UPDATE relay_state SET status = 'ok', failures = 0, next_probe_at = NULL,
+               updated_at = now(), since = now()
+         WHERE id = 1 AND status = 'down' RETURNING id""")).first()
+    return row is not None
+
+
+# Exactly one process probes a down relay at a time: it moves next_probe_at forward first.
+_TAKE_PROBE = sa.text("""
+UPDATE relay_state
+   SET next_probe_at = now() + make_interval(secs => least(60, power(2, least(failures, 6))::int))
+ WHERE id = 1 AND status = 'down' AND (next_probe_at IS NULL OR next_probe_at <= now())
+RETURNING id
+""")
+
+
+def take_probe_turn(conn: Connection) -> bool:
+    return conn.execute(_TAKE_PROBE).first() is not None
+
+
+def relay_status(conn: Connection) -> dict[str, Any]:
+    row = conn.execute(sa.text("SELECT * FROM relay_state WHERE id = 1")).mappings().first()
+    return dict(row) if row else {"status": "ok"}
+
+
+# --- rate limit ------------------------------------------------------------------------
+
+# Permits for the current wall-clock second, shared by every process: never more than
+# `limit` sends start in one second, whatever the number of workers.
+def acquire_permits(conn: Connection, want: int, limit: int) -> int:
+    """How many of ``want`` sends may start now (0 = wait for the next second)."""
+    second = int(time.time())
+    before = conn.execute(sa.text("SELECT used FROM rate_windows WHERE second = :s FOR UPDATE"),
+                          {"s": second}).scalar() or 0
+    if before >= limit:
+        return 0
+    granted = min(want, limit - before)
+    conn.execute(sa.text("""
+        INSERT INTO rate_windows AS w (second, used) VALUES (:s, :g)
+        ON CONFLICT (second) DO UPDATE SET used = w.used + :g"""), {"s": second, "g": granted})
+    if second % 60 == 0:
+        conn.execute(sa.text("DELETE FROM rate_windows WHERE second < :s"), {"s": second - 60})
+    return granted
+
+
+# --- campaign lifecycle ----------------------------------------------------------------
+
+# A campaign is `sent` only when its broadcast is enqueued and none of its jobs is still
+# active: the counts are read from the same counters that P8 reads.
+_COMPLETE_CAMPAIGNS = sa.text("""
+WITH done AS (
+    SELECT c.id, c.broadcast_id FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
+     WHERE c.status = 'sending' AND b.enqueued_at IS NOT NULL
+       AND coalesce((SELECT sum(n) FROM broadcast_counts bc
+                      WHERE bc.broadcast_id = b.id
+                        AND bc.status IN ('pending', 'sending', 'retry', 'held')), 0) = 0
+), b AS (
+    UPDATE broadcasts SET finished_at = now() FROM done WHERE broadcasts.id = done.broadcast_id
+)
+UPDATE campaigns SET status = 'sent', finished_at = now(), updated_at = now()
+  FROM done WHERE campaigns.id = done.id
+RETURNING campaigns.id
+""")
+
+
+def complete_finished_campaigns(conn: Connection) -> list[int]:
+    """Mark `sent` every sending campaign whose jobs are all terminal."""
+    return [r.id for r in conn.execute(_COMPLETE_CAMPAIGNS)]
+
+
+# Exact counts (P8): the sum over the trigger-maintained slots, consistent with the jobs in
+# any snapshot because both change in the same transaction.
+_BROADCAST_COUNTS = sa.text("""
+SELECT status, sum(n)::bigint AS n FROM broadcast_counts
+ WHERE broadcast_id = :broadcast_id GROUP BY status
+""")
+
+
+def broadcast_counts(conn: Connection, broadcast_id: int) -> dict[str, int]:
+    counts = dict.fromkeys(COUNTED_STATES, 0)
+    for row in conn.execute(_BROADCAST_COUNTS, {"broadcast_id": broadcast_id}):
+        counts[row.status] = int(row.n)
+    return counts
+
+
+_MANY_BROADCAST_COUNTS = sa.text("""
+SELECT broadcast_id, status, sum(n)::bigint AS n FROM broadcast_counts
+ WHERE broadcast_id = ANY(CAST(:ids AS bigint[])) GROUP BY broadcast_id, status
+""")
+
+
+def many_broadcast_counts(conn: Connection, ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    result = {i: dict.fromkeys(COUNTED_STATES, 0) for i in ids}
+    for row in conn.execute(_MANY_BROADCAST_COUNTS, {"ids": list(ids)}):
+        result[row.broadcast_id][row.status] = int(row.n)
+    return result
+
+
+# The same numbers straight from the jobs: what the counters must always equal.
+_GROUP_BY_STATUS = sa.text("""
+SELECT status, count(*) AS n FROM delivery_jobs WHERE broadcast_id = :broadcast_id
+ GROUP BY status
+""")
+
+
+def broadcast_counts_slow(conn: Connection, broadcast_id: int) -> dict[str, int]:
+    counts = dict.fromkeys(COUNTED_STATES, 0)
+    for row in conn.execute(_GROUP_BY_STATUS, {"broadcast_id": broadcast_id}):
+        counts[row.status] = int(row.n)
+    return counts
+
+
+# Pause/resume flip one flag that the claim reads; cancel ends every job not yet claimed.
+def set_broadcast_paused(conn: Connection, broadcast_id: int, paused: bool) -> None:
+    conn.execute(sa.text("UPDATE broadcasts SET paused = :p WHERE id = :id"),
+                 {"p": paused, "id": broadcast_id})
+
+
+_CANCEL_BROADCAST = sa.text("""
+UPDATE delivery_jobs SET status = 'cancelled', finished_at = now(), claimed_by = NULL,
+       claim_token = NULL
+ WHERE broadcast_id = :broadcast_id AND status IN ('pending', 'retry', 'held')
+""")
+
+
+def cancel_broadcast(conn: Connection, broadcast_id: int) -> int:
+    """Mark every job not in flight `cancelled`; in-flight ones finish as they are."""
+    return conn.execute(_CANCEL_BROADCAST, {"broadcast_id": broadcast_id}).rowcount
+
+
+# --- reading jobs ----------------------------------------------------------------------
+
+def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(sa.text("SELECT * FROM delivery_jobs WHERE id = :id"),
+                       {"id": job_id}).mappings().first()
+    return dict(row) if row else None
+
+
+def job_attempts(conn: Connection, job_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute(sa.text("""
+        SELECT attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
+               stage, worker
+          FROM job_attempts WHERE job_id = :id ORDER BY attempt, id"""), {"id": job_id})
+    return [dict(r) for r in rows.mappings()]
+
+
+# Waiting jobs without counting a million rows: campaign jobs from the counters, the
+# (few) transactional ones from the claim index.
+_BACKLOG = sa.text("""
+SELECT coalesce((SELECT sum(n) FROM broadcast_counts WHERE status IN ('pending', 'retry')), 0)
+     + (SELECT count(*) FROM delivery_jobs
+         WHERE status IN ('pending', 'retry') AND priority < :broadcast_priority) AS n
+""")
+
+
+def backlog(conn: Connection) -> int:
+    """Jobs waiting to be sent (pending + retry)."""
+    return int(conn.execute(_BACKLOG, {"broadcast_priority": PRIORITY["broadcast"]}).scalar()
+               or 0)
