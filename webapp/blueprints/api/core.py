@@ -1,49 +1,18 @@
-"""The JSON API (``/api/v1``). Views parse input, call one domain function, answer JSON.
-Errors are JSON with a message and the offending fields (P9), see :mod:`webapp.errors`."""
+"""API: lists, subscribers, campaigns, jobs."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import request
 from werkzeug.wrappers import Response
 
+from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, lists
-from webapp.domain.errors import DomainError, Invalid, NotFound
+from webapp.domain.errors import Invalid, NotFound
 from workers import queue
-
-bp = Blueprint("api", __name__)
-
-
-def body() -> dict[str, Any]:
-    """The request's JSON object, or a 400 that says what is wrong with it."""
-    if not request.data:
-        raise DomainError("the request body must be a JSON object")
-    data = request.get_json(silent=True)
-    if data is None:
-        raise DomainError("the request body is not valid JSON (Content-Type must be "
-                          "application/json)")
-    if not isinstance(data, dict):
-        raise DomainError("the request body must be a JSON object")
-    return data
-
-
-def jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
-
-
-def answer(payload: dict[str, Any], status: int = 200) -> Response:
-    response = jsonify(jsonable(payload))
-    response.status_code = status
-    return response
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""The JSON API (``/api/v1``): one blueprint, one module per area. Views parse input, call
+one domain function and answer JSON; errors are JSON with a message and the offending
+fields (P9, see :mod:`webapp.errors`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+from werkzeug.wrappers import Response
+
+from webapp.domain.errors import DomainError
+
+bp = Blueprint("api", __name__)
+
+
+def body() -> dict[str, Any]:
+    """The request's JSON object, or a 400 that says what is wrong with it."""
+    if not request.data:
+        raise DomainError("the request body must be a JSON object")
+    data = request.get_json(silent=True)
+    if data is None:
+        raise DomainError("the request body is not valid JSON (Content-Type must be "
+                          "application/json)")
+    if not isinstance(data, dict):
+        raise DomainError("the request body must be a JSON object")
+    return data
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def answer(payload: dict[str, Any], status: int = 200) -> Response:
+    response = jsonify(jsonable(payload))
+    response.status_code = status
+    return response
+
+
+
+
+# The route modules register themselves on ``bp``.
+from webapp.blueprints.api import core  # noqa: E402, F401

@@ -1,0 +1,21 @@
+"""The backlog limit (SPEC 5): above it new work is refused with a clear answer instead of
+growing without bound."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection
+
+from webapp.domain.errors import Overloaded
+from webapp.settings import Config
+from workers import queue
+
+
+def check_backlog(conn: Connection, config: Config, adding: int = 1) -> None:
+    """Raise :class:`Overloaded` (503 + Retry-After) if ``adding`` more jobs would push the
+    waiting backlog past ``SENDDOCK_MAX_BACKLOG``."""
+    waiting = queue.backlog(conn)
+    if waiting + adding > config.max_backlog:
+        raise Overloaded(
+            f"the queue is full: {waiting:,} messages are waiting and the limit is "
+            f"{config.max_backlog:,} (SENDDOCK_MAX_BACKLOG). Try again once it has drained.",
+            retry_after=60, backlog=waiting, limit=config.max_backlog)
