@@ -196,8 +196,16 @@ delivery_jobs = Table(
     Index("delivery_jobs_sending_idx", "claimed_by",
           postgresql_where=text("status = 'sending'")),
     Index("delivery_jobs_broadcast_idx", "broadcast_id", "status"),
-    Index("delivery_jobs_problem_idx", "finished_at",
+    # The failed-jobs inbox: newest first with keyset paging on (finished_at, id), all
+    # problems or one campaign's.
+    Index("delivery_jobs_problem_idx", "finished_at", "id",
           postgresql_where=text("status IN ('failed', 'bounced') AND dismissed_at IS NULL")),
+    Index("delivery_jobs_problem_campaign_idx", "campaign_id", "finished_at", "id",
+          postgresql_where=text("status IN ('failed', 'bounced') AND dismissed_at IS NULL")),
+    # Queue health and /metrics count the (few) non-campaign jobs per state from this;
+    # campaign jobs are counted by broadcast_counts.
+    Index("delivery_jobs_transactional_idx", "kind", "status",
+          postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_email_idx", text("lower(email)"),
           postgresql_where=text("kind <> 'broadcast' OR status IN ('failed', 'bounced')")),
     Index("delivery_jobs_correlation_idx", "correlation_id",
@@ -256,8 +264,12 @@ suppressions = Table(
     _now(),
     CheckConstraint(_in("reason", SUPPRESSION_REASONS), name="suppressions_reason_check"),
     CheckConstraint("email = lower(email)", name="suppressions_email_lower_check"),
-    Index("suppressions_reason_idx", "reason", "created_at"),
-    Index("suppressions_created_idx", "created_at"),
+    # The suppression page pages by keyset (newest first, email breaks ties), optionally
+    # per reason, and searches by the start of the address (byte order, any collation).
+    Index("suppressions_reason_idx", "reason", "created_at", "email"),
+    Index("suppressions_created_idx", "created_at", "email"),
+    Index("suppressions_email_prefix_idx", "email",
+          postgresql_ops={"email": "text_pattern_ops"}),
 )
 
 # Liveness is in the schema: each pool holds a session advisory lock (lock_key) and

@@ -250,7 +250,9 @@ def upgrade() -> None:
     op.create_index('delivery_jobs_email_idx', 'delivery_jobs', [sa.literal_column('lower(email)')], unique=False, postgresql_where=sa.text("kind <> 'broadcast' OR status IN ('failed', 'bounced')"))
     op.create_index('delivery_jobs_idempotency_idx', 'delivery_jobs', ['kind', 'idempotency_key'], unique=True, postgresql_where=sa.text('idempotency_key IS NOT NULL'))
     op.create_index('delivery_jobs_one_active_idx', 'delivery_jobs', ['kind', 'user_ref'], unique=True, postgresql_where=sa.text("user_ref IS NOT NULL AND status IN ('pending', 'sending', 'retry', 'held')"))
-    op.create_index('delivery_jobs_problem_idx', 'delivery_jobs', ['finished_at'], unique=False, postgresql_where=sa.text("status IN ('failed', 'bounced') AND dismissed_at IS NULL"))
+    op.create_index('delivery_jobs_problem_idx', 'delivery_jobs', ['finished_at', 'id'], unique=False, postgresql_where=sa.text("status IN ('failed', 'bounced') AND dismissed_at IS NULL"))
+    op.create_index('delivery_jobs_problem_campaign_idx', 'delivery_jobs', ['campaign_id', 'finished_at', 'id'], unique=False, postgresql_where=sa.text("status IN ('failed', 'bounced') AND dismissed_at IS NULL"))
+    op.create_index('delivery_jobs_transactional_idx', 'delivery_jobs', ['kind', 'status'], unique=False, postgresql_where=sa.text("kind <> 'broadcast'"))
     op.create_index('delivery_jobs_sending_idx', 'delivery_jobs', ['claimed_by'], unique=False, postgresql_where=sa.text("status = 'sending'"))
     op.create_index('delivery_jobs_sent_at_idx', 'delivery_jobs', ['finished_at'], unique=False, postgresql_where=sa.text("status = 'sent'"))
     op.create_index('delivery_jobs_user_idx', 'delivery_jobs', ['user_ref', 'created_at'], unique=False, postgresql_where=sa.text('user_ref IS NOT NULL'))
@@ -284,8 +286,9 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['job_id'], ['delivery_jobs.id'], ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('email')
     )
-    op.create_index('suppressions_created_idx', 'suppressions', ['created_at'], unique=False)
-    op.create_index('suppressions_reason_idx', 'suppressions', ['reason', 'created_at'], unique=False)
+    op.create_index('suppressions_created_idx', 'suppressions', ['created_at', 'email'], unique=False)
+    op.create_index('suppressions_email_prefix_idx', 'suppressions', ['email'], unique=False, postgresql_ops={'email': 'text_pattern_ops'})
+    op.create_index('suppressions_reason_idx', 'suppressions', ['reason', 'created_at', 'email'], unique=False)
     op.create_foreign_key('campaigns_broadcast_id_fkey', 'campaigns', 'broadcasts',
                           ['broadcast_id'], ['id'])
     op.execute("INSERT INTO relay_state (id, status) VALUES (1, 'ok')")
