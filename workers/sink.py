@@ -211,6 +211,7 @@ class SinkHandler:
     def authenticate(
         self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
     ) -> AuthResult:
+        self.rules.refresh()
         auth = self.rules.auth
         if auth is None:
             return AuthResult(success=True, auth_data=auth_data)
@@ -407,7 +408,7 @@ class SinkServer:
         # TLS context is offered through STARTTLS.
         listener_tls = self.tls_context if self.implicit_tls else None
         starttls = None if self.implicit_tls else self.tls_context
-        self._state = _ServerState(SinkHandler(self.rules, self._recorder), starttls)
+        state = self._state = _ServerState(SinkHandler(self.rules, self._recorder), starttls)
         # The loop is created and run on its own thread: the caller's thread may already
         # run an event loop (Playwright's sync API does).
         loop = asyncio.new_event_loop()
@@ -416,9 +417,9 @@ class SinkServer:
         def bind() -> None:
             asyncio.set_event_loop(loop)
             try:
-                server = loop.run_until_complete(loop.create_server(
-                    self._state.factory, self.host, self.port,  # type: ignore[union-attr]
-                    ssl=listener_tls))
+                server = loop.run_until_complete(
+                    loop.create_server(state.factory, self.host, self.port, ssl=listener_tls)
+                )
             except BaseException as exc:
                 ready.set_exception(exc)
                 loop.close()

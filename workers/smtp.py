@@ -1,0 +1,394 @@
+"""SMTP transport: one kept-open relay connection per worker thread.
+
+``SmtpTransport.send`` turns every SMTP or network outcome into a classified
+``SendResult`` naming the stage it happened at (see ``workers.classify``); it
+never raises for relay, network or TLS problems, so a worker loop only has to
+look at ``result.reply_class``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import smtplib
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from workers.classify import ReplyClass, classify_reply, parse_enhanced
+
+TLS_MODES = ("none", "starttls", "ssl")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_LEADING_DOT = re.compile(rb"(?m)^\.")
+
+
+@dataclass(frozen=True)
+class SmtpConfig:
+    """Where and how to reach the relay. ``password`` never appears in repr()."""
+
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: str = "none"
+    verify: bool = True
+
+    def redacted(self) -> str:
+        """The config as a URL that is safe to log: the password is masked."""
+        auth = ""
+        if self.username is not None:
+            auth = quote(self.username, safe="") + (":***" if self.password else "") + "@"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        query = f"?tls={self.tls}" + ("" if self.verify else "&verify=false")
+        return f"smtp://{auth}{host}:{self.port}{query}"
+
+
+def _parse_bool(name: str, value: str) -> bool:
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError(f"SMTP URL: {name}={value!r} must be true or false")
+
+
+def _parse_query(query: str, scheme: str) -> tuple[str, bool]:
+    tls = "ssl" if scheme == "smtps" else "none"
+    verify = True
+    for name, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if name == "tls":
+            if value not in TLS_MODES:
+                raise ValueError(f"SMTP URL: tls={value!r} must be one of {', '.join(TLS_MODES)}")
+            if scheme == "smtps" and value != "ssl":
+                raise ValueError("SMTP URL: smtps:// always uses tls=ssl")
+            tls = value
+        elif name == "verify":
+            verify = _parse_bool(name, value)
+        else:
+            raise ValueError(f"SMTP URL: unknown parameter {name!r} (known: tls, verify)")
+    return tls, verify
+
+
+def parse_smtp_url(url: str) -> SmtpConfig:
+    """Parse ``smtp://[user:password@]host[:port][?tls=none|starttls|ssl&verify=false]``.
+
+    Guarantees: credentials are percent-decoded; ``smtps://`` means tls=ssl;
+    the port defaults to 465 for ssl and 25 otherwise; tls defaults to none.
+    Raises ValueError with a message naming the problem (never echoing the
+    password) for anything else.
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("smtp", "smtps"):
+        raise ValueError(f"SMTP URL must start with smtp:// or smtps://, got {parts.scheme!r}")
+    if not parts.hostname:
+        raise ValueError("SMTP URL has no host name")
+    if parts.path not in ("", "/") or parts.fragment:
+        raise ValueError("SMTP URL must not have a path or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("SMTP URL port must be a number from 1 to 65535") from None
+    tls, verify = _parse_query(parts.query, parts.scheme)
+    username = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    if password is not None and username is None:
+        raise ValueError("SMTP URL has a password but no user name")
+    if port == 0:
+        raise ValueError("SMTP URL port must be a number from 1 to 65535")
+    return SmtpConfig(
+        host=parts.hostname,
+        port=port or (465 if tls == "ssl" else 25),
+        username=username,
+        password=password,
+        tls=tls,
+        verify=verify,
+    )
+
+
+@dataclass
+class SendResult:
+    """The outcome of one delivery attempt (or relay probe)."""
+
+    reply_class: ReplyClass
+    code: int | None
+    enhanced: str | None
+    text: str
+    stage: str
+    duration_ms: float
+
+    @property
+    def ok(self) -> bool:
+        return self.reply_class is ReplyClass.SENT
+
+
+@functools.cache
+def _default_local_hostname() -> str:
+    # smtplib calls getfqdn() on every new connection; a slow resolver would
+    # make every reconnect slow, so resolve once per process.
+    return socket.getfqdn()
+
+
+def _smtp_data(message: bytes) -> bytes:
+    """The message as SMTP DATA payload: CRLF line ends, dot-stuffed, terminated."""
+    if message.count(b"\n") != message.count(b"\r\n") or message.count(b"\r") != message.count(
+        b"\r\n"
+    ):
+        message = _LINE_END.sub(b"\r\n", message)
+    if message[:1] == b"." or b"\n." in message:
+        message = _LEADING_DOT.sub(b"..", message)
+    if not message.endswith(b"\r\n"):
+        message += b"\r\n"
+    return message + b".\r\n"
+
+
+def _reply_text(reply: bytes | str) -> str:
+    if isinstance(reply, bytes):
+        return reply.decode("utf-8", "replace")
+    return reply
+
+
+class SmtpTransport:
+    """A relay connection kept open across messages, for one thread at a time.
+
+    The connection is opened on the first ``send``/``probe`` and reopened
+    lazily after it broke or after a relay-class failure. ``connects`` counts
+    the connections that were fully set up (greeted, EHLO, TLS and AUTH done):
+    a test and metrics hook showing the connection is reused.
+    """
+
+    def __init__(
+        self,
+        config: SmtpConfig,
+        timeout: float = 30.0,
+        local_hostname: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.config = config
+        self.timeout = timeout
+        self.local_hostname = local_hostname
+        self.connects = 0
+        self._ssl_context = ssl_context
+        self._smtp: smtplib.SMTP | None = None
+        self._stage = "connect"
+
+    # -- connection --------------------------------------------------------
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            context = ssl.create_default_context()
+            if not self.config.verify:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self._ssl_context = context
+        return self._ssl_context
+
+    def _open(self) -> smtplib.SMTP | smtplib.SMTPResponseException:
+        """Connect, greet, EHLO, STARTTLS and AUTH; a refusal comes back as an exception value.
+
+        Network errors propagate; ``self._stage`` tells the caller where.
+        """
+        config = self.config
+        hostname = self.local_hostname or _default_local_hostname()
+        self._stage = "connect"
+        smtp: smtplib.SMTP
+        # Connecting in the constructor also records the host name that
+        # STARTTLS and implicit TLS check the certificate against.
+        try:
+            if config.tls == "ssl":
+                smtp = smtplib.SMTP_SSL(
+                    config.host,
+                    config.port,
+                    local_hostname=hostname,
+                    timeout=self.timeout,
+                    context=self._tls_context(),
+                )
+            else:
+                smtp = smtplib.SMTP(
+                    config.host, config.port, local_hostname=hostname, timeout=self.timeout
+                )
+        except smtplib.SMTPConnectError as exc:  # the greeting was not 220
+            self._stage = "greeting"
+            return exc
+        self._smtp = smtp
+        refusal = self._ehlo(smtp)
+        if refusal is None and config.tls == "starttls":
+            self._stage = "starttls"
+            smtp.starttls(context=self._tls_context())
+            refusal = self._ehlo(smtp)
+        if refusal is None and config.username:
+            self._stage = "auth"
+            smtp.login(config.username, config.password or "")
+        if refusal is None:
+            self.connects += 1
+            return smtp
+        return refusal
+
+    def _ehlo(self, smtp: smtplib.SMTP) -> smtplib.SMTPResponseException | None:
+        self._stage = "ehlo"
+        code, reply = smtp.ehlo()
+        if code != 250:
+            code, reply = smtp.helo()
+        return None if code == 250 else smtplib.SMTPResponseException(code, reply)
+
+    def _drop(self) -> None:
+        """Close the socket without QUIT: used after failures, never blocks."""
+        smtp, self._smtp = self._smtp, None
+        if smtp is not None:
+            smtp.close()
+
+    def _reset(self) -> None:
+        """RSET after a refused RCPT/DATA so the next message starts clean."""
+        smtp = self._smtp
+        if smtp is None:
+            return
+        try:
+            code, _reply = smtp.rset()
+        except (smtplib.SMTPException, OSError):
+            code = -1
+        if code != 250:
+            self._drop()
+
+    def close(self) -> None:
+        """Say QUIT (best effort) and close; the next send reconnects."""
+        smtp, self._smtp = self._smtp, None
+        if smtp is None:
+            return
+        try:
+            if smtp.sock is not None:
+                smtp.quit()
+        except (smtplib.SMTPException, OSError):
+            pass
+        finally:
+            smtp.close()
+
+    # -- results -----------------------------------------------------------
+
+    def _result(self, code: int | None, reply: bytes | str, started: float) -> SendResult:
+        """Classify a reply at the current stage and leave the connection usable or closed."""
+        stage = self._stage
+        text = _reply_text(reply)
+        reply_class = classify_reply(code, text, stage)
+        if self._smtp is not None and self._smtp.sock is None:
+            self._smtp = None  # smtplib closed it itself (EOF, line too long)
+        if code is None or reply_class is ReplyClass.RELAY:
+            self._drop()
+        elif reply_class is not ReplyClass.SENT and stage in ("rcpt", "data"):
+            self._reset()
+        return SendResult(
+            reply_class=reply_class,
+            code=code,
+            enhanced=parse_enhanced(text) if code is not None else None,
+            text=text,
+            stage=stage,
+            duration_ms=(time.perf_counter() - started) * 1000.0,
+        )
+
+    def _guarded(self, step: Callable[[], SendResult], started: float) -> SendResult:
+        """Run one attempt, turning every SMTP/network/TLS error into a result."""
+        try:
+            return step()
+        except smtplib.SMTPResponseException as exc:
+            return self._result(exc.smtp_code, exc.smtp_error, started)
+        except ssl.SSLError as exc:
+            if self._stage == "connect":
+                self._stage = "starttls"  # implicit TLS handshake (tls=ssl)
+            return self._result(None, f"TLS error: {exc}", started)
+        except (smtplib.SMTPException, OSError) as exc:
+            return self._result(None, str(exc) or type(exc).__name__, started)
+
+    def _with_retry_on_stale(self, step: Callable[[], SendResult]) -> SendResult:
+        started = time.perf_counter()
+        reused = self._smtp is not None
+        result = self._guarded(step, started)
+        if reused and result.stage in ("mail", "noop") and result.code in (None, 421):
+            # A kept-open connection the relay dropped (or announced closing)
+            # while we were idle: that says nothing about the relay's health,
+            # so try once more on a fresh connection before reporting it.
+            result = self._guarded(step, time.perf_counter())
+        return result
+
+    # -- public API --------------------------------------------------------
+
+    def send(self, envelope_from: str, recipient: str, message: bytes) -> SendResult:
+        """Deliver one message to one recipient through the relay.
+
+        Guarantees: never raises for SMTP, network or TLS errors -- every
+        outcome is a SendResult classified per ``workers.classify`` with the
+        stage it happened at; SENT means the relay accepted the message (250
+        after the final dot). After a relay-class failure or a lost connection
+        the connection is closed; after a refused RCPT/DATA it is RSET. Raises
+        ValueError only for an envelope sender containing CR or LF.
+        """
+        if "\r" in envelope_from or "\n" in envelope_from:
+            raise ValueError("envelope sender contains a line break")
+        if "\r" in recipient or "\n" in recipient or not recipient.strip():
+            return SendResult(
+                ReplyClass.REJECTED, None, None, "invalid recipient address", "rcpt", 0.0
+            )
+        return self._with_retry_on_stale(
+            lambda: self._transaction(envelope_from, recipient, message)
+        )
+
+    def _transaction(self, envelope_from: str, recipient: str, message: bytes) -> SendResult:
+        started = time.perf_counter()
+        opened = self._smtp if self._smtp is not None else self._open()
+        if isinstance(opened, smtplib.SMTPResponseException):
+            return self._result(opened.smtp_code, opened.smtp_error, started)
+        smtp = opened
+        self._stage = "mail"
+        options: list[str] = []
+        if not (envelope_from.isascii() and recipient.isascii()):
+            if not smtp.has_extn("smtputf8"):
+                self._stage = "rcpt"
+                return SendResult(
+                    ReplyClass.REJECTED,
+                    None,
+                    None,
+                    "non-ASCII address but the relay does not support SMTPUTF8",
+                    "rcpt",
+                    0.0,
+                )
+            options.append("SMTPUTF8")
+        code, reply = smtp.mail(envelope_from, options)
+        if code != 250:
+            return self._result(code, reply, started)
+        self._stage = "rcpt"
+        code, reply = smtp.rcpt(recipient)
+        if code not in (250, 251):
+            return self._result(code, reply, started)
+        self._stage = "data"
+        code, reply = smtp.docmd("DATA")
+        if code != 354:
+            return self._result(code, reply, started)
+        self._stage = "send"
+        smtp.send(_smtp_data(message))
+        self._stage = "data_end"
+        code, reply = smtp.getreply()
+        return self._result(code, reply, started)
+
+    def probe(self) -> SendResult:
+        """Check the relay: connect, EHLO, STARTTLS, AUTH (as configured) and NOOP.
+
+        Guarantees: never raises for SMTP/network/TLS errors; SENT means the
+        relay is healthy and the connection is kept for the next send.
+        """
+        return self._with_retry_on_stale(self._noop)
+
+    def _noop(self) -> SendResult:
+        started = time.perf_counter()
+        opened = self._smtp if self._smtp is not None else self._open()
+        if isinstance(opened, smtplib.SMTPResponseException):
+            return self._result(opened.smtp_code, opened.smtp_error, started)
+        self._stage = "noop"
+        code, reply = opened.noop()
+        return self._result(code, reply, started)
+
+    def __enter__(self) -> SmtpTransport:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
