@@ -1,0 +1,213 @@
+"""The suppression list: addresses SendDock never sends to (SPEC 5).
+
+One row per lower-cased address with its reason (``bounced``, ``unsubscribed``,
+``complaint``, ``manual``), the job and SMTP reply that caused it, a note and who added it.
+Every change writes the audit log in the same transaction. The claim reads this table, so
+an address added here is skipped from the next claim on, and a cleared one is sent to by
+the next campaign.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit
+from webapp.domain.errors import Invalid
+from webapp.domain.lists import check_email
+from webapp.models import SUPPRESSION_REASONS
+
+PAGE_SIZE = 50
+MAX_PASTE = 10_000
+# Above every character in byte order: `prefix ~<~ prefix || TOP` bounds a prefix range.
+_TOP = "\U0010ffff"
+
+
+def _check_reason(reason: str) -> str:
+    if reason not in SUPPRESSION_REASONS:
+        raise Invalid(f"reason must be one of {', '.join(SUPPRESSION_REASONS)}",
+                      fields={"reason": "unknown reason"})
+    return reason
+
+
+def suppress(conn: Connection, email: str, reason: str, *, job_id: int | None = None,
+             reply: str | None = None, note: str = "", actor: str) -> bool:
+    """Put ``email`` on the list (lower-cased). Returns False, changing nothing, when it is
+    already there: the first reason, job and reply are kept."""
+    address = check_email(email).lower()
+    _check_reason(reason)
+    row = conn.execute(sa.text("""
+        INSERT INTO suppressions (email, reason, job_id, reply, note, created_by)
+        VALUES (:email, :reason, :job_id, :reply, :note, :actor)
+        ON CONFLICT (email) DO NOTHING RETURNING email"""),
+        {"email": address, "reason": reason, "job_id": job_id, "reply": reply,
+         "note": note, "actor": actor}).first()
+    if row is None:
+        return False
+    audit.record(conn, actor, "suppression.add", address, reason=reason, note=note,
+                 job_id=job_id)
+    return True
+
+
+def get(conn: Connection, email: str) -> dict[str, Any] | None:
+    row = conn.execute(sa.text("SELECT * FROM suppressions WHERE email = lower(:e)"),
+                       {"e": email.strip()}).mappings().first()
+    return dict(row) if row else None
+
+
+# --- reading: keyset pages -------------------------------------------------------------
+
+@dataclass
+class Page:
+    """One page of entries and the cursor of the next one (None on the last page)."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def _cursor(row: dict[str, Any], by_email: bool) -> str:
+    return f"e|{row['email']}" if by_email else f"t|{row['created_at'].isoformat()}|{row['email']}"
+
+
+def _after(cursor: str | None, by_email: bool) -> tuple[str, dict[str, Any]]:
+    """The keyset condition for ``cursor`` (made by :func:`_cursor` for the same mode)."""
+    if not cursor:
+        return "", {}
+    parts = cursor.split("|", 2)
+    try:
+        if by_email and parts[0] == "e" and len(parts) == 2:
+            return " AND s.email ~>~ :after_email", {"after_email": parts[1]}
+        if not by_email and parts[0] == "t" and len(parts) == 3:
+            return (" AND (s.created_at, s.email) < (:after_at, :after_email)",
+                    {"after_at": datetime.fromisoformat(parts[1]), "after_email": parts[2]})
+    except ValueError:
+        pass
+    raise Invalid("that page link is broken; start again from the first page",
+                  fields={"after": "invalid cursor"})
+
+
+def search(conn: Connection, *, query: str | None = None, reason: str | None = None,
+           after: str | None = None, limit: int = PAGE_SIZE) -> Page:
+    """Entries, newest first, or — with ``query`` — those whose address starts with it, in
+    address order. Each page is one index range scan from the cursor (no OFFSET, no count),
+    so the millionth entry costs what the first does."""
+    query = (query or "").strip().lower()
+    by_email = bool(query)
+    clauses, params = [], {"limit": limit + 1}
+    if reason:
+        clauses.append("s.reason = :reason")
+        params["reason"] = _check_reason(reason)
+    if by_email:
+        clauses.append("s.email ~>=~ :lo AND s.email ~<~ :hi")
+        params.update(lo=query, hi=query + _TOP)
+    after_sql, after_params = _after(after, by_email)
+    params.update(after_params)
+    where = " AND ".join(clauses) or "true"
+    order = "s.email USING ~<~" if by_email else "s.created_at DESC, s.email DESC"
+    rows = [dict(r) for r in conn.execute(sa.text(f"""
+        SELECT s.email, s.reason, s.job_id, s.reply, s.note, s.created_by, s.created_at,
+               j.kind AS job_kind, j.campaign_id, c.name AS campaign_name
+          FROM suppressions s
+          LEFT JOIN delivery_jobs j ON j.id = s.job_id
+          LEFT JOIN campaigns c ON c.id = j.campaign_id
+         WHERE {where}{after_sql}
+         ORDER BY {order} LIMIT :limit"""), params).mappings()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(rows, _cursor(rows[-1], by_email) if more and rows else None)
+
+
+def estimated_total(conn: Connection) -> int | None:
+    """The planner's row estimate (free; exact counting a million rows is not)."""
+    value = conn.execute(sa.text(
+        "SELECT reltuples::bigint FROM pg_class WHERE oid = 'suppressions'::regclass")).scalar()
+    return None if value is None or value < 0 else int(value)
+
+
+# --- adding many, clearing -------------------------------------------------------------
+
+_SPLIT = re.compile(r"[\s,;]+")
+
+
+def parse_addresses(text: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Addresses pasted one per line (or separated by commas/semicolons/spaces): the valid
+    ones lower-cased and de-duplicated, and each invalid one with its line number."""
+    valid: dict[str, None] = {}
+    errors: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for item in _SPLIT.split(line.strip()):
+            if not item:
+                continue
+            try:
+                valid[check_email(item).lower()] = None
+            except Invalid as exc:
+                errors.append({"line": number, "value": item[:200], "error": exc.message})
+    if len(valid) > MAX_PASTE:
+        raise Invalid(f"at most {MAX_PASTE:,} addresses at once; split the list",
+                      fields={"emails": "too many"})
+    return list(valid), errors
+
+
+# Set-based: insert the new addresses and write one audit entry per address actually
+# added, in one statement; addresses already on the list keep their first reason.
+_ADD_MANY = sa.text("""
+WITH ins AS (
+    INSERT INTO suppressions (email, reason, note, created_by)
+    SELECT e, :reason, :note, :actor FROM unnest(CAST(:emails AS text[])) AS e
+    ON CONFLICT (email) DO NOTHING
+    RETURNING email
+), logged AS (
+    INSERT INTO audit_log (actor, action, target, details)
+    SELECT :actor, 'suppression.add', email,
+           jsonb_build_object('reason', :reason, 'note', :note) FROM ins
+)
+SELECT email FROM ins
+""")
+
+
+def add_many(conn: Connection, text: str, *, reason: str = "manual", note: str = "",
+             actor: str) -> dict[str, Any]:
+    """Suppress every valid address in ``text``. Returns ``added`` (new entries),
+    ``already`` (were on the list) and ``errors`` (line, value, error): bad lines are
+    reported and the rest are saved (P9)."""
+    _check_reason(reason)
+    emails, errors = parse_addresses(text)
+    if not emails and not errors:
+        raise Invalid("paste at least one address", fields={"emails": "required"})
+    added = set(conn.execute(_ADD_MANY, {"emails": emails, "reason": reason,
+                                         "note": note.strip(), "actor": actor}).scalars())
+    return {"added": [e for e in emails if e in added],
+            "already": [e for e in emails if e not in added], "errors": errors}
+
+
+# Set-based: delete the entries, log one audit entry per address cleared (with the reason
+# it had), and make subscribers who had unsubscribed active again, so the next campaign
+# includes every cleared address.
+_CLEAR = sa.text("""
+WITH gone AS (
+    DELETE FROM suppressions WHERE email = ANY(CAST(:emails AS text[]))
+    RETURNING email, reason, job_id
+), logged AS (
+    INSERT INTO audit_log (actor, action, target, details)
+    SELECT :actor, 'suppression.clear', email,
+           jsonb_build_object('note', :note, 'reason', reason, 'job_id', job_id) FROM gone
+), resubscribed AS (
+    UPDATE subscribers SET status = 'active'
+     WHERE lower(email) IN (SELECT email FROM gone) AND status = 'unsubscribed'
+)
+SELECT email, reason FROM gone
+""")
+
+
+def clear(conn: Connection, emails: list[str], note: str, actor: str) -> list[str]:
+    """Take ``emails`` off the list; returns the addresses that were on it."""
+    wanted = sorted({e.strip().lower() for e in emails if e and e.strip()})
+    if not wanted:
+        raise Invalid("select at least one address to clear", fields={"emails": "required"})
+    rows = conn.execute(_CLEAR, {"emails": wanted, "note": note.strip(), "actor": actor})
+    return sorted(r.email for r in rows)
