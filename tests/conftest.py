@@ -31,11 +31,12 @@ def _server_url() -> str:
     if explicit:
         return explicit
     local = "postgresql://postgres@127.0.0.1:5432/postgres"
-    try:
-        psycopg.connect(local, connect_timeout=2).close()
-        return local
-    except psycopg.Error:
-        pass
+    if not os.environ.get("SENDDOCK_TEST_EMBEDDED"):
+        try:
+            psycopg.connect(local, connect_timeout=2).close()
+            return local
+        except psycopg.Error:
+            pass
     data_dir = Path(os.environ.get("SENDDOCK_TEST_PGDATA",
                                    Path(tempfile.gettempdir()) / "senddock-test-pg"))
     return db.start_embedded(data_dir)
