@@ -133,7 +133,7 @@ def serve(host: str, port: int, threads: int) -> None:
     from webapp import create_app
     from workers.pool import Pool
 
-    config = _config()
+    config = _config(require_secret=True)
     engine = _engine(config)
     app = create_app(config, engine=engine)
     pool = Pool(engine, config)
@@ -151,7 +151,7 @@ def web(host: str, port: int, threads: int) -> None:
     """UI + API only (no delivery), for scale-out."""
     from webapp import create_app
 
-    config = _config()
+    config = _config(require_secret=True)
     engine = _engine(config)
     _serve(create_app(config, engine=engine), host, port, threads)
 
@@ -161,7 +161,7 @@ def worker() -> None:
     """The delivery pool only; drains the queue until SIGTERM."""
     from workers.pool import Pool
 
-    config = _config()
+    config = _config(require_secret=True)
     engine = _engine(config)
     pool = Pool(engine, config)
 

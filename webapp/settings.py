@@ -36,7 +36,8 @@ SETTINGS: list[Setting] = [
     Setting("BASE_URL", "http://127.0.0.1:5000",
             "Public URL of the web app, used in unsubscribe and verification links."),
     Setting("SECRET_KEY", None,
-            "Signs sessions, CSRF tokens and unsubscribe links. Required outside the demo."),
+            "Signs sessions, CSRF tokens and unsubscribe links. Required by serve, web and "
+            "worker (the demo keeps one in its data dir)."),
     Setting("WORKERS", "5", "Delivery worker threads per process."),
     Setting("CLAIM_BATCH", "10",
             "Jobs a worker claims at once; also bounds the messages a crash can resend (P3)."),
@@ -64,6 +65,9 @@ SETTINGS: list[Setting] = [
             "Largest request body accepted (413 above it)."),
     Setting("MAX_IMPORT_BYTES", "536870912", "Largest CSV upload accepted."),
     Setting("LOG_LEVEL", "INFO", "Python log level."),
+    Setting("NODE", None,
+            "This host's name for worker liveness (default: the hostname). A restarted "
+            "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
 ]
@@ -128,6 +132,7 @@ class Config:
     max_import_bytes: int
     log_level: str
     secure_cookies: bool
+    node: str | None = None
     secret_key_generated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -198,6 +203,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         max_import_bytes=_int("MAX_IMPORT_BYTES", req("MAX_IMPORT_BYTES")),
         log_level=req("LOG_LEVEL").upper(),
         secure_cookies=secure,
+        node=get("NODE"),
     )
 
 

@@ -48,7 +48,7 @@ class Pool:
                  maintenance: bool = True) -> None:
         self.engine = engine
         self.config = config
-        self.node = node or os.environ.get("SENDDOCK_NODE") or socket.gethostname()
+        self.node = node or config.node or socket.gethostname()
         self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
         self.lock_key = random.randint(1, 2**62)
         self.smtp = parse_smtp_url(config.smtp_url)
