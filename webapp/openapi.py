@@ -30,6 +30,13 @@ def _op(summary: str, ok: int, schema: dict[str, Any], *errors: int,
 CAMPAIGN = {"$ref": "#/components/schemas/Campaign"}
 JOB = {"$ref": "#/components/schemas/Job"}
 ID_PARAM = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}]
+VERIFICATION = {"type": "object", "required": ["id", "status", "correlation_id", "flags"],
+                "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
+                               "correlation_id": {"type": "string"},
+                               "flags": {"type": "array", "items": {"type": "string"}},
+                               "email": {"type": "string"}, "user_id": {"type": "string"},
+                               "created_at": {"type": "string"},
+                               "existing": {"type": "boolean"}, "reused": {"type": "boolean"}}}
 
 PATHS: dict[str, Any] = {
     "/lists": {
@@ -68,6 +75,19 @@ PATHS: dict[str, Any] = {
        for action in ("send", "pause", "resume", "cancel")},
     "/jobs/{id}": {"parameters": ID_PARAM,
                    "get": _op("A delivery job with its attempts", 200, JOB, 404)},
+    "/verifications": {"post": _op(
+        "Enqueue a verification email (202 at once; an Idempotency-Key header or a live job "
+        "for the same user returns that job with existing=true)", 202, VERIFICATION,
+        400, 409, 413, 422, 503, request={
+            "type": "object", "required": ["user_id", "email", "verify_url"], "properties": {
+                "user_id": {"type": ["string", "integer"]}, "email": {"type": "string"},
+                "verify_url": {"type": "string", "format": "uri"}}})},
+    "/verifications/resend": {"post": _op(
+        "Resend the user's verification email (429 + Retry-After inside the cooldown; a "
+        "still-waiting job is reused, reused=true)", 202, VERIFICATION,
+        400, 404, 409, 422, 429, 503, request={
+            "type": "object", "required": ["user_id"],
+            "properties": {"user_id": {"type": ["string", "integer"]}}})},
 }
 
 SCHEMAS: dict[str, Any] = {

@@ -534,3 +534,196 @@ def backlog(conn: Connection) -> int:
     """Jobs waiting to be sent (pending + retry)."""
     return int(conn.execute(_BACKLOG, {"broadcast_priority": PRIORITY["broadcast"]}).scalar()
                or 0)
+
+
+# --- verification ----------------------------------------------------------------------
+# Transactional mail for one user of the team's SaaS (SPEC 4). "Live" means not terminal:
+# pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
+# keeps it to one live job per (kind, user).
+
+_JOB_COLUMNS = """
+id, kind, status, email, user_ref, correlation_id::text AS correlation_id, flags, payload,
+attempts, available_at, created_at, finished_at, last_error, last_error_class,
+requested_by, idempotency_key, message_id
+"""
+
+
+def lock_user(conn: Connection, kind: str, user_ref: str) -> None:
+    """Serialize requests for one (kind, user) until the caller's transaction ends, so the
+    cooldown check and the insert that follows it cannot interleave with another request.
+    (The two-key form lives in a key space apart from the workers' bigint liveness locks.)"""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(7, hashtext(:kind || ':' || :user_ref))"),
+                 {"kind": kind, "user_ref": user_ref})
+
+
+# The user's live job, if any (at most one: delivery_jobs_one_active_idx).
+_LIVE_JOB_FOR_USER = sa.text(f"""
+SELECT {_JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND status IN ('pending', 'sending', 'retry', 'held')
+""")
+
+
+def live_job_for_user(conn: Connection, kind: str, user_ref: str) -> dict[str, Any] | None:
+    row = conn.execute(_LIVE_JOB_FOR_USER, {"kind": kind, "user_ref": user_ref}).mappings().first()
+    return dict(row) if row else None
+
+
+# The job an Idempotency-Key already created, whatever its state (delivery_jobs_idempotency_idx).
+_JOB_BY_IDEMPOTENCY_KEY = sa.text(f"""
+SELECT {_JOB_COLUMNS} FROM delivery_jobs WHERE kind = :kind AND idempotency_key = :key
+""")
+
+
+def job_by_idempotency_key(conn: Connection, kind: str, key: str) -> dict[str, Any] | None:
+    row = conn.execute(_JOB_BY_IDEMPOTENCY_KEY, {"kind": kind, "key": key}).mappings().first()
+    return dict(row) if row else None
+
+
+def single_job(conn: Connection, job_id: int) -> dict[str, Any]:
+    """One transactional job in the shape the verification API and support page use."""
+    return dict(conn.execute(sa.text(f"SELECT {_JOB_COLUMNS} FROM delivery_jobs WHERE id = :id"),
+                             {"id": job_id}).mappings().one())
+
+
+# The user's most recent job and how many seconds of resend cooldown are left (0 when none),
+# measured on the database clock from the latest of: the job's creation, its acceptance by
+# the relay, and the last resend that reused it.
+_LATEST_JOB_FOR_USER = sa.text(f"""
+SELECT {_JOB_COLUMNS},
+       greatest(0, extract(epoch FROM greatest(
+           created_at,
+           CASE WHEN status = 'sent' THEN finished_at END,
+           CAST(payload ->> 'resent_at' AS timestamptz))
+         + make_interval(secs => :cooldown) - now()))::float8 AS cooldown_left,
+       greatest(created_at, CASE WHEN status = 'sent' THEN finished_at END,
+                CAST(payload ->> 'resent_at' AS timestamptz))
+         + make_interval(secs => :cooldown) AS cooldown_until
+  FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref
+ ORDER BY created_at DESC, id DESC LIMIT 1
+""")
+
+
+def latest_job_for_user(conn: Connection, kind: str, user_ref: str,
+                        cooldown: float) -> dict[str, Any] | None:
+    """The newest job for the user, with ``cooldown_left`` (seconds) and
+    ``cooldown_until`` for a resend cooldown of ``cooldown`` seconds; None if there is none."""
+    row = conn.execute(_LATEST_JOB_FOR_USER, {"kind": kind, "user_ref": user_ref,
+                                              "cooldown": cooldown}).mappings().first()
+    return dict(row) if row else None
+
+
+# A resend that reuses the live job: a waiting (pending/retry) job becomes due now; the
+# resend time is stamped on every live job so the cooldown restarts. Held jobs are left to
+# release/drop. Returns nothing when the job is no longer live.
+_MARK_RESENT = sa.text(f"""
+UPDATE delivery_jobs
+   SET available_at = CASE WHEN status IN ('pending', 'retry') THEN now() ELSE available_at END,
+       payload = payload || jsonb_build_object(
+           'resent_at', now(), 'resends', coalesce((payload ->> 'resends')::int, 0) + 1)
+ WHERE id = :id AND status IN ('pending', 'sending', 'retry')
+RETURNING {_JOB_COLUMNS}
+""")
+
+
+def mark_resent(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(_MARK_RESENT, {"id": job_id}).mappings().first()
+    return dict(row) if row else None
+
+
+# Release a held job: it becomes `pending` and due now. Only a job still `held` moves, so
+# two support people clicking at once release it once.
+_RELEASE_HELD = sa.text(f"""
+UPDATE delivery_jobs SET status = 'pending', available_at = now()
+ WHERE id = :id AND kind = :kind AND status = 'held'
+RETURNING {_JOB_COLUMNS}
+""")
+
+
+def release_held(conn: Connection, job_id: int,
+                 kind: str = "verification") -> dict[str, Any] | None:
+    row = conn.execute(_RELEASE_HELD, {"id": job_id, "kind": kind}).mappings().first()
+    return dict(row) if row else None
+
+
+# Drop a held job: terminal `cancelled`, with the reason kept as its last error. Only a job
+# still `held` moves.
+_DROP_HELD = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+       last_error_class = 'dropped'
+ WHERE id = :id AND kind = :kind AND status = 'held'
+RETURNING {_JOB_COLUMNS}
+""")
+
+
+def drop_held(conn: Connection, job_id: int, reason: str,
+              kind: str = "verification") -> dict[str, Any] | None:
+    row = conn.execute(_DROP_HELD, {"id": job_id, "kind": kind, "reason": reason}
+                       ).mappings().first()
+    return dict(row) if row else None
+
+
+# Every job for one user, newest first (delivery_jobs_user_idx).
+_JOBS_FOR_USER = sa.text(f"""
+SELECT {_JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref
+ ORDER BY created_at DESC, id DESC LIMIT :limit
+""")
+
+
+def jobs_for_user(conn: Connection, kind: str, user_ref: str,
+                  limit: int = 100) -> list[dict[str, Any]]:
+    rows = conn.execute(_JOBS_FOR_USER, {"kind": kind, "user_ref": user_ref, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+_ATTEMPTS_FOR_JOBS = sa.text("""
+SELECT job_id, attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
+       stage
+  FROM job_attempts WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, attempt, id
+""")
+
+
+def attempts_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    """The attempts of several jobs in one query, keyed by job id (oldest attempt first)."""
+    result: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
+    if job_ids:
+        for row in conn.execute(_ATTEMPTS_FOR_JOBS, {"ids": list(job_ids)}).mappings():
+            result[row["job_id"]].append(dict(row))
+    return result
+
+
+# Users whose jobs match an address (case-insensitive), a correlation ID or a user id, each
+# with their newest job. Each arm has its own index (email, correlation, user), so the
+# search stays an index lookup however large the table grows.
+_SEARCH_USERS = sa.text("""
+WITH hits AS (
+    SELECT DISTINCT user_ref FROM delivery_jobs
+     WHERE kind = :kind AND user_ref IS NOT NULL
+       AND (lower(email) = lower(CAST(:email AS text))
+            OR correlation_id = CAST(:correlation_id AS uuid)
+            OR user_ref = CAST(:user_ref AS text))
+     LIMIT :limit
+)
+SELECT h.user_ref, last.email, last.status, last.created_at,
+       (SELECT count(*) FROM delivery_jobs c
+         WHERE c.kind = :kind AND c.user_ref = h.user_ref) AS jobs
+  FROM hits h
+ CROSS JOIN LATERAL (
+    SELECT j.email, j.status, j.created_at FROM delivery_jobs j
+     WHERE j.kind = :kind AND j.user_ref = h.user_ref
+     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
+ ORDER BY last.created_at DESC
+""")
+
+
+def search_users(conn: Connection, kind: str, *, email: str | None = None,
+                 correlation_id: str | None = None, user_ref: str | None = None,
+                 limit: int = 50) -> list[dict[str, Any]]:
+    """Users (``user_ref``) with a ``kind`` job matching any of the given keys; None keys
+    match nothing. ``correlation_id`` must be a valid UUID or None."""
+    rows = conn.execute(_SEARCH_USERS, {"kind": kind, "email": email,
+                                        "correlation_id": correlation_id,
+                                        "user_ref": user_ref, "limit": limit})
+    return [dict(r) for r in rows.mappings()]

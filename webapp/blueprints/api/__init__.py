@@ -48,3 +48,4 @@ def answer(payload: dict[str, Any], status: int = 200) -> Response:
 
 # The route modules register themselves on ``bp``.
 from webapp.blueprints.api import core  # noqa: E402, F401
+from webapp.blueprints.api import verifications  # noqa: E402, F401

@@ -1,0 +1,439 @@
+"""Verification emails (SPEC 4): request, resend with a cooldown, disposable-domain policy,
+and the history support staff read. Shared by the API and the support console.
+
+Guarantees kept here:
+
+- one live verification job per user: asking again (or with the same ``Idempotency-Key``)
+  returns the existing job instead of adding one;
+- a resend is refused inside the cooldown (``TooMany`` → 429 + ``Retry-After``), reuses a
+  still-waiting job instead of adding a row, and is always written to the audit log with
+  who asked, in the same transaction;
+- a disposable-domain address is flagged on the job, and held for support under the
+  ``hold`` policy; support may release (→ ``pending``) or drop (→ ``cancelled``) it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+from disposable_email_domains import allowlist, blocklist
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit, limits
+from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
+from webapp.domain.lists import check_email
+from webapp.settings import Config
+from workers import queue
+from workers.classify import ReplyClass, humanize
+
+KIND = "verification"
+FLAG_DISPOSABLE = "disposable_domain"
+FLAG_SUPPRESSED = "suppressed"
+MAX_USER_ID = 255
+MAX_URL = 2048
+MAX_IDEMPOTENCY_KEY = 255
+
+
+@dataclass(frozen=True)
+class VerificationRequest:
+    user_ref: str
+    email: str
+    verify_url: str
+
+
+# --- input -----------------------------------------------------------------------------
+
+def check_user_id(raw: Any) -> str:
+    """The SaaS's user id as text: a non-empty string or an integer, else :class:`Invalid`."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        message = "required" if raw is None else "must be a string or an integer"
+        raise Invalid(f"user_id {message}", fields={"user_id": message})
+    text = str(raw).strip()
+    if not text:
+        raise Invalid("user_id is required", fields={"user_id": "required"})
+    if len(text) > MAX_USER_ID or not text.isprintable():
+        problem = f"at most {MAX_USER_ID} printable characters"
+        raise Invalid(f"user_id must be {problem}", fields={"user_id": problem})
+    return text
+
+
+def check_verify_url(raw: Any) -> str:
+    """An absolute http(s) URL without spaces, else :class:`Invalid`."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise Invalid("verify_url is required", fields={"verify_url": "required"})
+    url = raw.strip()
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc \
+            or len(url) > MAX_URL or not url.isprintable() or " " in url:
+        problem = f"must be an absolute http:// or https:// URL (at most {MAX_URL} characters)"
+        raise Invalid(f"verify_url {problem}", fields={"verify_url": problem})
+    return url
+
+
+def parse_request(data: dict[str, Any]) -> VerificationRequest:
+    """Validate a request body; one :class:`Invalid` names every offending field."""
+    fields: dict[str, str] = {}
+    values: dict[str, str] = {}
+    for name, check in (("user_id", check_user_id), ("email", check_email),
+                        ("verify_url", check_verify_url)):
+        try:
+            values[name] = check(data.get(name))
+        except Invalid as exc:
+            fields[name] = exc.fields.get(name, exc.message)
+    if fields:
+        raise Invalid("invalid verification request: " + "; ".join(
+            f"{name}: {problem}" for name, problem in fields.items()), fields=fields)
+    return VerificationRequest(values["user_id"], values["email"], values["verify_url"])
+
+
+def check_idempotency_key(raw: str | None) -> str | None:
+    """The ``Idempotency-Key`` header (None when absent), else :class:`Invalid`."""
+    if raw is None:
+        return None
+    key = raw.strip()
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isascii() or not key.isprintable():
+        problem = f"1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"
+        raise Invalid(f"the Idempotency-Key header must be {problem}",
+                      fields={"Idempotency-Key": problem})
+    return key
+
+
+# --- flags -----------------------------------------------------------------------------
+
+def disposable_domain(email: str) -> str | None:
+    """The listed disposable domain the address belongs to (its domain or a parent of it,
+    per the maintained ``disposable-email-domains`` list), or None."""
+    domain = email.rsplit("@", 1)[-1].strip().lower().rstrip(".")
+    labels = domain.split(".")
+    for i in range(len(labels) - 1):
+        candidate = ".".join(labels[i:])
+        if candidate in allowlist:
+            return None
+        if candidate in blocklist:
+            return candidate
+    return None
+
+
+def _suppression(conn: Connection, email: str) -> dict[str, Any] | None:
+    row = conn.execute(sa.text("SELECT reason, created_at FROM suppressions "
+                               "WHERE email = lower(:email)"), {"email": email}).mappings().first()
+    return dict(row) if row else None
+
+
+def flags_for(conn: Connection, email: str) -> list[str]:
+    """What support should know about an address before it is sent to."""
+    flags = []
+    if disposable_domain(email):
+        flags.append(FLAG_DISPOSABLE)
+    if _suppression(conn, email):
+        flags.append(FLAG_SUPPRESSED)
+    return flags
+
+
+@dataclass(frozen=True)
+class FlagView:
+    flag: str
+    label: str
+    reason: str
+
+
+def explain_flags(job: dict[str, Any], policy: str) -> list[FlagView]:
+    """Each of the job's flags with a sentence a non-engineer understands."""
+    views = []
+    for flag in job.get("flags") or []:
+        if flag == FLAG_DISPOSABLE:
+            listed = disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
+            action = "it was held for support" if policy == "hold" else \
+                "it is sent anyway (policy: send)"
+            views.append(FlagView(flag, "Disposable address",
+                                  f"{listed} is a throwaway-mail domain on the "
+                                  f"disposable-email-domains list; {action}."))
+        elif flag == FLAG_SUPPRESSED:
+            views.append(FlagView(flag, "Suppressed address",
+                                  "the address was on the suppression list when the email "
+                                  "was requested, so it will not be sent."))
+        else:
+            views.append(FlagView(str(flag), str(flag), ""))
+    return views
+
+
+# --- request, resend, release, drop ----------------------------------------------------
+
+def _enqueue(conn: Connection, config: Config, *, email: str, user_ref: str,
+             verify_url: str, idempotency_key: str | None, actor: str) -> int | None:
+    flags = flags_for(conn, email)
+    status = "held" if FLAG_DISPOSABLE in flags and config.disposable_policy == "hold" \
+        else "pending"
+    job_id = queue.enqueue_single(conn, kind=KIND, email=email, user_ref=user_ref,
+                                  payload=json.dumps({"verify_url": verify_url}),
+                                  flags=json.dumps(flags), status=status,
+                                  idempotency_key=idempotency_key, requested_by=actor)
+    if job_id is not None and status == "pending":
+        queue.notify_new_jobs(conn, KIND)
+    return job_id
+
+
+def _same_request(job: dict[str, Any], req: VerificationRequest) -> None:
+    if job["user_ref"] != req.user_ref or job["email"].lower() != req.email.lower():
+        raise Conflict("this Idempotency-Key was already used for a different request "
+                       f"(user {job['user_ref']}, job {job['id']})",
+                       fields={"Idempotency-Key": "already used for another request"})
+
+
+def request(conn: Connection, config: Config, req: VerificationRequest, *,
+            idempotency_key: str | None = None, actor: str) -> tuple[dict[str, Any], bool]:
+    """Enqueue a verification email, or return the job that already answers this request
+    (same Idempotency-Key, or a live job for the same user). Returns (job, existing)."""
+    queue.lock_user(conn, KIND, req.user_ref)
+    if idempotency_key is not None:
+        earlier = queue.job_by_idempotency_key(conn, KIND, idempotency_key)
+        if earlier is not None:
+            _same_request(earlier, req)
+            return earlier, True
+    live = queue.live_job_for_user(conn, KIND, req.user_ref)
+    if live is not None:
+        return live, True
+    limits.check_backlog(conn, config)
+    job_id = _enqueue(conn, config, email=req.email, user_ref=req.user_ref,
+                      verify_url=req.verify_url, idempotency_key=idempotency_key, actor=actor)
+    if job_id is None:  # the same key, used at this instant for another user
+        earlier = queue.job_by_idempotency_key(conn, KIND, idempotency_key or "")
+        if earlier is None:
+            raise Conflict("another request for this user is in progress; try again",
+                           fields={"user_id": "busy"})
+        _same_request(earlier, req)
+        return earlier, True
+    job = queue.single_job(conn, job_id)
+    audit.record(conn, actor, "verification.request", f"user:{req.user_ref}", job_id=job_id,
+                 email=req.email, status=job["status"], flags=job["flags"])
+    return job, False
+
+
+def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref: str) -> None:
+    if latest is None:
+        raise NotFound(f"no verification email was ever requested for user {user_ref}",
+                       fields={"user_id": "unknown user"})
+    if latest["status"] == "held":
+        raise Conflict("the last verification email is held for support (disposable "
+                       "address): release or drop it instead of resending",
+                       fields={"user_id": "held"}, job_id=latest["id"])
+    suppression = _suppression(conn, latest["email"])
+    if suppression is not None:
+        raise Conflict(f"{latest['email']} is on the suppression list "
+                       f"({suppression['reason']}), so a resend would not be delivered; "
+                       "an admin must remove it from the list first",
+                       fields={"user_id": "address suppressed"}, job_id=latest["id"])
+    left = float(latest["cooldown_left"])
+    if left > 0:
+        wait = math.ceil(left)
+        raise TooMany(f"a verification email was sent to this user moments ago; you can "
+                      f"resend in {wait} s", retry_after=wait,
+                      retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
+
+
+def resend(conn: Connection, config: Config, user_ref: str, *,
+           actor: str) -> tuple[dict[str, Any], bool]:
+    """Send the user's verification email again. Returns (job, reused): a job still waiting
+    is made due now and returned instead of adding a row. Raises :class:`TooMany` inside the
+    cooldown, :class:`NotFound` for a user without verification mail, :class:`Conflict` for
+    a held job or a suppressed address. Every resend is in the audit log with ``actor``."""
+    queue.lock_user(conn, KIND, user_ref)
+    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+    _check_resendable(conn, latest, user_ref)
+    assert latest is not None
+    if latest["status"] in ("pending", "sending", "retry"):
+        job = queue.mark_resent(conn, latest["id"])
+        assert job is not None  # live under our user lock: nothing else ends it but a worker
+        if job["status"] != "sending":
+            queue.notify_new_jobs(conn, KIND)
+        reused = True
+    else:
+        limits.check_backlog(conn, config)
+        job_id = _enqueue(conn, config, email=latest["email"], user_ref=user_ref,
+                          verify_url=(latest["payload"] or {}).get("verify_url", ""),
+                          idempotency_key=None, actor=actor)
+        if job_id is None:
+            raise Conflict("another verification email for this user was just created; "
+                           "reload and try again", fields={"user_id": "busy"})
+        job, reused = queue.single_job(conn, job_id), False
+    audit.record(conn, actor, "verification.resend", f"user:{user_ref}", job_id=job["id"],
+                 reused=reused, previous_job_id=latest["id"],
+                 previous_status=latest["status"], email=job["email"])
+    return job, reused
+
+
+def _not_held(conn: Connection, job_id: int) -> DomainError:
+    job = queue.get_job(conn, job_id)
+    if job is None or job["kind"] != KIND:
+        return NotFound(f"verification email {job_id} does not exist")
+    return Conflict(f"verification email {job_id} is no longer held (it is "
+                    f"{job['status']}); reload to see its state", user_ref=job["user_ref"])
+
+
+
+def release(conn: Connection, job_id: int, *, actor: str) -> dict[str, Any]:
+    """Send a held job after all: it becomes ``pending`` and due now."""
+    job = queue.release_held(conn, job_id, KIND)
+    if job is None:
+        raise _not_held(conn, job_id)
+    queue.notify_new_jobs(conn, KIND)
+    audit.record(conn, actor, "verification.release", f"user:{job['user_ref']}",
+                 job_id=job_id, email=job["email"])
+    return job
+
+
+def drop(conn: Connection, job_id: int, *, actor: str) -> dict[str, Any]:
+    """Never send a held job: it ends ``cancelled``, with who dropped it as its last error."""
+    job = queue.drop_held(conn, job_id, f"dropped by {actor} (held: disposable address)", KIND)
+    if job is None:
+        raise _not_held(conn, job_id)
+    audit.record(conn, actor, "verification.drop", f"user:{job['user_ref']}",
+                 job_id=job_id, email=job["email"])
+    return job
+
+
+def as_json(job: dict[str, Any]) -> dict[str, Any]:
+    """The API's view of a verification job."""
+    return {"id": job["id"], "status": job["status"], "correlation_id": job["correlation_id"],
+            "flags": job["flags"], "email": job["email"], "user_id": job["user_ref"],
+            "created_at": job["created_at"]}
+
+
+# --- the support console ---------------------------------------------------------------
+
+def search(conn: Connection, q: str) -> list[dict[str, Any]]:
+    """Users matching ``q`` as an email address (any case), a correlation ID or a user id."""
+    q = q.strip()
+    if not q:
+        return []
+    try:
+        correlation_id: str | None = str(uuid.UUID(q))
+    except ValueError:
+        correlation_id = None
+    return queue.search_users(conn, KIND, email=q if "@" in q else None,
+                              correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
+
+
+@dataclass
+class JobView:
+    """One job as support sees it: the raw facts plus plain-language explanations."""
+
+    job: dict[str, Any]
+    state: str
+    attempts: list[dict[str, Any]]
+    flags: list[FlagView]
+
+
+@dataclass
+class UserHistory:
+    user_ref: str
+    email: str
+    jobs: list[JobView]
+    cooldown_until: datetime | None
+    cooldown_left: int
+    resend_block: str | None  # why the resend button is unavailable (besides the cooldown)
+    suppression: dict[str, Any] | None = None
+    latest_status: str = ""
+
+
+def user_history(conn: Connection, config: Config, user_ref: str) -> UserHistory:
+    """Every verification job of the user with its attempts, explained; :class:`NotFound`
+    when the user has none."""
+    jobs = queue.jobs_for_user(conn, KIND, user_ref)
+    if not jobs:
+        raise NotFound(f"no verification emails for user {user_ref}")
+    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+    assert latest is not None
+    attempts = queue.attempts_for_jobs(conn, [j["id"] for j in jobs])
+    max_attempts = len(config.retry_schedule[KIND]) + 1
+    now = datetime.now(UTC)
+    views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),
+                     [dict(a, phrase=reply_phrase(a)) for a in attempts[job["id"]]],
+                     explain_flags(job, config.disposable_policy)) for job in jobs]
+    suppression = _suppression(conn, latest["email"])
+    block = None
+    if latest["status"] == "held":
+        block = "The last email is held for support: release or drop it below."
+    elif suppression is not None:
+        block = (f"The address is on the suppression list ({suppression['reason']}); an "
+                 "admin must remove it before a resend can be delivered.")
+    left = math.ceil(float(latest["cooldown_left"]))
+    return UserHistory(user_ref, latest["email"], views,
+                       latest["cooldown_until"] if left > 0 else None, left, block,
+                       suppression, latest["status"])
+
+
+# --- plain words -----------------------------------------------------------------------
+
+STATUS_LABELS = {
+    "pending": "waiting", "sending": "sending", "retry": "will retry", "sent": "sent",
+    "failed": "failed", "bounced": "bounced", "skipped": "not sent", "cancelled": "dropped",
+    "held": "held",
+}
+
+
+def reply_phrase(attempt: dict[str, Any]) -> str:
+    """A short phrase for one attempt's outcome (never the server's own text)."""
+    outcome = str(attempt.get("outcome") or "")
+    if outcome == "build":
+        return "the message could not be built from its template"
+    try:
+        reply_class = ReplyClass(outcome)
+    except ValueError:
+        return outcome or "unknown outcome"
+    return humanize(reply_class, attempt.get("smtp_code"), attempt.get("enhanced_code"),
+                    attempt.get("reply") or "", attempt.get("stage"))
+
+
+def when(moment: datetime | None, now: datetime) -> str:
+    """``14:32 UTC`` today, ``3 May 14:32 UTC`` otherwise."""
+    if moment is None:
+        return "an unknown time"
+    moment = moment.astimezone(UTC)
+    if moment.date() == now.astimezone(UTC).date():
+        return moment.strftime("%H:%M UTC")
+    return f"{moment.day} {moment.strftime('%b %H:%M UTC')}"
+
+
+def timestamp(moment: datetime | None) -> str:
+    """``2026-05-03 14:32:05 UTC``: exact times for the attempt timeline."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+
+
+def describe(job: dict[str, Any], attempts: list[dict[str, Any]], max_attempts: int,
+             now: datetime) -> str:
+    """The job's state in words for people who are not engineers."""
+    status = job["status"]
+    last = reply_phrase(attempts[-1]) if attempts else None
+    n = job["attempts"]
+    if status == "sent":
+        return f"accepted by the mail server at {when(job['finished_at'], now)}"
+    if status == "retry":
+        return (f"{last or 'not delivered yet'}; will retry at "
+                f"{when(job['available_at'], now)} (attempt {n + 1} of {max_attempts})")
+    if status == "failed":
+        if n > 1:
+            return f"gave up after {n} attempts: {last}"
+        return f"not delivered: {last or job['last_error'] or 'unknown error'} (not retried)"
+    if status == "bounced":
+        return (f"the address does not work ({last or 'mailbox does not exist'}); it is now "
+                "on the suppression list")
+    if status == "pending":
+        if job["available_at"] > now:
+            return f"waiting to be sent at {when(job['available_at'], now)}"
+        if job.get("last_error_class") in ("relay", "orphan"):
+            return "waiting to be sent (delivery was interrupted; it will go out by itself)"
+        return "waiting to be sent"
+    return {
+        "sending": "being handed to the mail server right now",
+        "held": "held for support: release it to send it, or drop it",
+        "skipped": "not sent: the address is on the suppression list",
+        "cancelled": job.get("last_error") or "cancelled",
+    }.get(status, status)
