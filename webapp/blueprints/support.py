@@ -1,0 +1,80 @@
+"""The support console (SPEC 4): find a user, see every verification email with its
+attempts and why it failed, resend it within the cooldown, release or drop held ones."""
+
+from __future__ import annotations
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from webapp.context import actor, config, engine
+from webapp.domain import verifications
+from webapp.domain.errors import Conflict, NotFound, TooMany
+
+bp = Blueprint("support", __name__, url_prefix="/support")
+
+
+@bp.get("/")
+def index() -> str | Response:
+    q = request.args.get("q", "").strip()
+    with engine().connect() as conn:
+        results = verifications.search(conn, q)
+    if len(results) == 1:
+        return redirect(url_for("support.user", user_ref=results[0]["user_ref"]))
+    return render_template("support/index.html", q=q, results=results)
+
+
+@bp.get("/users/<path:user_ref>")
+def user(user_ref: str) -> str:
+    with engine().connect() as conn:
+        history = verifications.user_history(conn, config(), user_ref)
+    template = "partials/_support_jobs.html" if request.args.get("fragment") == "jobs" \
+        else "support/user.html"
+    return render_template(template, history=history, cooldown=config().resend_cooldown,
+                           max_attempts=len(config().retry_schedule["verification"]) + 1,
+                           labels=verifications.STATUS_LABELS,
+                           timestamp=verifications.timestamp)
+
+
+@bp.post("/users/<path:user_ref>/resend")
+def resend(user_ref: str) -> Response:
+    try:
+        with engine().begin() as conn:
+            job, reused = verifications.resend(conn, config(), user_ref, actor=actor())
+    except (TooMany, Conflict) as exc:
+        flash(exc.message, "error")
+    else:
+        flash(f"Resent to {job['email']}." if not reused else
+              f"The waiting email to {job['email']} will be sent right away "
+              "(no second copy was added).", "success")
+    return redirect(url_for("support.user", user_ref=user_ref))
+
+
+def _held_action(job_id: int, release: bool) -> Response:
+    user_ref = request.form.get("user_id", "")
+    try:
+        with engine().begin() as conn:
+            act = verifications.release if release else verifications.drop
+            job = act(conn, job_id, actor=actor())
+    except Conflict as exc:
+        flash(exc.message, "error")
+        user_ref = str(exc.extra.get("user_ref") or user_ref)
+    except NotFound as exc:
+        flash(exc.message, "error")
+        return redirect(url_for("support.index"))
+    else:
+        user_ref = job["user_ref"]
+        flash(f"Released: the email to {job['email']} will be sent now." if release else
+              f"Dropped: the email to {job['email']} will not be sent.", "success")
+    if not user_ref:
+        return redirect(url_for("support.index"))
+    return redirect(url_for("support.user", user_ref=user_ref))
+
+
+@bp.post("/jobs/<int:job_id>/release")
+def release(job_id: int) -> Response:
+    return _held_action(job_id, release=True)
+
+
+@bp.post("/jobs/<int:job_id>/drop")
+def drop(job_id: int) -> Response:
+    return _held_action(job_id, release=False)
