@@ -99,6 +99,7 @@ def upgrade() -> None:
     )
     op.create_index('audit_log_action_idx', 'audit_log', ['action', 'at'], unique=False)
     op.create_index('audit_log_at_idx', 'audit_log', ['at'], unique=False)
+    op.create_index('audit_log_target_idx', 'audit_log', ['target', 'id'], unique=False)
     op.create_table('lists',
     sa.Column('id', sa.BigInteger(), nullable=False),
     sa.Column('name', sa.Text(), nullable=False),
@@ -270,9 +271,6 @@ def upgrade() -> None:
     sa.Column('dismissed_at', sa.DateTime(timezone=True), nullable=True),
     sa.CheckConstraint("kind IN ('broadcast', 'verification', 'test')", name='delivery_jobs_kind_check'),
     sa.CheckConstraint("status IN ('pending', 'sending', 'retry', 'sent', 'failed', 'bounced', 'skipped', 'cancelled', 'held')", name='delivery_jobs_status_check'),
-    sa.ForeignKeyConstraint(['broadcast_id'], ['broadcasts.id'], ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['campaign_id'], ['campaigns.id'], ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['subscriber_id'], ['subscribers.id'], ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('id')
     )
     op.create_index('delivery_jobs_broadcast_idx', 'delivery_jobs', ['broadcast_id', 'status'], unique=False)

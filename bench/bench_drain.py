@@ -1,0 +1,106 @@
+"""Drain throughput end to end: enqueue a campaign, run one `senddock worker` process with
+the default pool against a local SMTP sink, and measure messages per second, CPU
+milliseconds per message in the SendDock process, and peak RSS.
+
+    python -m bench.bench_drain --recipients 100000 --sink both
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+import sqlalchemy as sa
+
+from bench.common import (env_for, free_port, fresh_database, machine, make_campaign,
+                          save, seed_list, sink_process, table)
+from webapp import db
+from webapp.domain import campaigns
+from workers import queue
+
+
+def prepare(url: str, recipients: int) -> tuple[sa.Engine, int, int, dict[str, float]]:
+    engine = db.make_engine(url)
+    list_id = seed_list(engine, recipients)
+    campaign_id = make_campaign(engine, list_id)
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        campaign = campaigns.send(conn, campaign_id)
+    send_ms = (time.perf_counter() - t0) * 1000
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        summary = queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+    enqueue_s = time.perf_counter() - t0
+    assert summary and summary["total"] == recipients, summary
+    with engine.connect() as conn:
+        conn.execute(sa.text("ANALYZE delivery_jobs"))
+    return engine, campaign_id, campaign["broadcast_id"], {
+        "send_request_ms": send_ms, "enqueue_s": enqueue_s,
+        "enqueue_per_s": recipients / enqueue_s}
+
+
+def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port: int,
+          workers: int) -> dict[str, Any]:
+    env = env_for(url, port, WORKERS=str(workers))
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", "worker"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ps = psutil.Process(proc.pid)
+    peak_rss = 0
+    started = time.perf_counter()
+    first_sent: float | None = None
+    sent = 0
+    try:
+        while sent < recipients:
+            time.sleep(0.25)
+            peak_rss = max(peak_rss, ps.memory_info().rss)
+            with engine.connect() as conn:
+                sent = queue.broadcast_counts(conn, broadcast_id)["sent"]
+            if sent and first_sent is None:
+                first_sent = time.perf_counter()
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "died")
+            if time.perf_counter() - started > 1800:
+                raise RuntimeError("drain took more than 30 minutes")
+        elapsed = time.perf_counter() - (first_sent or started)
+        cpu = ps.cpu_times()
+        cpu_s = cpu.user + cpu.system
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return {"recipients": recipients, "seconds": elapsed, "msgs_per_s": recipients / elapsed,
+            "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak_rss / 2**20}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--recipients", type=int, default=100_000)
+    parser.add_argument("--sink", choices=["postfix", "senddock", "both"], default="both")
+    parser.add_argument("--workers", type=int, default=5)
+    args = parser.parse_args()
+    sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]
+    rows, results = [], {}
+    for sink in sinks:
+        port = free_port()
+        with fresh_database() as url, sink_process(sink, port):
+            engine, _, broadcast_id, enq = prepare(url, args.recipients)
+            res = drain(engine, url, broadcast_id, args.recipients, port, args.workers)
+            engine.dispose()
+        res.update(enq)
+        results[sink] = res
+        rows.append([sink, f"{args.recipients:,}", f"{res['msgs_per_s']:,.0f}",
+                     f"{res['cpu_ms_per_msg']:.2f}", f"{res['peak_rss_mb']:.0f}",
+                     f"{res['enqueue_per_s']:,.0f}", f"{res['send_request_ms']:.1f}"])
+    info = machine()
+    print(table(f"Drain, {args.workers} workers, one process ({info['cpus']} cores, "
+                f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']})",
+                ["sink", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",
+                 "send request ms"], rows))
+    print(f"\nsaved {save('drain', {'machine': info, 'args': vars(args), 'results': results})}")
+
+
+if __name__ == "__main__":
+    main()
