@@ -48,3 +48,27 @@ def campaign_status(engine: sa.Engine, campaign_id: int) -> str:
 def suppressed(engine: sa.Engine) -> set[str]:
     with engine.connect() as conn:
         return set(conn.execute(sa.text("SELECT email FROM suppressions")).scalars())
+
+
+class Browser:
+    """A logged-in test client that sends the page's CSRF token with its forms."""
+
+    def __init__(self, client: Any, user: dict[str, Any]) -> None:
+        import re
+
+        self.client = client
+        page = client.get("/login").get_data(as_text=True)
+        found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert found, page
+        self.token = found[1]
+        r = client.post("/login", data={"email": user["email"], "password": user["password"],
+                                        "csrf_token": self.token})
+        assert r.status_code == 302, r.get_data(as_text=True)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.client.get(path, **kw)
+
+    def post(self, path: str, data: dict[str, Any] | None = None,
+             follow_redirects: bool = True) -> Any:
+        return self.client.post(path, data={**(data or {}), "csrf_token": self.token},
+                                follow_redirects=follow_redirects)

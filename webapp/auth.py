@@ -18,6 +18,8 @@ from webapp.context import engine, role
 from webapp.domain import users
 
 login_manager = LoginManager()
+# Paths outside /api that also accept ``Authorization: Bearer`` (scrapers have no session).
+METRICS_PATHS = frozenset({"/metrics"})
 
 
 class User(UserMixin):
@@ -71,7 +73,8 @@ def enforce_access() -> Response | None:
     """Authenticate and check the role for this request's endpoint (deny by default)."""
     endpoint = request.endpoint
     allowed = access.allowed_roles(endpoint)
-    is_api = request.path.startswith("/api/")
+    # /metrics is scraped by Prometheus with an admin's bearer token, like the API.
+    is_api = request.path.startswith("/api/") or request.path in METRICS_PATHS
     if is_api and endpoint not in access.PUBLIC:
         g.api_user = _api_user()
         has_header = "Authorization" in request.headers

@@ -29,6 +29,11 @@ def _op(summary: str, ok: int, schema: dict[str, Any], *errors: int,
 
 CAMPAIGN = {"$ref": "#/components/schemas/Campaign"}
 JOB = {"$ref": "#/components/schemas/Job"}
+SUPPRESSION = {"type": "object", "required": ["email", "reason"], "properties": {
+    "email": {"type": "string"}, "reason": {"type": "string"},
+    "job_id": {"type": ["integer", "null"]}, "reply": {"type": ["string", "null"]},
+    "note": {"type": "string"}, "created_by": {"type": ["string", "null"]},
+    "created_at": {"type": "string", "format": "date-time"}}}
 ID_PARAM = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}]
 VERIFICATION = {"type": "object", "required": ["id", "status", "correlation_id", "flags"],
                 "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
@@ -75,6 +80,36 @@ PATHS: dict[str, Any] = {
        for action in ("send", "pause", "resume", "cancel")},
     "/jobs/{id}": {"parameters": ID_PARAM,
                    "get": _op("A delivery job with its attempts", 200, JOB, 404)},
+    "/suppressions": {
+        "get": {**_op("Suppressed addresses, newest first (or by address with q), keyset-paged",
+                      200, {"type": "object", "required": ["suppressions", "next"],
+                            "properties": {"suppressions": {"type": "array",
+                                                            "items": SUPPRESSION},
+                                           "next": {"type": ["string", "null"]}}}, 422),
+                "parameters": [
+                    {"name": n, "in": "query", "required": False, "schema": {"type": t},
+                     "description": d} for n, t, d in (
+                        ("email", "string", "exactly this address"),
+                        ("q", "string", "addresses starting with this"),
+                        ("reason", "string", "bounced, unsubscribed, complaint or manual"),
+                        ("after", "string", "the previous page's next"),
+                        ("limit", "integer", "1 to 1000 (default 50)"))]},
+        "post": _op("Suppress an address (200 with created=false if it already is)", 201,
+                    SUPPRESSION, 400, 413, 422, request={
+                        "type": "object", "required": ["email"], "properties": {
+                            "email": {"type": "string"},
+                            "reason": {"type": "string", "enum": [
+                                "manual", "bounced", "unsubscribed", "complaint"]},
+                            "note": {"type": "string"}}}),
+    },
+    "/suppressions/{email}": {
+        "parameters": [{"name": "email", "in": "path", "required": True,
+                        "schema": {"type": "string"}},
+                       {"name": "note", "in": "query", "required": False,
+                        "schema": {"type": "string"}, "description": "why (audit log)"}],
+        "delete": {"summary": "Clear the address: the next campaign includes it again",
+                   "responses": {"204": {"description": "cleared"}, **_errors(401, 403, 404)}},
+    },
     "/verifications": {"post": _op(
         "Enqueue a verification email (202 at once; an Idempotency-Key header or a live job "
         "for the same user returns that job with existing=true)", 202, VERIFICATION,

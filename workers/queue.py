@@ -514,10 +514,12 @@ def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
 
 
 def job_attempts(conn: Connection, job_id: int) -> list[dict[str, Any]]:
+    """The job's attempts in the order they happened (an inbox retry restarts the attempt
+    numbers, so they alone do not order the timeline)."""
     rows = conn.execute(sa.text("""
         SELECT attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
                stage, worker
-          FROM job_attempts WHERE job_id = :id ORDER BY attempt, id"""), {"id": job_id})
+          FROM job_attempts WHERE job_id = :id ORDER BY started_at, id"""), {"id": job_id})
     return [dict(r) for r in rows.mappings()]
 
 
@@ -727,3 +729,226 @@ def search_users(conn: Connection, kind: str, *, email: str | None = None,
                                         "correlation_id": correlation_id,
                                         "user_ref": user_ref, "limit": limit})
     return [dict(r) for r in rows.mappings()]
+
+
+# --- inbox and health ------------------------------------------------------------------
+# The failed-jobs inbox (failed and bounced jobs not dismissed) and the queue's vital signs.
+# Every list is keyset-paged on an index; nothing counts a million rows per page view.
+
+PROBLEM = ("failed", "bounced")
+
+
+@dataclass
+class ProblemFilter:
+    """Which failed/bounced jobs an inbox view (or "retry all matching") is about."""
+
+    kind: str | None = None
+    campaign_id: int | None = None
+    error_class: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    email: str | None = None
+    correlation_id: str | None = None
+    job_id: int | None = None
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        """SQL conditions on ``j`` (built from fixed fragments; values are bound), so the
+        planner sees exactly the predicates of delivery_jobs_problem_*_idx."""
+        clauses = ["j.status IN ('failed', 'bounced')", "j.dismissed_at IS NULL"]
+        params: dict[str, Any] = {}
+        for name, clause in (
+                ("kind", "j.kind = :kind"), ("campaign_id", "j.campaign_id = :campaign_id"),
+                ("error_class", "j.last_error_class = :error_class"),
+                ("since", "j.finished_at >= :since"), ("until", "j.finished_at < :until"),
+                ("email", "lower(j.email) = lower(:email)"),
+                ("correlation_id", "j.correlation_id = CAST(:correlation_id AS uuid)"),
+                ("job_id", "j.id = :job_id")):
+            value = getattr(self, name)
+            if value is not None and value != "":
+                clauses.append(clause)
+                params[name] = value
+        return " AND ".join(clauses), params
+
+
+def problem_jobs(conn: Connection, where: ProblemFilter, *,
+                 after: tuple[datetime, int] | None = None,
+                 limit: int = 50) -> list[dict[str, Any]]:
+    """Failed and bounced jobs, newest first, ``limit`` of them after the keyset ``after``
+    (finished_at, id). Walks delivery_jobs_problem_idx (or its per-campaign twin)."""
+    sql, params = where.where()
+    if after is not None:
+        sql += " AND (j.finished_at, j.id) < (:after_at, :after_id)"
+        params.update(after_at=after[0], after_id=after[1])
+    rows = conn.execute(sa.text(f"""
+        SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
+               j.attempts, j.last_error, j.last_error_class,
+               j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
+               EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
+                   AS suppressed
+          FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+         WHERE {sql}
+         ORDER BY j.finished_at DESC, j.id DESC
+         LIMIT :limit"""), {**params, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+# Retry, set-based and safe to repeat: the jobs go back to `pending` with a fresh schedule
+# (attempts = 0, due now; their job_attempts rows stay). The UPDATE re-checks the status
+# under the row lock, so two clicks (or two admins) retry each job once: the second finds
+# it `pending` and skips it. Only jobs finished by `as_of` (when the page was shown) are
+# touched, so a job that failed again since is not retried behind the admin's back.
+# Suppressed addresses and cancelled campaigns are left out and reported, never silently
+# skipped; a `sent` campaign that gets jobs back is `sending` again until they finish (P8).
+_RETRY_PROBLEMS = """
+WITH candidates AS (
+    SELECT j.id, j.kind, j.email, j.campaign_id, c.status AS campaign_status,
+           EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email)) AS suppressed
+      FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+     WHERE {where} AND j.finished_at <= :as_of
+), retried AS (
+    UPDATE delivery_jobs j
+       SET status = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
+           dismissed_at = NULL, claimed_by = NULL, claim_token = NULL, claimed_at = NULL
+      FROM candidates x
+     WHERE j.id = x.id AND NOT x.suppressed
+       AND x.campaign_status IS DISTINCT FROM 'cancelled'
+       AND j.status IN ('failed', 'bounced') AND j.dismissed_at IS NULL
+    RETURNING j.id, j.kind, j.campaign_id
+), reopened AS (
+    UPDATE campaigns SET status = 'sending', finished_at = NULL, updated_at = now()
+     WHERE id IN (SELECT campaign_id FROM retried) AND status = 'sent'
+    RETURNING broadcast_id
+), unfinished AS (
+    UPDATE broadcasts SET finished_at = NULL WHERE id IN (SELECT broadcast_id FROM reopened)
+)
+SELECT (SELECT count(*) FROM retried) AS retried,
+       (SELECT coalesce(array_agg(DISTINCT kind), '{{}}') FROM retried) AS kinds,
+       (SELECT count(*) FROM candidates WHERE suppressed) AS suppressed,
+       (SELECT coalesce(array_agg(email ORDER BY email), '{{}}') FROM (
+            SELECT email FROM candidates WHERE suppressed ORDER BY email LIMIT 5) e)
+           AS suppressed_examples,
+       (SELECT count(*) FROM candidates WHERE campaign_status = 'cancelled') AS cancelled
+"""
+
+
+def retry_problem_jobs(conn: Connection, where: ProblemFilter,
+                       as_of: datetime) -> dict[str, Any]:
+    """Retry every open problem matching ``where`` that finished by ``as_of``; returns
+    ``retried``, ``kinds``, ``suppressed`` (+ ``suppressed_examples``), ``cancelled``."""
+    sql, params = where.where()
+    row = conn.execute(sa.text(_RETRY_PROBLEMS.format(where=sql)),
+                       {**params, "as_of": as_of}).mappings().one()
+    return dict(row)
+
+
+# Dismiss: the job leaves the inbox (its state and history stay as they are).
+_DISMISS = sa.text("""
+UPDATE delivery_jobs SET dismissed_at = now()
+ WHERE id = :id AND status IN ('failed', 'bounced') AND dismissed_at IS NULL
+RETURNING id, email, status
+""")
+
+
+def dismiss_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(_DISMISS, {"id": job_id}).mappings().first()
+    return dict(row) if row else None
+
+
+# Jobs per kind and state without counting campaign jobs: those come from the
+# trigger-kept counters, the other kinds from their own small index.
+_JOBS_BY_KIND_AND_STATE = sa.text("""
+SELECT 'broadcast' AS kind, status, sum(n)::bigint AS n FROM broadcast_counts GROUP BY status
+UNION ALL
+SELECT kind, status, count(*) AS n FROM delivery_jobs WHERE kind <> 'broadcast'
+ GROUP BY kind, status
+""")
+
+
+def jobs_by_kind_and_state(conn: Connection) -> dict[str, dict[str, int]]:
+    """{kind: {status: n}} for every kind and state (zeros included)."""
+    from webapp.models import JOB_KINDS, JOB_STATUSES
+
+    result = {kind: dict.fromkeys(JOB_STATUSES, 0) for kind in JOB_KINDS}
+    for row in conn.execute(_JOBS_BY_KIND_AND_STATE):
+        result.setdefault(row.kind, dict.fromkeys(JOB_STATUSES, 0))[row.status] = int(row.n)
+    return result
+
+
+# How long the longest-waiting due job has waited: one probe of the claim index per
+# priority (paused campaigns' jobs are not waiting on us and are passed over).
+_OLDEST_DUE = sa.text("""
+SELECT extract(epoch FROM now() - min(t.available_at)) FROM unnest(CAST(:priorities AS int[])) p
+  CROSS JOIN LATERAL (
+    SELECT j.available_at FROM delivery_jobs j
+     WHERE j.status IN ('pending', 'retry') AND j.priority = p AND j.available_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
+     ORDER BY j.available_at LIMIT 1) t
+""")
+
+
+def oldest_due_age(conn: Connection) -> float:
+    """Seconds the oldest due (pending or retry) job has been waiting; 0 when none is."""
+    value = conn.execute(_OLDEST_DUE, {"priorities": sorted(set(PRIORITY.values()))}).scalar()
+    return max(0.0, float(value or 0))
+
+
+# Counted attempts per minute, kind and outcome class (sent, hard_bounce, rejected,
+# transient, build) from job_attempts_started_idx: the sent-per-minute chart, sends and
+# failures by class, retries.
+_ATTEMPTS_PER_MINUTE = sa.text("""
+SELECT date_trunc('minute', a.started_at) AS minute, j.kind, a.outcome, count(*) AS n
+  FROM job_attempts a JOIN delivery_jobs j ON j.id = a.job_id
+ WHERE a.started_at >= :since AND a.started_at < :until
+ GROUP BY 1, 2, 3
+""")
+
+
+def attempts_per_minute(conn: Connection, since: datetime,
+                        until: datetime) -> list[tuple[datetime, str, str, int]]:
+    rows = conn.execute(_ATTEMPTS_PER_MINUTE, {"since": since, "until": until})
+    return [(r.minute, r.kind, r.outcome, int(r.n)) for r in rows]
+
+
+# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_at_idx).
+# Bucket i counts jobs with bounds[i-1] <= seconds < bounds[i] (0: below the first bound).
+_TIME_TO_SENT = sa.text("""
+SELECT date_trunc('minute', finished_at) AS minute, kind,
+       width_bucket(extract(epoch FROM finished_at - created_at)::float8,
+                    CAST(:bounds AS float8[])) AS bucket,
+       count(*) AS n, sum(extract(epoch FROM finished_at - created_at))::float8 AS seconds
+  FROM delivery_jobs
+ WHERE status = 'sent' AND finished_at >= :since AND finished_at < :until
+ GROUP BY 1, 2, 3
+""")
+
+
+def time_to_sent_per_minute(conn: Connection, since: datetime, until: datetime,
+                            bounds: Sequence[float]) -> list[tuple[datetime, str, int, int,
+                                                                   float]]:
+    rows = conn.execute(_TIME_TO_SENT, {"since": since, "until": until,
+                                        "bounds": list(bounds)})
+    return [(r.minute, r.kind, int(r.bucket), int(r.n), float(r.seconds)) for r in rows]
+
+
+# Jobs that failed or bounced in a window (the failure-rate alarm), from the inbox index.
+_PROBLEMS_SINCE = sa.text("""
+SELECT count(*) FROM delivery_jobs j
+ WHERE j.status IN ('failed', 'bounced') AND j.dismissed_at IS NULL AND j.finished_at >= :since
+""")
+
+
+def problems_since(conn: Connection, since: datetime) -> int:
+    return int(conn.execute(_PROBLEMS_SINCE, {"since": since}).scalar() or 0)
+
+
+# Pools that have not stopped, with whether their heartbeat is recent (`live`).
+_WORKERS = sa.text("""
+SELECT id, node, hostname, pid, threads, in_flight, started_at, heartbeat_at,
+       heartbeat_at > now() - make_interval(secs => :timeout) AS live,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+  FROM workers WHERE stopped_at IS NULL ORDER BY started_at, id
+""")
+
+
+def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_WORKERS, {"timeout": timeout}).mappings()]

@@ -14,3 +14,9 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import support
 
     app.register_blueprint(support.bp)
+    from webapp.blueprints import admin, health, inbox, ops
+
+    app.register_blueprint(admin.bp)
+    app.register_blueprint(inbox.bp)
+    app.register_blueprint(health.bp)
+    app.register_blueprint(ops.bp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,12 +21,21 @@ def record(conn: Connection, actor: str, action: str, target: str = "",
 
 
 def entries(conn: Connection, *, actor: str | None = None, action: str | None = None,
-            limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
+            limit: int = 100, before_id: int | None = None, target: str | None = None,
+            since: datetime | None = None, until: datetime | None = None,
+            ) -> list[dict[str, Any]]:
+    """Newest first; ``action`` matches exactly or as a prefix ending in '.' (``job.``),
+    ``target`` exactly (an address, ``job:42``, ``user:7``); ``before_id`` pages."""
     rows = conn.execute(sa.text("""
         SELECT id, at, actor, action, target, details FROM audit_log
          WHERE (CAST(:actor AS text) IS NULL OR actor ILIKE '%' || :actor || '%')
-           AND (CAST(:action AS text) IS NULL OR action = :action)
+           AND (CAST(:action AS text) IS NULL OR action = :action
+                OR (right(:action, 1) = '.' AND starts_with(action, :action)))
+           AND (CAST(:target AS text) IS NULL OR target = :target)
+           AND (CAST(:since AS timestamptz) IS NULL OR at >= :since)
+           AND (CAST(:until AS timestamptz) IS NULL OR at < :until)
            AND (CAST(:before AS bigint) IS NULL OR id < :before)
          ORDER BY id DESC LIMIT :limit"""),
-        {"actor": actor, "action": action, "before": before_id, "limit": limit})
+        {"actor": actor, "action": action, "before": before_id, "limit": limit,
+         "target": target, "since": since, "until": until})
     return [dict(r) for r in rows.mappings()]

@@ -98,7 +98,8 @@ def search(conn: Connection, *, query: str | None = None, reason: str | None = N
     so the millionth entry costs what the first does."""
     query = (query or "").strip().lower()
     by_email = bool(query)
-    clauses, params = [], {"limit": limit + 1}
+    clauses: list[str] = []
+    params: dict[str, Any] = {"limit": limit + 1}
     if reason:
         clauses.append("s.reason = :reason")
         params["reason"] = _check_reason(reason)

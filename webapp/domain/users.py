@@ -162,3 +162,81 @@ def set_password(conn: Connection, user_id: int, password: str, *,
     if not n:
         raise NotFound(f"user {user_id} does not exist")
     audit.record(conn, actor, "user.password", f"user:{user_id}")
+
+
+# --- administration (the Users & tokens page) -------------------------------------------
+
+def list_users(conn: Connection) -> list[dict[str, Any]]:
+    """Every user with the number of live tokens, admins first."""
+    rows = conn.execute(sa.text("""
+        SELECT u.id, u.email, u.role, u.active, u.created_at, u.last_login_at,
+               (SELECT count(*) FROM api_tokens t
+                 WHERE t.user_id = u.id AND t.revoked_at IS NULL) AS live_tokens
+          FROM users u ORDER BY u.active DESC, u.role, lower(u.email)"""))
+    return [dict(r) for r in rows.mappings()]
+
+
+def list_tokens(conn: Connection, *, include_revoked: bool = True) -> list[dict[str, Any]]:
+    """Tokens (never their secret: only the first characters) with owner and last use."""
+    rows = conn.execute(sa.text("""
+        SELECT t.id, t.name, t.prefix, t.created_at, t.last_used_at, t.revoked_at,
+               u.id AS user_id, u.email, u.role, u.active AS user_active
+          FROM api_tokens t JOIN users u ON u.id = t.user_id
+         WHERE CAST(:all AS boolean) OR t.revoked_at IS NULL
+         ORDER BY t.revoked_at IS NOT NULL, t.created_at DESC, t.id DESC"""),
+        {"all": include_revoked})
+    return [dict(r) for r in rows.mappings()]
+
+
+def _keep_an_admin(conn: Connection, user_id: int) -> None:
+    """Refuse a change that would leave no active admin (nobody could manage users)."""
+    others = conn.execute(sa.text(
+        "SELECT count(*) FROM users WHERE role = 'admin' AND active AND id <> :id"),
+        {"id": user_id}).scalar()
+    if not others:
+        raise Conflict("this is the last active admin; make another user admin first",
+                       fields={"user": "last admin"})
+
+
+def _locked_user(conn: Connection, user_id: int) -> dict[str, Any]:
+    row = conn.execute(sa.text("SELECT * FROM users WHERE id = :id FOR UPDATE"),
+                       {"id": user_id}).mappings().first()
+    if row is None:
+        raise NotFound(f"user {user_id} does not exist")
+    # Serialize admin-count checks: two admins demoting each other at once cannot both win.
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(8, 1)"))
+    return dict(row)
+
+
+def update_role(conn: Connection, user_id: int, role: str, *, actor: str) -> dict[str, Any]:
+    """Give the user ``role`` (effective on their next request: sessions and tokens read
+    the role from the database)."""
+    check_role(role)
+    user = _locked_user(conn, user_id)
+    if user["role"] == role:
+        return user
+    if user["role"] == "admin" and user["active"]:
+        _keep_an_admin(conn, user_id)
+    conn.execute(sa.text("UPDATE users SET role = :r WHERE id = :id"),
+                 {"r": role, "id": user_id})
+    audit.record(conn, actor, "user.role", f"user:{user_id}", email=user["email"],
+                 before=user["role"], after=role)
+    return {**user, "role": role}
+
+
+def set_active(conn: Connection, user_id: int, active: bool, *, actor: str) -> dict[str, Any]:
+    """Enable or disable a user. Disabling bumps ``session_version``, so every session of
+    theirs ends at its next request, and their tokens stop working (tokens need an active
+    user)."""
+    user = _locked_user(conn, user_id)
+    if user["active"] == active:
+        return user
+    if not active and user["role"] == "admin":
+        _keep_an_admin(conn, user_id)
+    conn.execute(sa.text("""
+        UPDATE users SET active = :a,
+               session_version = session_version + CASE WHEN :a THEN 0 ELSE 1 END
+         WHERE id = :id"""), {"a": active, "id": user_id})
+    audit.record(conn, actor, "user.enable" if active else "user.disable", f"user:{user_id}",
+                 email=user["email"])
+    return {**user, "active": active}

@@ -47,5 +47,6 @@ def answer(payload: dict[str, Any], status: int = 200) -> Response:
 
 
 # The route modules register themselves on ``bp``.
-from webapp.blueprints.api import core  # noqa: E402, F401
+from webapp.blueprints.api import core  # noqa: E402, F401, I001
+from webapp.blueprints.api import suppressions  # noqa: E402, F401
 from webapp.blueprints.api import verifications  # noqa: E402, F401

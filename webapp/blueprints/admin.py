@@ -1,0 +1,196 @@
+"""Admin pages (SPEC 5, 6): the suppression list, the audit log, users and API tokens.
+Views parse the form, call one domain function and render; the domain writes the audit
+log in the same transaction as the change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from flask import Blueprint, flash, g, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from webapp.context import actor, engine
+from webapp.domain import audit, suppressions, users
+from webapp.domain.errors import DomainError, Invalid
+from webapp.models import ROLES, SUPPRESSION_REASONS
+
+bp = Blueprint("admin", __name__, url_prefix="/admin")
+
+AUDIT_ACTIONS = ("suppression.", "job.", "user.", "token.", "campaign.", "verification.")
+
+
+# --- suppressions ------------------------------------------------------------------------
+
+def _suppression_args() -> dict[str, Any]:
+    return {k: v for k in ("q", "reason") if (v := request.values.get(k, "").strip())}
+
+
+def suppressions_page(pasted: str = "", report: dict[str, object] | None = None) -> str:
+    args = _suppression_args()
+    with engine().connect() as conn:
+        page = suppressions.search(conn, query=args.get("q"), reason=args.get("reason"),
+                                   after=request.args.get("after"))
+        total = suppressions.estimated_total(conn)
+    return render_template("admin/suppressions.html", page=page, args=args, total=total,
+                           reasons=SUPPRESSION_REASONS, pasted=pasted, report=report,
+                           first_page=not request.args.get("after"))
+
+
+bp.add_url_rule("/suppressions", endpoint="suppressions", view_func=suppressions_page,
+                methods=["GET"])
+
+
+@bp.post("/suppressions/add")
+def add_suppressions() -> str | Response:
+    text = request.form.get("emails", "")
+    try:
+        with engine().begin() as conn:
+            report = suppressions.add_many(conn, text, reason=request.form.get("reason",
+                                                                               "manual"),
+                                           note=request.form.get("note", ""), actor=actor())
+    except Invalid as exc:
+        flash(exc.message, "error")
+        return suppressions_page(pasted=text)
+    if report["errors"]:
+        # Keep the rejected lines in the box to fix them; everything valid is saved (P9).
+        bad = "\n".join(str(e["value"]) for e in report["errors"])
+        return suppressions_page(pasted=bad, report=report)
+    flash(_added_message(report), "success")
+    return redirect(url_for("admin.suppressions"))
+
+
+def _added_message(report: dict[str, list[object]]) -> str:
+    added, already = len(report["added"]), len(report["already"])
+    message = f"Suppressed {added:,} address{'es' if added != 1 else ''}."
+    if already:
+        message += f" {already:,} {'were' if already != 1 else 'was'} already on the list."
+    return message
+
+
+@bp.post("/suppressions/clear")
+def clear_suppressions() -> Response:
+    only = request.form.get("only")
+    emails = [only] if only else request.form.getlist("email")
+    note = request.form.get("note", "").strip()
+    back = url_for("admin.suppressions", **_suppression_args())
+    if not note:
+        flash("Say why in the note: clearing a suppression is recorded in the audit log "
+              "with its note.", "error")
+        return redirect(back)
+    try:
+        with engine().begin() as conn:
+            cleared = suppressions.clear(conn, emails, note, actor=actor())
+    except Invalid as exc:
+        flash(exc.message, "error")
+        return redirect(back)
+    if cleared:
+        flash(f"Cleared {', '.join(cleared[:10])}{'…' if len(cleared) > 10 else ''}: the "
+              "next campaign includes them again.", "success")
+    else:
+        flash("Nothing to clear: those addresses were not on the list any more.", "error")
+    return redirect(back)
+
+
+# --- audit log ---------------------------------------------------------------------------
+
+def _day(raw: str, field: str, *, end: bool = False) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        day = date.fromisoformat(raw)
+    except ValueError:
+        raise Invalid(f"{field} must be a date (YYYY-MM-DD)", fields={field: "invalid"}) \
+            from None
+    return datetime.combine(day + timedelta(days=1) if end else day, time(), UTC)
+
+
+def audit_log() -> str:
+    args = {k: v for k in ("actor", "action", "target", "from", "to")
+            if (v := request.args.get(k, "").strip())}
+    before = request.args.get("before", "")
+    with engine().connect() as conn:
+        rows = audit.entries(conn, actor=args.get("actor"), action=args.get("action"),
+                             target=args.get("target", "").lower() or None,
+                             since=_day(args.get("from", ""), "from"),
+                             until=_day(args.get("to", ""), "to", end=True),
+                             before_id=int(before) if before.isdigit() else None, limit=101)
+    more = len(rows) > 100
+    return render_template("admin/audit.html", rows=rows[:100], args=args,
+                           next_before=rows[99]["id"] if more else None,
+                           actions=AUDIT_ACTIONS, first_page=not before)
+
+
+bp.add_url_rule("/audit", endpoint="audit", view_func=audit_log, methods=["GET"])
+
+
+# --- users and tokens --------------------------------------------------------------------
+
+def users_page(new_token: str | None = None, token_owner: str | None = None) -> str:
+    with engine().connect() as conn:
+        people = users.list_users(conn)
+        tokens = users.list_tokens(conn)
+    if new_token:
+        g.no_store = True  # the one page that shows a token must not be cached
+    return render_template("admin/users.html", people=people, tokens=tokens, roles=ROLES,
+                           new_token=new_token, token_owner=token_owner)
+
+
+bp.add_url_rule("/users", endpoint="users", view_func=users_page, methods=["GET"])
+
+
+def _act(action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+    """Run a user/token change; show its result (or why it was refused) on the page."""
+    try:
+        with engine().begin() as conn:
+            fn(conn, *args, **kwargs)
+    except DomainError as exc:
+        flash(exc.message, "error")
+    else:
+        flash(action, "success")
+    return redirect(url_for("admin.users"))
+
+
+@bp.post("/users/create")
+def create_user() -> Response:
+    email = request.form.get("email", "").strip()
+    return _act(f"Created {email}.", users.create_user, email,
+                request.form.get("password", ""), request.form.get("role", ""),
+                actor=actor())
+
+
+@bp.post("/users/<int:user_id>/role")
+def change_role(user_id: int) -> Response:
+    role = request.form.get("role", "")
+    return _act(f"Role changed to {role}.", users.update_role, user_id, role, actor=actor())
+
+
+@bp.post("/users/<int:user_id>/active")
+def set_active(user_id: int) -> Response:
+    active = request.form.get("active") == "1"
+    return _act("User enabled." if active else
+                "User disabled: their sessions ended and their tokens stopped working.",
+                users.set_active, user_id, active, actor=actor())
+
+
+@bp.post("/tokens/create")
+def create_token() -> str | Response:
+    user_id = request.form.get("user_id", "")
+    try:
+        with engine().begin() as conn:
+            if not user_id.isdigit():
+                raise Invalid("choose the user the token acts as", fields={"user_id": "required"})
+            owner = users.get_user(conn, int(user_id))
+            token = users.create_token(conn, owner["id"], request.form.get("name", "").strip(),
+                                       actor=actor())
+    except DomainError as exc:
+        flash(exc.message, "error")
+        return redirect(url_for("admin.users"))
+    return users_page(new_token=token, token_owner=owner["email"])
+
+
+@bp.post("/tokens/<int:token_id>/revoke")
+def revoke_token(token_id: int) -> Response:
+    return _act("Token revoked: requests with it now get 401.", users.revoke_token, token_id,
+                actor=actor())

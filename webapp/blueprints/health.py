@@ -1,0 +1,33 @@
+"""Queue health (SPEC 5): jobs per state and kind, the oldest waiting job, sends per
+minute, live workers and the relay; and the alarm banner shown on every page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, current_app, render_template, request
+
+from webapp.context import config, engine
+from webapp.domain import health
+
+bp = Blueprint("health", __name__, url_prefix="/health")
+
+
+@bp.get("/")
+def index() -> str:
+    with engine().connect() as conn:
+        stats = health.queue_health(conn, config())
+    template = "partials/_health_status.html" if request.args.get("fragment") == "status" \
+        else "health/index.html"
+    return render_template(template, stats=stats, chart=health.chart_bars(stats["chart"]))
+
+
+@bp.app_context_processor
+def alarm_banner() -> dict[str, Any]:
+    """``alarms()`` for partials/_alarms.html: computed only when a page calls it, and
+    then at most every few seconds per process (see health.cached_alarms)."""
+    def alarms() -> list[health.Alarm]:
+        ext = current_app.extensions["senddock"]
+        return health.cached_alarms(ext.engine, ext.config)
+
+    return {"alarms": alarms}

@@ -1,0 +1,98 @@
+"""The failed-jobs inbox (SPEC 5): admins retry and dismiss; support reads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from webapp import access
+from webapp.context import actor, engine, role
+from webapp.domain import inbox
+from webapp.domain.errors import DomainError, Invalid
+from webapp.models import JOB_KINDS
+
+bp = Blueprint("inbox", __name__, url_prefix="/inbox")
+
+FILTER_KEYS = ("kind", "campaign", "class", "from", "to", "q")
+
+
+def _filter_args(source: Any) -> dict[str, Any]:
+    return {k: v for k in FILTER_KEYS if (v := (source.get(k) or "").strip())}
+
+
+def _local(url: str | None) -> str:
+    """``url`` if it is a path on this site, else the inbox (no open redirects)."""
+    if url and url.startswith("/") and not url.startswith("//") and "\\" not in url:
+        return url
+    return url_for("inbox.index")
+
+
+def _can_act() -> bool:
+    return role() in (access.allowed_roles("inbox.retry") or frozenset())
+
+
+@bp.get("/")
+def index() -> str:
+    args = _filter_args(request.args)
+    with engine().connect() as conn:
+        page = inbox.page(conn, inbox.parse_filter(args), request.args.get("after"))
+        campaigns = inbox.campaign_choices(conn)
+    return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
+                           kinds=JOB_KINDS, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
+                           as_of=datetime.now(UTC).isoformat(),
+                           first_page=not request.args.get("after"))
+
+
+@bp.get("/<int:job_id>")
+def detail(job_id: int) -> str:
+    with engine().connect() as conn:
+        job = inbox.detail(conn, job_id)
+    return render_template("inbox/detail.html", job=job, can_act=_can_act(),
+                           back=_local(request.args.get("back")))
+
+
+@bp.post("/<int:job_id>/retry")
+def retry(job_id: int) -> Response:
+    try:
+        with engine().begin() as conn:
+            result = inbox.retry(conn, job_id, actor=actor())
+    except DomainError as exc:
+        flash(exc.message, "error")
+    else:
+        flash(inbox.describe_retry(result), "success")
+    return redirect(url_for("inbox.detail", job_id=job_id))
+
+
+@bp.post("/retry-all")
+def retry_all() -> Response:
+    args = _filter_args(request.form)
+    back = url_for("inbox.index", **args)
+    try:
+        as_of = datetime.fromisoformat(request.form.get("as_of", ""))
+    except ValueError:
+        flash("The form was incomplete (no page time); reload the inbox and try again.",
+              "error")
+        return redirect(back)
+    try:
+        with engine().begin() as conn:
+            result = inbox.retry_all(conn, inbox.parse_filter(args), as_of, actor=actor())
+    except Invalid as exc:
+        flash(exc.message, "error")
+        return redirect(back)
+    flash(inbox.describe_retry(result), "success" if result["retried"] else "error")
+    return redirect(back)
+
+
+@bp.post("/<int:job_id>/dismiss")
+def dismiss(job_id: int) -> Response:
+    try:
+        with engine().begin() as conn:
+            inbox.dismiss(conn, job_id, actor=actor())
+    except DomainError as exc:
+        flash(exc.message, "error")
+        return redirect(url_for("inbox.detail", job_id=job_id))
+    flash(f"Job {job_id} dismissed: it no longer shows in the inbox.", "success")
+    return redirect(_local(request.form.get("back")))

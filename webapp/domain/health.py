@@ -1,0 +1,221 @@
+"""Queue health and alarms (SPEC 5): what the health page, the banner on every page and
+``/metrics`` show. Everything here is cheap enough to run on every page view: counts come
+from counters and small indexes, and per-minute history is cached per process once a
+minute is over (a finished minute's counts do not change).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from webapp.settings import Config
+from workers import queue
+
+WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
+CHART = timedelta(hours=1)  # the sent-per-minute chart
+MIN_FINISHED_FOR_RATE = 20  # a failure rate over fewer finished jobs is noise
+# Seconds from enqueue to sent: the time-to-sent histogram's upper bounds.
+TIME_TO_SENT_BOUNDS = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
+
+
+def _minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+class MinuteCache:
+    """Per-minute rows of one series, per database. Minutes that ended more than
+    ``settle`` ago are fetched once and kept; the recent ones are read every time."""
+
+    def __init__(self, fetch: Callable[[Connection, datetime, datetime], list[Any]],
+                 settle: timedelta = timedelta(seconds=90),
+                 keep: timedelta = CHART) -> None:
+        self.fetch = fetch
+        self.settle = settle
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[datetime, list[Any]]] = {}
+
+    def rows(self, conn: Connection, since: datetime) -> list[Any]:
+        """Rows (their first field is the minute) for minutes from ``since`` to now."""
+        now = datetime.now(UTC)
+        settled = _minute(now - self.settle)
+        key = str(conn.engine.url)
+        with self._lock:
+            upto, kept = self._cache.get(key, (_minute(now - self.keep), []))
+        if upto < settled:
+            kept = [r for r in kept if r[0] >= _minute(now - self.keep)]
+            kept += self.fetch(conn, upto, settled)
+            with self._lock:
+                self._cache[key] = (settled, kept)
+            upto = settled
+        fresh = self.fetch(conn, upto, now + timedelta(minutes=1))
+        return [r for r in kept if r[0] >= since] + fresh
+
+    def reset(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+ATTEMPTS = MinuteCache(queue.attempts_per_minute)
+TIME_TO_SENT = MinuteCache(
+    lambda conn, since, until: queue.time_to_sent_per_minute(conn, since, until,
+                                                             TIME_TO_SENT_BOUNDS),
+    keep=WINDOW)
+
+
+def sent_per_minute(conn: Connection) -> list[dict[str, Any]]:
+    """The last 60 minutes, oldest first: {minute, sent, failed} (failed = counted
+    attempts that did not deliver: bounces, rejections, transient failures)."""
+    now = _minute(datetime.now(UTC))
+    minutes = [now - timedelta(minutes=59 - i) for i in range(60)]
+    series = {m: {"minute": m, "sent": 0, "failed": 0} for m in minutes}
+    for minute, _kind, outcome, n in ATTEMPTS.rows(conn, minutes[0]):
+        if minute in series:
+            series[minute]["sent" if outcome == "sent" else "failed"] += n
+    return list(series.values())
+
+
+def attempts_in_window(conn: Connection) -> dict[tuple[str, str], int]:
+    """Counted attempts over the last 15 minutes per (kind, outcome class)."""
+    since = _minute(datetime.now(UTC) - WINDOW)
+    totals: dict[tuple[str, str], int] = {}
+    for _minute_at, kind, outcome, n in ATTEMPTS.rows(conn, since):
+        totals[(kind, outcome)] = totals.get((kind, outcome), 0) + n
+    return totals
+
+
+def time_to_sent(conn: Connection) -> dict[str, tuple[list[int], float]]:
+    """Per kind, over the last 15 minutes: job counts per bucket of
+    ``TIME_TO_SENT_BOUNDS`` (plus one for above the last) and the sum of seconds."""
+    since = _minute(datetime.now(UTC) - WINDOW)
+    result: dict[str, tuple[list[int], float]] = {}
+    for _minute_at, kind, bucket, n, seconds in TIME_TO_SENT.rows(conn, since):
+        counts, total = result.get(kind, ([0] * (len(TIME_TO_SENT_BOUNDS) + 1), 0.0))
+        counts[bucket] += n  # width_bucket: 0 below the first bound, len() above the last
+        result[kind] = (counts, total + seconds)
+    return result
+
+
+@dataclass
+class Alarm:
+    name: str
+    message: str
+    severity: str = "error"  # error | warn
+
+
+def _failure_rate(conn: Connection) -> tuple[float, int]:
+    """(share of the last 15 minutes' finished jobs that failed or bounced, finished)."""
+    failed = queue.problems_since(conn, datetime.now(UTC) - WINDOW)
+    sent = sum(n for (_kind, outcome), n in attempts_in_window(conn).items()
+               if outcome == "sent")
+    finished = failed + sent
+    return (failed / finished if finished else 0.0), finished
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
+    """Relay down, oldest due job too old, failure rate too high, no live worker while
+    mail is waiting. Thresholds: SENDDOCK_ALARM_OLDEST_PENDING, SENDDOCK_ALARM_FAILURE_RATE
+    (0 disables either)."""
+    alarms: list[Alarm] = []
+    relay = queue.relay_status(conn)
+    if relay.get("status") == "down":
+        since = relay.get("since")
+        when = f" since {since:%Y-%m-%d %H:%M:%S} UTC" if since else ""
+        alarms.append(Alarm("relay_down", f"The SMTP relay is down{when}: delivery is "
+                            f"paused and resumes by itself. Last error: "
+                            f"{relay.get('last_error') or 'unknown'}"))
+    oldest = queue.oldest_due_age(conn)
+    if config.alarm_oldest_pending > 0 and oldest > config.alarm_oldest_pending:
+        alarms.append(Alarm("oldest_pending", f"The oldest waiting message has waited "
+                            f"{_age(oldest)} (alarm above {_age(config.alarm_oldest_pending)})."))
+    rate, finished = _failure_rate(conn)
+    if config.alarm_failure_rate > 0 and finished >= MIN_FINISHED_FOR_RATE \
+            and rate > config.alarm_failure_rate:
+        alarms.append(Alarm("failure_rate", f"{rate:.0%} of the {finished:,} messages "
+                            f"finished in the last 15 minutes failed or bounced (alarm "
+                            f"above {config.alarm_failure_rate:.0%}).", "warn"))
+    if oldest > 0 and not any(w["live"] for w in
+                              queue.running_workers(conn, config.worker_timeout)):
+        alarms.append(Alarm("no_workers", "No delivery worker is running: messages are "
+                            "waiting. Start `senddock worker` or `senddock serve`."))
+    return alarms
+
+
+ALARM_NAMES = ("relay_down", "oldest_pending", "failure_rate", "no_workers")
+_ALARM_TTL = 5.0
+_alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}
+_alarm_lock = threading.Lock()
+
+
+def cached_alarms(engine: Engine, config: Config) -> list[Alarm]:
+    """:func:`compute_alarms`, computed at most every 5 s per process and database (the
+    banner runs on every page view). An unreachable database is itself the alarm."""
+    key = str(engine.url)
+    now = time.monotonic()
+    with _alarm_lock:
+        hit = _alarm_cache.get(key)
+    if hit is not None and now - hit[0] < _ALARM_TTL:
+        return hit[1]
+    try:
+        with engine.connect() as conn:
+            alarms = compute_alarms(conn, config)
+    except (sa.exc.OperationalError, sa.exc.InterfaceError):
+        alarms = [Alarm("database", "The database is unreachable right now.")]
+    with _alarm_lock:
+        _alarm_cache[key] = (now, alarms)
+    return alarms
+
+
+def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
+    """Everything the queue health page shows."""
+    by_kind = queue.jobs_by_kind_and_state(conn)
+    return {
+        "by_kind": by_kind,
+        "totals": {s: sum(k[s] for k in by_kind.values())
+                   for s in next(iter(by_kind.values()))},
+        "oldest_due": queue.oldest_due_age(conn),
+        "backlog": queue.backlog(conn),
+        "max_backlog": config.max_backlog,
+        "chart": sent_per_minute(conn),
+        "workers": queue.running_workers(conn, config.worker_timeout),
+        "relay": queue.relay_status(conn),
+        "alarms": compute_alarms(conn, config),
+        "thresholds": {"oldest_pending": config.alarm_oldest_pending,
+                       "failure_rate": config.alarm_failure_rate},
+    }
+
+
+def chart_bars(chart: Sequence[dict[str, Any]], width: int = 720,
+               height: int = 160) -> dict[str, Any]:
+    """Geometry of the server-rendered SVG bar chart: one stacked bar (sent below,
+    failed above) per minute, scaled to the busiest minute."""
+    peak = max((p["sent"] + p["failed"] for p in chart), default=0) or 1
+    step = width / max(len(chart), 1)
+    bars = []
+    for i, p in enumerate(chart):
+        sent_h = height * p["sent"] / peak
+        failed_h = height * p["failed"] / peak
+        bars.append({"x": round(i * step + 1, 1), "w": round(max(step - 2, 1), 1),
+                     "sent_y": round(height - sent_h, 1), "sent_h": round(sent_h, 1),
+                     "failed_y": round(height - sent_h - failed_h, 1),
+                     "failed_h": round(failed_h, 1), "minute": p["minute"],
+                     "sent": p["sent"], "failed": p["failed"]})
+    return {"bars": bars, "peak": peak, "width": width, "height": height,
+            "total_sent": sum(p["sent"] for p in chart),
+            "total_failed": sum(p["failed"] for p in chart)}

@@ -1,0 +1,195 @@
+"""The failed-jobs inbox (SPEC 5): failed and bounced jobs of every kind, newest first,
+with filters and search; retry one, retry all matching, dismiss. Every action is audited.
+
+The SQL is in :mod:`workers.queue` ("inbox and health"); this module turns the admin's
+input into a :class:`~workers.queue.ProblemFilter` and the results into clear answers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit, suppressions
+from webapp.domain.errors import Conflict, Invalid, NotFound
+from webapp.models import JOB_KINDS
+from workers import queue
+
+PAGE_SIZE = 50
+ERROR_CLASSES = ("hard_bounce", "rejected", "transient", "build")
+
+
+@dataclass
+class InboxPage:
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def _day(raw: str | None, field: str) -> date | None:
+    if not raw:
+        return None
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise Invalid(f"{field} must be a date (YYYY-MM-DD)", fields={field: "invalid date"}) \
+            from None
+
+
+def parse_filter(args: dict[str, str]) -> queue.ProblemFilter:
+    """The filter named by query parameters ``kind``, ``campaign``, ``class``, ``from``,
+    ``to`` (days, inclusive) and ``q`` (an email, a correlation ID or a job id)."""
+    where = queue.ProblemFilter()
+    kind = args.get("kind") or None
+    if kind is not None and kind not in JOB_KINDS:
+        raise Invalid(f"kind must be one of {', '.join(JOB_KINDS)}", fields={"kind": "unknown"})
+    where.kind = kind
+    campaign = args.get("campaign") or None
+    if campaign is not None:
+        if not campaign.isdigit():
+            raise Invalid("campaign must be a campaign id", fields={"campaign": "not a number"})
+        where.campaign_id = int(campaign)
+    where.error_class = args.get("class") or None
+    start, end = _day(args.get("from"), "from"), _day(args.get("to"), "to")
+    where.since = datetime.combine(start, time(), UTC) if start else None
+    where.until = datetime.combine(end + timedelta(days=1), time(), UTC) if end else None
+    _apply_search(where, (args.get("q") or "").strip())
+    return where
+
+
+def _apply_search(where: queue.ProblemFilter, q: str) -> None:
+    if not q:
+        return
+    if q.isdigit():
+        where.job_id = int(q)
+        return
+    try:
+        where.correlation_id = str(uuid.UUID(q))
+        return
+    except ValueError:
+        pass
+    if "@" not in q:
+        raise Invalid("search for a full email address, a correlation ID or a job id",
+                      fields={"q": "not an address, correlation ID or job id"})
+    where.email = q
+
+
+def _cursor_of(row: dict[str, Any]) -> str:
+    return f"{row['finished_at'].isoformat()}|{row['id']}"
+
+
+def _parse_cursor(cursor: str | None) -> tuple[datetime, int] | None:
+    if not cursor:
+        return None
+    try:
+        at, job_id = cursor.split("|")
+        return datetime.fromisoformat(at), int(job_id)
+    except ValueError:
+        raise Invalid("that page link is broken; start again from the first page",
+                      fields={"after": "invalid cursor"}) from None
+
+
+def page(conn: Connection, where: queue.ProblemFilter, after: str | None = None,
+         limit: int = PAGE_SIZE) -> InboxPage:
+    """One page of the inbox after ``after`` (a cursor from the previous page)."""
+    rows = queue.problem_jobs(conn, where, after=_parse_cursor(after), limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return InboxPage(rows, _cursor_of(rows[-1]) if more and rows else None)
+
+
+def detail(conn: Connection, job_id: int) -> dict[str, Any]:
+    """The job with its attempt timeline, its campaign's name and its suppression entry."""
+    job = queue.get_job(conn, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    job["timeline"] = queue.job_attempts(conn, job_id)
+    job["suppression"] = suppressions.get(conn, job["email"])
+    job["audit"] = audit.entries(conn, target=f"job:{job_id}", limit=20)
+    job["campaign_name"] = conn.execute(sa.text("SELECT name FROM campaigns WHERE id = :id"),
+                                        {"id": job["campaign_id"]}).scalar()
+    return job
+
+
+def _refusal(result: dict[str, Any], job: dict[str, Any] | None) -> Conflict:
+    if job is None:
+        return Conflict("that job does not exist")
+    if result["suppressed"]:
+        return Conflict(
+            f"{job['email']} is still on the suppression list, so a retry would be skipped. "
+            "Clear the address on the suppression list first, then retry.",
+            fields={"email": "suppressed"})
+    if result["cancelled"]:
+        return Conflict("the job's campaign was cancelled; its mail is not sent again")
+    if job.get("dismissed_at") is not None:
+        return Conflict(f"job {job['id']} was dismissed")
+    return Conflict(f"job {job['id']} is {job['status']}, not failed or bounced: nothing to "
+                    "retry", fields={"status": job["status"]})
+
+
+def retry(conn: Connection, job_id: int, *, actor: str) -> dict[str, Any]:
+    """Retry one failed or bounced job now (fresh schedule, history kept). A job whose
+    address is still suppressed is refused with a message saying so, never queued to be
+    skipped silently."""
+    result = queue.retry_problem_jobs(conn, queue.ProblemFilter(job_id=job_id),
+                                      as_of=datetime.now(UTC))
+    if not result["retried"]:
+        raise _refusal(result, queue.get_job(conn, job_id))
+    audit.record(conn, actor, "job.retry", f"job:{job_id}")
+    queue.notify_new_jobs(conn, result["kinds"][0])
+    return result
+
+
+def retry_all(conn: Connection, where: queue.ProblemFilter, as_of: datetime, *,
+              actor: str) -> dict[str, Any]:
+    """Retry every open problem matching ``where`` that finished by ``as_of`` (when the
+    admin saw the page): set-based, and a second click retries nothing twice."""
+    result = queue.retry_problem_jobs(conn, where, as_of)
+    filters = {k: v for k, v in asdict(where).items() if v is not None}
+    audit.record(conn, actor, "job.retry_all", "inbox", filters=filters, as_of=as_of,
+                 retried=result["retried"], left_suppressed=result["suppressed"],
+                 left_cancelled=result["cancelled"])
+    for kind in result["kinds"]:
+        queue.notify_new_jobs(conn, kind)
+    return result
+
+
+def dismiss(conn: Connection, job_id: int, *, actor: str) -> None:
+    """Take the job out of the inbox; its state and history stay."""
+    row = queue.dismiss_job(conn, job_id)
+    if row is None:
+        job = queue.get_job(conn, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        raise Conflict(f"job {job_id} is not an open failed or bounced job")
+    audit.record(conn, actor, "job.dismiss", f"job:{job_id}", email=row["email"],
+                 status=row["status"])
+
+
+def describe_retry(result: dict[str, Any]) -> str:
+    """What a retry did, in one sentence an admin can act on."""
+    n = result["retried"]
+    parts = [f"Retried {n:,} job{'s' if n != 1 else ''}; the workers are sending "
+             "them now." if n else "No job was retried."]
+    if result["suppressed"]:
+        examples = ", ".join(result["suppressed_examples"])
+        more = "…" if result["suppressed"] > len(result["suppressed_examples"]) else ""
+        parts.append(f"{result['suppressed']:,} were left out because their addresses are "
+                     f"still suppressed ({examples}{more}): clear them on the suppression "
+                     "list first.")
+    if result["cancelled"]:
+        parts.append(f"{result['cancelled']:,} belong to cancelled campaigns and were left "
+                     "out.")
+    return " ".join(parts)
+
+
+def campaign_choices(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
+    """Recent campaigns that were sent, for the inbox's campaign filter."""
+    rows = conn.execute(sa.text("""
+        SELECT id, name FROM campaigns WHERE broadcast_id IS NOT NULL
+         ORDER BY id DESC LIMIT :limit"""), {"limit": limit})
+    return [dict(r) for r in rows.mappings()]

@@ -1,0 +1,107 @@
+"""``/metrics``: a Prometheus collector that reads the database at scrape time, so every
+process reports the same numbers (the queue's, not one process's memory).
+
+Families (all gauges: they describe the queue now or over a recent window):
+``senddock_jobs{kind,state}``, ``senddock_oldest_pending_seconds``,
+``senddock_backlog`` / ``senddock_max_backlog``,
+``senddock_attempts_15m{kind,class}`` (sends and failures by class),
+``senddock_retries_15m{kind}``, ``senddock_time_to_sent_seconds{kind}`` (a gauge
+histogram over the last 15 minutes), ``senddock_workers_live``, ``senddock_in_flight``,
+``senddock_relay_up``, ``senddock_alarm{name}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from sqlalchemy.engine import Connection, Engine
+
+from webapp.domain import health
+from webapp.settings import Config
+from workers import queue
+
+
+class QueueCollector(Collector):
+    def __init__(self, engine: Engine, config: Config) -> None:
+        self.engine = engine
+        self.config = config
+
+    def collect(self) -> Iterator[Metric]:
+        with self.engine.connect() as conn:
+            yield from self._jobs(conn)
+            yield from self._attempts(conn)
+            yield from self._time_to_sent(conn)
+            yield from self._liveness(conn)
+
+    def _jobs(self, conn: Connection) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily("senddock_jobs", "Delivery jobs by kind and state.",
+                                 labels=["kind", "state"])
+        for kind, states in queue.jobs_by_kind_and_state(conn).items():
+            for state, n in states.items():
+                jobs.add_metric([kind, state], n)
+        yield jobs
+        yield GaugeMetricFamily("senddock_oldest_pending_seconds",
+                                "How long the oldest due (pending or retry) job has waited.",
+                                value=queue.oldest_due_age(conn))
+        yield GaugeMetricFamily("senddock_backlog", "Jobs waiting to be sent (pending+retry).",
+                                value=queue.backlog(conn))
+        yield GaugeMetricFamily("senddock_max_backlog",
+                                "Backlog above which enqueues are refused (SENDDOCK_MAX_BACKLOG).",
+                                value=self.config.max_backlog)
+
+    def _attempts(self, conn: Connection) -> Iterator[Metric]:
+        attempts = GaugeMetricFamily(
+            "senddock_attempts_15m",
+            "Delivery attempts in the last 15 minutes by kind and outcome class "
+            "(sent, hard_bounce, rejected, transient, build).", labels=["kind", "class"])
+        retries = GaugeMetricFamily(
+            "senddock_retries_15m",
+            "Transient failures (retried on the schedule) in the last 15 minutes.",
+            labels=["kind"])
+        window = health.attempts_in_window(conn)
+        for (kind, outcome), n in sorted(window.items()):
+            attempts.add_metric([kind, outcome], n)
+        for kind in sorted({k for k, _ in window}):
+            retries.add_metric([kind], window.get((kind, "transient"), 0))
+        yield attempts
+        yield retries
+
+    def _time_to_sent(self, conn: Connection) -> Iterator[Metric]:
+        family = GaugeHistogramMetricFamily(
+            "senddock_time_to_sent_seconds",
+            "Seconds from enqueue to sent, for jobs sent in the last 15 minutes.",
+            labels=["kind"])
+        bounds = [*map(str, health.TIME_TO_SENT_BOUNDS), "+Inf"]
+        for kind, (counts, total) in sorted(health.time_to_sent(conn).items()):
+            cumulative, buckets = 0, []
+            for le, n in zip(bounds, counts, strict=True):
+                cumulative += n
+                buckets.append((le, cumulative))
+            family.add_metric([kind], buckets, gsum_value=total)
+        yield family
+
+    def _liveness(self, conn: Connection) -> Iterator[Metric]:
+        workers = queue.running_workers(conn, self.config.worker_timeout)
+        live = [w for w in workers if w["live"]]
+        yield GaugeMetricFamily("senddock_workers_live",
+                                "Worker pools with a recent heartbeat.", value=len(live))
+        yield GaugeMetricFamily("senddock_in_flight", "Jobs being sent by live pools now.",
+                                value=sum(w["in_flight"] for w in live))
+        relay = queue.relay_status(conn)
+        yield GaugeMetricFamily("senddock_relay_up", "1 if the SMTP relay is usable.",
+                                value=1 if relay.get("status") != "down" else 0)
+        alarm = GaugeMetricFamily("senddock_alarm", "1 while the alarm is raised.",
+                                  labels=["name"])
+        raised = {a.name for a in health.compute_alarms(conn, self.config)}
+        for name in health.ALARM_NAMES:
+            alarm.add_metric([name], 1 if name in raised else 0)
+        yield alarm
+
+
+def registry_for(engine: Engine, config: Config) -> CollectorRegistry:
+    """A registry of its own per app (tests run many apps in one process)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(engine, config))
+    return registry
