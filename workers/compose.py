@@ -51,6 +51,19 @@ def _verification_template() -> CampaignTemplate:
                             read("verification.txt"), read("verification.html"))
 
 
+def recipient_context(*, email: str, name: str, attributes: dict[str, Any],
+                      unsubscribe_url: str, campaign_name: str,
+                      subject: str) -> dict[str, Any]:
+    """The variables a campaign template sees for one recipient (the preview uses the same,
+    so what the marketer previews is what is sent)."""
+    return {
+        "subscriber": {"email": email, "name": name, "attributes": attributes},
+        "email": email, "name": name, "attributes": attributes,
+        "unsubscribe_url": unsubscribe_url,
+        "campaign": {"name": campaign_name, "subject": subject},
+    }
+
+
 class Composer:
     """Builds messages for any job kind; safe to share between worker threads."""
 
@@ -85,23 +98,35 @@ class Composer:
     def _headers(self, job: ClaimedJob) -> dict[str, str]:
         return {"X-SendDock-Correlation-ID": job.correlation_id}
 
+    def _test_recipient(self, job: ClaimedJob) -> tuple[str, dict[str, Any]]:
+        """A test message is rendered with the chosen subscriber's fields (payload)."""
+        subscriber_id = job.payload.get("subscriber_id")
+        if not subscriber_id:
+            return "", {}
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT name, attributes FROM subscribers "
+                                       "WHERE id = :id"), {"id": int(subscriber_id)}).first()
+        return (row.name, row.attributes) if row else ("", {})
+
     def _build_campaign(self, job: ClaimedJob) -> Envelope:
         campaign_id = job.campaign_id or int(job.payload.get("campaign_id", 0))
         prepared = self.campaign(campaign_id)
-        subscriber = {"email": job.email, "name": job.name, "attributes": job.attributes}
         headers = self._headers(job)
+        name, attributes = job.name, job.attributes
         unsub = ""
-        if job.subscriber_id is not None:
+        if job.kind == "test":
+            # A real subscriber's link in a test would unsubscribe them when the tester
+            # clicks it; the placeholder's landing page explains that.
+            name, attributes = self._test_recipient(job)
+            unsub = f"{self.config.base_url}/u/test-message"
+        elif job.subscriber_id is not None:
             unsub = unsubscribe_url(self.config.base_url, self.config.secret_key,
                                     job.subscriber_id, campaign_id)
             headers["List-Unsubscribe"] = f"<{unsub}>"
             headers["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
-        context: dict[str, Any] = {
-            "subscriber": subscriber, "email": job.email, "name": job.name,
-            "attributes": job.attributes, "unsubscribe_url": unsub,
-            "campaign": {"name": prepared.name, "subject": prepared.subject},
-        }
-        rendered = prepared.template.render(context)
+        rendered = prepared.template.render(recipient_context(
+            email=job.email, name=name, attributes=attributes, unsubscribe_url=unsub,
+            campaign_name=prepared.name, subject=prepared.subject))
         subject = rendered.subject
         if job.kind == "test":
             subject = f"[Test] {subject}"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +13,8 @@ import sqlalchemy as sa
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.engine import Connection
 
-from webapp.domain.errors import Invalid, NotFound
+from webapp.domain import audit
+from webapp.domain.errors import Conflict, Invalid, NotFound
 
 MAX_NAME = 200
 
@@ -27,34 +30,66 @@ def check_email(raw: Any) -> str:
     return str(result.normalized)
 
 
-def create_list(conn: Connection, name: str, description: str = "") -> dict[str, Any]:
+def _check_list_name(name: str, description: str) -> tuple[str, str]:
     name = (name or "").strip()
     if not name:
         raise Invalid("a list needs a name", fields={"name": "required"})
     if len(name) > MAX_NAME:
         raise Invalid("list name too long", fields={"name": f"at most {MAX_NAME} characters"})
+    return name, (description or "").strip()[:2000]
+
+
+def create_list(conn: Connection, name: str, description: str = "", *,
+                actor: str = "system") -> dict[str, Any]:
+    name, description = _check_list_name(name, description)
     row = conn.execute(sa.text(
         "INSERT INTO lists (name, description) VALUES (:n, :d) RETURNING id, name, created_at"),
         {"n": name, "d": description}).mappings().one()
+    audit.record(conn, actor, "list.create", f"list:{row['id']}", name=name)
     return dict(row)
 
 
-def get_list(conn: Connection, list_id: int) -> dict[str, Any]:
-    row = conn.execute(sa.text("""
-        SELECT l.id, l.name, l.description, l.created_at,
-               (SELECT count(*) FROM memberships m WHERE m.list_id = l.id) AS subscribers
-          FROM lists l WHERE l.id = :id"""), {"id": list_id}).mappings().first()
+# The list's size comes from lists.subscriber_count (kept exact by triggers on memberships),
+# so no page view counts a million rows.
+_LIST_FIELDS = "l.id, l.name, l.description, l.created_at, l.subscriber_count AS subscribers"
+
+
+def get_list(conn: Connection, list_id: int, *, lock: bool = False) -> dict[str, Any]:
+    row = conn.execute(sa.text(
+        f"SELECT {_LIST_FIELDS} FROM lists l WHERE l.id = :id" + (" FOR UPDATE" if lock else "")),
+        {"id": list_id}).mappings().first()
     if row is None:
         raise NotFound(f"list {list_id} does not exist")
     return dict(row)
 
 
 def all_lists(conn: Connection) -> list[dict[str, Any]]:
-    rows = conn.execute(sa.text("""
-        SELECT l.id, l.name, l.description, l.created_at,
-               (SELECT count(*) FROM memberships m WHERE m.list_id = l.id) AS subscribers
-          FROM lists l ORDER BY l.id"""))
+    rows = conn.execute(sa.text(f"SELECT {_LIST_FIELDS} FROM lists l ORDER BY l.id"))
     return [dict(r) for r in rows.mappings()]
+
+
+def rename_list(conn: Connection, list_id: int, name: str, description: str = "", *,
+                actor: str = "system") -> dict[str, Any]:
+    current = get_list(conn, list_id, lock=True)
+    name, description = _check_list_name(name, description)
+    conn.execute(sa.text("UPDATE lists SET name = :n, description = :d WHERE id = :id"),
+                 {"n": name, "d": description, "id": list_id})
+    audit.record(conn, actor, "list.rename", f"list:{list_id}", old=current["name"], new=name)
+    return get_list(conn, list_id)
+
+
+def delete_list(conn: Connection, list_id: int, *, actor: str = "system") -> None:
+    """Delete the list and its memberships (subscribers stay, with their history). A list
+    that campaigns were composed for cannot be deleted: their records would lose it."""
+    current = get_list(conn, list_id, lock=True)
+    used = conn.execute(sa.text("SELECT name FROM campaigns WHERE list_id = :id ORDER BY id "
+                                "LIMIT 4"), {"id": list_id}).scalars().all()
+    if used:
+        names = ", ".join(f"“{n}”" for n in used[:3]) + (" …" if len(used) > 3 else "")
+        raise Conflict(f"the list is used by campaigns ({names}); it cannot be deleted")
+    conn.execute(sa.text("DELETE FROM lists WHERE id = :id"), {"id": list_id})
+    audit.record(conn, actor, "list.delete", f"list:{list_id}", name=current["name"],
+                 subscribers=current["subscribers"])
 
 
 @dataclass
@@ -121,11 +156,181 @@ def add_subscribers(conn: Connection, list_id: int, items: list[Any]) -> dict[st
     with their index; the rest are saved (P9)."""
     get_list(conn, list_id)
     valid, errors = validate_subscribers(items)
-    added = updated = 0
-    if valid:
-        row = conn.execute(_UPSERT, {
-            "list_id": list_id,
-            "emails": [s.email for _, s in valid], "names": [s.name for _, s in valid],
-            "attrs": [json.dumps(s.attributes) for _, s in valid]}).one()
-        added, updated = int(row.added), int(row.updated)
+    added, updated = upsert_subscribers(conn, list_id, [s for _, s in valid])
     return {"added": added, "updated": updated, "errors": errors}
+
+
+def upsert_subscribers(conn: Connection, list_id: int,
+                       batch: list[SubscriberInput]) -> tuple[int, int]:
+    """Insert or update ``batch`` (validated, one entry per address) and put them on the
+    list, in one statement. Returns (added, updated)."""
+    if not batch:
+        return 0, 0
+    row = conn.execute(_UPSERT, {
+        "list_id": list_id, "emails": [s.email for s in batch],
+        "names": [s.name for s in batch],
+        "attrs": [json.dumps(s.attributes) for s in batch]}).one()
+    return int(row.added), int(row.updated)
+
+
+# --- one subscriber ----------------------------------------------------------------------
+
+SUBSCRIBER_STATUSES = ("active", "unsubscribed", "blocklisted")
+PAGE_SIZE = 50
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def subscriber_page(conn: Connection, list_id: int, *, after: int | None = None,
+                    before: int | None = None, query: str = "",
+                    limit: int = PAGE_SIZE) -> dict[str, Any]:
+    """One page of the list's subscribers in id order, by keyset (``after``/``before`` an
+    id), never OFFSET: any page costs the same at a million subscribers. ``query`` matches
+    any part of the address or name (trigram index). Returns rows and the cursors of the
+    neighbouring pages (None where there is none)."""
+    backwards = before is not None and after is None
+    pattern = f"%{_escape_like(query.strip().lower())}%" if query.strip() else None
+    rows = [dict(r) for r in conn.execute(sa.text(f"""
+        SELECT s.id, s.email, s.name, s.status, s.attributes, m.created_at AS added_at
+          FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
+         WHERE m.list_id = :list_id
+           AND (CAST(:cursor AS bigint) IS NULL OR m.subscriber_id {'<' if backwards else '>'}
+                :cursor)
+           AND (CAST(:pattern AS text) IS NULL
+                OR lower(s.email || ' ' || s.name) LIKE :pattern)
+         ORDER BY m.subscriber_id {'DESC' if backwards else 'ASC'} LIMIT :limit"""),
+        {"list_id": list_id, "cursor": before if backwards else after, "pattern": pattern,
+         "limit": limit + 1}).mappings()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if backwards:
+        rows.reverse()
+    first, last = (rows[0]["id"], rows[-1]["id"]) if rows else (None, None)
+    has_next = more if not backwards else before is not None
+    has_prev = (more if backwards else after is not None) and bool(rows)
+    return {"rows": rows, "next_after": last if has_next and rows else None,
+            "prev_before": first if has_prev else None}
+
+
+def get_member(conn: Connection, list_id: int, subscriber_id: int) -> dict[str, Any]:
+    row = conn.execute(sa.text("""
+        SELECT s.id, s.email, s.name, s.status, s.attributes, s.created_at,
+               m.created_at AS added_at
+          FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
+         WHERE m.list_id = :l AND m.subscriber_id = :s"""),
+        {"l": list_id, "s": subscriber_id}).mappings().first()
+    if row is None:
+        raise NotFound(f"subscriber {subscriber_id} is not on list {list_id}")
+    return dict(row)
+
+
+def parse_attributes(text: str) -> dict[str, str]:
+    """``key: value`` lines (or ``key=value``) into attributes; blank lines ignored."""
+    attributes: dict[str, str] = {}
+    for number, line in enumerate((text or "").splitlines(), 1):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":") if ":" in line else line.partition("=")
+        if not sep or not key.strip():
+            raise Invalid(f"attributes line {number} must look like “key: value”",
+                          fields={"attributes": f"line {number}: expected key: value"})
+        attributes[key.strip()[:100]] = value.strip()
+    return attributes
+
+
+def add_member(conn: Connection, list_id: int, email: str, name: str = "",
+               attributes: dict[str, Any] | None = None, *,
+               actor: str = "system") -> dict[str, Any]:
+    """Add one subscriber (or update the existing one with that address) to the list."""
+    result = add_subscribers(conn, list_id, [{"email": email, "name": name,
+                                              "attributes": attributes or {}}])
+    if result["errors"]:
+        message = result["errors"][0]["error"]
+        raise Invalid(message, fields={"email": message})
+    row = conn.execute(sa.text("SELECT id FROM subscribers WHERE lower(email) = lower(:e)"),
+                       {"e": check_email(email)}).one()
+    audit.record(conn, actor, "subscriber.add", f"list:{list_id}", subscriber=row.id,
+                 created=bool(result["added"]))
+    return get_member(conn, list_id, row.id)
+
+
+def update_member(conn: Connection, list_id: int, subscriber_id: int, *, email: str,
+                  name: str, attributes: dict[str, Any], status: str,
+                  actor: str = "system") -> dict[str, Any]:
+    """Change one subscriber's address, name, attributes or status. The address stays
+    unique however it is cased."""
+    get_member(conn, list_id, subscriber_id)
+    address = check_email(email)
+    if status not in SUBSCRIBER_STATUSES:
+        raise Invalid(f"status must be one of {', '.join(SUBSCRIBER_STATUSES)}",
+                      fields={"status": "unknown status"})
+    if len(name or "") > MAX_NAME:
+        raise Invalid(f"name must be at most {MAX_NAME} characters", fields={"name": "too long"})
+    taken = conn.execute(sa.text("SELECT id FROM subscribers WHERE lower(email) = lower(:e) "
+                                 "AND id <> :id"), {"e": address, "id": subscriber_id}).first()
+    if taken:
+        raise Conflict(f"another subscriber already has the address {address}",
+                       fields={"email": "already taken"})
+    conn.execute(sa.text("""
+        UPDATE subscribers SET email = :e, name = :n, attributes = CAST(:a AS jsonb),
+               status = :st WHERE id = :id"""),
+        {"e": address, "n": (name or "").strip(), "a": json.dumps(attributes), "st": status,
+         "id": subscriber_id})
+    audit.record(conn, actor, "subscriber.update", f"subscriber:{subscriber_id}",
+                 list=list_id, status=status)
+    return get_member(conn, list_id, subscriber_id)
+
+
+def remove_member(conn: Connection, list_id: int, subscriber_id: int, *,
+                  actor: str = "system") -> None:
+    """Take the subscriber off this list (they stay on other lists and in past sends)."""
+    member = get_member(conn, list_id, subscriber_id)
+    conn.execute(sa.text("DELETE FROM memberships WHERE list_id = :l AND subscriber_id = :s"),
+                 {"l": list_id, "s": subscriber_id})
+    audit.record(conn, actor, "subscriber.remove", f"list:{list_id}",
+                 subscriber=subscriber_id, email=member["email"])
+
+
+# --- export ------------------------------------------------------------------------------
+
+EXPORT_CHUNK = 5000
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> str:
+    # Spreadsheet programs run cells that start like a formula (CSV injection): neutralise.
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
+    """The list as CSV text, yielded a chunk at a time (keyset over the membership key), so
+    a million subscribers are never held in memory. Columns: email, name, status, added_at,
+    then every attribute key found on the list; the file imports back as it is."""
+    get_list(conn, list_id)
+    keys = sorted(conn.execute(sa.text("""
+        SELECT DISTINCT jsonb_object_keys(s.attributes) FROM memberships m
+          JOIN subscribers s ON s.id = m.subscriber_id WHERE m.list_id = :l"""),
+        {"l": list_id}).scalars())
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["email", "name", "status", "added_at", *keys])
+    after = 0
+    while True:
+        rows = conn.execute(sa.text("""
+            SELECT m.subscriber_id, s.email, s.name, s.status, m.created_at, s.attributes
+              FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
+             WHERE m.list_id = :l AND m.subscriber_id > :after
+             ORDER BY m.subscriber_id LIMIT :n"""),
+            {"l": list_id, "after": after, "n": EXPORT_CHUNK}).all()
+        for r in rows:
+            writer.writerow([_cell(r.email), _cell(r.name), r.status, r.created_at.isoformat(),
+                             *(_cell(r.attributes.get(k)) for k in keys)])
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+        if len(rows) < EXPORT_CHUNK:
+            return
+        after = rows[-1].subscriber_id

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import sqlalchemy as sa
 from itsdangerous import BadSignature, URLSafeSerializer
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit, suppressions
+from webapp.domain.errors import NotFound
 
 _SALT = "senddock-unsubscribe-v1"
 
@@ -27,3 +34,38 @@ def read_token(secret_key: str, token: str) -> tuple[int, int | None] | None:
 def unsubscribe_url(base_url: str, secret_key: str, subscriber_id: int,
                     campaign_id: int | None) -> str:
     return f"{base_url}/u/{make_token(secret_key, subscriber_id, campaign_id)}"
+
+
+def recipient_for(conn: Connection, secret_key: str, token: str) -> dict[str, Any] | None:
+    """The subscriber a genuine link names (id, email, status, suppressed), or None for a
+    forged, broken or stale link (the subscriber no longer exists)."""
+    read = read_token(secret_key, token)
+    if read is None:
+        return None
+    row = conn.execute(sa.text("""
+        SELECT s.id, s.email, s.status,
+               EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email))
+                   AS suppressed
+          FROM subscribers s WHERE s.id = :id"""), {"id": read[0]}).mappings().first()
+    return None if row is None else {**row, "campaign_id": read[1]}
+
+
+def unsubscribe(conn: Connection, secret_key: str, token: str, *, via: str) -> dict[str, Any]:
+    """Unsubscribe the recipient a genuine link names: their address goes on the suppression
+    list (reason ``unsubscribed``; an existing entry is kept) and the subscriber is marked
+    ``unsubscribed``, so no later campaign reaches them. Idempotent. Raises NotFound for a
+    link that is not genuine."""
+    recipient = recipient_for(conn, secret_key, token)
+    if recipient is None:
+        raise NotFound("this unsubscribe link is not valid")
+    actor = f"recipient ({via})"
+    note = f"campaign {recipient['campaign_id']}" if recipient["campaign_id"] else ""
+    suppressions.suppress(conn, recipient["email"], "unsubscribed", note=note, actor=actor)
+    changed = conn.execute(sa.text("UPDATE subscribers SET status = 'unsubscribed' "
+                                   "WHERE id = :id AND status = 'active'"),
+                           {"id": recipient["id"]}).rowcount
+    if changed:
+        audit.record(conn, actor, "subscriber.unsubscribe", f"subscriber:{recipient['id']}",
+                     campaign=recipient["campaign_id"])
+    return {**recipient, "status": "unsubscribed" if changed else recipient["status"],
+            "suppressed": True}

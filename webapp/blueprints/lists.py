@@ -1,0 +1,172 @@
+"""Lists and subscribers in the browser: lists, the subscriber table (keyset paging and
+search that stay fast at a million), one subscriber at a time, CSV import and export."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from webapp.context import actor, engine
+from webapp.domain import imports, lists
+from webapp.domain.errors import DomainError, Invalid
+
+bp = Blueprint("lists", __name__, url_prefix="/lists")
+
+
+def _detail(list_id: int) -> str:
+    return url_for("lists.detail", list_id=list_id)
+
+
+@bp.get("/")
+def index() -> str:
+    with engine().connect() as conn:
+        return render_template("lists/index.html", lists=lists.all_lists(conn))
+
+
+@bp.post("/")
+def create() -> Response | tuple[str, int]:
+    try:
+        with engine().begin() as conn:
+            created = lists.create_list(conn, request.form.get("name", ""),
+                                        request.form.get("description", ""), actor=actor())
+    except Invalid as exc:
+        with engine().connect() as conn:
+            return render_template("lists/index.html", lists=lists.all_lists(conn),
+                                   error=exc.message, values=request.form), 422
+    flash(f"List “{created['name']}” created. Now add subscribers: import a CSV file or "
+          "add them one by one.", "success")
+    return redirect(_detail(created["id"]), 303)
+
+
+def _cursor(name: str) -> int | None:
+    raw = request.args.get(name, "")
+    return int(raw) if raw.isdigit() else None
+
+
+@bp.get("/<int:list_id>")
+def detail(list_id: int) -> str:
+    query = request.args.get("q", "").strip()[:200]
+    with engine().connect() as conn:
+        the_list = lists.get_list(conn, list_id)
+        page = lists.subscriber_page(conn, list_id, after=_cursor("after"),
+                                     before=_cursor("before"), query=query)
+    template = "partials/_list_subscribers.html" if request.args.get("fragment") == \
+        "subscribers" else "lists/detail.html"
+    return render_template(template, the_list=the_list, page=page, q=query)
+
+
+@bp.post("/<int:list_id>/rename")
+def rename(list_id: int) -> Response:
+    try:
+        with engine().begin() as conn:
+            lists.rename_list(conn, list_id, request.form.get("name", ""),
+                              request.form.get("description", ""), actor=actor())
+    except DomainError as exc:
+        flash(f"Not renamed: {exc.message}", "error")
+    else:
+        flash("List renamed.", "success")
+    return redirect(_detail(list_id), 303)
+
+
+@bp.post("/<int:list_id>/delete")
+def delete(list_id: int) -> Response:
+    try:
+        with engine().begin() as conn:
+            lists.delete_list(conn, list_id, actor=actor())
+    except DomainError as exc:
+        flash(f"Not deleted: {exc.message}", "error")
+        return redirect(_detail(list_id), 303)
+    flash("List deleted. Its subscribers stay on their other lists.", "success")
+    return redirect(url_for("lists.index"), 303)
+
+
+@bp.post("/<int:list_id>/subscribers")
+def add_subscriber(list_id: int) -> Response:
+    form = request.form
+    try:
+        with engine().begin() as conn:
+            member = lists.add_member(conn, list_id, form.get("email", ""),
+                                      form.get("name", ""),
+                                      lists.parse_attributes(form.get("attributes", "")),
+                                      actor=actor())
+    except DomainError as exc:
+        flash(f"Not added: {exc.message}", "error")
+    else:
+        flash(f"{member['email']} is on the list.", "success")
+    return redirect(_detail(list_id), 303)
+
+
+@bp.route("/<int:list_id>/subscribers/<int:subscriber_id>", methods=["GET", "POST"])
+def subscriber(list_id: int, subscriber_id: int) -> Response | tuple[str, int]:
+    error = None
+    values = None
+    if request.method == "POST":
+        values = request.form
+        try:
+            with engine().begin() as conn:
+                lists.update_member(conn, list_id, subscriber_id,
+                                    email=values.get("email", ""),
+                                    name=values.get("name", ""),
+                                    attributes=lists.parse_attributes(
+                                        values.get("attributes", "")),
+                                    status=values.get("status", ""), actor=actor())
+        except DomainError as exc:
+            error = exc
+        else:
+            flash("Subscriber saved.", "success")
+            return redirect(_detail(list_id), 303)
+    with engine().connect() as conn:
+        the_list = lists.get_list(conn, list_id)
+        member = lists.get_member(conn, list_id, subscriber_id)
+    return render_template("lists/subscriber.html", the_list=the_list, member=member,
+                           values=values, error=error,
+                           statuses=lists.SUBSCRIBER_STATUSES), 422 if error else 200
+
+
+@bp.post("/<int:list_id>/subscribers/<int:subscriber_id>/remove")
+def remove_subscriber(list_id: int, subscriber_id: int) -> Response:
+    with engine().begin() as conn:
+        lists.remove_member(conn, list_id, subscriber_id, actor=actor())
+    flash("Subscriber removed from the list.", "success")
+    return redirect(_detail(list_id), 303)
+
+
+@bp.route("/<int:list_id>/import", methods=["GET", "POST"])
+def import_csv(list_id: int) -> str | tuple[str, int]:
+    with engine().connect() as conn:
+        the_list = lists.get_list(conn, list_id)
+    if request.method == "GET":
+        return render_template("lists/import.html", the_list=the_list)
+    # The form parser spools the upload to a temporary file (size limit: security.py);
+    # the import reads it line by line.
+    upload = request.files.get("file")
+    if upload is None or not upload.filename:
+        return render_template("lists/import.html", the_list=the_list,
+                               error="Choose a CSV file to import."), 422
+    try:
+        with engine().begin() as conn:
+            report = imports.import_csv(conn, list_id, upload.stream, actor=actor())
+            the_list = lists.get_list(conn, list_id)
+    except Invalid as exc:
+        return render_template("lists/import.html", the_list=the_list, error=exc.message,
+                               filename=upload.filename), 422
+    return render_template("lists/import_report.html", the_list=the_list, report=report,
+                           filename=upload.filename, max_reported=imports.MAX_REPORTED)
+
+
+@bp.get("/<int:list_id>/export.csv")
+def export(list_id: int) -> Response:
+    eng = engine()
+    with eng.connect() as conn:
+        the_list = lists.get_list(conn, list_id)
+
+    def stream() -> Iterator[str]:
+        with eng.connect() as conn:
+            yield from lists.export_csv(conn, list_id)
+
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in the_list["name"])[:60]
+    response = Response(stream(), mimetype="text/csv")
+    response.headers["Content-Disposition"] = f'attachment; filename="{safe or "list"}.csv"'
+    return response

@@ -1,0 +1,227 @@
+"""CSV import into a list: streamed line by line (never the whole file in memory), every
+rejected line reported with its number and reason, the rest imported (P9).
+
+Accepted files: UTF-8 with or without a byte-order mark, comma- or semicolon-separated, a
+header row naming an ``email`` column; ``name`` and any other columns are optional (the
+others become attributes).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit
+from webapp.domain.errors import Invalid
+from webapp.domain.lists import (
+    MAX_NAME,
+    SubscriberInput,
+    check_email,
+    get_list,
+    upsert_subscribers,
+)
+
+BATCH = 2000
+MAX_REPORTED = 1000
+EMAIL_HEADERS = ("email", "e-mail", "email address", "e-mail address", "mail")
+NAME_HEADERS = ("name", "full name", "full_name")
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass
+class Rejected:
+    line: int
+    email: str
+    reason: str
+    detail: str
+
+
+@dataclass
+class ImportReport:
+    """What an import did. ``rejected`` lists the first :data:`MAX_REPORTED` rejected lines;
+    ``reasons`` counts them all."""
+
+    lines: int = 0
+    added: int = 0
+    updated: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.reasons.values())
+
+    def reject(self, line: int, email: str, reason: str, detail: str) -> None:
+        self.reasons[reason] += 1
+        if len(self.rejected) < MAX_REPORTED:
+            self.rejected.append(Rejected(line, email[:320], reason, detail))
+
+
+@dataclass
+class _Columns:
+    email: int
+    name: int | None
+    attributes: list[tuple[int, str]]
+
+
+def _decoded_lines(stream: Iterable[bytes]) -> Iterator[str]:
+    """The file's lines as text; a line that is not UTF-8 stops the import with its number
+    (the caller's transaction then rolls back: nothing half-imported)."""
+    for number, raw in enumerate(stream, 1):
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM):]
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Invalid(
+                f"line {number} is not valid UTF-8 (byte 0x{raw[exc.start]:02X} at position "
+                f"{exc.start + 1}). Save the file as “CSV UTF-8” and import it again; nothing "
+                "was imported.", fields={"file": f"line {number}: not UTF-8"}) from None
+
+
+def _columns(header: list[str]) -> _Columns:
+    names = [h.strip().lower() for h in header]
+    email = next((i for i, h in enumerate(names) if h in EMAIL_HEADERS), None)
+    if email is None:
+        found = ", ".join(f"“{h.strip()}”" for h in header if h.strip()) or "nothing"
+        raise Invalid(f"the first line must be a header with an “email” column; found {found}. "
+                      "Nothing was imported.", fields={"file": "no email column"})
+    name = next((i for i, h in enumerate(names) if h in NAME_HEADERS), None)
+    attributes = [(i, header[i].strip()[:100]) for i in range(len(header))
+                  if i not in (email, name) and header[i].strip()]
+    return _Columns(email, name, attributes)
+
+
+def _delimiter(header_line: str) -> str:
+    return ";" if header_line.count(";") > header_line.count(",") else ","
+
+
+def _parse(row: list[str], columns: _Columns) -> SubscriberInput:
+    """One data row as a subscriber, or :class:`Invalid` naming what is wrong with it."""
+    def cell(index: int | None) -> str:
+        return row[index].strip() if index is not None and index < len(row) else ""
+
+    email = check_email(cell(columns.email))
+    name = cell(columns.name)
+    if len(name) > MAX_NAME:
+        raise Invalid(f"name longer than {MAX_NAME} characters")
+    attributes = {key: cell(i) for i, key in columns.attributes if cell(i)}
+    return SubscriberInput(email, name, attributes)
+
+
+_CLASSIFY = sa.text("""
+SELECT i.n, s.line AS first_line,
+       EXISTS (SELECT 1 FROM suppressions x WHERE x.email = i.email) AS suppressed
+  FROM unnest(CAST(:emails AS text[])) WITH ORDINALITY AS i(email, n)
+  LEFT JOIN import_seen s ON s.email = i.email
+ ORDER BY i.n
+""")
+
+
+class _Importer:
+    """Accumulates parsed lines into batches and writes each batch set-based."""
+
+    def __init__(self, conn: Connection, list_id: int) -> None:
+        self.conn = conn
+        self.list_id = list_id
+        self.report = ImportReport()
+        self.batch: dict[str, tuple[int, SubscriberInput]] = {}
+        # Addresses already imported by this run (earlier batches), for duplicate reports.
+        conn.execute(sa.text("CREATE TEMP TABLE import_seen (email text PRIMARY KEY, "
+                             "line int NOT NULL) ON COMMIT DROP"))
+
+    def add(self, line: int, subscriber: SubscriberInput) -> None:
+        key = subscriber.email.lower()
+        if key in self.batch:
+            self.report.reject(line, subscriber.email, "duplicate",
+                               f"same address as line {self.batch[key][0]}")
+            return
+        self.batch[key] = (line, subscriber)
+        if len(self.batch) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.batch:
+            return
+        items = list(self.batch.values())
+        rows = self.conn.execute(_CLASSIFY, {"emails": list(self.batch)}).all()
+        accepted: list[tuple[int, SubscriberInput]] = []
+        for (line, sub), row in zip(items, rows, strict=True):
+            if row.first_line is not None:
+                self.report.reject(line, sub.email, "duplicate",
+                                   f"same address as line {row.first_line}")
+            elif row.suppressed:
+                self.report.reject(line, sub.email, "suppressed",
+                                   "the address is on the suppression list")
+            else:
+                accepted.append((line, sub))
+        self.conn.execute(sa.text("""
+            INSERT INTO import_seen (email, line)
+            SELECT * FROM unnest(CAST(:emails AS text[]), CAST(:lines AS int[]))"""),
+            {"emails": [s.email.lower() for _, s in accepted],
+             "lines": [line for line, _ in accepted]})
+        added, updated = upsert_subscribers(self.conn, self.list_id, [s for _, s in accepted])
+        self.report.added += added
+        self.report.updated += updated
+        self.batch = {}
+
+
+def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
+               actor: str = "system") -> ImportReport:
+    """Import a CSV file (an iterable of byte lines, e.g. an uploaded file) into the list.
+
+    Lines with an invalid address, an address seen earlier in the file, or a suppressed
+    address are rejected and reported; every other line is added or updates the subscriber
+    with that address. A file that cannot be read as a whole (no header with an email column,
+    bytes that are not UTF-8, broken quoting) raises :class:`Invalid` naming the line: the
+    caller's transaction then rolls back and nothing is imported."""
+    get_list(conn, list_id)
+    lines = _decoded_lines(stream)
+    header_line = next(lines, None)
+    if header_line is None or not header_line.strip():
+        raise Invalid("the file is empty: the first line must be a header with an “email” "
+                      "column", fields={"file": "empty"})
+    reader = csv.reader(_chain(header_line, lines), delimiter=_delimiter(header_line))
+    columns = _columns(next(reader))
+    importer = _Importer(conn, list_id)
+    _read_rows(reader, columns, importer)
+    importer.flush()
+    report = importer.report
+    audit.record(conn, actor, "list.import", f"list:{list_id}", lines=report.lines,
+                 added=report.added, updated=report.updated, rejected=dict(report.reasons))
+    return report
+
+
+def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
+    yield first
+    yield from rest
+
+
+def _read_rows(reader: Any, columns: _Columns, importer: _Importer) -> None:
+    previous = reader.line_num
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise Invalid(f"line {previous + 1} cannot be read as CSV ({exc}); nothing was "
+                          "imported.", fields={"file": f"line {previous + 1}"}) from None
+        line, previous = previous + 1, reader.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        importer.report.lines += 1
+        try:
+            subscriber = _parse(row, columns)
+        except Invalid as exc:
+            raw = row[columns.email].strip() if columns.email < len(row) else ""
+            reason = "invalid address" if "email" in exc.fields else "invalid line"
+            importer.report.reject(line, raw, reason, exc.message)
+            continue
+        importer.add(line, subscriber)
