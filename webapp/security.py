@@ -14,6 +14,11 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "object-src 'none'")
 
 
+# Endpoints that accept uploads up to SENDDOCK_MAX_IMPORT_BYTES instead of
+# SENDDOCK_MAX_REQUEST_BYTES (CSV imports).
+UPLOAD_ENDPOINTS = frozenset({"lists.import_csv"})
+
+
 def _csrf_unless_bearer() -> None:
     # API calls authenticated by a bearer token carry no ambient credentials, so CSRF
     # cannot apply to them; everything else (forms, HTMX, browser API use) is checked.
@@ -45,6 +50,9 @@ def init_app(app: Flask) -> None:
 
     @app.before_request
     def check_csrf() -> None:
+        if request.endpoint in UPLOAD_ENDPOINTS:
+            # Raised before the CSRF check parses the form (files are spooled to disk).
+            request.max_content_length = app.extensions["senddock"].config.max_import_bytes
         if request.method in ("POST", "PUT", "PATCH", "DELETE"):
             _csrf_unless_bearer()
 

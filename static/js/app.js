@@ -39,6 +39,16 @@
   setInterval(tickCountdowns, 1000);
   document.addEventListener("DOMContentLoaded", tickCountdowns);
   document.addEventListener("htmx:afterSwap", tickCountdowns);
+  // Schedule forms: <input data-tz-offset> gets the browser's UTC offset (minutes) for the
+  // chosen local time, so the server can turn the datetime-local value into UTC.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var offset = form && form.querySelector && form.querySelector("[data-tz-offset]");
+    var at = form && form.querySelector && form.querySelector("input[type=datetime-local]");
+    if (offset && at && at.value) {
+      offset.value = String(new Date(at.value).getTimezoneOffset());
+    }
+  }, true);
   // Confirm dangerous actions: <form data-confirm="Really?">.
   document.addEventListener("submit", function (event) {
     var form = event.target;

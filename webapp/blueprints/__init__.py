@@ -11,6 +11,11 @@ def register_all(app: Flask) -> None:
     app.register_blueprint(auth.bp)
     app.register_blueprint(home.bp)
     app.register_blueprint(api.bp, url_prefix="/api/v1")
+    from webapp.blueprints import campaigns, lists, public
+
+    app.register_blueprint(campaigns.bp)
+    app.register_blueprint(lists.bp)
+    app.register_blueprint(public.bp)
     from webapp.blueprints import support
 
     app.register_blueprint(support.bp)
