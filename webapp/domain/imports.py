@@ -193,6 +193,7 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
     _read_rows(reader, columns, importer)
     importer.flush()
     report = importer.report
+    report.rejected.sort(key=lambda r: r.line)  # batch checks report after per-line ones
     audit.record(conn, actor, "list.import", f"list:{list_id}", lines=report.lines,
                  added=report.added, updated=report.updated, rejected=dict(report.reasons))
     return report

@@ -1,0 +1,123 @@
+"""CSV import: a deliberately broken file gets a per-line report and the rest imported;
+files that cannot be read as a whole get a clear error and import nothing (P9)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.helpers import Browser
+from webapp.domain import imports, lists
+from webapp.domain.errors import Invalid
+from webapp.domain.suppressions import suppress
+
+BROKEN = (
+    "\ufeffEmail;Name;Plan;City\r\n"             # 1: BOM, semicolons, mixed-case header
+    "ada@example.org;Ada;pro;London\r\n"        # 2
+    "not-an-address;Bob;free;Paris\r\n"         # 3 invalid
+    "ADA@example.org;Ada again;team;\r\n"       # 4 duplicate of 2 (however cased)
+    "\r\n"                                      # 5 blank: ignored
+    "blocked@example.org;Blocked;free;Rome\r\n" # 6 suppressed
+    ";No address;free;\r\n"                     # 7 missing address
+    "\"quoted;semi@example.org\";x;y;z\r\n"     # 8 invalid (quoted cell with the delimiter)
+    "grace@example.org;\"Hopper; Grace\";team;\"New\r\nYork\"\r\n"  # 9-10 quoted newline
+    "zoë@example.org;Zoë;pro;Zürich\r\n"        # 11 UTF-8 name and address
+    "existing@example.org;Updated Name;;\r\n"   # 12 already a subscriber: updated
+)
+
+
+def _import(engine: sa.Engine, list_id: int, data: bytes) -> imports.ImportReport:
+    with engine.begin() as conn:
+        return imports.import_csv(conn, list_id, io.BytesIO(data), actor="test")
+
+
+def _setup(engine: sa.Engine) -> int:
+    with engine.begin() as conn:
+        list_id = int(lists.create_list(conn, "Imported")["id"])
+        suppress(conn, "Blocked@Example.org", "manual", actor="test")
+        other = lists.create_list(conn, "Other")["id"]
+        lists.add_subscribers(conn, other, [{"email": "existing@example.org", "name": "Old"}])
+    return list_id
+
+
+def test_broken_file_reports_each_line_and_imports_the_rest(engine: sa.Engine) -> None:
+    list_id = _setup(engine)
+    report = _import(engine, list_id, BROKEN.encode("utf-8"))
+    rejected = [(r.line, r.reason) for r in report.rejected]
+    assert rejected == [(3, "invalid address"), (4, "duplicate"), (6, "suppressed"),
+                        (7, "invalid address"), (8, "invalid address")]
+    assert [r.detail for r in report.rejected if r.line == 4] == ["same address as line 2"]
+    assert (report.added, report.updated, report.lines) == (3, 1, 9)
+    with engine.connect() as conn:
+        rows = {r.email: r for r in conn.execute(sa.text("""
+            SELECT s.email, s.name, s.attributes FROM memberships m
+              JOIN subscribers s ON s.id = m.subscriber_id WHERE m.list_id = :l"""),
+            {"l": list_id})}
+        assert lists.get_list(conn, list_id)["subscribers"] == 4
+    assert set(rows) == {"ada@example.org", "grace@example.org", "zoë@example.org",
+                         "existing@example.org"}
+    assert rows["grace@example.org"].name == "Hopper; Grace"
+    assert rows["grace@example.org"].attributes == {"Plan": "team", "City": "New\r\nYork"}
+    assert rows["zoë@example.org"].attributes == {"Plan": "pro", "City": "Zürich"}
+    assert rows["existing@example.org"].name == "Updated Name"
+    assert rows["ada@example.org"].attributes == {"Plan": "pro", "City": "London"}
+
+
+def test_duplicates_across_batches_name_the_first_line(engine: sa.Engine,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(imports, "BATCH", 3)
+    list_id = _setup(engine)
+    lines = ["email,name"] + [f"u{i}@example.org,U{i}" for i in range(10)] + ["U2@example.org,"]
+    report = _import(engine, list_id, "\n".join(lines).encode())
+    assert [(r.line, r.reason, r.detail) for r in report.rejected] == [
+        (12, "duplicate", "same address as line 4")]
+    assert report.added == 10
+
+
+def test_missing_email_column_is_a_clear_error(engine: sa.Engine) -> None:
+    list_id = _setup(engine)
+    with pytest.raises(Invalid, match="“email” column; found “address”, “name”"):
+        _import(engine, list_id, b"address,name\nada@example.org,Ada\n")
+    with pytest.raises(Invalid, match="empty"):
+        _import(engine, list_id, b"")
+
+
+def test_non_utf8_bytes_name_the_line_and_import_nothing(engine: sa.Engine,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.setattr(imports, "BATCH", 2)  # earlier batches were written: rolled back
+    list_id = _setup(engine)
+    data = "email,name\na@example.org,A\nb@example.org,B\nc@example.org,C\n".encode() + \
+        "d@example.org,Jos\u00e9\n".encode("latin-1")
+    with pytest.raises(Invalid, match=r"line 5 is not valid UTF-8 \(byte 0xE9"):
+        _import(engine, list_id, data)
+    with engine.connect() as conn:
+        assert lists.get_list(conn, list_id)["subscribers"] == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM subscribers")).scalar() == 1
+
+
+def test_upload_through_the_page(client: Any, engine: sa.Engine,
+                                 make_user: Callable[..., dict[str, Any]]) -> None:
+    list_id = _setup(engine)
+    browser = Browser(client, make_user("marketer"))
+    page = client.post(f"/lists/{list_id}/import", data={
+        "csrf_token": browser.token,
+        "file": (io.BytesIO(BROKEN.encode("utf-8")), "people.csv")},
+        content_type="multipart/form-data")
+    text = page.get_data(as_text=True)
+    assert page.status_code == 200, text
+    assert 'id="import-added">3<' in text and 'id="import-rejected">5<' in text
+    assert "same address as line 2" in text and "not-an-address" in text
+    bad = client.post(f"/lists/{list_id}/import", data={
+        "csrf_token": browser.token,
+        "file": (io.BytesIO(b"who,what\n<b>x</b>,y\n"), "bad.csv")},
+        content_type="multipart/form-data")
+    assert bad.status_code == 422
+    assert "“email” column" in bad.get_data(as_text=True)
+    none = client.post(f"/lists/{list_id}/import", data={"csrf_token": browser.token},
+                       content_type="multipart/form-data")
+    assert none.status_code == 422 and "Choose a CSV file" in none.get_data(as_text=True)
