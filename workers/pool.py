@@ -58,6 +58,7 @@ class Pool:
         self.stopping = threading.Event()
         self._wake = threading.Condition()
         self._live: Connection | None = None
+        self._live_since = 0.0  # monotonic time the current liveness session was opened
         self._live_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
         self._listener: threading.Thread | None = None
@@ -132,6 +133,7 @@ class Pool:
             conn.close()
             raise RuntimeError("could not take this worker's liveness lock")
         self._live = conn
+        self._live_since = time.monotonic()
 
     def _heartbeat(self) -> None:
         with self._live_lock:
@@ -149,9 +151,13 @@ class Pool:
                     self._live.close()
                 self._live = None
 
-    def _rescue(self) -> dict[str, int]:
+    def _rescue(self, startup: bool = True) -> dict[str, int]:
+        # Only the startup hook takes back same-node workers on their free lock alone (they
+        # are this node's previous incarnation); the periodic rescuer also needs a stale
+        # heartbeat, so a live same-node peer that lost its session is not robbed.
+        node = self.node if startup else ""
         with self.engine.begin() as conn:
-            taken = queue.requeue_orphans(conn, me=self.worker_id, node=self.node,
+            taken = queue.requeue_orphans(conn, me=self.worker_id, node=node,
                                           timeout=self.config.worker_timeout)
             if any(taken.values()):
                 queue.notify_new_jobs(conn, "rescued")
@@ -160,10 +166,17 @@ class Pool:
         return taken
 
     def _rescue_safely(self) -> None:
+        # After a PostgreSQL restart every advisory lock is gone and every heartbeat is
+        # stale: live peers look dead until they reconnect. So judge peers only once our
+        # own liveness session is proven alive (a heartbeat on it succeeds) and has been up
+        # a whole worker timeout, the time any live peer has to take its lock back.
+        self._heartbeat()
         if self._live is None:
             return  # without our own lock held we might be the one presumed dead
+        if time.monotonic() - self._live_since < self.config.worker_timeout:
+            return
         try:
-            self._rescue()
+            self._rescue(startup=False)
         except DB_ERRORS as exc:
             log.warning("rescuer: database unreachable: %s", str(exc).splitlines()[0])
 
@@ -200,12 +213,17 @@ class Pool:
             try:
                 with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
                     conn.execute("LISTEN senddock_jobs")
+                    if backoff > 0.5:
+                        log.info("listening for new jobs again")
                     backoff = 0.5
                     while not self.stopping.is_set():
                         for _ in conn.notifies(timeout=1.0, stop_after=1):
                             self.wake()
             except psycopg.Error as exc:
-                log.debug("listener reconnecting: %s", exc)
+                # Say it once per outage; loops still poll every second meanwhile.
+                (log.warning if backoff == 0.5 else log.debug)(
+                    "listener lost the database, reconnecting with backoff: %s",
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10)
 

@@ -17,8 +17,10 @@ them apart. Replies can be scripted per recipient with a rules file::
 received) or ``mail``; ``times: N`` gives the reply to the first N attempts
 per address, then lets the next rule (or acceptance) answer. A 421 reply also
 closes the connection, as a real relay does. With ``auth``, AUTH PLAIN/LOGIN
-is required (without TLS) and wrong credentials get 535 5.7.8. The rules file
-is re-read whenever its modification time or size changes.
+is required (without TLS) and wrong credentials get 535 5.7.8. With
+``"delay": SECONDS`` every accepted message waits that long before its final
+250 (a slow relay, so a test can catch a worker mid-send). The rules file is
+re-read whenever its modification time or size changes.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ def _check_rules(rules: dict[str, Any]) -> dict[str, Any]:
         reply = str(rule["reply"])
         if len(reply) < 3 or not reply[:3].isdigit() or reply[0] not in "2345":
             raise ValueError(f"rule {index}: reply must start with a 3-digit SMTP code")
+    delay = rules.get("delay", 0)
+    if not isinstance(delay, int | float) or delay < 0:
+        raise ValueError("delay must be a number of seconds >= 0")
     auth = rules.get("auth")
     if auth is not None and not (isinstance(auth, dict) and "username" in auth):
         raise ValueError("auth needs 'username' and 'password'")
@@ -100,6 +105,11 @@ class Rules:
     def auth(self) -> dict[str, str] | None:
         auth = self._doc.get("auth")
         return auth if isinstance(auth, dict) else None
+
+    @property
+    def delay(self) -> float:
+        """Seconds to hold each accepted message before the final 250."""
+        return float(self._doc.get("delay", 0))
 
     def reply_for(self, stage: str, address: str) -> str | None:
         """The scripted reply for ``address`` at ``stage``, or None to accept.
@@ -257,6 +267,8 @@ class SinkHandler:
                 self.recorder.rejected("data", envelope.mail_from, list(envelope.rcpt_tos), reply)
                 _close_after_421(server, reply)
                 return reply
+        if self.rules.delay:
+            await asyncio.sleep(self.rules.delay)
         self.recorder.accepted(envelope)
         return "250 2.0.0 OK queued"
 
