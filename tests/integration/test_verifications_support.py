@@ -80,6 +80,7 @@ def test_hold_policy_holds_until_support_releases(hold_app: Any, engine: sa.Engi
     browser = Browser(hold_app.test_client(), support)
     page = browser.get("/support/users/t-1").get_data(as_text=True)
     assert "Disposable address" in page and "mailinator.com is a throwaway-mail domain" in page
+    assert "held until support releases or drops it" in page
     assert "Release: send it" in page and "held for support" in page
     done = browser.post(f"/support/jobs/{held['id']}/release", {"user_id": "t-1"})
     assert "Released" in done.get_data(as_text=True)

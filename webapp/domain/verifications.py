@@ -144,17 +144,17 @@ class FlagView:
     reason: str
 
 
-def explain_flags(job: dict[str, Any], policy: str) -> list[FlagView]:
+def explain_flags(job: dict[str, Any]) -> list[FlagView]:
     """Each of the job's flags with a sentence a non-engineer understands."""
     views = []
     for flag in job.get("flags") or []:
         if flag == FLAG_DISPOSABLE:
             listed = disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
-            action = "it was held for support" if policy == "hold" else \
-                "it is sent anyway (policy: send)"
+            held = "; the email is held until support releases or drops it" \
+                if job["status"] == "held" else ""
             views.append(FlagView(flag, "Disposable address",
                                   f"{listed} is a throwaway-mail domain on the "
-                                  f"disposable-email-domains list; {action}."))
+                                  f"disposable-email-domains list{held}."))
         elif flag == FLAG_SUPPRESSED:
             views.append(FlagView(flag, "Suppressed address",
                                   "the address was on the suppression list when the email "
@@ -356,7 +356,7 @@ def user_history(conn: Connection, config: Config, user_ref: str) -> UserHistory
     now = datetime.now(UTC)
     views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),
                      [dict(a, phrase=reply_phrase(a)) for a in attempts[job["id"]]],
-                     explain_flags(job, config.disposable_policy)) for job in jobs]
+                     explain_flags(job)) for job in jobs]
     suppression = _suppression(conn, latest["email"])
     block = None
     if latest["status"] == "held":
