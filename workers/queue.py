@@ -926,7 +926,7 @@ def time_to_sent_per_minute(conn: Connection, since: datetime, until: datetime,
                             bounds: Sequence[float]) -> list[tuple[datetime, str, int, int,
                                                                    float]]:
     rows = conn.execute(_TIME_TO_SENT, {"since": since, "until": until,
-                                        "bounds": list(bounds)})
+                                        "bounds": [float(b) for b in bounds]})
     return [(r.minute, r.kind, int(r.bucket), int(r.n), float(r.seconds)) for r in rows]
 
 

@@ -23,7 +23,8 @@ WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
 CHART = timedelta(hours=1)  # the sent-per-minute chart
 MIN_FINISHED_FOR_RATE = 20  # a failure rate over fewer finished jobs is noise
 # Seconds from enqueue to sent: the time-to-sent histogram's upper bounds.
-TIME_TO_SENT_BOUNDS = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
+TIME_TO_SENT_BOUNDS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0,
+                       86400.0)
 
 
 def _minute(at: datetime) -> datetime:

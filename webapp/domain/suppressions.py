@@ -165,7 +165,8 @@ WITH ins AS (
 ), logged AS (
     INSERT INTO audit_log (actor, action, target, details)
     SELECT :actor, 'suppression.add', email,
-           jsonb_build_object('reason', :reason, 'note', :note) FROM ins
+           jsonb_build_object('reason', CAST(:reason AS text), 'note', CAST(:note AS text))
+      FROM ins
 )
 SELECT email FROM ins
 """)
@@ -196,7 +197,8 @@ WITH gone AS (
 ), logged AS (
     INSERT INTO audit_log (actor, action, target, details)
     SELECT :actor, 'suppression.clear', email,
-           jsonb_build_object('note', :note, 'reason', reason, 'job_id', job_id) FROM gone
+           jsonb_build_object('note', CAST(:note AS text), 'reason', reason, 'job_id', job_id)
+      FROM gone
 ), resubscribed AS (
     UPDATE subscribers SET status = 'active'
      WHERE lower(email) IN (SELECT email FROM gone) AND status = 'unsubscribed'
