@@ -188,3 +188,27 @@ def test_polling_fragment_and_access(api: Api, client: Any,
     assert browser.get("/support/users/nobody").status_code == 404
     marketer = Browser(client.application.test_client(), make_user("marketer"))
     assert marketer.get("/support/").status_code == 403
+
+
+def test_states_are_described_for_people_who_are_not_engineers() -> None:
+    from datetime import UTC, datetime
+
+    from webapp.domain.verifications import describe
+
+    now = datetime(2026, 5, 3, 14, 0, tzinfo=UTC)
+    full = {"outcome": "transient", "smtp_code": 452, "enhanced_code": "4.2.2",
+            "reply": "452 4.2.2 Mailbox full", "stage": "rcpt"}
+    job = {"status": "retry", "attempts": 1, "available_at": datetime(2026, 5, 3, 14, 32,
+                                                                       tzinfo=UTC),
+           "finished_at": None, "last_error": "452 4.2.2 Mailbox full"}
+    assert describe(job, [full], 4, now) == \
+        "mailbox full; will retry at 14:32 UTC (attempt 2 of 4)"
+    job.update(status="failed", attempts=4)
+    assert describe(job, [full] * 4, 4, now) == "gave up after 4 attempts: mailbox full"
+    job.update(status="sent", attempts=1, finished_at=datetime(2026, 5, 2, 9, 5, tzinfo=UTC))
+    assert describe(job, [], 4, now) == "accepted by the mail server at 2 May 09:05 UTC"
+    hard = {"outcome": "hard_bounce", "smtp_code": 550, "enhanced_code": "5.1.1",
+            "reply": "550 5.1.1 No such user", "stage": "rcpt"}
+    job.update(status="bounced")
+    assert describe(job, [hard], 4, now) == ("the address does not work (mailbox does not "
+                                             "exist); it is now on the suppression list")
