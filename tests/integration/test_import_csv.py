@@ -91,7 +91,7 @@ def test_non_utf8_bytes_name_the_line_and_import_nothing(engine: sa.Engine,
                                                          ) -> None:
     monkeypatch.setattr(imports, "BATCH", 2)  # earlier batches were written: rolled back
     list_id = _setup(engine)
-    data = "email,name\na@example.org,A\nb@example.org,B\nc@example.org,C\n".encode() + \
+    data = b"email,name\na@example.org,A\nb@example.org,B\nc@example.org,C\n" + \
         "d@example.org,Jos\u00e9\n".encode("latin-1")
     with pytest.raises(Invalid, match=r"line 5 is not valid UTF-8 \(byte 0xE9"):
         _import(engine, list_id, data)
