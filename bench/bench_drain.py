@@ -16,8 +16,17 @@ from typing import Any
 import psutil
 import sqlalchemy as sa
 
-from bench.common import (env_for, free_port, fresh_database, machine, make_campaign,
-                          save, seed_list, sink_process, table)
+from bench.common import (
+    env_for,
+    free_port,
+    fresh_database,
+    machine,
+    make_campaign,
+    save,
+    seed_list,
+    sink_process,
+    table,
+)
 from webapp import db
 from webapp.domain import campaigns
 from workers import queue
@@ -44,11 +53,13 @@ def prepare(url: str, recipients: int) -> tuple[sa.Engine, int, int, dict[str, f
 
 
 def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port: int,
-          workers: int) -> dict[str, Any]:
-    env = env_for(url, port, WORKERS=str(workers))
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "worker"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    ps = psutil.Process(proc.pid)
+          workers: int, processes: int = 1) -> dict[str, Any]:
+    """Run ``processes`` worker processes of ``workers`` threads until all is sent."""
+    procs = [subprocess.Popen([sys.executable, "-m", "webapp", "worker"],
+                              env=env_for(url, port, WORKERS=str(workers), NODE=f"bench-{i}"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for i in range(processes)]
+    watched = [psutil.Process(p.pid) for p in procs]
     peak_rss = 0
     started = time.perf_counter()
     first_sent: float | None = None
@@ -56,23 +67,26 @@ def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port:
     try:
         while sent < recipients:
             time.sleep(0.25)
-            peak_rss = max(peak_rss, ps.memory_info().rss)
+            peak_rss = max(peak_rss, max(ps.memory_info().rss for ps in watched))
             with engine.connect() as conn:
                 sent = queue.broadcast_counts(conn, broadcast_id)["sent"]
             if sent and first_sent is None:
                 first_sent = time.perf_counter()
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "died")
+            for proc in procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "died")
             if time.perf_counter() - started > 1800:
                 raise RuntimeError("drain took more than 30 minutes")
         elapsed = time.perf_counter() - (first_sent or started)
-        cpu = ps.cpu_times()
-        cpu_s = cpu.user + cpu.system
+        cpu_s = sum(ps.cpu_times().user + ps.cpu_times().system for ps in watched)
     finally:
-        proc.terminate()
-        proc.wait(60)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(60)
     return {"recipients": recipients, "seconds": elapsed, "msgs_per_s": recipients / elapsed,
-            "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak_rss / 2**20}
+            "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak_rss / 2**20,
+            "processes": processes}
 
 
 def main() -> None:
@@ -80,6 +94,8 @@ def main() -> None:
     parser.add_argument("--recipients", type=int, default=100_000)
     parser.add_argument("--sink", choices=["postfix", "senddock", "both"], default="both")
     parser.add_argument("--workers", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="worker processes (each with --workers threads)")
     args = parser.parse_args()
     sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]
     rows, results = [], {}
@@ -87,7 +103,8 @@ def main() -> None:
         port = free_port()
         with fresh_database() as url, sink_process(sink, port):
             engine, _, broadcast_id, enq = prepare(url, args.recipients)
-            res = drain(engine, url, broadcast_id, args.recipients, port, args.workers)
+            res = drain(engine, url, broadcast_id, args.recipients, port, args.workers,
+                        args.processes)
             engine.dispose()
         res.update(enq)
         results[sink] = res
@@ -95,7 +112,8 @@ def main() -> None:
                      f"{res['cpu_ms_per_msg']:.2f}", f"{res['peak_rss_mb']:.0f}",
                      f"{res['enqueue_per_s']:,.0f}", f"{res['send_request_ms']:.1f}"])
     info = machine()
-    print(table(f"Drain, {args.workers} workers, one process ({info['cpus']} cores, "
+    print(table(f"Drain, {args.processes} process(es) x {args.workers} workers "
+                f"({info['cpus']} cores, "
                 f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']})",
                 ["sink", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",
                  "send request ms"], rows))

@@ -18,8 +18,15 @@ from typing import Any
 
 import psutil
 
-from bench.common import (DEFAULT_SERVER, env_for, free_port, fresh_database, machine, save,
-                          sink_process, table)
+from bench.common import (
+    DEFAULT_SERVER,
+    free_port,
+    fresh_database,
+    machine,
+    save,
+    sink_process,
+    table,
+)
 
 SUBJECT = "Hello {{ name }}"
 TEXT = ("Hi {{ name }},\n\nThis is a benchmark message.\n" + "Lorem ipsum dolor sit amet. " * 40
@@ -123,7 +130,9 @@ def main() -> None:
                 f"{args.concurrency} ({info['cpus']} cores, load {info['load_1m']})",
                 ["queue", "msgs/s", "CPU ms/msg", "peak RSS MB"], rows))
     print(f"\nSendDock / procrastinate throughput: {ratio:.1f}x")
-    print(f"saved {save('procrastinate', {'machine': info, 'args': vars(args), 'senddock': ours, 'procrastinate': theirs, 'ratio': ratio})}")
+    payload = {"machine": info, "args": vars(args), "senddock": ours, "procrastinate": theirs,
+               "ratio": ratio}
+    print(f"saved {save('procrastinate', payload)}")
 
 
 if __name__ == "__main__":

@@ -102,7 +102,8 @@ def make_campaign(engine: sa.Engine, list_id: int) -> int:
 
 
 @contextmanager
-def sink_process(kind: str, port: int, record: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def sink_process(kind: str, port: int,
+                 record: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """A local SMTP sink: ``postfix`` (/usr/sbin/smtp-sink, C) or ``senddock`` (aiosmtpd)."""
     if kind == "postfix":
         exe = shutil.which("smtp-sink") or "/usr/sbin/smtp-sink"

