@@ -202,7 +202,7 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
     }
 
 
-def chart_bars(chart: Sequence[dict[str, Any]], width: int = 720,
+def chart_bars(chart: Sequence[dict[str, Any]], width: int = 1100,
                height: int = 160) -> dict[str, Any]:
     """Geometry of the server-rendered SVG bar chart: one stacked bar (sent below,
     failed above) per minute, scaled to the busiest minute."""
