@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 
+from tests.conftest import Proc, wait_for
 from webapp.domain import campaigns, lists
+from workers import queue
 
 
 def make_campaign(engine: sa.Engine, emails: list[str], *, send: bool = True,
@@ -72,3 +76,40 @@ class Browser:
              follow_redirects: bool = True) -> Any:
         return self.client.post(path, data={**(data or {}), "csrf_token": self.token},
                                 follow_redirects=follow_redirects)
+
+
+def start_worker(spawn: Callable[..., Proc], values: dict[str, str]) -> Proc:
+    """A real `senddock worker` process, returned once its pool is running."""
+    proc = spawn(["worker"], values)
+    wait_for(lambda: "running" in proc.output() or proc.popen.poll() is not None,
+             timeout=30, message="worker start")
+    assert proc.popen.poll() is None, proc.output()
+    return proc
+
+
+def in_flight(engine: sa.Engine) -> int:
+    """Jobs claimed and not yet finished (`sending`), across all workers."""
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(
+            "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one())
+
+
+def check_final(engine: sa.Engine, sink: Any, campaign: dict[str, Any],
+                emails: list[str]) -> Counter[str]:
+    """Everyone received at least once; counts equal the sink's record; returns the
+    per-recipient delivery counts."""
+    records = sink.records()
+    received = Counter(r["rcpt_tos"][0] for r in records)
+    assert set(received) == set(emails), "lost recipients: " + str(
+        sorted(set(emails) - set(received))[:10])
+    # A duplicate carries the same Message-ID as the first copy (P3).
+    ids_by_rcpt: dict[str, set[str]] = {}
+    for r in records:
+        ids_by_rcpt.setdefault(r["rcpt_tos"][0], set()).add(r["message_id"])
+    assert all(len(ids) == 1 for ids in ids_by_rcpt.values())
+    with engine.connect() as conn:
+        counts = queue.broadcast_counts(conn, campaign["broadcast_id"])
+        assert counts == queue.broadcast_counts_slow(conn, campaign["broadcast_id"])
+    assert counts["sent"] == len(received) == len(emails)
+    assert sum(counts.values()) == len(emails)
+    return received

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, jsonify, render_template, request
+from flask import Flask, current_app, g, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
@@ -28,6 +28,14 @@ def api_error(status: int, message: str, fields: dict[str, str] | None = None,
 def _wants_json() -> bool:
     return request.path.startswith("/api/") or (request.headers.get("HX-Request") == "true" \
         and request.accept_mimetypes.best == "application/json")
+
+
+def _render_without_database() -> None:
+    """Let the error page render when the database is what failed: if the user could not
+    be loaded (flask-login keeps it in ``g._login_user``), show the page as to a visitor
+    instead of asking the database again from inside base.html."""
+    if "_login_user" not in g:
+        g._login_user = current_app.login_manager.anonymous_user()  # type: ignore[attr-defined]
 
 
 def _page(status: int, title: str, message: str) -> tuple[str, int]:
@@ -61,6 +69,7 @@ def init_app(app: Flask) -> None:
             response = api_error(503, message)
             response.headers["Retry-After"] = "5"
             return response
+        _render_without_database()
         return _page(503, "Database unavailable", message)
 
     @app.errorhandler(HTTPException)

@@ -12,7 +12,13 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Proc, settings, wait_for
-from tests.helpers import campaign_status, make_campaign
+from tests.helpers import (
+    campaign_status,
+    check_final,
+    in_flight,
+    make_campaign,
+    start_worker,
+)
 from workers import queue
 
 pytestmark = pytest.mark.slow
@@ -20,41 +26,6 @@ pytestmark = pytest.mark.slow
 
 def sent_count(sink: Any) -> int:
     return len(sink.records())
-
-
-def start_worker(spawn: Callable[..., Proc], values: dict[str, str]) -> Proc:
-    proc = spawn(["worker"], values)
-    wait_for(lambda: "running" in proc.output() or proc.popen.poll() is not None,
-             timeout=30, message="worker start")
-    assert proc.popen.poll() is None, proc.output()
-    return proc
-
-
-def in_flight(engine: sa.Engine) -> int:
-    with engine.connect() as conn:
-        return int(conn.execute(sa.text(
-            "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one())
-
-
-def check_final(engine: sa.Engine, sink: Any, campaign: dict[str, Any],
-                emails: list[str]) -> Counter[str]:
-    """Everyone received at least once; counts equal the sink's record; returns the
-    per-recipient delivery counts."""
-    records = sink.records()
-    received = Counter(r["rcpt_tos"][0] for r in records)
-    assert set(received) == set(emails), "lost recipients: " + str(
-        sorted(set(emails) - set(received))[:10])
-    # A duplicate carries the same Message-ID as the first copy (P3).
-    ids_by_rcpt: dict[str, set[str]] = {}
-    for r in records:
-        ids_by_rcpt.setdefault(r["rcpt_tos"][0], set()).add(r["message_id"])
-    assert all(len(ids) == 1 for ids in ids_by_rcpt.values())
-    with engine.connect() as conn:
-        counts = queue.broadcast_counts(conn, campaign["broadcast_id"])
-        assert counts == queue.broadcast_counts_slow(conn, campaign["broadcast_id"])
-    assert counts["sent"] == len(received) == len(emails)
-    assert sum(counts.values()) == len(emails)
-    return received
 
 
 def test_sigkill_mid_broadcast_loses_nobody(engine: sa.Engine, db_url: str, sink: Any,
