@@ -165,3 +165,11 @@ def test_openapi_documents_the_verification_calls(api: Api) -> None:
     paths = api.get("/openapi.json").get_json()["paths"]
     assert "202" in paths["/verifications"]["post"]["responses"]
     assert "429" in paths["/verifications/resend"]["post"]["responses"]
+
+
+def test_suppressed_address_is_flagged_at_once(api: Api, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO suppressions (email, reason) "
+                             "VALUES ('ada@example.org', 'bounced')"))
+    body = api.post("/verifications", GOOD).get_json()
+    assert body["flags"] == ["suppressed"] and body["status"] == "pending"
