@@ -153,8 +153,12 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
             *(f"  {role:<9} {email}  password: {password}" for email, role in DEMO_USERS.items()),
             "",
             f"  SMTP sink on 127.0.0.1:{smtp_port}, recording to {data_dir / 'demo-sink.jsonl'}",
-            "  A small campaign is already sending; 'November newsletter' (10,000 recipients)",
-            "  is a draft ready to send. Press Ctrl+C to stop.",
+            f"  A small campaign is already sending. 'November newsletter' ({subscribers:,}",
+            "  recipients, a few hundred scripted to bounce, fail or retry) is a draft:",
+            "    1. log in (as the marketer or the admin) and open Campaigns",
+            "    2. open 'November newsletter', preview it, send yourself a test",
+            "    3. click 'Review and send…', send it, and watch the counters drain live",
+            "  Press Ctrl+C to stop.",
             "",
         ]))
         _serve(app, "127.0.0.1", port, 8, pool)

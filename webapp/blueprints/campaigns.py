@@ -118,14 +118,14 @@ def _subscriber_arg() -> int | None:
 
 @bp.get("/<int:campaign_id>/preview")
 def preview(campaign_id: int) -> str:
+    query = request.args.get("q", "").strip()  # a search wins over the drop-down
     with engine().connect() as conn:
         result = campaigns.preview(conn, campaign_id, base_url=config().base_url,
                                    secret_key=config().secret_key,
-                                   subscriber_id=_subscriber_arg(),
-                                   email=request.args.get("q", ""))
+                                   subscriber_id=None if query else _subscriber_arg(),
+                                   email=query)
         choices = lists.subscriber_page(conn, result["campaign"]["list_id"], limit=20)["rows"]
-    return render_template("campaigns/preview.html", p=result, choices=choices,
-                           q=request.args.get("q", ""))
+    return render_template("campaigns/preview.html", p=result, choices=choices, q=query)
 
 
 # The rendered HTML body shown in the preview's iframe: the campaign's own styles may apply,
