@@ -16,9 +16,10 @@ bp = Blueprint("auth", __name__)
 
 
 def _safe_next(target: str | None) -> str:
-    # Only local paths: never an open redirect.
+    # Only local paths: never an open redirect. Browsers read "\\" as "/" ("/\\evil" is
+    # "//evil"), so a backslash or a control character anywhere disqualifies the target.
     if target and target.startswith("/") and not target.startswith("//") and \
-            not urlparse(target).netloc:
+            not urlparse(target).netloc and not any(c == "\\" or c < " " for c in target):
         return target
     return url_for("home.index")
 
@@ -30,12 +31,18 @@ def login() -> str | Response | tuple[str, int]:
         return render_template("auth/login.html", next=next_url)
     email = (request.form.get("email") or "").strip()
     password = request.form.get("password") or ""
-    try:
-        with engine().begin() as conn:
+    with engine().begin() as conn:
+        # The refusal is caught inside the transaction so the failed attempt it recorded
+        # is committed: the per-account and per-address limits count it.
+        try:
             user = users.authenticate(conn, email, password, request.remote_addr or "?")
-    except users.LoginRefused as exc:
-        status = 429 if "Too many" in str(exc) else 401
-        return render_template("auth/login.html", error=str(exc), email=email,
+        except users.LoginRefused as exc:
+            refused = exc
+        else:
+            refused = None
+    if refused is not None:
+        status = 429 if "Too many" in str(refused) else 401
+        return render_template("auth/login.html", error=str(refused), email=email,
                                next=next_url), status
     login_user(User(user))
     return redirect(_safe_next(next_url))

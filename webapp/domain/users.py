@@ -121,7 +121,8 @@ class LoginRefused(Exception):
 def authenticate(conn: Connection, email: str, password: str,
                  remote_addr: str) -> dict[str, Any]:
     """The user for these credentials, or :class:`LoginRefused`. Failed attempts are
-    limited per account and per client address over a sliding window."""
+    limited per account and per client address over a sliding window; the attempt is
+    written on ``conn``, so the caller commits even when the login is refused."""
     counts = conn.execute(sa.text("""
         SELECT count(*) FILTER (WHERE lower(email) = lower(:e)) AS per_account,
                count(*) FILTER (WHERE remote_addr = :a) AS per_address
