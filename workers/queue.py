@@ -779,13 +779,20 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
     if after is not None:
         sql += " AND (j.finished_at, j.id) < (:after_at, :after_id)"
         params.update(after_at=after[0], after_id=after[1])
+    # A search for one address, correlation ID or job matches a handful of rows: find them
+    # by their own index first, then sort. Without the fence the planner may walk the inbox
+    # index in date order hoping to meet them early, and read all million entries.
+    source = "delivery_jobs j"
+    if where.email or where.correlation_id or where.job_id is not None:
+        source = f"(WITH m AS MATERIALIZED (SELECT * FROM delivery_jobs j WHERE {sql}) " \
+                 "SELECT * FROM m) j"
     rows = conn.execute(sa.text(f"""
         SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
                j.attempts, j.last_error, j.last_error_class,
                j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
                EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
                    AS suppressed
-          FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+          FROM {source} LEFT JOIN campaigns c ON c.id = j.campaign_id
          WHERE {sql}
          ORDER BY j.finished_at DESC, j.id DESC
          LIMIT :limit"""), {**params, "limit": limit})
