@@ -25,6 +25,13 @@ class SendDock:
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     config = config or load()
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    if config.proxy_fix:
+        # Behind one TLS-terminating proxy: request.is_secure, remote_addr (login limits)
+        # and external URLs come from its X-Forwarded-* headers.
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1, x_host=1,  # type: ignore[method-assign]
+                                x_port=1)
     app.config.update(
         SECRET_KEY=config.secret_key,
         MAX_CONTENT_LENGTH=config.max_request_bytes,

@@ -70,6 +70,10 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
+    Setting("PROXY_FIX", "0",
+            "1 behind a reverse proxy that terminates TLS: trust one hop of X-Forwarded-For, "
+            "-Proto, -Host and -Port (never enable without such a proxy: clients could "
+            "forge their address)."),
 ]
 
 
@@ -132,6 +136,7 @@ class Config:
     max_import_bytes: int
     log_level: str
     secure_cookies: bool
+    proxy_fix: bool = False
     node: str | None = None
     secret_key_generated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -203,6 +208,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         max_import_bytes=_int("MAX_IMPORT_BYTES", req("MAX_IMPORT_BYTES")),
         log_level=req("LOG_LEVEL").upper(),
         secure_cookies=secure,
+        proxy_fix=req("PROXY_FIX").lower() in {"1", "on", "true", "yes"},
         node=get("NODE"),
     )
 

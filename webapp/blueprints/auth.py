@@ -31,6 +31,7 @@ def login() -> str | Response | tuple[str, int]:
         return render_template("auth/login.html", next=next_url)
     email = (request.form.get("email") or "").strip()
     password = request.form.get("password") or ""
+    refused: users.LoginRefused | None = None
     with engine().begin() as conn:
         # The refusal is caught inside the transaction so the failed attempt it recorded
         # is committed: the per-account and per-address limits count it.
@@ -38,8 +39,6 @@ def login() -> str | Response | tuple[str, int]:
             user = users.authenticate(conn, email, password, request.remote_addr or "?")
         except users.LoginRefused as exc:
             refused = exc
-        else:
-            refused = None
     if refused is not None:
         status = 429 if "Too many" in str(refused) else 401
         return render_template("auth/login.html", error=str(refused), email=email,
