@@ -21,7 +21,7 @@ from email.utils import format_datetime
 from types import TracebackType
 from typing import Any
 
-from jinja2 import ChainableUndefined, Template, TemplateSyntaxError
+from jinja2 import ChainableUndefined, Template, TemplateSyntaxError, nodes
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
@@ -123,11 +123,42 @@ def _template_line(tb: TracebackType | None) -> int | None:
     return line
 
 
+_OTHER_TEMPLATES = (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)
+
+
+def _accessed_name(node: nodes.Node) -> str | None:
+    """The attribute or key a node reads when it is spelled out in the template."""
+    if isinstance(node, nodes.Getattr):
+        return node.attr
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        return node.arg.value if isinstance(node.arg.value, str) else None
+    if isinstance(node, nodes.Filter) and node.name == "attr" and node.args and \
+            isinstance(node.args[0], nodes.Const) and isinstance(node.args[0].value, str):
+        return node.args[0].value
+    return None
+
+
+def _refuse_internals(field: str, tree: nodes.Template) -> None:
+    """Refuse when composing what the sandbox would only refuse mid-send (P9): other
+    templates (there is no loader) and attributes or keys starting with an underscore (the
+    way to Python internals). Computed names are still refused by the sandbox at render."""
+    for statement in tree.find_all(_OTHER_TEMPLATES):
+        raise TemplateError(field, statement.lineno,
+                            "a campaign template cannot include, import or extend templates")
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Filter)):
+        name = _accessed_name(node)
+        if name is not None and name.startswith("_"):
+            raise TemplateError(field, node.lineno, f"access to {name!r} is not allowed")
+
+
 def _compile(field: str, source: str | None) -> Template | None:
     if source is None:
         return None
+    env = template_env(field == "html")
     try:
-        return template_env(field == "html").from_string(source)
+        tree = env.parse(source)
+        _refuse_internals(field, tree)
+        return env.from_string(tree)
     except TemplateSyntaxError as exc:
         raise TemplateError(field, exc.lineno, exc.message or "syntax error") from None
     except SecurityError as exc:

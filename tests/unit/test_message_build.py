@@ -170,9 +170,23 @@ def test_sandbox_escapes_are_refused(source: str, field: str) -> None:
 
 
 def test_security_error_message_is_clear() -> None:
-    template = compile_campaign("{{ ''.__class__ }}", None, None)
+    # Spelled out: refused when composing (P9). Computed: refused by the sandbox at render.
+    with pytest.raises(TemplateError, match="not allowed") as refused:
+        compile_campaign("{{ ''.__class__ }}", None, None)
+    assert refused.value.field == "subject" and refused.value.line == 1
+    template = compile_campaign("{{ ''[('_' * 2) ~ 'class' ~ ('_' * 2)] }}", None, None)
     with pytest.raises(TemplateError, match="not allowed"):
         template.render({})
+
+
+@pytest.mark.parametrize("source", [
+    "{{ x.__class__ }}", "{{ x['__class__'] }}", "{{ x|attr('__class__') }}",
+    "{{ x._private }}", "{% include 'a' %}", "{% import 'a' as b %}", "{% extends 'a' %}",
+    "{% from 'a' import b %}"])
+def test_internals_and_other_templates_are_refused_when_compiling(source: str) -> None:
+    with pytest.raises(TemplateError) as refused:
+        compile_campaign("Hi", f"line one\n{source}", None)
+    assert refused.value.field == "text" and refused.value.line == 2
 
 
 def test_template_env_is_shared_and_sandboxed() -> None:
