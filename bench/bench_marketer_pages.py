@@ -90,6 +90,7 @@ def scenarios(engine: sa.Engine, list_id: int, campaign_id: int, n: int) -> dict
         "subscribers: search fragment (HTMX)": f"{lists_page}?q=lovelace&fragment=subscribers",
         "campaign live fragment (HTMX poll)": f"/campaigns/{campaign_id}?fragment=live",
         "campaign page": f"/campaigns/{campaign_id}",
+        "send review (audience of the whole list)": f"/campaigns/{campaign_id}/send",
         f"campaigns list ({CAMPAIGNS} sending)": "/campaigns/",
         "campaigns list fragment (HTMX poll)": "/campaigns/?fragment=campaigns",
         "lists page": "/lists/",

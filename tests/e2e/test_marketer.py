@@ -59,9 +59,15 @@ def test_marketer_imports_composes_previews_sends_and_watches(
     expect(rejected.nth(0)).to_contain_text("invalid address")
     expect(rejected.nth(1)).to_contain_text("duplicate")
     expect(rejected.nth(1)).to_contain_text("same address as line 5")
+    page.screenshot(path=str(ARTIFACTS / "list-import-report.png"), full_page=True)
+    page.get_by_role("link", name="Back to the list").click()
+    expect(page.locator("#list-subscribers tbody tr")).to_have_count(41)
+    page.fill("input[name=q]", "reader1")  # live search (HTMX), no reload
+    expect(page.locator("#list-subscribers tbody tr")).to_have_count(11)
+    page.screenshot(path=str(ARTIFACTS / "list-detail.png"), full_page=True)
 
     # Compose with a template error: shown with its line, nothing typed is lost.
-    page.get_by_role("link", name="Compose a campaign").click()
+    page.get_by_role("link", name="New campaign to this list").click()
     page.fill("input[name=name]", "Spring news")
     page.fill("input[name=subject]", "Spring news for {{ name }}")
     page.fill("textarea[name=html]", "<h1>Hello {{ name }}</h1>\n<p>Plan: {{ attributes.plan }</p>")
@@ -85,9 +91,10 @@ def test_marketer_imports_composes_previews_sends_and_watches(
     expect(frame.locator("p")).to_have_text("Plan: pro")
     page.screenshot(path=str(ARTIFACTS / "campaign-preview.png"), full_page=True)
 
-    # Review the audience (one suppressed later by a bounce? not yet: all 41) and send.
+    # Review who will receive it, and send.
     page.get_by_role("link", name="Review and send…").click()
     expect(page.locator("#audience-will-receive")).to_contain_text("41")
+    page.screenshot(path=str(ARTIFACTS / "campaign-review.png"), full_page=True)
     page.get_by_role("button", name=re.compile(r"Send to 41 recipients")).click()
 
     # The live page: counters reach their final values without reloading.

@@ -23,6 +23,12 @@ DONE_MESSAGES = {"pause": "Paused: nothing new is sent until you resume.",
                  "unschedule": "No longer scheduled: the campaign is a draft again."}
 
 
+@bp.app_template_filter("utc")
+def utc(moment: datetime | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
+    """A time shown in UTC with its zone, whatever the database session's time zone."""
+    return "" if moment is None else f"{moment.astimezone(UTC).strftime(fmt)} UTC"
+
+
 def _link(campaign_id: int) -> str:
     return url_for("campaigns.detail", campaign_id=campaign_id)
 
@@ -208,8 +214,8 @@ def send(campaign_id: int) -> Response:
         flash(f"Not sent: {exc.message}", "error")
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
     if campaign["status"] == "scheduled":
-        flash(f"Scheduled for {campaign['scheduled_at']:%Y-%m-%d %H:%M} UTC. It will be sent "
-              "then, even if SendDock restarts in between.", "success")
+        flash(f"Scheduled for {utc(campaign['scheduled_at'])}. It will be sent then, even if "
+              "SendDock restarts in between.", "success")
     else:
         flash("Sending started. This page updates by itself.", "success")
     return redirect(_link(campaign_id), 303)

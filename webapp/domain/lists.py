@@ -191,18 +191,29 @@ def subscriber_page(conn: Connection, list_id: int, *, after: int | None = None,
     any part of the address or name (trigram index). Returns rows and the cursors of the
     neighbouring pages (None where there is none)."""
     backwards = before is not None and after is None
-    pattern = f"%{_escape_like(query.strip().lower())}%" if query.strip() else None
+    cursor = before if backwards else after
+    # Only the conditions in use are in the statement: an `:x IS NULL OR …` would keep the
+    # planner from turning the cursor into an index range (a deep page would scan).
+    conditions = ["m.list_id = :list_id"]
+    if cursor is not None:
+        conditions.append(f"m.subscriber_id {'<' if backwards else '>'} :cursor")
+    order = f"m.subscriber_id {'DESC' if backwards else 'ASC'}"
+    if query.strip():
+        conditions.append("lower(s.email || ' ' || s.name) LIKE :pattern")
+        source = "memberships m"
+    else:
+        # Without a search, take the page from the membership key first, then look up its
+        # 51 subscribers: a plan that merge-joins all subscribers up to the cursor (what a
+        # generic plan may pick for a deep page) cannot happen.
+        source = (f"(SELECT * FROM memberships m WHERE {' AND '.join(conditions)} "
+                  f"ORDER BY {order} LIMIT :limit) m")
     rows = [dict(r) for r in conn.execute(sa.text(f"""
         SELECT s.id, s.email, s.name, s.status, s.attributes, m.created_at AS added_at
-          FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
-         WHERE m.list_id = :list_id
-           AND (CAST(:cursor AS bigint) IS NULL OR m.subscriber_id {'<' if backwards else '>'}
-                :cursor)
-           AND (CAST(:pattern AS text) IS NULL
-                OR lower(s.email || ' ' || s.name) LIKE :pattern)
-         ORDER BY m.subscriber_id {'DESC' if backwards else 'ASC'} LIMIT :limit"""),
-        {"list_id": list_id, "cursor": before if backwards else after, "pattern": pattern,
-         "limit": limit + 1}).mappings()]
+          FROM {source} JOIN subscribers s ON s.id = m.subscriber_id
+         WHERE {' AND '.join(conditions)}
+         ORDER BY {order} LIMIT :limit"""),
+        {"list_id": list_id, "cursor": cursor, "limit": limit + 1,
+         "pattern": f"%{_escape_like(query.strip().lower())}%"}).mappings()]
     more = len(rows) > limit
     rows = rows[:limit]
     if backwards:

@@ -39,7 +39,7 @@ def create_list() -> Response:
     if not isinstance(name, str):
         raise Invalid("name is required", fields={"name": "required string"})
     with engine().begin() as conn:
-        row = lists.create_list(conn, name)
+        row = lists.create_list(conn, name, actor=actor())
     return answer({"id": row["id"], "name": row["name"]}, 201)
 
 
