@@ -86,12 +86,26 @@ def init_app(app: Flask) -> None:
             return api_error(status, message)
         return _page(status, exc.name, message)
 
+    def bad_value(exc: Exception) -> Response | tuple[str, int]:
+        # A value the database refused (out of range, malformed): the input's fault, not
+        # ours. The checks in views and domain functions should catch it first, naming
+        # the field; this answer keeps a missed one from becoming a 500 (P9).
+        reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+        log.warning("database refused a value on %s %s: %s", request.method, request.path,
+                    reason)
+        message = f"A value in the request cannot be stored: {reason}"
+        if _wants_json():
+            return api_error(400, message)
+        return _page(400, "That did not work", message)
+
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response | tuple[str, int]:
         import sqlalchemy as sa
 
         if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
             return db_down(DatabaseUnavailable(str(exc).splitlines()[0]))
+        if isinstance(exc, sa.exc.DataError):
+            return bad_value(exc)
         log.exception("unexpected error on %s %s", request.method, request.path)
         message = "Something went wrong on our side. It has been logged."
         if _wants_json():

@@ -27,13 +27,22 @@ def _op(summary: str, ok: int, schema: dict[str, Any], *errors: int,
     return op
 
 
+def _also(op: dict[str, Any], status: int, description: str,
+          schema: dict[str, Any]) -> dict[str, Any]:
+    """``op`` with one more successful answer."""
+    return {**op, "responses": {**op["responses"],
+                                str(status): {"description": description, **_json(schema)}}}
+
+
 CAMPAIGN = {"$ref": "#/components/schemas/Campaign"}
 JOB = {"$ref": "#/components/schemas/Job"}
-SUPPRESSION = {"type": "object", "required": ["email", "reason"], "properties": {
+SUPPRESSION: dict[str, Any] = {"type": "object", "required": ["email", "reason"], "properties": {
     "email": {"type": "string"}, "reason": {"type": "string"},
     "job_id": {"type": ["integer", "null"]}, "reply": {"type": ["string", "null"]},
     "note": {"type": "string"}, "created_by": {"type": ["string", "null"]},
     "created_at": {"type": "string", "format": "date-time"}}}
+SUPPRESSION_ADDED = {**SUPPRESSION, "required": ["email", "reason", "created"], "properties": {
+    **SUPPRESSION["properties"], "created": {"type": "boolean"}}}
 ID_PARAM = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}]
 VERIFICATION = {"type": "object", "required": ["id", "status", "correlation_id", "flags"],
                 "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
@@ -94,13 +103,14 @@ PATHS: dict[str, Any] = {
                         ("reason", "string", "bounced, unsubscribed, complaint or manual"),
                         ("after", "string", "the previous page's next"),
                         ("limit", "integer", "1 to 1000 (default 50)"))]},
-        "post": _op("Suppress an address (200 with created=false if it already is)", 201,
-                    SUPPRESSION, 400, 413, 422, request={
-                        "type": "object", "required": ["email"], "properties": {
-                            "email": {"type": "string"},
-                            "reason": {"type": "string", "enum": [
-                                "manual", "bounced", "unsubscribed", "complaint"]},
-                            "note": {"type": "string"}}}),
+        "post": _also(_op("Suppress an address (200 with created=false if it already is)",
+                          201, SUPPRESSION_ADDED, 400, 413, 422, request={
+                              "type": "object", "required": ["email"], "properties": {
+                                  "email": {"type": "string"},
+                                  "reason": {"type": "string", "enum": [
+                                      "manual", "bounced", "unsubscribed", "complaint"]},
+                                  "note": {"type": "string"}}}),
+                      200, "already suppressed: nothing changed", SUPPRESSION_ADDED),
     },
     "/suppressions/{email}": {
         "parameters": [{"name": "email", "in": "path", "required": True,
@@ -108,7 +118,8 @@ PATHS: dict[str, Any] = {
                        {"name": "note", "in": "query", "required": False,
                         "schema": {"type": "string"}, "description": "why (audit log)"}],
         "delete": {"summary": "Clear the address: the next campaign includes it again",
-                   "responses": {"204": {"description": "cleared"}, **_errors(401, 403, 404)}},
+                   "responses": {"204": {"description": "cleared"},
+                                 **_errors(401, 403, 404, 422)}},
     },
     "/verifications": {"post": _op(
         "Enqueue a verification email (202 at once; an Idempotency-Key header or a live job "
@@ -124,6 +135,11 @@ PATHS: dict[str, Any] = {
             "type": "object", "required": ["user_id"],
             "properties": {"user_id": {"type": ["string", "integer"]}}})},
 }
+
+PATHS["/openapi.json"] = {"get": {
+    "summary": "This document (public: no token needed)", "security": [],
+    "responses": {"200": {"description": "the OpenAPI document",
+                          **_json({"type": "object", "required": ["openapi", "paths"]})}}}}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "required": ["error"], "properties": {"error": {

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from flask import Flask, g, request
 from flask_wtf.csrf import CSRFProtect
 from werkzeug.wrappers import Response
+
+from webapp.domain.errors import Invalid
 
 csrf = CSRFProtect()
 
@@ -28,6 +33,56 @@ def _csrf_unless_bearer() -> None:
     if request.endpoint == "public.unsubscribe_one_click":
         return  # RFC 8058: mail clients POST without a session; the signed URL is the proof
     csrf.protect()
+
+
+def _unstorable(text: str) -> str | None:
+    """Why PostgreSQL cannot store ``text`` (its text type refuses NUL and invalid
+    Unicode), or None."""
+    if "\x00" in text:
+        return "must not contain a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode"
+    return None
+
+
+def _find_unstorable(value: Any, where: str) -> tuple[str, str] | None:
+    """The first (field path, reason) in a JSON value whose text cannot be stored."""
+    if isinstance(value, str):
+        reason = _unstorable(value)
+        return (where, reason) if reason else None
+    items: Any = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, list) else ()
+    for key, item in items:
+        path = f"{where}.{key}" if where else str(key)
+        found = _find_unstorable(str(key), path) or _find_unstorable(item, path)
+        if found:
+            return found
+    return None
+
+
+def _text_inputs() -> Iterator[tuple[str, Any]]:
+    """(name, value) of every input a view may read: path, query, form or JSON body."""
+    yield from (request.view_args or {}).items()
+    yield from request.args.items(multi=True)
+    if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+        if request.is_json:
+            yield "", request.get_json(silent=True)
+        elif request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            yield from request.form.items(multi=True)
+
+
+def refuse_unstorable_text() -> None:
+    """Bad input gets a clear answer (P9): text the database cannot store (NUL bytes,
+    lone surrogates) in the path, the query, a form or a JSON body is a 422 naming the
+    field, before any view runs."""
+    for name, value in _text_inputs():
+        found = _find_unstorable(name, name) or _find_unstorable(value, name)
+        if found:
+            field, reason = found
+            field = field or "body"
+            raise Invalid(f"{field} {reason}", fields={field: reason})
 
 
 def _headers(response: Response) -> Response:
@@ -56,4 +111,5 @@ def init_app(app: Flask) -> None:
         if request.method in ("POST", "PUT", "PATCH", "DELETE"):
             _csrf_unless_bearer()
 
+    app.before_request(refuse_unstorable_text)
     app.after_request(_headers)

@@ -37,13 +37,23 @@ def validate_templates(subject: str, text: str | None, html: str | None) -> None
                       template_field=exc.field, line=exc.line) from None
 
 
+def _text(data: dict[str, Any], key: str) -> str:
+    """The field as stripped text ("" when absent); any other type is refused by name."""
+    value = data.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Invalid(f"{key} must be a string", fields={key: "must be a string"})
+    return value.strip()
+
+
 def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
-    name = (data.get("name") or "").strip()
-    subject = (data.get("subject") or "").strip()
+    name = _text(data, "name")
+    subject = _text(data, "subject")
     missing = {k: "required" for k, v in (("name", name), ("subject", subject)) if not v}
     if missing:
         raise Invalid(f"missing: {', '.join(missing)}", fields=missing)
-    from_addr = (data.get("from") or data.get("from_addr") or default_from).strip()
+    from_addr = _text(data, "from") or _text(data, "from_addr") or default_from.strip()
     check_email(from_addr.rsplit("<", 1)[-1].rstrip(">") if "<" in from_addr else from_addr)
     text, html = data.get("text"), data.get("html")
     for field, value in (("text", text), ("html", html)):
