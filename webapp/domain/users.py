@@ -135,8 +135,9 @@ def authenticate(conn: Connection, email: str, password: str,
         raise LoginRefused(f"Too many failed attempts. Try again in {LOGIN_WINDOW_MINUTES} "
                            "minutes.")
     user = find_user(conn, email)
-    ok = user is not None and user["active"] and verify_password(user["password_hash"],
-                                                                 password)
+    # The hash is checked before `active`, so a disabled account answers in the same time.
+    ok = user is not None and verify_password(user["password_hash"], password) and \
+        bool(user["active"])
     if user is None:
         verify_password(_DUMMY_HASH, password)  # same time whether or not the user exists
     conn.execute(sa.text("INSERT INTO login_attempts (email, remote_addr, succeeded) "
