@@ -87,6 +87,12 @@ def test_each_role_with_a_session_gets_what_the_matrix_says(
     assert not problems, f"as {role}:\n" + "\n".join(problems)
 
 
+def _bearer_problem(role: str, call: Call, answer: Any) -> str | None:
+    if "form expired" in answer.get_data(as_text=True):
+        return "refused for a missing CSRF token, although a bearer call needs none"
+    return _role_problem(role, call, answer)
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_each_role_with_a_bearer_token_gets_what_the_matrix_says(
         role: str, app: Any, ids: dict[str, Any],
@@ -94,8 +100,22 @@ def test_each_role_with_a_bearer_token_gets_what_the_matrix_says(
     bearer = {"Authorization": f"Bearer {make_user(role)['token']}"}
     client = app.test_client()
     problems = [f"{call}: {problem}" for call in calls(app, ids) if call.is_api
-                if (problem := _role_problem(role, call, send(client, call, headers=bearer)))]
+                if (problem := _bearer_problem(role, call, send(client, call, headers=bearer)))]
     assert not problems, f"as {role} (token):\n" + "\n".join(problems)
+
+
+def test_a_route_missing_from_the_matrix_is_closed_to_everyone(
+        app: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    # Deny by default: a route registered without a matrix entry is refused, not open.
+    app.add_url_rule("/forgotten", endpoint="forgotten.page", view_func=lambda: "open")
+    app.add_url_rule("/api/v1/forgotten", endpoint="api.forgotten", view_func=lambda: "open")
+    admin = make_user("admin")
+    client = app.test_client()
+    assert client.get("/api/v1/forgotten").status_code == 401
+    assert client.get("/api/v1/forgotten", headers={
+        "Authorization": f"Bearer {admin['token']}"}).status_code == 403
+    login(client, admin)
+    assert client.get("/forgotten").status_code == 403
 
 
 def test_a_wrong_or_revoked_token_is_401(app: Any, engine: sa.Engine,

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from tests.integration.security_fixtures import Call, calls, login, seed, send
 from webapp import create_app, security
+from webapp.access import PUBLIC
 
 CSRF_MESSAGE = "The form expired or was not sent by SendDock"
 
@@ -82,6 +83,19 @@ def test_api_with_a_session_needs_the_csrf_token(app: Any, engine: sa.Engine,
     with engine.connect() as conn:
         names = set(conn.execute(sa.text("SELECT name FROM lists")).scalars())
     assert "Mine" in names and not names & {"Forged", "Forged 2"}
+
+
+def test_every_api_write_with_a_session_needs_the_token(app: Any, ids: dict[str, Any],
+                                                         admin: tuple[Any, str]) -> None:
+    client, _ = admin
+    writes = [call for call in calls(app, ids, existing_for_writes=True)
+              if call.is_api and call.method != "GET" and call.endpoint not in PUBLIC]
+    assert writes
+    wrong = [f"{call}: {answer.status_code}" for call in writes
+             if (answer := send(client, call)).status_code != 400
+             or CSRF_MESSAGE not in answer.get_data(as_text=True)]
+    assert not wrong, "API writes accepted from a session without a CSRF token:\n" + \
+        "\n".join(wrong)
 
 
 def _session_cookie(answer: Any) -> str:
