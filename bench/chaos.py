@@ -521,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop a private PostgreSQL this long mid-drain, then start it")
     parser.add_argument("--relay-outage", type=float, default=0.0, metavar="SECONDS",
                         help="stop the SMTP sink this long mid-drain, then start it")
+    parser.add_argument("--gap", type=float, nargs=2, default=(0.3, 2.0),
+                        metavar=("MIN", "MAX"), help="seconds between kills (uniform)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="keep the processes' logs in a new directory under DIR")
@@ -530,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                            duration=args.duration, workers=args.workers, threads=args.threads,
                            database_url=args.database_url, db_restart=args.db_restart,
                            relay_outage=args.relay_outage, seed=args.seed,
+                           gap=(args.gap[0], args.gap[1]),
                            work_dir=args.keep_logs)
     report = run_chaos(options)
     print(report.render())
