@@ -136,6 +136,11 @@ PATHS: dict[str, Any] = {
             "properties": {"user_id": {"type": ["string", "integer"]}}})},
 }
 
+PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
+    "required": False, "description": "optional: schedule for a later time instead of now",
+    **_json({"type": "object", "properties": {
+        "at": {"type": "string", "format": "date-time",
+               "description": "ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z"}}})}
 PATHS["/openapi.json"] = {"get": {
     "summary": "This document (public: no token needed)", "security": [],
     "responses": {"200": {"description": "the OpenAPI document",
