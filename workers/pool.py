@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime
+from email.utils import parseaddr
 from typing import Any
 
 import psycopg
@@ -63,6 +64,9 @@ class Pool:
         self._scheduler: BackgroundScheduler | None = None
         self._listener: threading.Thread | None = None
         self.sent = 0
+        self.probe_sender = parseaddr(config.mail_from)[1]
+        self._holding: set[int] = set()  # ids of the jobs claimed and not yet finished
+        self._holding_lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -143,6 +147,11 @@ class Pool:
                     log.info("liveness session re-established")
                 assert self._live is not None
                 queue.heartbeat(self._live, self.worker_id)
+                with self._holding_lock:
+                    holding = list(self._holding)
+                lost = queue.release_lost_claims(self._live, self.worker_id, holding)
+                if lost:
+                    log.warning("put back %d job(s) whose claim reply was lost", lost)
             except DB_ERRORS as exc:
                 log.warning("heartbeat failed (database unreachable?): %s",
                             str(exc).splitlines()[0])
@@ -261,7 +270,10 @@ class Pool:
                 n = queue.acquire_permits(conn, n, max(1, int(self.config.rate_limit)))
                 if n == 0:
                     return []
-            return queue.claim_batch(conn, self.worker_id, n, self.domain)
+            jobs = queue.claim_batch(conn, self.worker_id, n, self.domain)
+        with self._holding_lock:
+            self._holding.update(job.id for job in jobs)
+        return jobs
 
     def _drain_once(self, transport: SmtpTransport) -> bool:
         """Claim and deliver one batch. Returns False when there was nothing to do."""
@@ -312,6 +324,8 @@ class Pool:
                     if relay_error is not None:
                         queue.mark_relay_down(conn, relay_error)
                         log.error("relay unavailable, delivery paused: %s", relay_error)
+                with self._holding_lock:
+                    self._holding.difference_update(r.job_id for r in results)
                 return
             except DB_ERRORS as exc:
                 if self.stopping.is_set():
@@ -330,7 +344,7 @@ class Pool:
             state = queue.relay_status(conn)
             if state["status"] != "down" or not queue.take_probe_turn(conn):
                 return
-        result = transport.probe()
+        result = transport.probe(self.probe_sender)
         with self.engine.begin() as conn:
             if result.reply_class is ReplyClass.SENT:
                 queue.mark_relay_ok(conn)

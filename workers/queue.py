@@ -283,9 +283,11 @@ def hold_liveness_lock(conn: Connection, lock_key: int) -> bool:
                 .scalar())
 
 
-# Heartbeat: proves the pool's thread is alive and publishes its in-flight count.
+# Heartbeat: proves the pool's thread is alive and publishes its in-flight count. A worker
+# that a peer declared dead during a database outage (its lock was briefly free) is alive
+# after all: clearing stopped_at puts it back under the rescuer's watch.
 _HEARTBEAT = sa.text("""
-UPDATE workers SET heartbeat_at = now(), in_flight = (
+UPDATE workers SET heartbeat_at = now(), stopped_at = NULL, in_flight = (
     SELECT count(*) FROM delivery_jobs WHERE status = 'sending' AND claimed_by = :id)
  WHERE id = :id
 """)
@@ -313,6 +315,25 @@ UPDATE delivery_jobs
        last_error_class = 'orphan'
  WHERE status = 'sending' AND claimed_by = :dead
 """)
+
+
+# Claims this live worker does not hold in memory: the claim committed but its answer was
+# lost (the connection died on the way back). Older than a minute, so a claim whose answer
+# is still being read is never touched. Back to `pending`, attempt not counted.
+_RELEASE_LOST_CLAIMS = sa.text("""
+UPDATE delivery_jobs
+   SET status = 'pending', available_at = now(), claimed_by = NULL, claim_token = NULL,
+       claimed_at = NULL
+ WHERE status = 'sending' AND claimed_by = :me
+   AND claimed_at < now() - interval '60 seconds'
+   AND id <> ALL(CAST(:holding AS bigint[]))
+""")
+
+
+def release_lost_claims(conn: Connection, worker_id: str, holding: Sequence[int]) -> int:
+    """Put back jobs claimed by ``worker_id`` that it is not actually holding."""
+    return conn.execute(_RELEASE_LOST_CLAIMS, {"me": worker_id, "holding": list(holding)}
+                        ).rowcount
 
 
 def requeue_orphans(conn: Connection, *, me: str, node: str, timeout: float) -> dict[str, int]:

@@ -370,13 +370,18 @@ class SmtpTransport:
         code, reply = smtp.getreply()
         return self._result(code, reply, started)
 
-    def probe(self) -> SendResult:
-        """Check the relay: connect, EHLO, STARTTLS, AUTH (as configured) and NOOP.
+    def probe(self, envelope_from: str | None = None) -> SendResult:
+        """Check the relay: connect, EHLO, STARTTLS, AUTH (as configured), NOOP and, with
+        ``envelope_from``, MAIL FROM followed by RSET (a relay that refuses our sender or
+        answers 421 only at MAIL is not healthy).
 
         Guarantees: never raises for SMTP/network/TLS errors; SENT means the
         relay is healthy and the connection is kept for the next send.
         """
-        return self._with_retry_on_stale(self._noop)
+        result = self._with_retry_on_stale(self._noop)
+        if result.reply_class is not ReplyClass.SENT or envelope_from is None:
+            return result
+        return self._guarded(lambda: self._mail_then_rset(envelope_from), time.perf_counter())
 
     def _noop(self) -> SendResult:
         started = time.perf_counter()
@@ -385,6 +390,17 @@ class SmtpTransport:
             return self._result(opened.smtp_code, opened.smtp_error, started)
         self._stage = "noop"
         code, reply = opened.noop()
+        return self._result(code, reply, started)
+
+    def _mail_then_rset(self, envelope_from: str) -> SendResult:
+        started = time.perf_counter()
+        assert self._smtp is not None
+        self._stage = "mail"
+        code, reply = self._smtp.mail(envelope_from)
+        if code != 250:
+            return self._result(code, reply, started)
+        self._stage = "noop"
+        code, reply = self._smtp.rset()
         return self._result(code, reply, started)
 
     def __enter__(self) -> SmtpTransport:

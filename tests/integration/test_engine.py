@@ -159,3 +159,55 @@ def test_relay_unreachable_then_back(engine: sa.Engine, sink: Any,
 def _relay(engine: sa.Engine) -> dict[str, Any]:
     with engine.connect() as conn:
         return queue.relay_status(conn)
+
+
+def test_lost_claim_is_put_back_by_its_live_worker(engine: sa.Engine, sink: Any,
+                                                   config_for: Callable[..., Config]) -> None:
+    """A claim whose reply never reached the worker (the connection died on the way back)
+    does not stay in `sending` while that worker lives: its heartbeat puts it back."""
+    campaign = make_campaign(engine, ["lost@example.org"], send=True)
+    pool = run_pool(engine, config_for(sink.port))
+    try:
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=30)
+        with engine.begin() as conn:
+            conn.execute(sa.text("""
+                UPDATE delivery_jobs SET status = 'sending', claimed_by = :w,
+                       claim_token = gen_random_uuid(),
+                       claimed_at = now() - interval '2 minutes', finished_at = NULL
+                 WHERE campaign_id = :c"""), {"w": pool.worker_id, "c": campaign["id"]})
+            conn.execute(sa.text("UPDATE workers SET stopped_at = now() WHERE id = :w"),
+                         {"w": pool.worker_id})
+        wait_for(lambda: jobs_by_email(engine, campaign["id"])["lost@example.org"]["status"]
+                 == "sent" and len(sink.records()) == 2, timeout=30,
+                 message="the lost claim to be put back and sent")
+        with engine.connect() as conn:
+            stopped = conn.execute(sa.text("SELECT stopped_at FROM workers WHERE id = :w"),
+                                   {"w": pool.worker_id}).scalar()
+        assert stopped is None  # a live worker wrongly marked dead is watched again
+    finally:
+        pool.stop()
+
+
+def test_relay_refusing_our_sender_stays_paused(engine: sa.Engine, sink: Any,
+                                                config_for: Callable[..., Config]) -> None:
+    """A relay that greets fine but answers 421 at MAIL FROM is not healthy: the probe
+    checks MAIL FROM too, so delivery stays paused (no flapping) until the relay recovers."""
+    sink.set_rules({"rules": [{"match": "*", "reply": "421 4.7.0 Try later",
+                               "stage": "mail"}]})
+    campaign = make_campaign(engine, [f"m{i}@example.org" for i in range(3)])
+    pool = run_pool(engine, config_for(sink.port))
+    try:
+        wait_for(lambda: _relay(engine)["status"] == "down", timeout=20)
+        import time
+
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:  # probes happen at 1, 2, 4 s: all must fail
+            assert _relay(engine)["status"] == "down"
+            time.sleep(0.2)
+        assert _relay(engine)["failures"] >= 2
+        sink.set_rules({"rules": []})
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=90)
+    finally:
+        pool.stop()
+    jobs = jobs_by_email(engine, campaign["id"])
+    assert all(j["attempts"] == 1 for j in jobs.values())
