@@ -314,7 +314,7 @@ def test_send(conn: Connection, campaign_id: int, email: str, *,
 # --- while sending: the live page ---------------------------------------------------------
 
 RATE_WINDOW = 60.0
-RATE_SAMPLE = 5000
+RATE_SAMPLE = 1000
 
 
 def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
