@@ -25,6 +25,9 @@ class SendDock:
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     config = config or load()
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    # "a//b" is not silently redirected to "a/b": a DELETE of /suppressions/x//y@z would
+    # otherwise answer an HTML 308 that changes its target.
+    app.url_map.merge_slashes = False
     if config.proxy_fix:
         # Behind one TLS-terminating proxy: request.is_secure, remote_addr (login limits)
         # and external URLs come from its X-Forwarded-* headers.

@@ -451,3 +451,10 @@ def test_pages_survive_bad_query_values_and_form_fields(
             admin = make_user("admin")
             csrf = login(client, admin)
     assert not problems, "\n".join(problems)
+
+
+def test_a_double_slash_is_not_redirected_to_another_target(api: Any) -> None:
+    api.post("/suppressions", {"email": "b@example.org"})
+    answer = api.delete("/suppressions/%2Fb%40example.org")
+    assert answer.status_code in (404, 422) and answer.mimetype == "application/json"
+    assert api.get("/suppressions?email=b%40example.org").get_json()["suppressions"]
