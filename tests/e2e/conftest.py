@@ -73,7 +73,7 @@ def page(browser: Any, request: Any) -> Iterator[Any]:
     name = re.sub(r"[^a-zA-Z0-9_]+", "_", request.node.name)
     try:
         pg.screenshot(path=str(ARTIFACTS / f"{name}-last.png"), full_page=True)
-    except Exception:  # noqa: BLE001 - a failed screenshot must not hide the test's result
+    except Exception:  # a failed screenshot must not hide the test's result
         pass
     context.close()
     csp = [e for e in errors if "Content Security Policy" in e]
