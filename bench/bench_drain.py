@@ -53,10 +53,11 @@ def prepare(url: str, recipients: int) -> tuple[sa.Engine, int, int, dict[str, f
 
 
 def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port: int,
-          workers: int, processes: int = 1) -> dict[str, Any]:
+          workers: int, processes: int = 1, claim_batch: int = 10) -> dict[str, Any]:
     """Run ``processes`` worker processes of ``workers`` threads until all is sent."""
     procs = [subprocess.Popen([sys.executable, "-m", "webapp", "worker"],
-                              env=env_for(url, port, WORKERS=str(workers), NODE=f"bench-{i}"),
+                              env=env_for(url, port, WORKERS=str(workers), NODE=f"bench-{i}",
+                                            CLAIM_BATCH=str(claim_batch)),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
              for i in range(processes)]
     watched = [psutil.Process(p.pid) for p in procs]
@@ -96,6 +97,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=5)
     parser.add_argument("--processes", type=int, default=1,
                         help="worker processes (each with --workers threads)")
+    parser.add_argument("--claim-batch", type=int, default=10,
+                        help="SENDDOCK_CLAIM_BATCH (also the P3 window per thread)")
     args = parser.parse_args()
     sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]
     rows, results = [], {}
@@ -104,7 +107,7 @@ def main() -> None:
         with fresh_database() as url, sink_process(sink, port):
             engine, _, broadcast_id, enq = prepare(url, args.recipients)
             res = drain(engine, url, broadcast_id, args.recipients, port, args.workers,
-                        args.processes)
+                        args.processes, args.claim_batch)
             engine.dispose()
         res.update(enq)
         results[sink] = res
@@ -112,7 +115,8 @@ def main() -> None:
                      f"{res['cpu_ms_per_msg']:.2f}", f"{res['peak_rss_mb']:.0f}",
                      f"{res['enqueue_per_s']:,.0f}", f"{res['send_request_ms']:.1f}"])
     info = machine()
-    print(table(f"Drain, {args.processes} process(es) x {args.workers} workers "
+    print(table(f"Drain, {args.processes} process(es) x {args.workers} workers, "
+                f"claim batch {args.claim_batch} "
                 f"({info['cpus']} cores, "
                 f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']})",
                 ["sink", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",
