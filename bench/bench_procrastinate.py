@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import psutil
+import psycopg
 
 from bench.common import (
     DEFAULT_SERVER,
@@ -83,22 +84,34 @@ def run_procrastinate(url: str, recipients: int, port: int, concurrency: int) ->
             f"app.open(); app.run_worker(concurrency={concurrency}, wait=False, "
             "install_signal_handlers=False, delete_jobs='never')")
     env = dict(os.environ, PYTHONPATH=str(os.getcwd()))
-    started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", code], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ps = psutil.Process(proc.pid)
     peak, cpu_s = 0, 0.0
-    while proc.poll() is None:
-        try:
-            peak = max(peak, ps.memory_info().rss)
-            cpu = ps.cpu_times()
-            cpu_s = cpu.user + cpu.system
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.2)
-    elapsed = time.perf_counter() - started
-    if proc.returncode:
-        raise RuntimeError(proc.stderr.read().decode()[-2000:] if proc.stderr else "failed")
+    first_done: float | None = None
+    done = 0
+    # Timed like SendDock's drain: from the first finished job to the last (not the
+    # worker's start-up), by polling procrastinate's own table.
+    with psycopg.connect(url, autocommit=True) as conn:
+        while proc.poll() is None or done < recipients:
+            try:
+                peak = max(peak, ps.memory_info().rss)
+                cpu = ps.cpu_times()
+                cpu_s = cpu.user + cpu.system
+            except psutil.NoSuchProcess:
+                pass
+            row = conn.execute("SELECT count(*) FROM procrastinate_jobs "
+                               "WHERE status = 'succeeded'").fetchone()
+            done = int(row[0]) if row else 0
+            if done and first_done is None:
+                first_done = time.perf_counter()
+            if proc.poll() is not None and done < recipients:
+                break
+            time.sleep(0.2)
+    elapsed = time.perf_counter() - (first_done or time.perf_counter())
+    if proc.returncode or done < recipients:
+        err = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        raise RuntimeError(f"procrastinate finished {done}/{recipients}: {err}")
     return {"msgs_per_s": recipients / elapsed, "seconds": elapsed,
             "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak / 2**20}
 

@@ -27,14 +27,14 @@ def _config(require_secret: bool = False) -> Config:
     return config
 
 
-def _engine(config: Config, migrate: bool = True) -> Any:
+def _engine(config: Config, migrate: bool = True, pre_ping: bool = True) -> Any:
     try:
         url = db.resolve_url(config.database_url, config.data_dir)
     except ValueError as exc:
         raise click.ClickException(f"SENDDOCK_DATABASE_URL: {exc}") from None
     if migrate:
         db.upgrade(url)
-    return db.make_engine(url, pool_size=max(5, config.workers + 3))
+    return db.make_engine(url, pool_size=max(5, config.workers + 3), pre_ping=pre_ping)
 
 
 @click.group()
@@ -106,6 +106,13 @@ def token_create(email: str, name: str) -> None:
     click.echo(token)
 
 
+def pool_engine(web_engine: Any, config: Config) -> Any:
+    """The delivery pool's own engine (no pre-ping; sized for its threads)."""
+    url = web_engine.url.render_as_string(hide_password=False)
+    return db.make_engine(url, pool_size=config.workers + 3, pre_ping=False,
+                          app_name="senddock-worker")
+
+
 def _serve(app: Any, host: str, port: int, threads: int, pool: Any = None) -> None:
     from waitress import create_server
 
@@ -137,7 +144,7 @@ def serve(host: str, port: int, threads: int) -> None:
     config = _config(require_secret=True)
     engine = _engine(config)
     app = create_app(config, engine=engine)
-    pool = Pool(engine, config)
+    pool = Pool(pool_engine(engine, config), config)
     app.extensions["senddock"].pool = pool
     if config.workers:
         pool.start()
@@ -163,7 +170,7 @@ def worker() -> None:
     from workers.pool import Pool
 
     config = _config(require_secret=True)
-    engine = _engine(config)
+    engine = _engine(config, pre_ping=False)
     pool = Pool(engine, config)
 
     stop_requested = threading.Event()

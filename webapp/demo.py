@@ -115,7 +115,7 @@ def _start_sink(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 @click.option("--subscribers", default=10_000, type=int, help="Size of the seeded list.")
 def demo(port: int, smtp_port: int, subscribers: int) -> None:
     """Run everything embedded: PostgreSQL, an SMTP sink, seeded data, the dashboard."""
-    from webapp.cli import _config, _engine, _serve
+    from webapp.cli import _config, _engine, _serve, pool_engine
     from workers.pool import Pool
 
     data_dir = Path(os.environ.get("SENDDOCK_DATA_DIR", "./.senddock")).resolve()
@@ -143,7 +143,7 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
         from webapp import create_app
 
         app = create_app(config, engine=engine)
-        pool = Pool(engine, config)
+        pool = Pool(pool_engine(engine, config), config)
         app.extensions["senddock"].pool = pool
         pool.start()
         click.echo("\n".join([

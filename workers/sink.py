@@ -107,6 +107,11 @@ class Rules:
         return auth if isinstance(auth, dict) else None
 
     @property
+    def pipelining(self) -> bool:
+        """Advertise PIPELINING (RFC 2920) like real relays do; rules may turn it off."""
+        return bool(self._doc.get("pipelining", True))
+
+    @property
     def delay(self) -> float:
         """Seconds to hold each accepted message before the final 250."""
         return float(self._doc.get("delay", 0))
@@ -231,6 +236,14 @@ class SinkHandler:
             and auth_data.password == str(auth.get("password", "")).encode()
         )
         return AuthResult(success=ok, handled=False, auth_data=auth_data)
+
+    async def handle_EHLO(self, server: SMTP, session: Session, envelope: Envelope,
+                          hostname: str, responses: list[str]) -> list[str]:
+        session.host_name = hostname
+        self.rules.refresh()
+        if self.rules.pipelining:
+            responses.insert(len(responses) - 1, "250-PIPELINING")  # before "250 HELP"
+        return responses
 
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]

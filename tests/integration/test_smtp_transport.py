@@ -42,11 +42,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def sink(tmp_path: Path) -> Iterator[SinkServer]:
+@pytest.fixture(params=[True, False], ids=["pipelining", "classic"])
+def sink(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SinkServer]:
+    """The sink with and without PIPELINING advertised: every test runs both the
+    pipelined transaction (two round trips) and the classic one (four)."""
     server = SinkServer(
         record_path=tmp_path / "sink.jsonl",
         rules={
+            "pipelining": request.param,
             "rules": [
                 {"match": "hard-*@example.com", "reply": "550 5.1.1 User unknown"},
                 {"match": "spam-*@example.com", "reply": "550 5.7.1 Message rejected as spam"},
@@ -426,4 +429,18 @@ def test_one_thread_throughput(sink: SinkServer, transport: SmtpTransport) -> No
     payload = message()
     for i in range(300):
         assert transport.send(SENDER, f"bulk{i}@example.com", payload).ok
+    assert transport.connects == 1
+
+
+def test_pipelining_is_used_when_the_relay_offers_it(sink: SinkServer,
+                                                     transport: SmtpTransport) -> None:
+    assert transport.send(SENDER, "zoe@example.com", message()).ok
+    offered = sink.rules.pipelining
+    assert transport._smtp is not None
+    assert bool(transport._smtp.has_extn("pipelining")) is offered
+    # A refused recipient in the middle of a pipelined envelope leaves the session in step.
+    assert transport.send(SENDER, "hard-9@example.com", message()).reply_class is \
+        ReplyClass.HARD_BOUNCE
+    assert transport.send(SENDER, "amy@example.com", message()).ok
+    assert [r["rcpt_tos"] for r in sink.records()] == [["zoe@example.com"], ["amy@example.com"]]
     assert transport.connects == 1
