@@ -189,29 +189,32 @@ def fire_due_scheduled(conn: Connection) -> list[int]:
     return due
 
 
-def pause(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
+def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> dict[str, Any]:
+    """Pause or resume: one flag on the broadcast that the claim reads, and the status."""
+    before, after = ("sending", "paused") if paused else ("paused", "sending")
     campaign = get(conn, campaign_id, lock=True)
-    if campaign["status"] != "sending":
-        raise Conflict(f"only a sending campaign can be paused; this one is "
+    if campaign["status"] != before:
+        verb = "paused" if paused else "resumed"
+        raise Conflict(f"only a {before} campaign can be {verb}; this one is "
                        f"{campaign['status']}")
-    queue.set_broadcast_paused(conn, campaign["broadcast_id"], True)
-    conn.execute(sa.text("UPDATE campaigns SET status = 'paused', updated_at = now() "
-                         "WHERE id = :id"), {"id": campaign_id})
-    audit.record(conn, actor, "campaign.pause", f"campaign:{campaign_id}")
+    queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
+    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now() "
+                         "WHERE id = :id"), {"status": after, "id": campaign_id})
+    if not paused:
+        queue.notify_new_jobs(conn, "broadcast")
+    audit.record(conn, actor, "campaign.pause" if paused else "campaign.resume",
+                 f"campaign:{campaign_id}")
     return with_counts(conn, campaign_id)
+
+
+def pause(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
+    """Stop claiming the campaign's jobs; in-flight ones finish."""
+    return _switch(conn, campaign_id, paused=True, actor=actor)
 
 
 def resume(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
-    campaign = get(conn, campaign_id, lock=True)
-    if campaign["status"] != "paused":
-        raise Conflict(f"only a paused campaign can be resumed; this one is "
-                       f"{campaign['status']}")
-    queue.set_broadcast_paused(conn, campaign["broadcast_id"], False)
-    conn.execute(sa.text("UPDATE campaigns SET status = 'sending', updated_at = now() "
-                         "WHERE id = :id"), {"id": campaign_id})
-    queue.notify_new_jobs(conn, "broadcast")
-    audit.record(conn, actor, "campaign.resume", f"campaign:{campaign_id}")
-    return with_counts(conn, campaign_id)
+    """Claim the campaign's jobs again (idle workers are woken at once)."""
+    return _switch(conn, campaign_id, paused=False, actor=actor)
 
 
 def cancel(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
