@@ -8,6 +8,7 @@ Each statement carries a line saying what it guarantees. The job states are
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -166,32 +167,32 @@ WITH due AS (
      ORDER BY j.priority, j.available_at, j.id
      LIMIT :n
        FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE delivery_jobs j
+       SET status = 'sending', claimed_by = :worker, claim_token = gen_random_uuid(),
+           claimed_at = now(),
+           message_id = coalesce(j.message_id,
+                                 '<' || j.id || '.' || j.correlation_id || '@' || :domain || '>')
+      FROM due WHERE j.id = due.id
+    RETURNING j.id, j.kind, j.email, j.claim_token, j.attempts, j.correlation_id,
+              j.message_id, j.campaign_id, j.subscriber_id, j.broadcast_id, j.user_ref,
+              j.payload,
+              EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
+                  AS suppressed,
+              coalesce((SELECT s.name FROM subscribers s WHERE s.id = j.subscriber_id), '')
+                  AS name,
+              coalesce((SELECT s.attributes FROM subscribers s WHERE s.id = j.subscriber_id),
+                       '{}'::jsonb) AS attributes
 )
-UPDATE delivery_jobs j
-   SET status = 'sending', claimed_by = :worker, claim_token = gen_random_uuid(),
-       claimed_at = now(),
-       message_id = coalesce(j.message_id,
-                             '<' || j.id || '.' || j.correlation_id || '@' || :domain || '>')
-  FROM due WHERE j.id = due.id
-RETURNING j.id, j.kind, j.email, j.claim_token::text AS claim_token, j.attempts,
-          j.correlation_id::text AS correlation_id, j.message_id, j.campaign_id,
-          j.subscriber_id, j.broadcast_id, j.user_ref, j.payload,
-          EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email)) AS suppressed,
-          (SELECT s.name FROM subscribers s WHERE s.id = j.subscriber_id) AS sub_name,
-          (SELECT s.attributes FROM subscribers s WHERE s.id = j.subscriber_id) AS sub_attrs
+-- One JSON value for the whole batch: decoding it is far cheaper in Python than rows.
+SELECT coalesce(json_agg(claimed ORDER BY claimed.id), '[]'::json) AS jobs FROM claimed
 """)
 
 
 def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[ClaimedJob]:
     """Claim up to ``n`` due jobs for ``worker_id``. No two workers ever get the same job."""
-    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain}).all()
-    jobs = [ClaimedJob(id=r.id, kind=r.kind, email=r.email, claim_token=r.claim_token,
-                       attempts=r.attempts, correlation_id=r.correlation_id,
-                       message_id=r.message_id, campaign_id=r.campaign_id,
-                       subscriber_id=r.subscriber_id, broadcast_id=r.broadcast_id,
-                       user_ref=r.user_ref, payload=r.payload or {}, suppressed=r.suppressed,
-                       name=r.sub_name or "", attributes=r.sub_attrs or {})
-            for r in rows]
+    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain}).scalar_one()
+    jobs = [ClaimedJob(**row) for row in rows]
     jobs.sort(key=lambda j: (PRIORITY[j.kind], j.id))
     return jobs
 
@@ -203,15 +204,11 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[C
 # outcomes add an attempt row; a hard bounce suppresses the address in the same transaction.
 _FINISH = sa.text("""
 WITH o AS (
-    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]),
-                         CAST(:statuses AS text[]), CAST(:counted AS boolean[]),
-                         CAST(:classes AS text[]), CAST(:delays AS float8[]),
-                         CAST(:errors AS text[]), CAST(:codes AS int[]),
-                         CAST(:enhanced AS text[]), CAST(:replies AS text[]),
-                         CAST(:stages AS text[]), CAST(:durations AS float8[]),
-                         CAST(:started AS timestamptz[]))
-        AS o(id, token, status, counted, class, delay, error, code, enhanced, reply, stage,
-             duration_ms, started_at)
+    -- The batch arrives as one JSON document: cheaper to encode in Python than 13 arrays.
+    SELECT * FROM jsonb_to_recordset(CAST(:outcomes AS jsonb))
+        AS o(id bigint, token uuid, status text, counted boolean, class text, delay float8,
+             error text, code int, enhanced text, reply text, stage text, duration_ms float8,
+             started_at timestamptz)
 ), u AS (
     UPDATE delivery_jobs j
        SET status = o.status,
@@ -248,17 +245,13 @@ def finish_batch(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) 
     """Record the outcomes; returns the ids actually finished (still claimed by us)."""
     if not outcomes:
         return set()
-    params = {
-        "worker": worker_id,
-        "ids": [o.job_id for o in outcomes], "tokens": [o.claim_token for o in outcomes],
-        "statuses": [o.status for o in outcomes], "counted": [o.counted for o in outcomes],
-        "classes": [o.reply_class for o in outcomes], "delays": [o.delay for o in outcomes],
-        "errors": [o.error for o in outcomes], "codes": [o.code for o in outcomes],
-        "enhanced": [o.enhanced for o in outcomes], "replies": [o.reply for o in outcomes],
-        "stages": [o.stage for o in outcomes],
-        "durations": [o.duration_ms for o in outcomes],
-        "started": [o.started_at for o in outcomes],
-    }
+    params = {"worker": worker_id, "outcomes": json.dumps([{
+        "id": o.job_id, "token": o.claim_token, "status": o.status, "counted": o.counted,
+        "class": o.reply_class, "delay": o.delay, "error": o.error, "code": o.code,
+        "enhanced": o.enhanced, "reply": o.reply, "stage": o.stage,
+        "duration_ms": o.duration_ms,
+        "started_at": o.started_at.isoformat() if o.started_at else None,
+    } for o in outcomes])}
     return {r.job_id for r in conn.execute(_FINISH, params)}
 
 
