@@ -97,6 +97,21 @@ def timed(fetch: Callable[[], Any], repeat: int) -> tuple[float, float, int]:
     return percentile(times, 50), percentile(times, 95), response.get_data().count(b"<tr")
 
 
+def measure_pages(client: Any, pages: dict[str, str], repeat: int) -> list[dict[str, Any]]:
+    """p50/p95 of each named page (GET through the logged-in test client)."""
+    results = []
+    for name, path in pages.items():
+        p50, p95, rows = timed(lambda path=path: client.get(path), repeat)
+        results.append({"page": name, "path": path, "p50_ms": round(p50, 1),
+                        "p95_ms": round(p95, 1), "table_rows": rows})
+    return results
+
+
+def page_table(title: str, results: list[dict[str, Any]]) -> str:
+    return table(title, ["page", "p50 ms", "p95 ms", "rows shown"],
+                 [(r["page"], r["p50_ms"], r["p95_ms"], r["table_rows"]) for r in results])
+
+
 def scenarios(engine: sa.Engine, n: int) -> dict[str, str]:
     with engine.connect() as conn:
         deep_job = conn.execute(sa.text("""
@@ -148,16 +163,11 @@ def main() -> None:
             users.create_user(conn, "bench-admin@example.com", "benchmark-password", "admin")
         app = create_app(load({"DATABASE_URL": url, "SECRET_KEY": "bench"}), engine=engine)
         client = logged_in_client(app, "bench-admin@example.com", "benchmark-password")
-        results = []
-        for name, path in scenarios(engine, args.rows).items():
-            p50, p95, rows = timed(lambda path=path: client.get(path), args.repeat)
-            results.append({"page": name, "path": path, "p50_ms": round(p50, 1),
-                            "p95_ms": round(p95, 1), "table_rows": rows})
+        results = measure_pages(client, scenarios(engine, args.rows), args.repeat)
         engine.dispose()
-    print(table(f"Admin pages at {args.rows:,} jobs and suppressions ({info['cpus']} cores, "
-                f"PostgreSQL {info['postgres']}, {args.repeat} requests each)",
-                ["page", "p50 ms", "p95 ms", "rows shown"],
-                [(r["page"], r["p50_ms"], r["p95_ms"], r["table_rows"]) for r in results]))
+    print(page_table(f"Admin pages at {args.rows:,} jobs and suppressions ({info['cpus']} "
+                     f"cores, PostgreSQL {info['postgres']}, {args.repeat} requests each)",
+                     results))
     saved = save("admin_pages", {"machine": info, "rows": args.rows, "results": results})
     print(f"\nsaved {saved}")
 

@@ -14,8 +14,8 @@ import time
 
 import sqlalchemy as sa
 
-from bench.bench_admin_pages import logged_in_client, timed
-from bench.common import fresh_database, machine, save, table
+from bench.bench_admin_pages import logged_in_client, measure_pages, page_table
+from bench.common import fresh_database, machine, save
 from bench.seed_subscribers import seed_subscribers
 from webapp import create_app, db
 from webapp.domain import users
@@ -116,16 +116,12 @@ def main() -> None:
                               "marketer")
         app = create_app(load({"DATABASE_URL": url, "SECRET_KEY": "bench"}), engine=engine)
         client = logged_in_client(app, "bench-marketer@example.com", "benchmark-password")
-        results = []
-        for name, path in scenarios(engine, list_id, campaign_id, args.rows).items():
-            p50, p95, rows = timed(lambda path=path: client.get(path), args.repeat)
-            results.append({"page": name, "path": path, "p50_ms": round(p50, 1),
-                            "p95_ms": round(p95, 1), "table_rows": rows})
+        results = measure_pages(client, scenarios(engine, list_id, campaign_id, args.rows),
+                                args.repeat)
         engine.dispose()
-    print(table(f"Marketer pages at {args.rows:,} subscribers and jobs ({info['cpus']} cores, "
-                f"PostgreSQL {info['postgres']}, {args.repeat} requests each)",
-                ["page", "p50 ms", "p95 ms", "rows shown"],
-                [(r["page"], r["p50_ms"], r["p95_ms"], r["table_rows"]) for r in results]))
+    print(page_table(f"Marketer pages at {args.rows:,} subscribers and jobs ({info['cpus']} "
+                     f"cores, PostgreSQL {info['postgres']}, {args.repeat} requests each)",
+                     results))
     saved = save("marketer_pages", {"machine": info, "rows": args.rows, "results": results})
     print(f"\nsaved {saved}")
 
