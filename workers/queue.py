@@ -437,11 +437,15 @@ def acquire_permits(conn: Connection, want: int, limit: int) -> int:
 # --- campaign lifecycle ----------------------------------------------------------------
 
 # A campaign is `sent` only when its broadcast is enqueued and none of its jobs is still
-# active: the counts are read from the same counters that P8 reads.
+# active: the counts are read from the same counters that P8 reads. A cancelled campaign's
+# broadcast is stamped finished too once its in-flight jobs are done, so only live
+# broadcasts are ever summed for the backlog.
 _COMPLETE_CAMPAIGNS = sa.text("""
 WITH done AS (
-    SELECT c.id, c.broadcast_id FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
-     WHERE c.status = 'sending' AND b.enqueued_at IS NOT NULL
+    SELECT c.id, c.status, c.broadcast_id FROM campaigns c
+      JOIN broadcasts b ON b.id = c.broadcast_id
+     WHERE c.status IN ('sending', 'cancelled') AND b.finished_at IS NULL
+       AND (b.enqueued_at IS NOT NULL OR c.status = 'cancelled')
        AND coalesce((SELECT sum(n) FROM broadcast_counts bc
                       WHERE bc.broadcast_id = b.id
                         AND bc.status IN ('pending', 'sending', 'retry', 'held')), 0) = 0
@@ -449,13 +453,14 @@ WITH done AS (
     UPDATE broadcasts SET finished_at = now() FROM done WHERE broadcasts.id = done.broadcast_id
 )
 UPDATE campaigns SET status = 'sent', finished_at = now(), updated_at = now()
-  FROM done WHERE campaigns.id = done.id
+  FROM done WHERE campaigns.id = done.id AND done.status = 'sending'
 RETURNING campaigns.id
 """)
 
 
 def complete_finished_campaigns(conn: Connection) -> list[int]:
-    """Mark `sent` every sending campaign whose jobs are all terminal."""
+    """Mark `sent` every sending campaign whose jobs are all terminal (and close the
+    broadcasts of cancelled ones)."""
     return [r.id for r in conn.execute(_COMPLETE_CAMPAIGNS)]
 
 
@@ -537,10 +542,13 @@ def job_attempts(conn: Connection, job_id: int) -> list[dict[str, Any]]:
     return [dict(r) for r in rows.mappings()]
 
 
-# Waiting jobs without counting a million rows: campaign jobs from the counters, the
+# Waiting jobs without counting a million rows: campaign jobs from the counters of the
+# broadcasts still open (finished ones have none, and there may be thousands of them), the
 # (few) transactional ones from the claim index.
 _BACKLOG = sa.text("""
-SELECT coalesce((SELECT sum(n) FROM broadcast_counts WHERE status IN ('pending', 'retry')), 0)
+SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
+                   JOIN broadcast_counts bc ON bc.broadcast_id = b.id
+                  WHERE b.finished_at IS NULL AND bc.status IN ('pending', 'retry')), 0)
      + (SELECT count(*) FROM delivery_jobs
          WHERE status IN ('pending', 'retry') AND priority < :broadcast_priority) AS n
 """)
