@@ -53,13 +53,18 @@ def prepare(url: str, recipients: int) -> tuple[sa.Engine, int, int, dict[str, f
 
 
 def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port: int,
-          workers: int, processes: int = 1, claim_batch: int = 10) -> dict[str, Any]:
-    """Run ``processes`` worker processes of ``workers`` threads until all is sent."""
-    procs = [subprocess.Popen([sys.executable, "-m", "webapp", "worker"],
-                              env=env_for(url, port, WORKERS=str(workers), NODE=f"bench-{i}",
-                                            CLAIM_BATCH=str(claim_batch)),
+          workers: int, processes: int = 1, claim_batch: int = 10,
+          synchronous_commit: str | None = None) -> dict[str, Any]:
+    """Run ``processes`` worker processes of ``workers`` threads until all is sent.
+    ``synchronous_commit`` is set on the workers' sessions (PGOPTIONS) when given."""
+    envs = [env_for(url, port, WORKERS=str(workers), NODE=f"bench-{i}",
+                    CLAIM_BATCH=str(claim_batch)) for i in range(processes)]
+    if synchronous_commit:
+        for env in envs:
+            env["PGOPTIONS"] = f"-c synchronous_commit={synchronous_commit}"
+    procs = [subprocess.Popen([sys.executable, "-m", "webapp", "worker"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for i in range(processes)]
+             for env in envs]
     watched = [psutil.Process(p.pid) for p in procs]
     peak_rss = 0
     started = time.perf_counter()
@@ -98,7 +103,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1,
                         help="worker processes (each with --workers threads)")
     parser.add_argument("--claim-batch", type=int, default=10,
-                        help="SENDDOCK_CLAIM_BATCH (also the P3 window per thread)")
+                        help="SENDDOCK_CLAIM_BATCH (claiming only: outcomes are committed "
+                             "one by one)")
+    parser.add_argument("--synchronous-commit", choices=["on", "off", "local"], default=None,
+                        help="PostgreSQL synchronous_commit for the workers' sessions")
     args = parser.parse_args()
     sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]
     rows, results = [], {}
@@ -107,7 +115,7 @@ def main() -> None:
         with fresh_database() as url, sink_process(sink, port):
             engine, _, broadcast_id, enq = prepare(url, args.recipients)
             res = drain(engine, url, broadcast_id, args.recipients, port, args.workers,
-                        args.processes, args.claim_batch)
+                        args.processes, args.claim_batch, args.synchronous_commit)
             engine.dispose()
         res.update(enq)
         results[sink] = res
@@ -116,7 +124,8 @@ def main() -> None:
                      f"{res['enqueue_per_s']:,.0f}", f"{res['send_request_ms']:.1f}"])
     info = machine()
     print(table(f"Drain, {args.processes} process(es) x {args.workers} workers, "
-                f"claim batch {args.claim_batch} "
+                f"claim batch {args.claim_batch}, synchronous_commit "
+                f"{args.synchronous_commit or 'server default'} "
                 f"({info['cpus']} cores, "
                 f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']})",
                 ["sink", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",

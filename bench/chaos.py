@@ -159,6 +159,65 @@ class SinkProcess:
         return [r for r in read_records(self.record) if "rejected" not in r]
 
 
+class PostfixSinkProcess:
+    """Postfix's ``smtp-sink`` (C, answers at once: the zero-latency relay of SPEC 10) as
+    its own process, appending every accepted transaction to one dump file (``-D``); the
+    same interface as SinkProcess (no scripted rules)."""
+
+    def __init__(self, work: Path, rules: dict[str, Any] | None = None) -> None:
+        self.exe = shutil.which("smtp-sink") or "/usr/sbin/smtp-sink"
+        if not Path(self.exe).exists():
+            raise RuntimeError("Postfix's smtp-sink is missing: apt-get install postfix")
+        self.port = free_port()
+        self.work = work
+        self.record = work / "smtp-sink.dump"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        # smtp-sink drops privileges to -u; the dump must be writable by that user.
+        self.work.chmod(0o777)
+        args = [self.exe, "-u", "nobody", "-D", str(self.record),
+                f"127.0.0.1:{self.port}", "256"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+
+    def set_rules(self, rules: dict[str, Any]) -> None:
+        raise NotImplementedError("smtp-sink answers 250 to everything")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
+        self.proc = None
+
+    def records(self) -> list[dict[str, Any]]:
+        """One entry per accepted message: its recipient and Message-ID (the dump's
+        X-Rcpt-Args line and the message's own header)."""
+        if not self.record.exists():
+            return []
+        entries: list[dict[str, Any]] = []
+        current: dict[str, Any] | None = None
+        with open(self.record, encoding="utf-8", errors="replace") as dump:
+            for line in dump:
+                if line.startswith("X-Client-Addr:"):
+                    current = {"rcpt_tos": [], "message_id": None}
+                    entries.append(current)
+                elif current is None:
+                    continue
+                elif line.startswith("X-Rcpt-Args:"):
+                    current["rcpt_tos"].append(line.split(":", 1)[1].strip().strip("<>")
+                                               .split(">")[0])
+                elif current["message_id"] is None and line.lower().startswith("message-id:"):
+                    current["message_id"] = line.split(":", 1)[1].strip()
+        return [e for e in entries if e["rcpt_tos"]]
+
+
+def make_sink(kind: str, work: Path) -> SinkProcess | PostfixSinkProcess:
+    """``senddock`` (our scripted sink) or ``postfix`` (Postfix's smtp-sink)."""
+    return PostfixSinkProcess(work) if kind == "postfix" else SinkProcess(work)
+
+
 def process_env(url: str, smtp_port: int, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENDDOCK_")}
     env.update({"SENDDOCK_DATABASE_URL": url,
@@ -178,6 +237,8 @@ class Kill:
     pid: int
     victim_in_flight: int
     all_in_flight: int
+    victim_jobs: list[int] = field(default_factory=list)
+    duplicates: int = 0  # of the victim's claimed jobs, how many reached the relay twice
 
 
 class Fleet:
@@ -206,17 +267,17 @@ class Fleet:
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(0.2)  # let a COMMIT it already sent land before we count
         with self.engine.connect() as conn:
-            victim = conn.execute(sa.text("""
-                SELECT count(*) FROM delivery_jobs d JOIN workers w ON w.id = d.claimed_by
+            victim = list(conn.execute(sa.text("""
+                SELECT d.id FROM delivery_jobs d JOIN workers w ON w.id = d.claimed_by
                  WHERE d.status = 'sending' AND w.pid = :pid AND w.node = :node"""),
-                {"pid": proc.pid, "node": f"chaos-{slot}"}).scalar_one()
+                {"pid": proc.pid, "node": f"chaos-{slot}"}).scalars())
             everyone = conn.execute(sa.text(
                 "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one()
         proc.kill()
         proc.wait(15)
         self.procs[slot] = None
-        return Kill(round(time.monotonic() - started, 2), slot, proc.pid, int(victim),
-                    int(everyone))
+        return Kill(round(time.monotonic() - started, 2), slot, proc.pid, len(victim),
+                    int(everyone), victim_jobs=victim)
 
     def running_slots(self) -> list[int]:
         """Slots whose process has registered as a worker (its pool is draining)."""
@@ -261,6 +322,7 @@ class ChaosOptions:
     drain_timeout: float = 600.0
     seed: int | None = None
     work_dir: Path | None = None
+    sink: str = "senddock"  # or "postfix": Postfix's smtp-sink, the zero-latency relay
 
 
 @dataclass
@@ -271,6 +333,7 @@ class ChaosReport:
     duplicates: int = 0
     in_flight_bound: int = 0
     relay_side_window: int = 0
+    threads: int = 0
     kills: list[Kill] = field(default_factory=list)
     not_terminal: int = 0
     counts: dict[str, int] = field(default_factory=dict)
@@ -286,6 +349,14 @@ class ChaosReport:
     def ok(self) -> bool:
         return not self.broken
 
+    @property
+    def max_duplicates_per_kill(self) -> int:
+        return max((k.duplicates for k in self.kills), default=0)
+
+    @property
+    def mean_duplicates_per_kill(self) -> float:
+        return sum(k.duplicates for k in self.kills) / len(self.kills) if self.kills else 0.0
+
     def render(self) -> str:
         k = self.kills
         rows = [
@@ -294,6 +365,9 @@ class ChaosReport:
             ("bound: claimed-unmarked at the kills", self.in_flight_bound),
             ("bound: relay lost its 250 (SMTP window)", self.relay_side_window),
             ("kills (SIGKILL)", len(k)),
+            ("duplicates per kill: max / mean (bound: threads per process)",
+             f"{self.max_duplicates_per_kill} / {self.mean_duplicates_per_kill:.2f} "
+             f"(<= {self.threads})"),
             ("in flight at a kill: victim max / all max",
              f"{max((x.victim_in_flight for x in k), default=0)} / "
              f"{max((x.all_in_flight for x in k), default=0)}"),
@@ -316,7 +390,7 @@ def run_chaos(options: ChaosOptions) -> ChaosReport:
     from webapp import db
 
     rng = random.Random(options.seed)
-    report = ChaosReport()
+    report = ChaosReport(threads=options.threads)
     with ExitStack() as stack:
         work = Path(tempfile.mkdtemp(prefix="chaos-", dir=options.work_dir))
         if options.work_dir is None:
@@ -329,7 +403,7 @@ def run_chaos(options: ChaosOptions) -> ChaosReport:
         url = stack.enter_context(fresh_database(server_url))
         engine = db.make_engine(url, pool_size=3)
         stack.callback(engine.dispose)
-        sink = SinkProcess(work)
+        sink = make_sink(options.sink, work)
         sink.start()
         stack.callback(sink.stop)
         campaign_id = _start_campaign(engine, options.recipients)
@@ -381,7 +455,8 @@ def _wait_finished(engine: sa.Engine, campaign_id: int, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet, sink: SinkProcess,
+def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet,
+                 sink: SinkProcess | PostfixSinkProcess,
                  server: PrivatePostgres | None, engine: sa.Engine, campaign_id: int,
                  report: ChaosReport, started: float) -> None:
     """SIGKILL a random worker at random moments and restart it, until the kills (or the
@@ -426,7 +501,7 @@ def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet, sink: 
         _relay_back(sink, engine, report, started)
 
 
-def _relay_back(sink: SinkProcess, engine: sa.Engine, report: ChaosReport,
+def _relay_back(sink: SinkProcess | PostfixSinkProcess, engine: sa.Engine, report: ChaosReport,
                 started: float) -> None:
     from workers import queue
 
@@ -483,6 +558,15 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
     report.delivered = len(set(received) & set(jobs))
     report.lost = report.recipients - report.delivered
     report.duplicates = sum(n - 1 for n in received.values())
+    # Only a job the victim held in `sending` at its kill can have been sent twice because
+    # of that kill (P3): each duplicate is put down to the last kill that held its job.
+    emails = {r.id: r.email for r in conn_rows(engine, campaign_id)}
+    blamed: dict[int, Kill] = {}
+    for kill in report.kills:
+        for job_id in kill.victim_jobs:
+            blamed[job_id] = kill
+    for job_id, kill in blamed.items():
+        kill.duplicates += max(0, received.get(emails.get(job_id, ""), 0) - 1)
     report.in_flight_bound = sum(k.victim_in_flight for k in report.kills)
     report.not_terminal = sum(report.counts[s] for s in ("pending", "sending", "retry"))
     report.sink_accepted = len(records)
@@ -496,6 +580,9 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
         (status == "sent", f"campaign status is {status!r}, not 'sent' (P8)"),
         (report.duplicates <= report.in_flight_bound + report.relay_side_window,
          f"{report.duplicates} duplicates exceed the in-flight bound (P3)"),
+        (report.max_duplicates_per_kill <= report.threads,
+         f"a kill caused {report.max_duplicates_per_kill} duplicates, more than one per "
+         f"worker thread ({report.threads}) (SPEC 10)"),
         (report.message_id_mismatches == 0, "a copy carried another Message-ID (P3)"),
         (report.counts == slow, "counters differ from GROUP BY status (P8)"),
         (report.counts["sent"] == report.delivered == report.sink_distinct,
@@ -505,6 +592,12 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
         (not report.unexpected_exits, f"worker(s) {report.unexpected_exits} died unasked"),
     ]
     report.broken.extend(message for ok, message in checks if not ok)
+
+
+def conn_rows(engine: sa.Engine, campaign_id: int) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.text(
+            "SELECT id, email FROM delivery_jobs WHERE campaign_id = :id"), {"id": campaign_id}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -524,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gap", type=float, nargs=2, default=(0.3, 2.0),
                         metavar=("MIN", "MAX"), help="seconds between kills (uniform)")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--sink", choices=["senddock", "postfix"], default="senddock",
+                        help="the relay: our scripted sink or Postfix's smtp-sink")
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="keep the processes' logs in a new directory under DIR")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
@@ -533,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
                            database_url=args.database_url, db_restart=args.db_restart,
                            relay_outage=args.relay_outage, seed=args.seed,
                            gap=(args.gap[0], args.gap[1]),
-                           work_dir=args.keep_logs)
+                           work_dir=args.keep_logs, sink=args.sink)
     report = run_chaos(options)
     print(report.render())
     if args.json is not None:

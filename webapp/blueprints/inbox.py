@@ -55,14 +55,18 @@ def detail(job_id: int) -> str:
 
 
 @bp.post("/<int:job_id>/retry")
-def retry(job_id: int) -> Response:
+def retry(job_id: int) -> Response | tuple[str, int]:
     try:
         with engine().begin() as conn:
             result = inbox.retry(conn, job_id, actor=actor())
     except DomainError as exc:
+        # The refusal is the answer (409 and why), on the job's own page.
         flash(exc.message, "error")
-    else:
-        flash(inbox.describe_retry(result), "success")
+        with engine().connect() as conn:
+            job = inbox.detail(conn, job_id)
+        return render_template("inbox/detail.html", job=job, can_act=_can_act(),
+                               back=_local(request.args.get("back"))), exc.status
+    flash(inbox.describe_retry(result), "success")
     return redirect(url_for("inbox.detail", job_id=job_id))
 
 

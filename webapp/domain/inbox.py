@@ -125,6 +125,11 @@ def _refusal(result: dict[str, Any], job: dict[str, Any] | None) -> Conflict:
             fields={"email": "suppressed"})
     if result["cancelled"]:
         return Conflict("the job's campaign was cancelled; its mail is not sent again")
+    if result["busy"]:
+        return Conflict(
+            f"the user of job {job['id']} ({job.get('user_ref')}) already has a live "
+            f"{job['kind']} email on its way: that one is sent instead. Retrying this job "
+            "as well would make two.", fields={"user_ref": "has a live job"})
     if job.get("dismissed_at") is not None:
         return Conflict(f"job {job['id']} was dismissed")
     return Conflict(f"job {job['id']} is {job['status']}, not failed or bounced: nothing to "
@@ -135,8 +140,7 @@ def retry(conn: Connection, job_id: int, *, actor: str) -> dict[str, Any]:
     """Retry one failed or bounced job now (fresh schedule, history kept). A job whose
     address is still suppressed is refused with a message saying so, never queued to be
     skipped silently."""
-    result = queue.retry_problem_jobs(conn, queue.ProblemFilter(job_id=job_id),
-                                      as_of=datetime.now(UTC))
+    result = _retry(conn, queue.ProblemFilter(job_id=job_id), datetime.now(UTC))
     if not result["retried"]:
         raise _refusal(result, queue.get_job(conn, job_id))
     audit.record(conn, actor, "job.retry", f"job:{job_id}")
@@ -148,14 +152,29 @@ def retry_all(conn: Connection, where: queue.ProblemFilter, as_of: datetime, *,
               actor: str) -> dict[str, Any]:
     """Retry every open problem matching ``where`` that finished by ``as_of`` (when the
     admin saw the page): set-based, and a second click retries nothing twice."""
-    result = queue.retry_problem_jobs(conn, where, as_of)
+    result = _retry(conn, where, as_of)
     filters = {k: v for k, v in asdict(where).items() if v is not None}
     audit.record(conn, actor, "job.retry_all", "inbox", filters=filters, as_of=as_of,
                  retried=result["retried"], left_suppressed=result["suppressed"],
-                 left_cancelled=result["cancelled"])
+                 left_cancelled=result["cancelled"], left_busy=result["busy"])
     for kind in result["kinds"]:
         queue.notify_new_jobs(conn, kind)
     return result
+
+
+def _retry(conn: Connection, where: queue.ProblemFilter, as_of: datetime) -> dict[str, Any]:
+    """The set-based retry. Jobs whose user has a live job of the same kind are left out
+    by the statement; a live job created by a request in the very same instant makes it
+    violate the one-live-job index instead, and then it runs once more (it finds that job
+    and leaves the user out)."""
+    for last in (False, True):
+        try:
+            with conn.begin_nested():
+                return queue.retry_problem_jobs(conn, where, as_of)
+        except sa.exc.IntegrityError as exc:
+            if last or "delivery_jobs_one_active_idx" not in str(exc.orig):
+                raise
+    raise AssertionError("unreachable")
 
 
 def dismiss(conn: Connection, job_id: int, *, actor: str) -> None:
@@ -184,6 +203,9 @@ def describe_retry(result: dict[str, Any]) -> str:
     if result["cancelled"]:
         parts.append(f"{result['cancelled']:,} belong to cancelled campaigns and were left "
                      "out.")
+    if result["busy"]:
+        parts.append(f"{result['busy']:,} were left out because their users already have a "
+                     "live email of the same kind on its way (that one is sent instead).")
     return " ".join(parts)
 
 

@@ -247,10 +247,18 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
     queue.lock_user(conn, KIND, user_ref)
     latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
     _check_resendable(conn, latest, user_ref)
-    assert latest is not None
+    assert latest is not None  # _check_resendable raised NotFound otherwise
+    job = None
     if latest["status"] in ("pending", "sending", "retry"):
         job = queue.mark_resent(conn, latest["id"])
-        assert job is not None  # live under our user lock: nothing else ends it but a worker
+        if job is None:
+            # The user lock keeps other requests out, not workers: one finished the job
+            # between the two statements. Judge again from what it became (sent moments
+            # ago: the cooldown answers; failed: a new job is enqueued below).
+            latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+            _check_resendable(conn, latest, user_ref)
+            assert latest is not None
+    if job is not None:
         if job["status"] != "sending":
             queue.notify_new_jobs(conn, KIND)
         reused = True
