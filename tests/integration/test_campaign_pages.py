@@ -41,7 +41,7 @@ def test_compose_shows_template_error_with_its_line_and_keeps_input(
                                         "from": "", "subject": "Hi", "html": html, "text": ""})
     page = r.get_data(as_text=True)
     assert r.status_code == 422
-    assert "template error in html on line 2" in page
+    assert "Template error in html on line 2" in page
     assert "html, line 2:</span> &lt;p&gt;{{ name }&lt;/p&gt;" in page
     assert "&lt;p&gt;{{ name }&lt;/p&gt;\n</textarea>" in page  # nothing typed is lost
     with engine.connect() as conn:
@@ -66,7 +66,7 @@ def test_audience_counts_and_review_page(client: Any, engine: sa.Engine,
     page = Browser(client, make_user("marketer")).get(
         f"/campaigns/{campaign['id']}/send").get_data(as_text=True)
     assert re.search(r'id="audience-will-receive"><strong>7</strong>', page)
-    assert "Send to 7 recipients" in page
+    assert "Send now to 7 recipients" in page
 
 
 def test_preview_renders_a_real_subscriber_escaped(client: Any, engine: sa.Engine,
