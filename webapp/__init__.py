@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Flask
 
-from webapp import auth, db, errors, nav, security
+from webapp import auth, db, errors, formatting, nav, security
 from webapp.json_input import JSONProvider, JSONRequest
 from webapp.settings import Config, load
 
@@ -59,6 +59,7 @@ def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     security.init_app(app)
     errors.init_app(app)
     nav.init_app(app)
+    formatting.init_app(app)
 
     from webapp.blueprints import register_all
 
