@@ -78,6 +78,7 @@ def _attribute_reads(tree: nodes.Template) -> list[tuple[str, int]]:
     ``subscriber.attributes.key`` spelled out in the template."""
     reads = []
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        assert isinstance(node, nodes.Getattr | nodes.Getitem)
         base = node.node
         is_attributes = (isinstance(base, nodes.Name) and base.name == "attributes") or (
             isinstance(base, nodes.Getattr) and base.attr == "attributes"
