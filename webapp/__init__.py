@@ -8,7 +8,8 @@ from typing import Any
 from flask import Flask
 
 from webapp import auth, db, errors, nav, security
-from webapp.settings import Config, load
+from webapp.resources import resource_dir
+from workers.settings import Config, load
 
 log = logging.getLogger("senddock")
 
@@ -24,7 +25,8 @@ class SendDock:
 
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     config = config or load()
-    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app = Flask(__name__, template_folder=resource_dir("templates"),
+                static_folder=resource_dir("static"))
     # "a//b" is not silently redirected to "a/b": a DELETE of /suppressions/x//y@z would
     # otherwise answer an HTML 308 that changes its target.
     app.url_map.merge_slashes = False

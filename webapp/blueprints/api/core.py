@@ -12,7 +12,7 @@ from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, lists
 from webapp.domain.errors import Invalid, NotFound
-from workers import queue
+from workers import queue_reads
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:
@@ -96,12 +96,12 @@ def campaign_action(campaign_id: int, action: str) -> Response:
 @bp.get("/jobs/<int:job_id>")
 def get_job(job_id: int) -> Response:
     with engine().connect() as conn:
-        job = queue.get_job(conn, job_id)
+        job = queue_reads.get_job(conn, job_id)
         if job is None:
             raise NotFound(f"job {job_id} does not exist")
         job.pop("claim_token", None)
         job["attempts_made"] = job.pop("attempts")
-        job["attempts"] = queue.job_attempts(conn, job_id)
+        job["attempts"] = queue_reads.job_attempts(conn, job_id)
     return answer(job)
 
 
