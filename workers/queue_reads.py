@@ -269,3 +269,44 @@ def top_errors(conn: Connection, broadcast_id: int, limit: int = 5,
                sample: int = 2000) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(_TOP_ERRORS, {
         "broadcast_id": broadcast_id, "limit": limit, "sample": sample}).mappings()]
+
+
+# The newest finishes of one broadcast since `since`, newest first from
+# delivery_jobs_broadcast_finished_idx, capped at `sample`; and the newest finish at all.
+_RECENT_FINISHES = sa.text("""
+SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now,
+       (SELECT max(finished_at) FROM delivery_jobs
+         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL) AS newest
+  FROM (SELECT finished_at FROM delivery_jobs
+         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
+           AND finished_at > :since
+         ORDER BY finished_at DESC LIMIT :sample) recent
+""")
+
+# When the broadcast's retrying jobs come due: the first and the last, read along the
+# claim index (delivery_jobs_claim_idx) in due order.
+_RETRY_DUE = sa.text(f"""
+SELECT (SELECT available_at FROM delivery_jobs
+         WHERE status IN {sql_list(CLAIMABLE)} AND priority = :priority
+           AND broadcast_id = :broadcast_id AND status = 'retry'
+         ORDER BY available_at LIMIT 1) AS next_at,
+       (SELECT available_at FROM delivery_jobs
+         WHERE status IN {sql_list(CLAIMABLE)} AND priority = :priority
+           AND broadcast_id = :broadcast_id AND status = 'retry'
+         ORDER BY available_at DESC LIMIT 1) AS last_at
+""")
+
+
+def recent_finishes(conn: Connection, broadcast_id: int, since: datetime,
+                    sample: int) -> Any:
+    """(n, oldest, now, newest): how many of the broadcast's jobs finished after ``since``
+    (at most ``sample``), the oldest of those, the database's now, and the newest finish."""
+    return conn.execute(_RECENT_FINISHES, {"broadcast_id": broadcast_id, "since": since,
+                                           "sample": sample}).one()
+
+
+def retry_due(conn: Connection, broadcast_id: int) -> tuple[datetime | None, datetime | None]:
+    """(when the first retrying job of the broadcast comes due, when the last one does)."""
+    row = conn.execute(_RETRY_DUE, {"broadcast_id": broadcast_id,
+                                    "priority": PRIORITY["broadcast"]}).one()
+    return row.next_at, row.last_at
