@@ -31,7 +31,7 @@ from bench.common import (
 )
 from webapp import db
 from webapp.domain import campaigns
-from workers import queue
+from workers import queue, queue_reads
 
 
 def _index_reads(engine: sa.Engine) -> int:
@@ -119,11 +119,11 @@ def main() -> None:
         runs: dict[str, Callable[[sa.Connection], Any]] = {
             "claim 10 (1M paused ahead)":
                 lambda c: queue.claim_batch(c, "bench", 10, "example.com"),
-            "oldest due (alarm, metrics, health)": queue.oldest_due_age,
+            "oldest due (alarm, metrics, health)": queue_reads.oldest_due_age,
             "backlog": queue.backlog,
-            "jobs by kind and state (metrics, health)": queue.jobs_by_kind_and_state,
+            "jobs by kind and state (metrics, health)": queue_reads.jobs_by_kind_and_state,
             "attempts per minute, 15 min (health, metrics)":
-                lambda c: queue.attempts_per_minute(c, now - timedelta(minutes=15),
+                lambda c: queue_reads.attempts_per_minute(c, now - timedelta(minutes=15),
                                                     now + timedelta(minutes=1)),
         }
         for name, run in runs.items():

@@ -174,6 +174,9 @@ delivery_jobs = Table(
     Column("priority", SmallInteger, nullable=False),
     Column("status", Text, nullable=False, server_default="pending"),
     Column("attempts", SmallInteger, nullable=False, server_default=text("0")),
+    # Counted attempts when the job was last retried by hand: the retry schedule restarts
+    # there while the attempt numbers go on.
+    Column("retry_base", SmallInteger, nullable=False, server_default=text("0")),
     Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("claimed_by", Text),
     Column("claim_token", UUID(as_uuid=False)),
@@ -201,8 +204,12 @@ delivery_jobs = Table(
     Column("dismissed_at", DateTime(timezone=True)),
     CheckConstraint(_in("status", JOB_STATUSES), name="delivery_jobs_status_check"),
     CheckConstraint(_in("kind", JOB_KINDS), name="delivery_jobs_kind_check"),
-    # The claim: priority first (verification before campaigns, P7), then due time.
+    # The claim: transactional jobs by priority (P7), then due time; each open broadcast's
+    # due jobs from its own range, so a paused campaign's backlog is never read.
     Index("delivery_jobs_claim_idx", "priority", "available_at", "id",
+          postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)} "
+                                "AND broadcast_id IS NULL")),
+    Index("delivery_jobs_broadcast_due_idx", "broadcast_id", "available_at", "id",
           postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)}")),
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
@@ -242,6 +249,9 @@ job_attempts = Table(
     Column("job_id", BigInteger, ForeignKey("delivery_jobs.id", ondelete="CASCADE"),
            nullable=False),
     Column("attempt", SmallInteger, nullable=False),
+    # The job's kind, so the per-kind stats never join the jobs (NULL only in rows written
+    # by hand; readers fall back to the job's).
+    Column("kind", Text),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("duration_ms", Float, nullable=False, server_default=text("0")),
     Column("outcome", Text, nullable=False),
@@ -265,6 +275,18 @@ broadcast_counts = Table(
     Column("slot", SmallInteger, nullable=False),
     Column("n", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("broadcast_id", "status", "slot"),
+    postgresql_with={"fillfactor": "50"},
+)
+
+# The same for the jobs of no broadcast (verification, test, …), per kind: the stats read
+# a few counter rows, never every transactional job ever sent (migration 0012).
+kind_counts = Table(
+    "kind_counts", metadata,
+    Column("kind", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("kind", "status", "slot"),
     postgresql_with={"fillfactor": "50"},
 )
 

@@ -1,7 +1,9 @@
 """Turning a claimed job into the bytes handed to the relay.
 
-A campaign's templates are compiled once per process and reused for every recipient;
-only the per-recipient render and the MIME assembly run per message.
+A campaign's templates are compiled once per process and version (its ``updated_at``,
+which the claim returns with each job) and reused for every recipient; only the
+per-recipient render and the MIME assembly run per message. An edited draft is compiled
+again, so a test send after an edit shows the edit.
 """
 
 from __future__ import annotations
@@ -71,22 +73,27 @@ class Composer:
     def __init__(self, engine: Engine, config: Config) -> None:
         self.engine = engine
         self.config = config
-        self._campaigns: dict[int, PreparedCampaign] = {}
+        self._campaigns: dict[int, tuple[str | None, PreparedCampaign]] = {}
         self._lock = threading.Lock()
         self._verification = _verification_template()
 
-    def campaign(self, campaign_id: int) -> PreparedCampaign:
-        prepared = self._campaigns.get(campaign_id)
-        if prepared is None:
-            with self.engine.connect() as conn:
-                row = conn.execute(sa.text(
-                    "SELECT name, from_addr, subject, text_body, html_body FROM campaigns "
-                    "WHERE id = :id"), {"id": campaign_id}).one()
-            prepared = PreparedCampaign(
-                name=row.name, from_addr=row.from_addr, subject=row.subject,
-                template=compile_campaign(row.subject, row.text_body, row.html_body))
-            with self._lock:
-                self._campaigns[campaign_id] = prepared
+    def campaign(self, campaign_id: int, version: str | None = None) -> PreparedCampaign:
+        """The compiled campaign at ``version`` (its updated_at as text); None reads the
+        current version from the database."""
+        cached = self._campaigns.get(campaign_id)
+        if cached is not None and version is not None and cached[0] == version:
+            return cached[1]
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.text(
+                "SELECT name, from_addr, subject, text_body, html_body, updated_at::text "
+                "AS version FROM campaigns WHERE id = :id"), {"id": campaign_id}).one()
+        if cached is not None and cached[0] == row.version:
+            return cached[1]
+        prepared = PreparedCampaign(
+            name=row.name, from_addr=row.from_addr, subject=row.subject,
+            template=compile_campaign(row.subject, row.text_body, row.html_body))
+        with self._lock:
+            self._campaigns[campaign_id] = (row.version, prepared)  # the old version goes
         return prepared
 
     def build(self, job: ClaimedJob) -> Envelope:
@@ -111,7 +118,7 @@ class Composer:
 
     def _build_campaign(self, job: ClaimedJob) -> Envelope:
         campaign_id = job.campaign_id or int(job.payload.get("campaign_id", 0))
-        prepared = self.campaign(campaign_id)
+        prepared = self.campaign(campaign_id, job.campaign_version)
         headers = self._headers(job)
         name, attributes = job.name, job.attributes
         unsub = ""

@@ -45,7 +45,8 @@ def outcome_for(job: ClaimedJob, result: SendResult, schedule: tuple[int, ...],
     if cls is ReplyClass.REJECTED:
         return make("failed")
     if cls is ReplyClass.TRANSIENT:
-        delay = next_delay(schedule, job.attempts + 1, jitter)
+        # The schedule restarts at a manual retry (retry_base); the attempt numbers go on.
+        delay = next_delay(schedule, job.attempts - job.retry_base + 1, jitter)
         return make("failed") if delay is None else make("retry", delay=delay)
     return make("pending", counted=False, error=f"relay: {reply}")
 
@@ -63,9 +64,10 @@ def released(job: ClaimedJob) -> Outcome:
                    counted=False)
 
 
-def build_failed(job: ClaimedJob, message: str) -> Outcome:
-    """The message could not be built (e.g. a template error at render time): the job
-    fails visibly instead of being retried forever."""
+def build_failed(job: ClaimedJob, message: str, stage: str = "build") -> Outcome:
+    """The message could not be built (a template error at render time, a header that
+    cannot be encoded) or handing it over raised: the job fails visibly, with ``message``
+    as its error, instead of being retried forever or left `sending`."""
     return Outcome(job_id=job.id, claim_token=job.claim_token, status="failed", counted=True,
-                   reply_class="build", error=message, started_at=datetime.now(UTC),
-                   stage="build")
+                   reply_class="build", error=message[:1000], started_at=datetime.now(UTC),
+                   stage=stage)

@@ -1,14 +1,18 @@
 """The worker pool, hosted by APScheduler inside the process (SPEC 2).
 
-- N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
-  claim a batch, send it, and finish it in one transaction;
+- N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection
+  and its own database connection, claim a batch and commit each message's outcome the
+  moment the relay has answered it (SPEC 10: a crash resends at most one message per
+  thread);
 - a liveness session holding the worker's advisory lock, and a heartbeat (P4);
 - the startup hook and a periodic rescuer that take back dead workers' jobs (P2, P4);
 - maintenance: enqueue accepted broadcasts, fire scheduled campaigns, complete finished ones;
 - a LISTEN connection that wakes idle loops the moment a job is enqueued (P7).
 
 ``stop()`` (SIGTERM) lets in-flight messages finish and be marked, claims nothing new, and
-hands unsent claimed jobs back, within a bounded time.
+hands unsent claimed jobs back, within a bounded time. A message still in the relay's hands
+when that time is up stays claimed; it is taken back once this process is gone (the
+rescuer judges by the liveness lock, not by the stopped mark).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import secrets
 import socket
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from email.utils import parseaddr
 from typing import Any
@@ -65,7 +70,10 @@ class Pool:
         self._listener: threading.Thread | None = None
         self.sent = 0
         self.probe_sender = parseaddr(config.mail_from)[1]
-        self._holding: set[int] = set()  # ids of the jobs claimed and not yet finished
+        # Claims in hand, by claim token: the jobs not finished yet. A token is registered
+        # before its claim statement runs (so the lost-claim release never races it).
+        self._claims: dict[str, dict[int, queue.ClaimedJob]] = {}
+        self._sending: dict[int, int] = {}  # drain thread -> the job it is sending now
         self._holding_lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -99,22 +107,40 @@ class Pool:
         log.info("worker %s stopping: finishing in-flight messages", self.worker_id)
         self.stopping.set()
         self.wake()
+        finished = True
         if self._scheduler is not None:
             deadline = timeout if timeout is not None else self.config.smtp_timeout + 10
             waiter = threading.Thread(target=self._scheduler.shutdown, kwargs={"wait": True},
                                       daemon=True)
             waiter.start()
             waiter.join(deadline)
+            finished = not waiter.is_alive()
+        left = 0
         try:
             with self.engine.begin() as conn:
-                queue.mark_worker_stopped(conn, self.worker_id)
+                if not finished:
+                    queue.release(conn, self._waiting_jobs())
+                left = queue.mark_worker_stopped(conn, self.worker_id)
         except DB_ERRORS as exc:
             log.warning("could not mark worker stopped: %s", exc)
-        with self._live_lock:
-            if self._live is not None:
-                self._live.close()
-                self._live = None
+        if left:
+            # Keep the liveness lock while the stuck sends may still complete: the jobs are
+            # taken back (by this node's next start or a peer) once the process is gone.
+            log.warning("%d message(s) still in the relay's hands after the stop bound; "
+                        "they are taken back once this process has exited", left)
+        else:
+            with self._live_lock:
+                if self._live is not None:
+                    self._live.close()
+                    self._live = None
         log.info("worker %s stopped after sending %d message(s)", self.worker_id, self.sent)
+
+    def _waiting_jobs(self) -> list[queue.ClaimedJob]:
+        """Claimed jobs that no thread is sending right now (they can be handed back)."""
+        with self._holding_lock:
+            sending = set(self._sending.values())
+            return [job for jobs in self._claims.values() for job in jobs.values()
+                    if job.id not in sending]
 
     def wake(self) -> None:
         with self._wake:
@@ -147,9 +173,8 @@ class Pool:
                     log.info("liveness session re-established")
                 assert self._live is not None
                 queue.heartbeat(self._live, self.worker_id)
-                with self._holding_lock:
-                    holding = list(self._holding)
-                lost = queue.release_lost_claims(self._live, self.worker_id, holding)
+                lost = queue.release_lost_claims(self._live, self.worker_id, self._held_tokens,
+                                                 self.config.worker_timeout)
                 if lost:
                     log.warning("put back %d job(s) whose claim reply was lost", lost)
             except DB_ERRORS as exc:
@@ -159,6 +184,10 @@ class Pool:
                     self._live.invalidate()
                     self._live.close()
                 self._live = None
+
+    def _held_tokens(self) -> list[str]:
+        with self._holding_lock:
+            return list(self._claims)
 
     def _rescue(self, startup: bool = True) -> dict[str, int]:
         # Only the startup hook takes back same-node workers on their free lock alone (they
@@ -242,98 +271,130 @@ class Pool:
 
     def _drain_loop(self) -> None:
         transport = SmtpTransport(self.smtp, timeout=self.config.smtp_timeout)
+        db = ThreadDb(self.engine)
         backoff = 0.5
         try:
             while not self.stopping.is_set():
                 try:
-                    worked = self._drain_once(transport)
+                    worked = self._drain_once(transport, db)
                     backoff = 0.5
                     if not worked:
                         self._idle(1.0)
                 except DB_ERRORS as exc:
                     log.warning("database unreachable, retrying in %.1fs: %s", backoff,
                                 str(exc).splitlines()[0])
+                    db.drop()
                     self.stopping.wait(backoff)
                     backoff = min(backoff * 2, 30)
                 except Exception:
                     log.exception("drain loop error; continuing")
+                    db.drop()
                     self.stopping.wait(1.0)
         finally:
             transport.close()
+            db.drop()
 
-    def _claim(self) -> list[queue.ClaimedJob]:
+    def _claim(self, db: ThreadDb, token: str) -> list[queue.ClaimedJob]:
         n = self.config.claim_batch
-        with self.engine.begin() as conn:
-            if self.config.rate_limit > 0:
-                n = queue.acquire_permits(conn, n, max(1, int(self.config.rate_limit)))
-                if n == 0:
-                    return []
-            jobs = queue.claim_batch(conn, self.worker_id, n, self.domain)
+        if self.config.rate_limit > 0:
+            with self.engine.begin() as rate_conn:
+                n = queue.acquire_permits(rate_conn, n, max(1, int(self.config.rate_limit)))
+            if n == 0:
+                return []
+        return queue.claim_batch(db.conn, self.worker_id, n, self.domain, token)
+
+    def _drain_once(self, transport: SmtpTransport, db: ThreadDb) -> bool:
+        """Claim one batch and deliver it message by message. Returns False when there was
+        nothing to do. Every job of the batch leaves `sending`: marked with its outcome,
+        handed back unsent, or (if the database is lost meanwhile) put back by the
+        heartbeat as a lost claim once its token is no longer held."""
+        token = str(uuid.uuid4())
         with self._holding_lock:
-            self._holding.update(job.id for job in jobs)
-        return jobs
+            self._claims[token] = {}
+        try:
+            jobs = self._claim(db, token)
+            with self._holding_lock:
+                self._claims[token] = {job.id: job for job in jobs}
+            if not jobs:
+                self._maybe_probe_relay(transport)
+                return False
+            self._deliver(transport, db, jobs)
+            return True
+        finally:
+            with self._holding_lock:
+                self._claims.pop(token, None)
+                self._sending.pop(threading.get_ident(), None)
 
-    def _drain_once(self, transport: SmtpTransport) -> bool:
-        """Claim and deliver one batch. Returns False when there was nothing to do."""
-        jobs = self._claim()
-        if not jobs:
-            self._maybe_probe_relay(transport)
-            return False
-        results, relay_error = self._deliver(transport, jobs)
-        self._finish(results, relay_error)
-        return True
+    def _deliver(self, transport: SmtpTransport, db: ThreadDb,
+                 jobs: list[queue.ClaimedJob]) -> None:
+        me = threading.get_ident()
+        for index, job in enumerate(jobs):
+            if self.stopping.is_set():
+                queue.release(db.conn, jobs[index:])
+                return
+            with self._holding_lock:
+                self._sending[me] = job.id
+            outcome = self._attempt(transport, job)
+            self._record(db, job, outcome)
+            with self._holding_lock:
+                self._sending.pop(me, None)
+                self._claims.get(job.claim_token, {}).pop(job.id, None)
+            if outcome.reply_class == ReplyClass.RELAY.value:
+                queue.mark_relay_down(db.conn, outcome.reply or "relay unavailable")
+                log.error("relay unavailable, delivery paused: %s", outcome.reply)
+                queue.release(db.conn, jobs[index + 1:])
+                return
 
-    def _deliver(self, transport: SmtpTransport,
-                 jobs: list[queue.ClaimedJob]) -> tuple[list[queue.Outcome], str | None]:
-        results: list[queue.Outcome] = []
-        relay_error: str | None = None
-        for job in jobs:
-            if relay_error is not None or self.stopping.is_set():
-                results.append(outcomes.released(job))
-                continue
-            if job.suppressed:
-                results.append(outcomes.skipped(job))
-                continue
-            try:
-                envelope = self.composer.build(job)
-            except TemplateError as exc:
-                results.append(outcomes.build_failed(job, f"template error: {exc}"))
-                continue
-            started = datetime.now(UTC)
+    def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob) -> queue.Outcome:
+        """This job's outcome. Never raises for one message's trouble: whatever goes wrong
+        building or sending it fails that message, with the error in words."""
+        if job.suppressed:
+            return outcomes.skipped(job)
+        try:
+            envelope = self.composer.build(job)
+        except TemplateError as exc:
+            return outcomes.build_failed(job, f"template error: {exc}")
+        except Exception as exc:
+            log.exception("could not build the message of job %d", job.id)
+            return outcomes.build_failed(job, f"could not build the message: "
+                                              f"{type(exc).__name__}: {exc}")
+        started = datetime.now(UTC)
+        try:
             result = transport.send(envelope.mail_from, job.email, envelope.message)
-            outcome = outcomes.outcome_for(job, result, self.config.retry_schedule[job.kind],
-                                           self.config.retry_jitter, started)
-            results.append(outcome)
-            if result.reply_class is ReplyClass.RELAY:
-                relay_error = outcome.reply or "relay unavailable"
-            elif result.reply_class is ReplyClass.SENT:
-                self.sent += 1
-        return results, relay_error
+        except Exception as exc:
+            log.exception("could not send the message of job %d", job.id)
+            transport.close()  # its state is unknown: the next message reconnects
+            return outcomes.build_failed(job, f"could not send the message: "
+                                              f"{type(exc).__name__}: {exc}", stage="send")
+        if result.reply_class is ReplyClass.SENT:
+            self.sent += 1
+        return outcomes.outcome_for(job, result, self.config.retry_schedule[job.kind],
+                                    self.config.retry_jitter, started)
 
-    def _finish(self, results: list[queue.Outcome], relay_error: str | None) -> None:
-        """Record the batch. If the database is away, keep trying (bounded by shutdown):
-        what the relay accepted must be marked, or it will be sent again."""
+    def _record(self, db: ThreadDb, job: queue.ClaimedJob, outcome: queue.Outcome) -> None:
+        """Commit the outcome now. If the database is away, keep trying (bounded by
+        shutdown): what the relay accepted must be marked, or it will be sent again."""
         backoff = 0.5
         deadline: float | None = None
         while True:
             try:
-                with self.engine.begin() as conn:
-                    queue.finish_batch(conn, self.worker_id, results)
-                    if relay_error is not None:
-                        queue.mark_relay_down(conn, relay_error)
-                        log.error("relay unavailable, delivery paused: %s", relay_error)
-                with self._holding_lock:
-                    self._holding.difference_update(r.job_id for r in results)
+                if queue.finish_one(db.conn, self.worker_id, outcome):
+                    return
+                log.warning("late mark refused: job %d (%s) was taken back while this worker "
+                            "had it; the %s outcome (%s) is not recorded, and the message may "
+                            "be sent again", job.id, job.email, outcome.status,
+                            outcome.reply or outcome.error or "no reply")
                 return
             except DB_ERRORS as exc:
+                db.drop()
                 if self.stopping.is_set():
                     deadline = deadline or time.monotonic() + 15
                     if time.monotonic() > deadline:
-                        log.error("giving up marking %d job(s): database unreachable; they "
-                                  "will be taken back after restart", len(results))
+                        log.error("giving up marking job %d: database unreachable; it will "
+                                  "be taken back after restart", job.id)
                         return
-                log.warning("could not record %d outcome(s), retrying in %.1fs: %s",
-                            len(results), backoff, str(exc).splitlines()[0])
+                log.warning("could not record the outcome of job %d, retrying in %.1fs: %s",
+                            job.id, backoff, str(exc).splitlines()[0])
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10)
 
@@ -355,3 +416,29 @@ class Pool:
     def status(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "threads": self.config.workers,
                 "running": self._scheduler is not None and not self.stopping.is_set()}
+
+
+class ThreadDb:
+    """A drain thread's own database connection, in autocommit: a claim is one statement,
+    and so is each outcome (one round trip, one commit). After an error it is dropped
+    whole and the next use opens a fresh one, set up the same way, so nothing ever runs
+    on a silently reconnected session outside autocommit."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._conn: Connection | None = None
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        return self._conn
+
+    def drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.invalidate()
+                self._conn.close()
+            except Exception:  # already gone with the server
+                pass
+        self._conn = None

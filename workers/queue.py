@@ -8,9 +8,9 @@ Each statement carries a line saying what it guarantees. The job states are
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,6 +38,11 @@ class ClaimedJob:
     suppressed: bool
     name: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    # The campaign's updated_at at the claim: compiled templates are cached under it.
+    campaign_version: str | None = None
+    # Counted attempts when the job was last retried by hand: the retry schedule restarts
+    # there, the attempt numbers go on.
+    retry_base: int = 0
 
 
 @dataclass
@@ -152,43 +157,71 @@ def notify_new_jobs(conn: Connection, kind: str) -> None:
 # --- claim -----------------------------------------------------------------------------
 
 # Claim in one statement: due jobs in priority order (transactional kinds first, P7),
-# skipping rows other workers hold (SKIP LOCKED) and paused broadcasts, marked `sending`
-# with this worker's id and a fresh claim token. Nothing is claimed while the relay is
-# marked down (P6). The Message-ID is fixed at the first claim and never changes (P3).
+# skipping rows other workers hold (SKIP LOCKED), marked `sending` with this worker's id,
+# the batch's claim token and the database clock at the claim (clock_timestamp(), not the
+# transaction start: a claim that waited on a lock is as young as its commit). The caller
+# registers the token as held *before* the statement runs, so the lost-claim release can
+# never take back a claim in progress. Paused campaigns are out of the claim path: the
+# transactional jobs come from their own index, and each open, unpaused broadcast's from
+# its own range of delivery_jobs_broadcast_due_idx, so a paused backlog of any size is
+# never read. Nothing is claimed while the relay is marked down (P6). The Message-ID is
+# fixed at the first claim and never changes (P3).
 _CLAIM = sa.text(f"""
-WITH due AS (
-    SELECT j.id FROM delivery_jobs j
-     WHERE j.status IN {sql_list(CLAIMABLE)} AND j.available_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
-       AND NOT EXISTS (SELECT 1 FROM relay_state r WHERE r.status = 'down')
+WITH relay_up AS (
+    SELECT NOT EXISTS (SELECT 1 FROM relay_state r WHERE r.status = 'down') AS ok
+), transactional AS (
+    SELECT j.id, j.priority, j.available_at FROM delivery_jobs j
+     WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
+       AND j.available_at <= now() AND (SELECT ok FROM relay_up)
      ORDER BY j.priority, j.available_at, j.id
      LIMIT :n
        FOR UPDATE OF j SKIP LOCKED
+), campaign AS (
+    SELECT d.id, d.priority, d.available_at FROM broadcasts b
+     CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.available_at FROM delivery_jobs j
+         WHERE j.broadcast_id = b.id AND j.status IN {sql_list(CLAIMABLE)}
+           AND j.available_at <= now()
+         ORDER BY j.available_at, j.id
+         LIMIT :n
+           FOR UPDATE OF j SKIP LOCKED) d
+     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL AND NOT b.paused
+       AND (SELECT ok FROM relay_up)
+), due AS (
+    SELECT id FROM (SELECT * FROM transactional UNION ALL SELECT * FROM campaign) c
+     ORDER BY priority, available_at, id
+     LIMIT :n
 ), claimed AS (
     UPDATE delivery_jobs j
-       SET status = 'sending', claimed_by = :worker, claim_token = gen_random_uuid(),
-           claimed_at = now(),
+       SET status = 'sending', claimed_by = :worker, claim_token = CAST(:token AS uuid),
+           claimed_at = clock_timestamp(),
            message_id = coalesce(j.message_id,
                                  '<' || j.id || '.' || j.correlation_id || '@' || :domain || '>')
       FROM due WHERE j.id = due.id
-    RETURNING j.id, j.kind, j.email, j.claim_token, j.attempts, j.correlation_id,
-              j.message_id, j.campaign_id, j.subscriber_id, j.broadcast_id, j.user_ref,
-              j.payload,
+    RETURNING j.id, j.kind, j.email, j.claim_token, j.attempts, j.retry_base,
+              j.correlation_id, j.message_id, j.campaign_id, j.subscriber_id, j.broadcast_id,
+              j.user_ref, j.payload,
               EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
                   AS suppressed,
               coalesce((SELECT s.name FROM subscribers s WHERE s.id = j.subscriber_id), '')
                   AS name,
               coalesce((SELECT s.attributes FROM subscribers s WHERE s.id = j.subscriber_id),
-                       '{{}}'::jsonb) AS attributes
+                       '{{}}'::jsonb) AS attributes,
+              (SELECT c.updated_at::text FROM campaigns c
+                WHERE c.id = coalesce(j.campaign_id, (j.payload ->> 'campaign_id')::bigint))
+                  AS campaign_version
 )
 -- One JSON value for the whole batch: decoding it is far cheaper in Python than rows.
 SELECT coalesce(json_agg(claimed ORDER BY claimed.id), '[]'::json) AS jobs FROM claimed
 """)
 
 
-def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[ClaimedJob]:
-    """Claim up to ``n`` due jobs for ``worker_id``. No two workers ever get the same job."""
-    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain}).scalar_one()
+def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
+                token: str | None = None) -> list[ClaimedJob]:
+    """Claim up to ``n`` due jobs for ``worker_id`` under one claim ``token`` (a fresh one
+    when None). No two workers ever get the same job."""
+    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain,
+                                 "token": token or str(uuid.uuid4())}).scalar_one()
     jobs = [ClaimedJob(**row) for row in rows]
     jobs.sort(key=lambda j: (PRIORITY[j.kind], j.id))
     return jobs
@@ -196,59 +229,56 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[C
 
 # --- finish ----------------------------------------------------------------------------
 
-# Finish a batch in one statement. The guard `status = 'sending' AND claim_token = …` means
-# a job that was taken back (and maybe claimed again) is never finished twice. Counted
-# outcomes add an attempt row; a hard bounce suppresses the address in the same transaction.
-_FINISH = sa.text(f"""
-WITH o AS (
-    -- The batch arrives as one JSON document: cheaper to encode in Python than 13 arrays.
-    SELECT * FROM jsonb_to_recordset(CAST(:outcomes AS jsonb))
-        AS o(id bigint, token uuid, status text, counted boolean, class text, delay float8,
-             error text, code int, enhanced text, reply text, stage text, duration_ms float8,
-             started_at timestamptz)
-), u AS (
+# Finish one job the moment the relay has answered (SPEC 10: the duplicate window is one
+# message per worker thread). One statement, so one round trip and one commit on the
+# thread's autocommit connection, prepared once per connection. The guard
+# `status = 'sending' AND claim_token = …` means a job that was taken back (and maybe
+# claimed again) is never finished twice: nothing changes, no row comes back, the mark is
+# refused. A counted outcome adds its attempt, numbered after every earlier one (manual
+# retries included); a hard bounce suppresses the address in the same statement.
+_FINISH_ONE = f"""
+WITH u AS (
     UPDATE delivery_jobs j
-       SET status = o.status,
-           attempts = j.attempts + CASE WHEN o.counted THEN 1 ELSE 0 END,
-           available_at = CASE WHEN o.delay IS NULL THEN j.available_at
-                               ELSE now() + make_interval(secs => o.delay) END,
-           last_error = coalesce(o.error, j.last_error),
-           last_error_class = coalesce(o.class, j.last_error_class),
-           finished_at = CASE WHEN o.status IN {sql_list(TERMINAL)} THEN now() END,
+       SET status = %(status)s,
+           attempts = j.attempts + CASE WHEN %(counted)s THEN 1 ELSE 0 END,
+           available_at = CASE WHEN %(delay)s::float8 IS NULL THEN j.available_at
+                               ELSE now() + make_interval(secs => %(delay)s::float8) END,
+           last_error = coalesce(%(error)s::text, j.last_error),
+           last_error_class = coalesce(%(class)s::text, j.last_error_class),
+           finished_at = CASE WHEN %(status)s IN {sql_list(TERMINAL)} THEN now() END,
            claimed_by = NULL, claim_token = NULL, claimed_at = NULL
-      FROM o
-     WHERE j.id = o.id AND j.status = 'sending' AND j.claim_token = o.token
-    RETURNING j.id AS job_id, j.attempts AS attempt_no, j.email AS job_email,
-              o.status AS new_status, o.counted, o.class, o.code, o.enhanced, o.reply,
-              o.stage, o.duration_ms, o.started_at
+     WHERE j.id = %(id)s AND j.status = 'sending' AND j.claim_token = %(token)s::uuid
+    RETURNING j.id, j.attempts, j.email, j.kind
 ), a AS (
-    INSERT INTO job_attempts (job_id, attempt, started_at, duration_ms, outcome, smtp_code,
-                              enhanced_code, reply, stage, worker)
-    SELECT job_id, attempt_no, coalesce(started_at, now()), duration_ms, class, code,
-           enhanced, reply, stage, :worker
-      FROM u WHERE counted
+    INSERT INTO job_attempts (job_id, kind, attempt, started_at, duration_ms, outcome,
+                              smtp_code, enhanced_code, reply, stage, worker)
+    SELECT id, kind, attempts, coalesce(%(started_at)s::timestamptz, now()),
+           %(duration_ms)s::float8, %(class)s::text, %(code)s::int, %(enhanced)s::text,
+           %(reply)s::text, %(stage)s::text, %(worker)s::text
+      FROM u WHERE %(counted)s
 ), s AS (
     INSERT INTO suppressions (email, reason, job_id, reply, created_by)
-    SELECT DISTINCT ON (lower(job_email)) lower(job_email), 'bounced', job_id, reply, 'system'
-      FROM u WHERE new_status = 'bounced'
+    SELECT lower(email), 'bounced', id, %(reply)s::text, 'system' FROM u
+     WHERE %(status)s = 'bounced'
     ON CONFLICT (email) DO NOTHING
 )
-SELECT job_id FROM u
-""")
+SELECT id FROM u
+"""
 
 
-def finish_batch(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
-    """Record the outcomes; returns the ids actually finished (still claimed by us)."""
-    if not outcomes:
-        return set()
-    params = {"worker": worker_id, "outcomes": json.dumps([{
-        "id": o.job_id, "token": o.claim_token, "status": o.status, "counted": o.counted,
-        "class": o.reply_class, "delay": o.delay, "error": o.error, "code": o.code,
-        "enhanced": o.enhanced, "reply": o.reply, "stage": o.stage,
-        "duration_ms": o.duration_ms,
-        "started_at": o.started_at.isoformat() if o.started_at else None,
-    } for o in outcomes])}
-    return {r.job_id for r in conn.execute(_FINISH, params)}
+def finish_one(conn: Connection, worker_id: str, outcome: Outcome) -> bool:
+    """Record one outcome, committed when this returns (``conn`` is in autocommit).
+    False when the mark was refused: the job was no longer claimed under this token."""
+    driver = conn.connection.driver_connection
+    if driver is None or not driver.autocommit:  # the commit below is the guarantee
+        raise RuntimeError("finish_one needs a connection in autocommit")
+    row = driver.execute(_FINISH_ONE, {
+        "id": outcome.job_id, "token": outcome.claim_token, "status": outcome.status,
+        "counted": outcome.counted, "class": outcome.reply_class, "delay": outcome.delay,
+        "error": outcome.error, "code": outcome.code, "enhanced": outcome.enhanced,
+        "reply": outcome.reply, "stage": outcome.stage, "duration_ms": outcome.duration_ms,
+        "started_at": outcome.started_at, "worker": worker_id}, prepare=True).fetchone()
+    return row is not None
 
 
 # --- liveness and rescue ---------------------------------------------------------------
@@ -287,10 +317,15 @@ def heartbeat(conn: Connection, worker_id: str) -> None:
 
 
 # Dead workers: their advisory lock is free (their session is gone). Peers also require a
-# stale heartbeat; the worker's own node (a restart of it) does not (P4).
+# stale heartbeat; the worker's own node (a restart of it) does not (P4). A worker that
+# marked itself stopped is still a candidate while jobs are claimed in its name (a stop
+# that ran out of time with messages in flight): the lock, not the mark, says whether the
+# process is gone. Only in-flight jobs are read to find those (delivery_jobs_sending_idx).
 _DEAD_WORKERS = sa.text("""
 SELECT id, lock_key FROM workers
- WHERE stopped_at IS NULL AND id <> :me
+ WHERE id <> :me
+   AND (stopped_at IS NULL
+        OR id IN (SELECT DISTINCT claimed_by FROM delivery_jobs WHERE status = 'sending'))
    AND (node = :node OR heartbeat_at < now() - make_interval(secs => :timeout))
 """)
 
@@ -306,23 +341,30 @@ UPDATE delivery_jobs
 """)
 
 
-# Claims this live worker does not hold in memory: the claim committed but its answer was
-# lost (the connection died on the way back). Older than a minute, so a claim whose answer
-# is still being read is never touched. Back to `pending`, attempt not counted.
+# Claims in this live worker's name that it does not hold: the claim committed but its
+# answer never arrived (the connection died on the way back). It cannot race a claim in
+# progress: a claim's token is registered as held before its statement runs, and a claim
+# registered after the caller's snapshot of held tokens ran after :fence (the database
+# clock, read before that snapshot), while only claims older than :fence minus the worker
+# timeout (a margin for clock steps) are touched. Back to `pending`, attempt not counted.
 _RELEASE_LOST_CLAIMS = sa.text("""
 UPDATE delivery_jobs
    SET status = 'pending', available_at = now(), claimed_by = NULL, claim_token = NULL,
        claimed_at = NULL
  WHERE status = 'sending' AND claimed_by = :me
-   AND claimed_at < now() - interval '60 seconds'
-   AND id <> ALL(CAST(:holding AS bigint[]))
+   AND claimed_at < CAST(:fence AS timestamptz) - make_interval(secs => :margin)
+   AND claim_token <> ALL(CAST(:holding AS uuid[]))
 """)
 
 
-def release_lost_claims(conn: Connection, worker_id: str, holding: Sequence[int]) -> int:
-    """Put back jobs claimed by ``worker_id`` that it is not actually holding."""
-    return conn.execute(_RELEASE_LOST_CLAIMS, {"me": worker_id, "holding": list(holding)}
-                        ).rowcount
+def release_lost_claims(conn: Connection, worker_id: str,
+                        held_tokens: Callable[[], Sequence[str]], margin: float) -> int:
+    """Put back jobs claimed by ``worker_id`` under a token it does not hold.
+    ``held_tokens`` is called after the fence is read (the order is the guarantee)."""
+    fence = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+    holding = list(held_tokens())
+    return conn.execute(_RELEASE_LOST_CLAIMS, {"me": worker_id, "holding": holding,
+                                               "fence": fence, "margin": margin}).rowcount
 
 
 def requeue_orphans(conn: Connection, *, me: str, node: str, timeout: float) -> dict[str, int]:
@@ -361,9 +403,13 @@ def release(conn: Connection, jobs: Sequence[ClaimedJob]) -> int:
                                    "tokens": [j.claim_token for j in jobs]}).rowcount
 
 
-def mark_worker_stopped(conn: Connection, worker_id: str) -> None:
-    conn.execute(sa.text("UPDATE workers SET stopped_at = now(), in_flight = 0 WHERE id = :id"),
-                 {"id": worker_id})
+def mark_worker_stopped(conn: Connection, worker_id: str) -> int:
+    """Mark the pool stopped; returns the jobs still claimed in its name (left to the
+    rescuer, which takes them back once this process's liveness lock is free)."""
+    return int(conn.execute(sa.text("""
+        UPDATE workers SET stopped_at = now(), in_flight = (
+            SELECT count(*) FROM delivery_jobs WHERE status = 'sending' AND claimed_by = :id)
+         WHERE id = :id RETURNING in_flight"""), {"id": worker_id}).scalar() or 0)
 
 
 # --- relay state (P6) ------------------------------------------------------------------
@@ -482,6 +528,18 @@ def start_due_campaigns(conn: Connection) -> list[int]:
     return started
 
 
+# Completion is serialized with retries on the campaign row: the candidates are locked
+# first (SKIP LOCKED: a campaign a retry is changing right now is judged at the next
+# pass), then counted by a second statement, whose snapshot sees every retry committed
+# before the lock was taken; a retry that comes later waits for the lock, finds the
+# campaign `sent` and reopens it (P8).
+_COMPLETION_CANDIDATES = sa.text("""
+SELECT c.id FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
+ WHERE c.status IN ('sending', 'cancelled') AND b.finished_at IS NULL
+   AND (b.enqueued_at IS NOT NULL OR c.status = 'cancelled')
+ ORDER BY c.id FOR UPDATE OF c SKIP LOCKED
+""")
+
 # A campaign is `sent` only when its broadcast is enqueued and none of its jobs is still
 # active: the counts are read from the same counters that P8 reads. A cancelled campaign's
 # broadcast is stamped finished too once its in-flight jobs are done, so only live
@@ -490,7 +548,8 @@ _COMPLETE_CAMPAIGNS = sa.text(f"""
 WITH done AS (
     SELECT c.id, c.status, c.broadcast_id FROM campaigns c
       JOIN broadcasts b ON b.id = c.broadcast_id
-     WHERE c.status IN ('sending', 'cancelled') AND b.finished_at IS NULL
+     WHERE c.id = ANY(CAST(:ids AS bigint[]))
+       AND c.status IN ('sending', 'cancelled') AND b.finished_at IS NULL
        AND (b.enqueued_at IS NOT NULL OR c.status = 'cancelled')
        AND coalesce((SELECT sum(n) FROM broadcast_counts bc
                       WHERE bc.broadcast_id = b.id
@@ -506,8 +565,11 @@ RETURNING campaigns.id
 
 def complete_finished_campaigns(conn: Connection) -> list[int]:
     """Mark `sent` every sending campaign whose jobs are all terminal (and close the
-    broadcasts of cancelled ones)."""
-    return [r.id for r in conn.execute(_COMPLETE_CAMPAIGNS)]
+    broadcasts of cancelled ones). Campaigns a retry holds are left for the next call."""
+    ids = list(conn.execute(_COMPLETION_CANDIDATES).scalars())
+    if not ids:
+        return []
+    return [r.id for r in conn.execute(_COMPLETE_CAMPAIGNS, {"ids": ids})]
 
 
 # Exact counts (P8): the sum over the trigger-maintained slots, consistent with the jobs in
@@ -752,25 +814,45 @@ class ProblemFilter:
         return " AND ".join(clauses), params
 
 
+# The campaigns a retry touches, locked (in id order) before any job changes: completion
+# locks the same rows, so the two are serialized on the campaign and a campaign is never
+# left `sent` with pending jobs (P8).
+_LOCK_RETRY_CAMPAIGNS = """
+SELECT c.id FROM campaigns c
+ WHERE c.id IN (SELECT j.campaign_id FROM delivery_jobs j
+                 WHERE {where} AND j.finished_at <= :as_of AND j.campaign_id IS NOT NULL)
+ ORDER BY c.id FOR UPDATE OF c
+"""
+
 # Retry, set-based and safe to repeat: the jobs go back to `pending` with a fresh schedule
-# (attempts = 0, due now; their job_attempts rows stay). The UPDATE re-checks the status
-# under the row lock, so two clicks (or two admins) retry each job once: the second finds
-# it `pending` and skips it. Only jobs finished by `as_of` (when the page was shown) are
-# touched, so a job that failed again since is not retried behind the admin's back.
-# Suppressed addresses and cancelled campaigns are left out and reported, never silently
-# skipped; a `sent` campaign that gets jobs back is `sending` again until they finish (P8).
+# (due now; the schedule restarts at retry_base, the attempt numbers go on, the
+# job_attempts rows stay). The UPDATE re-checks the status under the row lock, so two
+# clicks (or two admins) retry each job once: the second finds it `pending` and skips it.
+# Only jobs finished by `as_of` (when the page was shown) are touched, so a job that
+# failed again since is not retried behind the admin's back. Left out and reported, never
+# silently skipped: suppressed addresses, cancelled campaigns, and jobs whose user already
+# has a live job of the same kind (one live job per user and kind; of several failed jobs
+# of one user only the newest is retried). A `sent` campaign that gets jobs back is
+# `sending` again until they finish (P8).
 _RETRY_PROBLEMS = """
 WITH candidates AS (
     SELECT j.id, j.kind, j.email, j.campaign_id, c.status AS campaign_status,
-           EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email)) AS suppressed
+           EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email)) AS suppressed,
+           j.user_ref IS NOT NULL AND (
+               EXISTS (SELECT 1 FROM delivery_jobs l
+                        WHERE l.kind = j.kind AND l.user_ref = j.user_ref
+                          AND l.status IN {active})
+               OR row_number() OVER (PARTITION BY j.kind, j.user_ref
+                                     ORDER BY j.finished_at DESC, j.id DESC) > 1) AS busy
       FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
      WHERE {where} AND j.finished_at <= :as_of
 ), retried AS (
     UPDATE delivery_jobs j
-       SET status = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
-           dismissed_at = NULL, claimed_by = NULL, claim_token = NULL, claimed_at = NULL
+       SET status = 'pending', retry_base = j.attempts, available_at = now(),
+           finished_at = NULL, dismissed_at = NULL, claimed_by = NULL, claim_token = NULL,
+           claimed_at = NULL
       FROM candidates x
-     WHERE j.id = x.id AND NOT x.suppressed
+     WHERE j.id = x.id AND NOT x.suppressed AND NOT x.busy
        AND x.campaign_status IS DISTINCT FROM 'cancelled'
        AND j.status IN {problem} AND j.dismissed_at IS NULL
     RETURNING j.id, j.kind, j.campaign_id
@@ -787,16 +869,20 @@ SELECT (SELECT count(*) FROM retried) AS retried,
        (SELECT coalesce(array_agg(email ORDER BY email), '{{}}') FROM (
             SELECT email FROM candidates WHERE suppressed ORDER BY email LIMIT 5) e)
            AS suppressed_examples,
-       (SELECT count(*) FROM candidates WHERE campaign_status = 'cancelled') AS cancelled
+       (SELECT count(*) FROM candidates WHERE campaign_status = 'cancelled') AS cancelled,
+       (SELECT count(*) FROM candidates WHERE busy AND NOT suppressed) AS busy
 """
 
 
 def retry_problem_jobs(conn: Connection, where: ProblemFilter,
                        as_of: datetime) -> dict[str, Any]:
     """Retry every open problem matching ``where`` that finished by ``as_of``; returns
-    ``retried``, ``kinds``, ``suppressed`` (+ ``suppressed_examples``), ``cancelled``."""
+    ``retried``, ``kinds``, ``suppressed`` (+ ``suppressed_examples``), ``cancelled`` and
+    ``busy`` (left out: the user has a live job of that kind)."""
     sql, params = where.where()
-    row = conn.execute(sa.text(_RETRY_PROBLEMS.format(where=sql, problem=sql_list(PROBLEM))),
+    conn.execute(sa.text(_LOCK_RETRY_CAMPAIGNS.format(where=sql)), {**params, "as_of": as_of})
+    row = conn.execute(sa.text(_RETRY_PROBLEMS.format(where=sql, problem=sql_list(PROBLEM),
+                                                      active=sql_list(ACTIVE))),
                        {**params, "as_of": as_of}).mappings().one()
     return dict(row)
 

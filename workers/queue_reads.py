@@ -26,8 +26,8 @@ def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
 
 
 def job_attempts(conn: Connection, job_id: int) -> list[dict[str, Any]]:
-    """The job's attempts in the order they happened (an inbox retry restarts the attempt
-    numbers, so they alone do not order the timeline)."""
+    """The job's attempts in the order they happened (numbered 1, 2, … across manual
+    retries too)."""
     rows = conn.execute(sa.text("""
         SELECT attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
                stage, worker
@@ -52,7 +52,7 @@ def jobs_for_user(conn: Connection, kind: str, user_ref: str,
 _ATTEMPTS_FOR_JOBS = sa.text("""
 SELECT job_id, attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
        stage
-  FROM job_attempts WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, attempt, id
+  FROM job_attempts WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, started_at, id
 """)
 
 
@@ -133,13 +133,13 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
     return [dict(r) for r in rows.mappings()]
 
 
-# Jobs per kind and state without counting campaign jobs: those come from the
-# trigger-kept counters, the other kinds from their own small index.
+# Jobs per kind and state without counting jobs: campaign jobs from the per-broadcast
+# counters, the other kinds from the per-kind ones (both kept by the same statement
+# trigger, exact at every snapshot), so the cost does not grow with the jobs ever sent.
 _JOBS_BY_KIND_AND_STATE = sa.text("""
 SELECT 'broadcast' AS kind, status, sum(n)::bigint AS n FROM broadcast_counts GROUP BY status
 UNION ALL
-SELECT kind, status, count(*) AS n FROM delivery_jobs WHERE kind <> 'broadcast'
- GROUP BY kind, status
+SELECT kind, status, sum(n)::bigint AS n FROM kind_counts GROUP BY kind, status
 """)
 
 
@@ -151,15 +151,23 @@ def jobs_by_kind_and_state(conn: Connection) -> dict[str, dict[str, int]]:
     return result
 
 
-# How long the longest-waiting due job has waited: one probe of the claim index per
-# priority (paused campaigns' jobs are not waiting on us and are passed over).
+# How long the longest-waiting due job has waited: one probe of the transactional claim
+# index per priority and one per open, unpaused broadcast (a paused campaign's jobs are not
+# waiting on us, and are never read).
 _OLDEST_DUE = sa.text(f"""
-SELECT extract(epoch FROM now() - min(t.available_at)) FROM unnest(CAST(:priorities AS int[])) p
-  CROSS JOIN LATERAL (
-    SELECT j.available_at FROM delivery_jobs j
-     WHERE j.status IN {sql_list(CLAIMABLE)} AND j.priority = p AND j.available_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
-     ORDER BY j.available_at LIMIT 1) t
+SELECT extract(epoch FROM now() - min(t.available_at)) FROM (
+    SELECT (SELECT j.available_at FROM delivery_jobs j
+             WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
+               AND j.priority = p AND j.available_at <= now()
+             ORDER BY j.available_at LIMIT 1) AS available_at
+      FROM unnest(CAST(:priorities AS int[])) p
+    UNION ALL
+    SELECT (SELECT j.available_at FROM delivery_jobs j
+             WHERE j.broadcast_id = b.id AND j.status IN {sql_list(CLAIMABLE)}
+               AND j.available_at <= now()
+             ORDER BY j.available_at LIMIT 1)
+      FROM broadcasts b
+     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL AND NOT b.paused) t
 """)
 
 
@@ -171,10 +179,13 @@ def oldest_due_age(conn: Connection) -> float:
 
 # Counted attempts per minute, kind and outcome class (sent, hard_bounce, rejected,
 # transient, build) from job_attempts_started_idx: the sent-per-minute chart, sends and
-# failures by class, retries.
+# failures by class, retries. The attempt carries its job's kind, so no job is read (a row
+# written without it, by hand, falls back to its job).
 _ATTEMPTS_PER_MINUTE = sa.text("""
-SELECT date_trunc('minute', a.started_at) AS minute, j.kind, a.outcome, count(*) AS n
-  FROM job_attempts a JOIN delivery_jobs j ON j.id = a.job_id
+SELECT date_trunc('minute', a.started_at) AS minute,
+       coalesce(a.kind, (SELECT j.kind FROM delivery_jobs j WHERE j.id = a.job_id)) AS kind,
+       a.outcome, count(*) AS n
+  FROM job_attempts a
  WHERE a.started_at >= :since AND a.started_at < :until
  GROUP BY 1, 2, 3
 """)

@@ -177,6 +177,11 @@ def test_lost_claim_is_put_back_by_its_live_worker(engine: sa.Engine, sink: Any,
                  WHERE campaign_id = :c"""), {"w": pool.worker_id, "c": campaign["id"]})
             conn.execute(sa.text("UPDATE workers SET stopped_at = now() WHERE id = :w"),
                          {"w": pool.worker_id})
+            # As it is while a claim is lost mid-campaign: the campaign still sending.
+            conn.execute(sa.text("UPDATE campaigns SET status = 'sending', finished_at = NULL "
+                                 "WHERE id = :c"), {"c": campaign["id"]})
+            conn.execute(sa.text("UPDATE broadcasts SET finished_at = NULL WHERE id = :b"),
+                         {"b": campaign["broadcast_id"]})
         wait_for(lambda: jobs_by_email(engine, campaign["id"])["lost@example.org"]["status"]
                  == "sent" and len(sink.records()) == 2, timeout=30,
                  message="the lost claim to be put back and sent")

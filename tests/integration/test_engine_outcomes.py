@@ -22,9 +22,9 @@ import sqlalchemy as sa
 from tests.conftest import wait_for
 from tests.helpers import campaign_status, jobs_by_email, make_campaign
 from webapp.domain import campaigns, inbox
-from webapp.settings import Config
-from workers import queue
+from workers import queue, queue_reads
 from workers.pool import Pool
+from workers.settings import Config
 
 
 def _states(engine: sa.Engine) -> dict[str, int]:
@@ -132,8 +132,8 @@ def test_attempt_numbers_continue_across_a_manual_retry(
     job = jobs_by_email(engine, campaign["id"])["refused@example.org"]
     assert job["attempts"] == 2  # "Attempts 2" after two tries
     with engine.connect() as conn:
-        timeline = queue.job_attempts(conn, job["id"])
-        by_user = queue.attempts_for_jobs(conn, [job["id"]])[job["id"]]
+        timeline = queue_reads.job_attempts(conn, job["id"])
+        by_user = queue_reads.attempts_for_jobs(conn, [job["id"]])[job["id"]]
     assert [a["attempt"] for a in timeline] == [1, 2]
     assert [a["attempt"] for a in by_user] == [1, 2]
     started = [a["started_at"] for a in timeline]

@@ -76,7 +76,9 @@ def test_retry_one_and_the_still_suppressed_refusal(engine: sa.Engine) -> None:
         inbox.retry(conn, failed, actor="admin@x")
         job = queue_reads.get_job(conn, failed)
         assert job is not None
-        assert (job["status"], job["attempts"], job["finished_at"]) == ("pending", 0, None)
+        # A fresh schedule (it restarts at retry_base); the attempt count goes on.
+        assert (job["status"], job["attempts"], job["retry_base"], job["finished_at"]) == (
+            "pending", 1, 1, None)
         with pytest.raises(Conflict, match="is pending"):
             inbox.retry(conn, failed, actor="admin@x")
         assert [e["target"] for e in audit.entries(conn, action="job.retry")] == [

@@ -26,7 +26,7 @@ from bench.common import seed_list
 from tests.helpers import Browser, campaign_status, make_campaign
 from webapp.domain import campaigns, inbox
 from webapp.domain.errors import Conflict, TooMany
-from workers import queue
+from workers import queue, queue_reads
 
 
 def _tuples_read(engine: sa.Engine) -> int:
@@ -69,7 +69,7 @@ def test_a_paused_backlog_is_not_read_by_the_claim(engine: sa.Engine) -> None:
     reads = {
         "claim": _reads_of(engine, lambda c: claimed.append(
             queue.claim_batch(c, "probe", 10, "example.com"))),
-        "oldest due": _reads_of(engine, queue.oldest_due_age),
+        "oldest due": _reads_of(engine, queue_reads.oldest_due_age),
         "backlog": _reads_of(engine, queue.backlog),
     }
     print(f"\nindex entries read with a 20,000-job paused campaign ahead: {reads}")
