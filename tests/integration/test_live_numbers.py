@@ -6,8 +6,8 @@ a banner about the campaign's state goes once the state has changed."""
 from __future__ import annotations
 
 import re
-from datetime import UTC
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 
 import sqlalchemy as sa
