@@ -233,26 +233,6 @@ def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
 
 # --- campaign live page ----------------------------------------------------------------
 
-# Jobs of one broadcast that ended within the last `window` seconds, read newest first from
-# delivery_jobs_broadcast_finished_idx and capped at `sample` rows: the cost is bounded
-# however fast the campaign drains (the rate is then taken over the span the sample covers).
-_RECENTLY_FINISHED = sa.text("""
-SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now FROM (
-    SELECT finished_at FROM delivery_jobs
-     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
-       AND finished_at > now() - make_interval(secs => :window)
-     ORDER BY finished_at DESC LIMIT :sample) recent
-""")
-
-
-def recently_finished(conn: Connection, broadcast_id: int, window: float = 60,
-                      sample: int = 5000) -> tuple[int, datetime | None, datetime]:
-    """(jobs finished in the window, capped at ``sample``; the oldest of them; now)."""
-    row = conn.execute(_RECENTLY_FINISHED, {"broadcast_id": broadcast_id, "window": window,
-                                            "sample": sample}).one()
-    return int(row.n), row.oldest, row.now
-
-
 # The most frequent error replies among a broadcast's problem jobs (retrying, failed,
 # bounced), over at most `sample` of them via delivery_jobs_broadcast_idx: bounded cost.
 _TOP_ERRORS = sa.text(f"""
