@@ -166,7 +166,7 @@ class DovecotServer:
         """Start the master process in the foreground (our child: we stop exactly it) and
         wait until every listener answers."""
         assert DOVECOT is not None, INSTALL_HINT
-        out = open(self.root / "master.out", "ab")  # noqa: SIM115 (kept for the child)
+        out = open(self.root / "master.out", "ab")
         self._proc = subprocess.Popen([DOVECOT, "-F", "-c", str(self.config_file)],
                                       stdin=subprocess.DEVNULL, stdout=out,
                                       stderr=subprocess.STDOUT, start_new_session=True)
@@ -183,7 +183,8 @@ class DovecotServer:
                 except OSError:
                     if time.monotonic() > deadline:
                         self.stop()
-                        raise RuntimeError(f"dovecot did not listen on {port}\n{self.log()}")
+                        raise RuntimeError(
+                            f"dovecot did not listen on {port}\n{self.log()}") from None
                     time.sleep(0.05)
 
     def stop(self, timeout: float = 10) -> None:
