@@ -1,2 +1,2 @@
-"""Real components as pytest fixtures (private Postfix, Dovecot, PostgreSQL clusters, DNS):
-one module per component, exposed through :mod:`tests.real.fixtures`."""
+"""Real components the tests start privately (PostgreSQL clusters, Postfix, Dovecot, DNS):
+one module per component, exposed as fixtures by :mod:`tests.real.fixtures`."""
