@@ -9,7 +9,8 @@ from flask import Flask
 
 from webapp import auth, db, errors, formatting, nav, security
 from webapp.json_input import JSONProvider, JSONRequest
-from webapp.settings import Config, load
+from webapp.resources import resource_dir
+from workers.settings import Config, load
 
 log = logging.getLogger("senddock")
 
@@ -25,7 +26,8 @@ class SendDock:
 
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     config = config or load()
-    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app = Flask(__name__, template_folder=resource_dir("templates"),
+                static_folder=resource_dir("static"))
     # Bad JSON of any shape (100,000 levels deep included) is a 400 saying why (P9).
     app.json = JSONProvider(app)
     app.request_class = JSONRequest

@@ -12,44 +12,19 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from webapp.domain import campaigns
-from workers import queue
+from workers import queue, queue_reads
 
 RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
 RATE_SAMPLE = 5000  # at most this many finishes are read (bounded cost at any speed)
 STALL_AFTER = 5.0  # with no finish for this long, say so instead of showing a rate
 MIN_SPAN = 1.0  # a rate over less than a second of sending is noise
-
-# The newest finishes of one broadcast since `since`, newest first from
-# delivery_jobs_broadcast_finished_idx, capped at `sample`; and the newest finish at all.
-_RECENT_FINISHES = sa.text("""
-SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now,
-       (SELECT max(finished_at) FROM delivery_jobs
-         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL) AS newest
-  FROM (SELECT finished_at FROM delivery_jobs
-         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
-           AND finished_at > :since
-         ORDER BY finished_at DESC LIMIT :sample) recent
-""")
-
-# When the broadcast's retrying jobs come due: the first and the last, read along the
-# claim index (delivery_jobs_claim_idx) in due order.
-_RETRY_DUE = sa.text("""
-SELECT (SELECT available_at FROM delivery_jobs
-         WHERE status IN ('pending', 'retry') AND priority = :priority
-           AND broadcast_id = :broadcast_id AND status = 'retry'
-         ORDER BY available_at LIMIT 1) AS next_at,
-       (SELECT available_at FROM delivery_jobs
-         WHERE status IN ('pending', 'retry') AND priority = :priority
-           AND broadcast_id = :broadcast_id AND status = 'retry'
-         ORDER BY available_at DESC LIMIT 1) AS last_at
-""")
 
 # The last time the campaign was resumed (the audit log is its record).
 _LAST_RESUME = sa.text("""
@@ -76,8 +51,7 @@ def _rate(conn: Connection, campaign: dict[str, Any]) -> dict[str, Any]:
         start = resumed
     now = conn.execute(sa.text("SELECT now()")).scalar_one()
     window_start = max(start, now - timedelta(seconds=RATE_WINDOW))
-    row = conn.execute(_RECENT_FINISHES, {"broadcast_id": broadcast_id, "since": window_start,
-                                          "sample": RATE_SAMPLE}).one()
+    row = queue_reads.recent_finishes(conn, broadcast_id, window_start, RATE_SAMPLE)
     result: dict[str, Any] = {"rate": None, "window": None, "stalled_for": None}
     newest = row.newest if row.newest is not None and row.newest > start else None
     quiet_since = newest or start
@@ -91,13 +65,6 @@ def _rate(conn: Connection, campaign: dict[str, Any]) -> dict[str, Any]:
         result["rate"] = row.n / span
         result["window"] = span
     return result
-
-
-def retry_due(conn: Connection, broadcast_id: int) -> tuple[datetime | None, datetime | None]:
-    """(when the first retrying job of the broadcast comes due, when the last one does)."""
-    row = conn.execute(_RETRY_DUE, {"broadcast_id": broadcast_id,
-                                    "priority": queue.PRIORITY["broadcast"]}).one()
-    return row.next_at, row.last_at
 
 
 def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
@@ -117,9 +84,10 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
     broadcast_id = campaign["broadcast_id"]
     if not broadcast_id:
         return campaign
-    campaign["errors"] = queue.top_errors(conn, broadcast_id)
+    campaign["errors"] = queue_reads.top_errors(conn, broadcast_id)
     if counts["retry"]:
-        campaign["retry_next_at"], campaign["retry_last_at"] = retry_due(conn, broadcast_id)
+        next_at, last_at = queue_reads.retry_due(conn, broadcast_id)
+        campaign["retry_next_at"], campaign["retry_last_at"] = next_at, last_at
     if campaign["status"] == "sending" and campaign["enqueued"]:
         rate = _rate(conn, campaign)
         campaign["rate"], campaign["rate_window"] = rate["rate"], rate["window"]
