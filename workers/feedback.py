@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from workers.reports import Feedback
+from workers.states import BOUNCED, SENT, sql_list
 
 SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
 RAW_LIMIT = 256 * 1024  # bytes of raw source kept per event
@@ -72,9 +73,9 @@ SELECT id FROM delivery_jobs WHERE correlation_id::text = ANY(CAST(:ids AS text[
 
 # For providers that give neither (Postmark without metadata): the newest job sent to the
 # address in the window, never an older one.
-_LATEST_SENT_TO = sa.text("""
+_LATEST_SENT_TO = sa.text(f"""
 SELECT id FROM delivery_jobs
- WHERE lower(email) = lower(:email) AND status IN ('sent', 'bounced')
+ WHERE lower(email) = lower(:email) AND status IN {sql_list((SENT, BOUNCED))}
    AND finished_at > now() - make_interval(secs => :window)
  ORDER BY finished_at DESC, id DESC LIMIT 1
 """)
@@ -241,10 +242,10 @@ def record_unmatched(conn: Connection, source: str, feedback: Feedback,
 
 # Delivered = sent + bounced (a late bounce was delivered to the relay first); the counters
 # come from broadcast_counts, the same exact numbers the campaign page shows (P8).
-_RATE = sa.text("""
+_RATE = sa.text(f"""
 SELECT b.complaints, c.id AS campaign_id, c.status, b.paused,
        coalesce((SELECT sum(n) FROM broadcast_counts bc
-                  WHERE bc.broadcast_id = b.id AND bc.status IN ('sent', 'bounced')), 0)
+                  WHERE bc.broadcast_id = b.id AND bc.status IN {sql_list((SENT, BOUNCED))}), 0)
            AS delivered
   FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
  WHERE b.id = :id
@@ -292,12 +293,12 @@ def check_complaint_rate(conn: Connection, broadcast_id: int,
 
 
 # Campaigns whose complaint rate is at or above the alarm level (sending or paused ones).
-_ALARMING = sa.text("""
+_ALARMING = sa.text(f"""
 SELECT c.id, c.name, c.status, b.complaints, d.delivered
   FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
   CROSS JOIN LATERAL (
     SELECT coalesce(sum(n), 0) AS delivered FROM broadcast_counts bc
-     WHERE bc.broadcast_id = b.id AND bc.status IN ('sent', 'bounced')) d
+     WHERE bc.broadcast_id = b.id AND bc.status IN {sql_list((SENT, BOUNCED))}) d
  WHERE b.complaints > 0 AND b.finished_at IS NULL
 """)
 
