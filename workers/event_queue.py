@@ -125,6 +125,26 @@ def finish_delivery(conn: Connection, delivery: ClaimedDelivery, *, ok: bool,
     return None if row is None else bool(row.just_disabled)
 
 
+# Hand back claimed rows without using an attempt (their endpoint just failed in this
+# batch: no point hammering it), due again after `delay` seconds.
+_RELEASE = sa.text(f"""
+UPDATE webhook_deliveries
+   SET status = '{RETRY}', available_at = now() + make_interval(secs => :delay),
+       claimed_by = NULL, claim_token = NULL, claimed_at = NULL
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{SENDING}'
+   AND claim_token = ANY(CAST(:tokens AS uuid[]))
+""")
+
+
+def release_deliveries(conn: Connection, claimed: Sequence[ClaimedDelivery],
+                       delay: float) -> int:
+    if not claimed:
+        return 0
+    return conn.execute(_RELEASE, {"ids": [d.id for d in claimed],
+                                   "tokens": [d.claim_token for d in claimed],
+                                   "delay": delay}).rowcount
+
+
 # --- endpoints (admin pages) -------------------------------------------------------------
 
 _ENDPOINT_COLUMNS = """
