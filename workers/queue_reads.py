@@ -122,7 +122,7 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
                  "SELECT * FROM m) j"
     rows = conn.execute(sa.text(f"""
         SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
-               j.attempts, j.last_error, j.last_error_class,
+               j.user_ref, j.attempts, j.last_error, j.last_error_class,
                j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
                EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
                    AS suppressed
@@ -131,6 +131,29 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
          ORDER BY j.finished_at DESC, j.id DESC
          LIMIT :limit"""), {**params, "limit": limit})
     return [dict(r) for r in rows.mappings()]
+
+
+# Held transactional mail waiting for support to release or drop it, oldest first
+# (delivery_jobs_transactional_idx).
+_HELD = sa.text(f"""
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind <> 'broadcast' AND kind = :kind AND status = 'held'
+ ORDER BY created_at, id LIMIT :limit
+""")
+
+
+def held_jobs(conn: Connection, kind: str, limit: int = 20) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_HELD, {"kind": kind, "limit": limit}).mappings()]
+
+
+_HELD_COUNT = sa.text("""
+SELECT count(*) FROM delivery_jobs WHERE kind <> 'broadcast' AND kind = :kind
+   AND status = 'held'
+""")
+
+
+def held_count(conn: Connection, kind: str) -> int:
+    return int(conn.execute(_HELD_COUNT, {"kind": kind}).scalar_one())
 
 
 # Jobs per kind and state without counting campaign jobs: those come from the
@@ -232,26 +255,6 @@ def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
 
 
 # --- campaign live page ----------------------------------------------------------------
-
-# Jobs of one broadcast that ended within the last `window` seconds, read newest first from
-# delivery_jobs_broadcast_finished_idx and capped at `sample` rows: the cost is bounded
-# however fast the campaign drains (the rate is then taken over the span the sample covers).
-_RECENTLY_FINISHED = sa.text("""
-SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now FROM (
-    SELECT finished_at FROM delivery_jobs
-     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
-       AND finished_at > now() - make_interval(secs => :window)
-     ORDER BY finished_at DESC LIMIT :sample) recent
-""")
-
-
-def recently_finished(conn: Connection, broadcast_id: int, window: float = 60,
-                      sample: int = 5000) -> tuple[int, datetime | None, datetime]:
-    """(jobs finished in the window, capped at ``sample``; the oldest of them; now)."""
-    row = conn.execute(_RECENTLY_FINISHED, {"broadcast_id": broadcast_id, "window": window,
-                                            "sample": sample}).one()
-    return int(row.n), row.oldest, row.now
-
 
 # The most frequent error replies among a broadcast's problem jobs (retrying, failed,
 # bounced), over at most `sample` of them via delivery_jobs_broadcast_idx: bounded cost.

@@ -3,7 +3,7 @@ event webhooks (endpoints, the delivery queue and the triggers that fill it), th
 complaint counter on broadcasts and the pause reason on campaigns (SPEC 12)
 
 Revision ID: 0015
-Revises: 0001
+Revises: 0019
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0015'
-down_revision = '0001'
+down_revision = '0019'
 branch_labels = None
 depends_on = None
 
