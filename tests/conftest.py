@@ -23,6 +23,8 @@ from webapp.settings import Config, load
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["tests.real.fixtures"]
+
 
 def _server_url() -> str:
     """A PostgreSQL server for the tests: SENDDOCK_TEST_DATABASE_URL, the local one on

@@ -8,6 +8,7 @@ from typing import Any
 from flask import Flask
 
 from webapp import auth, db, errors, nav, security
+from webapp.json_input import JSONProvider, JSONRequest
 from webapp.settings import Config, load
 
 log = logging.getLogger("senddock")
@@ -25,6 +26,9 @@ class SendDock:
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     config = config or load()
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    # Bad JSON of any shape (100,000 levels deep included) is a 400 saying why (P9).
+    app.json = JSONProvider(app)
+    app.request_class = JSONRequest
     # "a//b" is not silently redirected to "a/b": a DELETE of /suppressions/x//y@z would
     # otherwise answer an HTML 308 that changes its target.
     app.url_map.merge_slashes = False

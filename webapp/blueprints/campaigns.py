@@ -12,6 +12,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, lists
 from webapp.domain.errors import DomainError, Invalid
+from webapp.redirects import local_path
 
 bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 
@@ -156,9 +157,7 @@ def preview_html(campaign_id: int) -> Response:
 
 def _back(default: str) -> Response:
     """Redirect to the local page the form came from (never elsewhere: no open redirect)."""
-    back = request.form.get("back", "")
-    target = back if back.startswith("/") and not back.startswith("//") else default
-    return redirect(target, 303)
+    return redirect(local_path(request.form.get("back"), default), 303)
 
 
 @bp.post("/<int:campaign_id>/test")

@@ -1,0 +1,43 @@
+"""Fixtures for the real components in :mod:`tests.real` (a pytest plugin, listed in
+``tests/conftest.py``'s ``pytest_plugins``). Each component: a session-scoped fixture that
+pays the setup once, and a cheap per-test fixture that owns and stops what it started."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.real import pgcluster
+
+# --- PostgreSQL: private clusters ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[Path]:
+    """A stopped, initdb'd data dir with a migrated ``senddock`` database (copied per
+    test). Skips when Debian's server binaries are absent or we are not root."""
+    reason = pgcluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    bindir = pgcluster.find_bindir()
+    assert bindir is not None
+    from webapp import db
+
+    with pgcluster.template_cluster(bindir, migrate=db.upgrade) as datadir:
+        yield datadir
+
+
+@pytest.fixture()
+def pg_clusters(pg_template: Path) -> Iterator[pgcluster.Clusters]:
+    """Private clusters for this test: ``pg_clusters.primary(max_connections=20)``,
+    ``.standby(primary)`` (synchronous by default), ``.small_disk("16m")``. Everything
+    made is stopped (``-m immediate``) and unmounted at the end."""
+    bindir = pgcluster.find_bindir()
+    assert bindir is not None
+    clusters = pgcluster.Clusters(bindir, pg_template)
+    try:
+        yield clusters
+    finally:
+        clusters.close()
