@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real import pgcluster
+from tests.real import dns, pgcluster
 
 # --- PostgreSQL: private clusters ------------------------------------------------------
 
@@ -41,3 +41,26 @@ def pg_clusters(pg_template: Path) -> Iterator[pgcluster.Clusters]:
         yield clusters
     finally:
         clusters.close()
+
+
+# --- DNS: a local server answering from the test's zone ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def dns_proc() -> Iterator[dns.DnsServer]:
+    """dnslib's server on 127.0.0.1 (UDP and TCP, one free port) for the whole session."""
+    server = dns.DnsServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def dns_server(dns_proc: dns.DnsServer) -> Iterator[dns.DnsServer]:
+    """The session's DNS server with an empty zone and query log: the test publishes its
+    records (``dns_server.zone.txt(name, value)``, ``.zone.add(name, "MX", host)``) and
+    points ``SENDDOCK_DNS_RESOLVER`` at ``dns_server.resolver_setting``."""
+    dns_proc.reset()
+    yield dns_proc
+    dns_proc.reset()
