@@ -2,8 +2,7 @@
 (``tests/integration/test_migrations.py`` compares them).
 
 A delivery job is the unit of the whole product: one recipient, one message, one row whose
-``status`` walks ``pending → sending → sent | retry | failed | bounced | skipped | cancelled``
-(and ``held`` for verification mail held by the disposable-domain policy).
+``status`` walks the states of :mod:`workers.states`.
 """
 
 from __future__ import annotations
@@ -29,13 +28,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
+from workers import states
+from workers.states import sql_list
+
 metadata = MetaData()
 
-JOB_STATUSES = ("pending", "sending", "retry", "sent", "failed", "bounced", "skipped",
-                "cancelled", "held")
-TERMINAL_STATUSES = ("sent", "failed", "bounced", "skipped", "cancelled")
-ACTIVE_STATUSES = ("pending", "sending", "retry", "held")
-JOB_KINDS = ("broadcast", "verification", "test")
+# The job vocabulary belongs to the engine (workers/states.py); the CHECK constraints and
+# index predicates below are built from it.
+JOB_STATUSES = states.STATES
+JOB_KINDS = states.KINDS
 ROLES = ("admin", "marketer", "support")
 CAMPAIGN_STATUSES = ("draft", "scheduled", "sending", "paused", "cancelled", "sent")
 SUPPRESSION_REASONS = ("bounced", "unsubscribed", "complaint", "manual")
@@ -202,7 +203,7 @@ delivery_jobs = Table(
     CheckConstraint(_in("kind", JOB_KINDS), name="delivery_jobs_kind_check"),
     # The claim: priority first (verification before campaigns, P7), then due time.
     Index("delivery_jobs_claim_idx", "priority", "available_at", "id",
-          postgresql_where=text("status IN ('pending', 'retry')")),
+          postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)}")),
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
           postgresql_where=text("status = 'sending'")),
@@ -210,23 +211,23 @@ delivery_jobs = Table(
     # The failed-jobs inbox: newest first with keyset paging on (finished_at, id), all
     # problems or one campaign's.
     Index("delivery_jobs_problem_idx", "finished_at", "id",
-          postgresql_where=text("status IN ('failed', 'bounced') AND dismissed_at IS NULL")),
+          postgresql_where=text(f"status IN {sql_list(states.PROBLEM)} AND dismissed_at IS NULL")),
     Index("delivery_jobs_problem_campaign_idx", "campaign_id", "finished_at", "id",
-          postgresql_where=text("status IN ('failed', 'bounced') AND dismissed_at IS NULL")),
+          postgresql_where=text(f"status IN {sql_list(states.PROBLEM)} AND dismissed_at IS NULL")),
     # Queue health and /metrics count the (few) non-campaign jobs per state from this;
     # campaign jobs are counted by broadcast_counts.
     Index("delivery_jobs_transactional_idx", "kind", "status",
           postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_email_idx", text("lower(email)"),
-          postgresql_where=text("kind <> 'broadcast' OR status IN ('failed', 'bounced')")),
+          postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_correlation_idx", "correlation_id",
-          postgresql_where=text("kind <> 'broadcast' OR status IN ('failed', 'bounced')")),
+          postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_user_idx", "user_ref", "created_at",
           postgresql_where=text("user_ref IS NOT NULL")),
     # One live verification job per user and kind (SPEC 4: asking again returns it).
     Index("delivery_jobs_one_active_idx", "kind", "user_ref", unique=True,
-          postgresql_where=text("user_ref IS NOT NULL AND status IN "
-                                "('pending', 'sending', 'retry', 'held')")),
+          postgresql_where=text(
+              f"user_ref IS NOT NULL AND status IN {sql_list(states.ACTIVE)}")),
     Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
           postgresql_where=text("idempotency_key IS NOT NULL")),
     Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
@@ -282,6 +283,9 @@ suppressions = Table(
     # per reason, and searches by the start of the address (byte order, any collation).
     Index("suppressions_reason_idx", "reason", "created_at", "email"),
     Index("suppressions_created_idx", "created_at", "email"),
+    # Deleting or archiving jobs sets job_id to NULL here (ON DELETE SET NULL): without
+    # this index every deleted job would scan the suppression list.
+    Index("suppressions_job_idx", "job_id", postgresql_where=text("job_id IS NOT NULL")),
     Index("suppressions_email_prefix_idx", "email",
           postgresql_ops={"email": "text_pattern_ops"}),
 )

@@ -9,18 +9,19 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from email.utils import formatdate, parseaddr
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from webapp.domain.unsubscribe_links import unsubscribe_url
-from webapp.settings import Config
+from workers.links import unsubscribe_url
 from workers.message import CampaignTemplate, build_mime, compile_campaign
 from workers.queue import ClaimedJob
+from workers.settings import Config
 
-MAIL_TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "mail"
+# The built-in messages (verification), shipped inside the engine package.
+MAIL_TEMPLATES = resources.files("workers") / "mail_templates"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real import dns, pgcluster
+from tests.real import dns, pgcluster, postfix
 
 # --- PostgreSQL: private clusters ------------------------------------------------------
 
@@ -41,6 +41,33 @@ def pg_clusters(pg_template: Path) -> Iterator[pgcluster.Clusters]:
         yield clusters
     finally:
         clusters.close()
+
+
+# --- Postfix: a private relay ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postfix_proc() -> Iterator[postfix.Postfix]:
+    """One private Postfix for the session (see :mod:`tests.real.postfix` for its API).
+    Skips with the packages to install when Postfix or Cyrus SASL is absent."""
+    reason = postfix.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    instance = postfix.Postfix()
+    try:
+        instance.start()
+        yield instance
+    finally:
+        instance.close()
+
+
+@pytest.fixture()
+def relay(postfix_proc: postfix.Postfix) -> postfix.Postfix:
+    """The session's Postfix, reset for this test: base configuration, empty maps, only
+    the default SASL user (``postfix.USER``/``postfix.PASSWORD``), empty mailbox and
+    queue, log marked. Started again if a previous test stopped it."""
+    postfix_proc.reset()
+    return postfix_proc
 
 
 # --- DNS: a local server answering from the test's zone ----------------------------------
