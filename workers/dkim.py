@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from email.utils import parseaddr
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,6 +39,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger(__name__)
 
 ALGORITHMS = ("rsa", "ed25519")
 STATUSES = ("next", "active", "retired")
@@ -360,7 +364,7 @@ _KEY_COLUMNS = ("id, domain, selector, algorithm, status, public_key, created_at
 def list_keys(conn: Connection, domain: str | None = None) -> list[KeyRecord]:
     """Keys of ``domain`` (or all), active first, then next, then retired."""
     rows = conn.execute(sa.text(
-        f"SELECT {_KEY_COLUMNS} FROM dkim_keys WHERE (:domain IS NULL OR domain = :domain) "
+        f"SELECT {_KEY_COLUMNS} FROM dkim_keys WHERE (CAST(:domain AS text) IS NULL OR domain = :domain) "
         "ORDER BY domain, CASE status WHEN 'active' THEN 0 WHEN 'next' THEN 1 ELSE 2 END, "
         "algorithm, created_at DESC"), {"domain": domain}).all()
     return [KeyRecord(**row._mapping) for row in rows]
@@ -463,15 +467,23 @@ def delete_key(conn: Connection, domain: str, selector: str) -> bool:
     return True
 
 
-def load_signing_keys(conn: Connection, secret_key: str) -> dict[str, list[SigningKey]]:
-    """Every active key, decrypted, by domain. Raises KeyDecryptError for a key the secret
-    key does not open (signing with nothing would silently fail DMARC)."""
+def load_signing_keys(conn: Connection, secret_key: str,
+                      errors: list[str] | None = None) -> dict[str, list[SigningKey]]:
+    """Every active key, decrypted, by domain. A key the secret key does not open is left
+    out and its reason appended to ``errors`` (raised as KeyDecryptError when ``errors`` is
+    None): ``senddock check`` and the Sending domains page name it."""
     keys: dict[str, list[SigningKey]] = {}
     for row in conn.execute(sa.text(
             "SELECT domain, selector, algorithm, private_key_encrypted FROM dkim_keys "
             "WHERE status = 'active' ORDER BY domain, algorithm DESC")):
-        der = decrypt_private_key(secret_key, row.domain, row.selector,
-                                  row.private_key_encrypted)
+        try:
+            der = decrypt_private_key(secret_key, row.domain, row.selector,
+                                      row.private_key_encrypted)
+        except KeyDecryptError as exc:
+            if errors is None:
+                raise
+            errors.append(str(exc))
+            continue
         keys.setdefault(row.domain, []).append(
             SigningKey(row.domain, row.selector, row.algorithm, load_private_key(der)))
     return keys
@@ -487,6 +499,17 @@ def signing_domain(from_domain: str, domains: Iterable[str]) -> str | None:
         candidate = ".".join(labels[index:])
         if candidate in available:
             return candidate
+    return None
+
+
+def from_domain(message: bytes) -> str | None:
+    """The domain of the message's (first) From address, lower-case; None without one."""
+    head = message.partition(b"\r\n\r\n")[0] + b"\r\n"
+    for name, value in header_fields(head):
+        if name == b"from":
+            address = parseaddr(value.replace(b"\r\n", b"").decode("utf-8", "replace"))[1]
+            domain = address.rpartition("@")[2].lower().rstrip(".")
+            return domain if "@" in address and domain else None
     return None
 
 
@@ -510,8 +533,11 @@ class KeyRing:
         if time.monotonic() - self._loaded_at > self.refresh:
             with self._lock:
                 if time.monotonic() - self._loaded_at > self.refresh:
+                    errors: list[str] = []
                     with self.engine.connect() as conn:
-                        self._keys = load_signing_keys(conn, self.secret_key)
+                        self._keys = load_signing_keys(conn, self.secret_key, errors)
+                    for error in errors:  # that domain's mail goes out unsigned, not lost
+                        log.error("DKIM: %s", error)
                     self._loaded_at = time.monotonic()
         domain = signing_domain(from_domain, self._keys)
         return self._keys[domain] if domain else []

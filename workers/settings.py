@@ -74,6 +74,13 @@ SETTINGS: list[Setting] = [
             "1 behind a reverse proxy that terminates TLS: trust one hop of X-Forwarded-For, "
             "-Proto, -Host and -Port (never enable without such a proxy: clients could "
             "forge their address)."),
+    Setting("DNS_RESOLVER", None,
+            "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
+            "as [::1]:53). Unset: the system resolver (/etc/resolv.conf)."),
+    Setting("SPF_INCLUDE", None,
+            "The SPF include your relay provider documents (amazonses.com, "
+            "spf.protection.outlook.com, _spf.google.com...). Set: the SPF check asks for it; "
+            "unset: the SPF check evaluates the relay host's address."),
 ]
 
 
@@ -138,6 +145,8 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
+    dns_resolver: str | None = None
+    spf_include: str | None = None
     secret_key_generated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -210,6 +219,8 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         secure_cookies=secure,
         proxy_fix=req("PROXY_FIX").lower() in {"1", "on", "true", "yes"},
         node=get("NODE"),
+        dns_resolver=get("DNS_RESOLVER"),
+        spf_include=get("SPF_INCLUDE"),
     )
 
 
