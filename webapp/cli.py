@@ -109,6 +109,37 @@ def token_create(email: str, name: str) -> None:
     click.echo(token)
 
 
+@main.group("webhook-token")
+def webhook_token_group() -> None:
+    """Manage bearer tokens for POST /webhooks/generic."""
+
+
+@webhook_token_group.command("create")
+@click.option("--name", default="", help="A label to recognise the token by (the source).")
+def webhook_token_create(name: str) -> None:
+    """Create a webhook token; prints the token alone on stdout (shown once)."""
+    from webapp.domain import feedback_intake
+
+    engine = open_engine(load_config())
+    with engine.begin() as conn:
+        token = feedback_intake.create_webhook_token(conn, name, actor="cli")
+    click.echo(token)
+
+
+@webhook_token_group.command("revoke")
+@click.argument("prefix")
+def webhook_token_revoke(prefix: str) -> None:
+    """Revoke the webhook token that starts with PREFIX (its first 10 characters)."""
+    from webapp.domain import feedback_intake
+
+    engine = open_engine(load_config())
+    with engine.begin() as conn:
+        n = feedback_intake.revoke_webhook_token(conn, prefix[:10], actor="cli")
+    if not n:
+        raise click.ClickException(f"no live webhook token starts with {prefix[:10]}")
+    click.echo(f"revoked {n} token(s)")
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=5000, type=int)

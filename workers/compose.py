@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from workers.dkim import KeyRing, from_domain
-from workers.links import unsubscribe_url
+from workers.links import bounce_address, unsubscribe_url
 from workers.message import CampaignTemplate, build_mime, compile_campaign
 from workers.queue import ClaimedJob
 from workers.settings import Config
@@ -145,7 +145,7 @@ class Composer:
         message = build_mime(from_addr=prepared.from_addr, to_addr=job.email, subject=subject,
                              text=rendered.text, html=rendered.html, message_id=job.message_id,
                              headers=headers, date=formatdate(localtime=False, usegmt=True))
-        return Envelope(parseaddr(prepared.from_addr)[1], message)
+        return Envelope(self._envelope_from(job, prepared.from_addr), message)
 
     def _build_verification(self, job: ClaimedJob) -> Envelope:
         context = {"email": job.email, "verify_url": job.payload.get("verify_url", ""),
@@ -155,4 +155,12 @@ class Composer:
                              subject=rendered.subject, text=rendered.text, html=rendered.html,
                              message_id=job.message_id, headers=self._headers(job),
                              date=formatdate(localtime=False, usegmt=True))
-        return Envelope(parseaddr(self.config.mail_from)[1], message)
+        return Envelope(self._envelope_from(job, self.config.mail_from), message)
+
+    def _envelope_from(self, job: ClaimedJob, from_addr: str) -> str:
+        """The VERP bounce address for this job when SENDDOCK_BOUNCE_ADDRESS is set (bounces
+        then name their job), else the From address."""
+        verp = self.config.feedback.bounce_address
+        if verp:
+            return bounce_address(verp, self.config.secret_key, job.id)
+        return parseaddr(from_addr)[1]

@@ -364,7 +364,8 @@ _KEY_COLUMNS = ("id, domain, selector, algorithm, status, public_key, created_at
 def list_keys(conn: Connection, domain: str | None = None) -> list[KeyRecord]:
     """Keys of ``domain`` (or all), active first, then next, then retired."""
     rows = conn.execute(sa.text(
-        f"SELECT {_KEY_COLUMNS} FROM dkim_keys WHERE (CAST(:domain AS text) IS NULL OR domain = :domain) "
+        f"SELECT {_KEY_COLUMNS} FROM dkim_keys "
+        "WHERE (CAST(:domain AS text) IS NULL OR domain = :domain) "
         "ORDER BY domain, CASE status WHEN 'active' THEN 0 WHEN 'next' THEN 1 ELSE 2 END, "
         "algorithm, created_at DESC"), {"domain": domain}).all()
     return [KeyRecord(**row._mapping) for row in rows]

@@ -1,7 +1,7 @@
 """Sending domains and their DKIM keys (SPEC 13).
 
 Revision ID: 0016
-Revises: 0019
+Revises: 0015
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-down_revision = "0019"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -25,3 +25,6 @@ def register_all(app: Flask) -> None:
     app.register_blueprint(inbox.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(ops.bp)
+    from webapp.blueprints import webhooks
+
+    app.register_blueprint(webhooks.bp)
