@@ -121,8 +121,7 @@ _STAGE_WORDS = {
 
 
 def envelope_sender(config: Config) -> str:
-    bounce = getattr(config, "bounce_address", None)
-    return str(bounce) if bounce else parseaddr(config.mail_from)[1]
+    return config.feedback.bounce_address or parseaddr(config.mail_from)[1]
 
 
 def relay_checks(config: Config) -> list[Check]:
@@ -219,7 +218,7 @@ def domain_report_checks(config: Config, engine: Any) -> Iterator[Check]:
     for error in errors:
         yield Check("DKIM key", PROBLEM, error, "restore the secret key, or create a new key "
                     "(senddock dkim create DOMAIN) and publish it")
-    bounce = getattr(config, "bounce_address", None)
+    bounce = config.feedback.bounce_address
     relay_host = parse_smtp_url(config.smtp_url).host
     for domain in domains:
         report = dc.check_domain(resolver, domain, keys, relay_host=relay_host,
