@@ -32,6 +32,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "support": SUPPORT,
     "admin": ADMIN,
     "inbox": frozenset({"admin", "support"}),
+    "jobs": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
 }

@@ -292,6 +292,9 @@ suppressions = Table(
     Index("suppressions_job_idx", "job_id", postgresql_where=text("job_id IS NOT NULL")),
     Index("suppressions_email_prefix_idx", "email",
           postgresql_ops={"email": "text_pattern_ops"}),
+    # Search by any part of the address: a domain ("@example.net") or a fragment.
+    Index("suppressions_email_trgm_idx", "email", postgresql_using="gin",
+          postgresql_ops={"email": "gin_trgm_ops"}),
 )
 
 # Liveness is in the schema: each pool holds a session advisory lock (lock_key) and

@@ -266,7 +266,19 @@ class Mailbox:
         return f"{scheme}://{self.user}:{self.password}@127.0.0.1:{port}{path}"
 
     def deliver(self, raw: bytes) -> None:
+        """Deliver with Dovecot's LDA (as an MTA would)."""
         self.server.deliver(self.user, raw)
+
+    def append(self, messages: list[bytes], folder: str = "INBOX") -> None:
+        """Put many messages into ``folder`` over one IMAP connection (APPEND): quicker
+        than the LDA when a test needs hundreds."""
+        client = self.imap()
+        try:
+            for raw in messages:
+                typ, data = client.append(folder, "", None, raw)
+                assert typ == "OK", data
+        finally:
+            client.logout()
 
     def files(self) -> dict[str, list[Path]]:
         """The maildir's message files by sub-directory (``new``, ``cur``, and one entry
