@@ -1,7 +1,7 @@
 """Sending domains and their DKIM keys (SPEC 13).
 
 Revision ID: 0016
-Revises: 0015
+Revises: 0017
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-down_revision = "0015"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
