@@ -20,7 +20,7 @@ from workers.message import TemplateError, compile_campaign
 EDITABLE = ("draft", "scheduled")
 FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
           "scheduled_at", "broadcast_id", "created_at", "updated_at", "started_at",
-          "finished_at")
+          "finished_at", "pause_reason")
 
 
 def validate_templates(subject: str, text: str | None, html: str | None) -> None:
@@ -173,8 +173,11 @@ def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> 
         raise Conflict(f"only a {before} campaign can be {verb}; this one is "
                        f"{campaign['status']}")
     queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
-    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now() "
-                         "WHERE id = :id"), {"status": after, "id": campaign_id})
+    # Resuming clears the reason the engine paused it for (e.g. a refused From address).
+    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now(), "
+                         "pause_reason = CASE WHEN :paused THEN pause_reason END "
+                         "WHERE id = :id"), {"status": after, "id": campaign_id,
+                                             "paused": paused})
     if not paused:
         queue.notify_new_jobs(conn, "broadcast")
     audit.record(conn, actor, "campaign.pause" if paused else "campaign.resume",
