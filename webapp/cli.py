@@ -6,6 +6,7 @@ import importlib
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -13,7 +14,7 @@ import click
 
 from webapp import db
 from webapp.runtime import delivery_engine, load_config, open_engine, serve_app
-from workers.settings import markdown_table
+from workers.settings import markdown_table, with_table
 
 
 class LazyCommand(click.Command):
@@ -108,6 +109,37 @@ def token_create(email: str, name: str) -> None:
     click.echo(token)
 
 
+@main.group("webhook-token")
+def webhook_token_group() -> None:
+    """Manage bearer tokens for POST /webhooks/generic."""
+
+
+@webhook_token_group.command("create")
+@click.option("--name", default="", help="A label to recognise the token by (the source).")
+def webhook_token_create(name: str) -> None:
+    """Create a webhook token; prints the token alone on stdout (shown once)."""
+    from webapp.domain import feedback_intake
+
+    engine = open_engine(load_config())
+    with engine.begin() as conn:
+        token = feedback_intake.create_webhook_token(conn, name, actor="cli")
+    click.echo(token)
+
+
+@webhook_token_group.command("revoke")
+@click.argument("prefix")
+def webhook_token_revoke(prefix: str) -> None:
+    """Revoke the webhook token that starts with PREFIX (its first 10 characters)."""
+    from webapp.domain import feedback_intake
+
+    engine = open_engine(load_config())
+    with engine.begin() as conn:
+        n = feedback_intake.revoke_webhook_token(conn, prefix[:10], actor="cli")
+    if not n:
+        raise click.ClickException(f"no live webhook token starts with {prefix[:10]}")
+    click.echo(f"revoked {n} token(s)")
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=5000, type=int)
@@ -164,9 +196,17 @@ def worker() -> None:
 
 
 @main.command("config")
-def show_config() -> None:
+@click.option("--write", "write_to", type=click.Path(dir_okay=False, exists=True),
+              help="Rewrite the generated settings table in this Markdown file "
+                   "(docs/configuration.md) instead of printing it.")
+def show_config(write_to: str | None) -> None:
     """Print every SENDDOCK_* setting as a Markdown table."""
-    click.echo(markdown_table())
+    if write_to is None:
+        click.echo(markdown_table())
+        return
+    path = Path(write_to)
+    path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
+    click.echo(f"updated {path}", err=True)
 
 
 # The demo and the SMTP sink are tools for trying SendDock out and testing it: their modules

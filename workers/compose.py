@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from workers.html_text import html_to_text
-from workers.links import unsubscribe_url, verp_address
+from workers.links import bounce_address, unsubscribe_url
 from workers.message import CampaignTemplate, build_mime, compile_campaign, list_id
 from workers.queue import ClaimedJob
 from workers.settings import Config
@@ -151,15 +151,8 @@ class Composer:
         message = build_mime(from_addr=prepared.from_addr, to_addr=job.email, subject=subject,
                              text=text, html=rendered.html, message_id=job.message_id,
                              headers=headers)
-        sender = self._envelope_sender(job, from_addr)
+        sender = self._envelope_from(job, from_addr)
         return Envelope(sender, message, campaign_sender=sender == from_addr)
-
-    def _envelope_sender(self, job: ClaimedJob, from_addr: str) -> str:
-        """SENDDOCK_BOUNCE_ADDRESS with this job's signed token (VERP), else the From."""
-        bounce = self.config.bounce_address
-        if bounce is None:
-            return from_addr
-        return verp_address(bounce, self.config.secret_key, job.id)
 
     def _build_verification(self, job: ClaimedJob) -> Envelope:
         context = {"email": job.email, "verify_url": job.payload.get("verify_url", ""),
@@ -170,5 +163,12 @@ class Composer:
         message = build_mime(from_addr=self.config.mail_from, to_addr=job.email,
                              subject=rendered.subject, text=rendered.text, html=rendered.html,
                              message_id=job.message_id, headers=headers)
-        from_addr = parseaddr(self.config.mail_from)[1]
-        return Envelope(self._envelope_sender(job, from_addr), message)
+        return Envelope(self._envelope_from(job, self.config.mail_from), message)
+
+    def _envelope_from(self, job: ClaimedJob, from_addr: str) -> str:
+        """The VERP bounce address for this job when SENDDOCK_BOUNCE_ADDRESS is set (bounces
+        then name their job), else the From address."""
+        verp = self.config.feedback.bounce_address
+        if verp:
+            return bounce_address(verp, self.config.secret_key, job.id)
+        return parseaddr(from_addr)[1]

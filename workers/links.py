@@ -6,9 +6,9 @@ recipient follows one. Both sides share only the secret key.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
-import re
 
 from itsdangerous import BadSignature, URLSafeSerializer
 
@@ -38,66 +38,56 @@ def unsubscribe_url(base_url: str, secret_key: str, subscriber_id: int,
     return f"{base_url}/u/{make_token(secret_key, subscriber_id, campaign_id)}"
 
 
-# --- VERP: the job in the envelope sender (SPEC 10, 12) ---------------------------------
-# bounces+<job id>-<signature>@domain. Lower-case hex only: some MTAs change the case of
-# the local part, and a bounce must still match. 16 hex digits of HMAC-SHA256 (64 bits)
-# make a forged token for a job as likely as guessing one in 2**64.
+# --- VERP bounce addresses (SPEC 10 headers, SPEC 12) --------------------------------------
+# The envelope sender of each message names its job, signed, so a bounce delivered to it (a
+# DSN, or an ARF report quoting Original-Mail-From) finds the job without trusting anything
+# else in the report: bounces+<token>@domain. The token is short (the local part of an
+# address must stay under 64 octets) and case-insensitive (some MTAs lower-case addresses):
+# base32 of the job id and a truncated HMAC.
 
 _VERP_SALT = b"senddock-verp-v1"
-_VERP_TOKEN = re.compile(r"([0-9a-z]+)-([0-9a-f]{16})")
+_VERP_MAC_BYTES = 10
 
 
-def _verp_signature(secret_key: str, job_id: int) -> str:
-    mac = hmac.new(secret_key.encode(), _VERP_SALT + b":" + str(job_id).encode(),
-                   hashlib.sha256)
-    return mac.hexdigest()[:16]
+def _verp_mac(secret_key: str, job_id: int) -> bytes:
+    return hmac.new(secret_key.encode() + _VERP_SALT, str(job_id).encode(),
+                    hashlib.sha256).digest()[:_VERP_MAC_BYTES]
 
 
-def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-        if n == 0:
-            return out
-
-
-def bounce_token(secret_key: str, job_id: int) -> str:
-    """``<job id in base 36>-<16 hex of HMAC>``: names the job, unforgeable without the key,
-    safe in an SMTP local part and unchanged by case-folding."""
-    if job_id < 0:
-        raise ValueError("job id must not be negative")
-    return f"{_base36(job_id)}-{_verp_signature(secret_key, job_id)}"
+def make_bounce_token(secret_key: str, job_id: int) -> str:
+    """A token naming ``job_id`` that only the holder of the secret key can make."""
+    mac = base64.b32encode(_verp_mac(secret_key, job_id)).decode().rstrip("=").lower()
+    return f"{job_id:x}.{mac}"
 
 
 def read_bounce_token(secret_key: str, token: str) -> int | None:
-    """The job id of a genuine token (any case); None for a forged or malformed one."""
-    match = _VERP_TOKEN.fullmatch(token.strip().lower())
-    if match is None:
+    """The job id of a genuine token (any letter case); None for a forged or broken one."""
+    head, _, mac = token.lower().partition(".")
+    try:
+        job_id = int(head, 16)
+    except ValueError:
         return None
-    job_id = int(match[1], 36)
-    if not hmac.compare_digest(match[2], _verp_signature(secret_key, job_id)):
+    expected = base64.b32encode(_verp_mac(secret_key, job_id)).decode().rstrip("=").lower()
+    return job_id if hmac.compare_digest(expected, mac) else None
+
+
+def bounce_address(bounce_address: str, secret_key: str, job_id: int) -> str:
+    """``bounces@example.com`` → ``bounces+<token>@example.com`` for ``job_id``."""
+    local, domain = bounce_address.rsplit("@", 1)
+    return f"{local}+{make_bounce_token(secret_key, job_id)}@{domain}"
+
+
+def job_from_bounce_address(secret_key: str, address: str,
+                            bounce_address: str | None = None) -> int | None:
+    """The job a VERP address names, if it is one of ours (and, when ``bounce_address`` is
+    given, on its local part and domain); None otherwise."""
+    address = address.strip().strip("<>")
+    if "@" not in address or "+" not in address.split("@", 1)[0]:
         return None
-    return job_id
-
-
-def verp_address(bounce_address: str, secret_key: str, job_id: int) -> str:
-    """``bounces@example.com`` -> ``bounces+<token>@example.com`` for this job."""
-    local, _, domain = bounce_address.rpartition("@")
-    return f"{local}+{bounce_token(secret_key, job_id)}@{domain}"
-
-
-def job_from_verp(address: str, secret_key: str, bounce_address: str | None = None) -> int | None:
-    """The job a VERP address names (``bounces+<token>@domain``, any case), or None when it
-    is not one of ours: wrong key, forged token, or (with ``bounce_address``) a different
-    mailbox or domain."""
-    local, _, domain = address.strip().strip("<>").rpartition("@")
-    base, plus, token = local.partition("+")
-    if not plus:
-        return None
+    local, domain = address.rsplit("@", 1)
+    base, _, token = local.partition("+")
     if bounce_address is not None:
-        want_local, _, want_domain = bounce_address.rpartition("@")
-        if base.lower() != want_local.lower() or domain.lower() != want_domain.lower():
+        want_local, want_domain = bounce_address.lower().rsplit("@", 1)
+        if (base.lower(), domain.lower()) != (want_local, want_domain):
             return None
     return read_bounce_token(secret_key, token)

@@ -527,7 +527,7 @@ def prune_domain_throttles(conn: Connection) -> None:
 # others (no relay-wide pause, no flapping). The marketer resumes it once fixed.
 _PAUSE_FOR_SENDER = sa.text("""
 WITH c AS (
-    UPDATE campaigns SET status = 'paused', pause_reason = :reason, updated_at = now()
+    UPDATE campaigns SET status = 'paused', paused_reason = :reason, updated_at = now()
      WHERE id = :campaign_id AND status = 'sending'
     RETURNING id, broadcast_id
 ), b AS (
@@ -735,7 +735,8 @@ def start_due_campaigns(conn: Connection) -> list[int]:
 # A campaign is `sent` only when its broadcast is enqueued and none of its jobs is still
 # active: the counts are read from the same counters that P8 reads. A cancelled campaign's
 # broadcast is stamped finished too once its in-flight jobs are done, so only live
-# broadcasts are ever summed for the backlog.
+# broadcasts are ever summed for the backlog. The campaign keeps its first finish time when
+# jobs retried later finish again (the broadcast's finished_at is the latest).
 _COMPLETE_CAMPAIGNS = sa.text(f"""
 WITH done AS (
     SELECT c.id, c.status, c.broadcast_id FROM campaigns c
@@ -748,7 +749,8 @@ WITH done AS (
 ), b AS (
     UPDATE broadcasts SET finished_at = now() FROM done WHERE broadcasts.id = done.broadcast_id
 )
-UPDATE campaigns SET status = 'sent', finished_at = now(), updated_at = now()
+UPDATE campaigns SET status = 'sent', finished_at = coalesce(campaigns.finished_at, now()),
+       updated_at = now()
   FROM done WHERE campaigns.id = done.id AND done.status = 'sending'
 RETURNING campaigns.id
 """)
@@ -1025,7 +1027,8 @@ WITH candidates AS (
        AND j.status IN {problem} AND j.dismissed_at IS NULL
     RETURNING j.id, j.kind, j.campaign_id
 ), reopened AS (
-    UPDATE campaigns SET status = 'sending', finished_at = NULL, updated_at = now()
+    -- finished_at stays: the campaign first finished then, whatever is retried later.
+    UPDATE campaigns SET status = 'sending', updated_at = now()
      WHERE id IN (SELECT campaign_id FROM retried) AND status = 'sent'
     RETURNING broadcast_id
 ), unfinished AS (

@@ -1,7 +1,7 @@
-"""real relays: throttles, login state, campaign pause reason, rate limits on the db clock
+"""real relays: throttles, login state, rate limits on the database clock
 
 Revision ID: 0011
-Revises: 0001
+Revises: 0017
 """
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0011'
-down_revision = '0001'
+down_revision = '0017'
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column('campaigns', sa.Column('pause_reason', sa.Text(), nullable=True))
     for column in (sa.Column('reason', sa.Text(), nullable=True),
                    sa.Column('smtp_fingerprint', sa.Text(), nullable=True),
                    sa.Column('probe_recipient', sa.Text(), nullable=True),
@@ -61,4 +60,3 @@ def downgrade() -> None:
     for name in ('throttle_hits', 'throttle_reply', 'throttled_until', 'probe_recipient',
                  'smtp_fingerprint', 'reason'):
         op.drop_column('relay_state', name)
-    op.drop_column('campaigns', 'pause_reason')

@@ -24,7 +24,9 @@ def test_count_triggers_installed(engine: sa.Engine) -> None:
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'delivery_jobs'::regclass "
             "AND NOT tgisinternal")).scalars())
     assert names == {"delivery_jobs_count_insert", "delivery_jobs_count_update",
-                     "delivery_jobs_count_delete"}
+                     "delivery_jobs_count_delete",
+                     # outgoing event webhooks (migration 0015)
+                     "delivery_jobs_event_webhooks"}
 
 
 def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> None:
@@ -41,3 +43,13 @@ def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> N
 
     assert names("delivery_jobs_status_check") == set(states.STATES)
     assert names("delivery_jobs_kind_check") == set(states.KINDS)
+
+
+def test_one_migration_head() -> None:
+    """Parallel branches each add a migration: after a merge they must form one chain."""
+    from alembic.script import ScriptDirectory
+
+    from webapp.db import alembic_config
+
+    heads = ScriptDirectory.from_config(alembic_config("postgresql://unused/db")).get_heads()
+    assert len(heads) == 1, f"several Alembic heads: {heads}; chain the newest migrations"
