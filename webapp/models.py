@@ -387,7 +387,6 @@ audit_log = Table(
 )
 
 
-
 # --- after acceptance (SPEC 12) ----------------------------------------------------------
 
 FEEDBACK_SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
@@ -499,4 +498,35 @@ webhook_deliveries = Table(
     Index("webhook_deliveries_sending_idx", "claimed_at",
           postgresql_where=text("status = 'sending'")),
     Index("webhook_deliveries_endpoint_idx", "endpoint_id", "created_at"),
+)
+
+# DKIM (SPEC 13): the domains mail is sent From and their keys. The private key is stored
+# only encrypted (workers/dkim.py: AES-GCM under a key derived from SENDDOCK_SECRET_KEY).
+# Per domain and algorithm at most one active key (signs) and one next key (published,
+# waiting to be activated): the two selectors of a rotation.
+sending_domains = Table(
+    "sending_domains", metadata,
+    Column("domain", Text, primary_key=True),
+    _now(),
+)
+
+dkim_keys = Table(
+    "dkim_keys", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("domain", Text, ForeignKey("sending_domains.domain", ondelete="CASCADE"),
+           nullable=False),
+    Column("selector", Text, nullable=False),
+    Column("algorithm", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("public_key", Text, nullable=False),
+    Column("private_key_encrypted", Text, nullable=False),
+    _now(),
+    Column("activated_at", DateTime(timezone=True)),
+    CheckConstraint("algorithm IN ('rsa', 'ed25519')", name="dkim_keys_algorithm_check"),
+    CheckConstraint("status IN ('next', 'active', 'retired')", name="dkim_keys_status_check"),
+    Index("dkim_keys_selector_idx", "domain", "selector", unique=True),
+    Index("dkim_keys_one_active_idx", "domain", "algorithm", unique=True,
+          postgresql_where=text("status = 'active'")),
+    Index("dkim_keys_one_next_idx", "domain", "algorithm", unique=True,
+          postgresql_where=text("status = 'next'")),
 )

@@ -1,7 +1,7 @@
 """real relays: throttles, login state, rate limits on the database clock
 
 Revision ID: 0011
-Revises: 0017
+Revises: 0016
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0011'
-down_revision = '0017'
+down_revision = '0016'
 branch_labels = None
 depends_on = None
 
