@@ -17,6 +17,9 @@ rescuer judges by the liveness lock, not by the stopped mark).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import hmac
 import logging
 import os
 import random
@@ -25,6 +28,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parseaddr
 from typing import Any
@@ -36,11 +41,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
 from workers import after_acceptance, outcomes, queue
-from workers.classify import ReplyClass
+from workers.classify import RefusalStreak, ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
 from workers.settings import Config
-from workers.smtp import SmtpTransport, parse_smtp_url
+from workers.smtp import SendResult, SmtpTransport, parse_smtp_url
 
 log = logging.getLogger("senddock.worker")
 
@@ -58,6 +63,10 @@ class Pool:
         self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
         self.lock_key = random.randint(1, 2**62)
         self.smtp = parse_smtp_url(config.smtp_url)
+        # Which SMTP URL this process uses (keyed hash: never the password itself).
+        self.smtp_fingerprint = hmac.new(config.secret_key.encode(), config.smtp_url.encode(),
+                                         hashlib.sha256).hexdigest()[:16]
+        self.streak = RefusalStreak(config.same_refusal_streak)
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self.maintenance = maintenance
@@ -69,7 +78,7 @@ class Pool:
         self._scheduler: BackgroundScheduler | None = None
         self._listener: threading.Thread | None = None
         self.sent = 0
-        self.probe_sender = parseaddr(config.mail_from)[1]
+        self.probe_sender = config.feedback.bounce_address or parseaddr(config.mail_from)[1]
         # Claims in hand, by claim token: the jobs not finished yet. A token is registered
         # before its claim statement runs (so the lost-claim release never races it).
         self._claims: dict[str, dict[int, queue.ClaimedJob]] = {}
@@ -81,6 +90,9 @@ class Pool:
     def start(self) -> None:
         """Register, take the liveness lock, run the startup hook, start the loops."""
         self._connect_liveness(register=True)
+        with self.engine.begin() as conn:
+            if queue.note_smtp_url(conn, self.smtp_fingerprint):
+                log.info("the relay was marked down with a different SMTP URL: probing at once")
         taken = self._rescue()
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
                  self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
@@ -270,8 +282,14 @@ class Pool:
 
     # --- delivery ----------------------------------------------------------------------
 
+    def _transport(self) -> SmtpTransport:
+        config = self.config
+        return SmtpTransport(self.smtp, timeout=config.smtp_timeout,
+                             local_hostname=config.smtp_helo, ca_file=config.smtp_ca_file,
+                             max_messages=config.smtp_max_messages, max_age=config.smtp_max_age)
+
     def _drain_loop(self) -> None:
-        transport = SmtpTransport(self.smtp, timeout=self.config.smtp_timeout)
+        transport = self._transport()
         db = ThreadDb(self.engine)
         backoff = 0.5
         try:
@@ -295,14 +313,28 @@ class Pool:
             transport.close()
             db.drop()
 
-    def _claim(self, db: ThreadDb, token: str) -> list[queue.ClaimedJob]:
+    def _rate_limited(self) -> bool:
+        config = self.config
+        return config.rate_limit > 0 or config.rate_limit_hour > 0 or config.rate_limit_day > 0
+
+    def _claim(self, db: ThreadDb, token: str) -> tuple[list[queue.ClaimedJob], list[float]]:
+        """Claim a batch under ``token``; with a rate limit, also the (monotonic) time each
+        job's send may start, from permits granted on the database's clock (SPEC 10)."""
         n = self.config.claim_batch
-        if self.config.rate_limit > 0:
-            with self.engine.begin() as rate_conn:
-                n = queue.acquire_permits(rate_conn, n, max(1, int(self.config.rate_limit)))
-            if n == 0:
-                return []
-        return queue.claim_batch(db.conn, self.worker_id, n, self.domain, token)
+        config = self.config
+        if not self._rate_limited():
+            jobs = queue.claim_batch(db.conn, self.worker_id, n, self.domain, token)
+            return jobs, [0.0] * len(jobs)
+        with self.engine.begin() as conn:
+            permits = queue.acquire_permits(conn, n, config.rate_limit,
+                                            config.rate_limit_hour, config.rate_limit_day)
+            if permits.granted == 0:
+                return [], []
+            now = time.monotonic()
+            jobs = queue.claim_batch(conn, self.worker_id, permits.granted, self.domain, token)
+            queue.refund_permits(conn, permits, len(jobs))
+        return jobs, [now + permits.first_delay + i * permits.interval
+                      for i in range(len(jobs))]
 
     def _drain_once(self, transport: SmtpTransport, db: ThreadDb) -> bool:
         """Claim one batch and deliver it message by message. Returns False when there was
@@ -313,42 +345,54 @@ class Pool:
         with self._holding_lock:
             self._claims[token] = {}
         try:
-            jobs = self._claim(db, token)
+            jobs, slots = self._claim(db, token)
             with self._holding_lock:
                 self._claims[token] = {job.id: job for job in jobs}
             if not jobs:
                 self._maybe_probe_relay(transport)
                 return False
-            self._deliver(transport, db, jobs)
+            self._deliver(transport, db, jobs, slots)
             return True
         finally:
             with self._holding_lock:
                 self._claims.pop(token, None)
                 self._sending.pop(threading.get_ident(), None)
 
-    def _deliver(self, transport: SmtpTransport, db: ThreadDb,
-                 jobs: list[queue.ClaimedJob]) -> None:
+    def _wait_for_slot(self, slot: float) -> None:
+        delay = slot - time.monotonic()
+        if delay > 0:
+            self.stopping.wait(delay)
+
+    def _deliver(self, transport: SmtpTransport, db: ThreadDb, jobs: list[queue.ClaimedJob],
+                 slots: list[float]) -> None:
+        """Send the batch one message at a time, each outcome committed before the next
+        message goes out (SPEC 10), with what the reply says beyond its recipient
+        (relay down or throttling, a domain throttling, a refused From) in the same
+        transaction. After a reply that stops the batch, the rest is handed back."""
         me = threading.get_ident()
-        for index, job in enumerate(jobs):
-            if self.stopping.is_set():
+        batch = outcomes.Aftermath()
+        for index, (job, slot) in enumerate(zip(jobs, slots, strict=True)):
+            if batch.stops_batch or self.stopping.is_set():
                 queue.release(db.conn, jobs[index:])
                 return
+            if batch.holds(job):
+                self._record(db, job, outcomes.released(job))
+                continue
             with self._holding_lock:
                 self._sending[me] = job.id
-            outcome = self._attempt(transport, job)
-            self._record(db, job, outcome)
+            this = outcomes.Aftermath()
+            outcome = self._attempt(transport, job, slot, this)
+            self._record(db, job, outcome, this)
+            batch.absorb(this)
             with self._holding_lock:
                 self._sending.pop(me, None)
                 self._claims.get(job.claim_token, {}).pop(job.id, None)
-            if outcome.reply_class == ReplyClass.RELAY.value:
-                queue.mark_relay_down(db.conn, outcome.reply or "relay unavailable")
-                log.error("relay unavailable, delivery paused: %s", outcome.reply)
-                queue.release(db.conn, jobs[index + 1:])
-                return
 
-    def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob) -> queue.Outcome:
-        """This job's outcome. Never raises for one message's trouble: whatever goes wrong
-        building or sending it fails that message, with the error in words."""
+    def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob, slot: float,
+                 aftermath: outcomes.Aftermath) -> queue.Outcome:
+        """This job's outcome (and, in ``aftermath``, what its reply says beyond its
+        recipient). Never raises for one message's trouble: whatever goes wrong building
+        or sending it fails that message, with the error in words."""
         if job.suppressed:
             return outcomes.skipped(job)
         try:
@@ -359,6 +403,7 @@ class Pool:
             log.exception("could not build the message of job %d", job.id)
             return outcomes.build_failed(job, f"could not build the message: "
                                               f"{type(exc).__name__}: {exc}")
+        self._wait_for_slot(slot)
         started = datetime.now(UTC)
         try:
             result = transport.send(envelope.mail_from, job.email, envelope.message)
@@ -367,24 +412,71 @@ class Pool:
             transport.close()  # its state is unknown: the next message reconnects
             return outcomes.build_failed(job, f"could not send the message: "
                                               f"{type(exc).__name__}: {exc}", stage="send")
+        result = self._judge_streak(job, result, aftermath)
+        aftermath.note(job, result, campaign_sender=envelope.campaign_sender)
         if result.reply_class is ReplyClass.SENT:
             self.sent += 1
         return outcomes.outcome_for(job, result, self.config.retry_schedule[job.kind],
                                     self.config.retry_jitter, started)
 
-    def _record(self, db: ThreadDb, job: queue.ClaimedJob, outcome: queue.Outcome) -> None:
-        """Commit the outcome now. If the database is away, keep trying (bounded by
-        shutdown): what the relay accepted must be marked, or it will be sent again."""
+    def _judge_streak(self, job: queue.ClaimedJob, result: SendResult,
+                      aftermath: outcomes.Aftermath) -> SendResult:
+        """The same refusal for many different recipients in a row is about us: this one
+        becomes a relay problem and the earlier ones of the row are given back."""
+        cls, earlier = self.streak.observe(job.id, job.email, result.reply_class,
+                                           result.code, result.text)
+        if cls is result.reply_class:
+            return result
+        aftermath.reprieve.extend(int(i) for i in earlier if isinstance(i, int))
+        log.error("the relay refused %d different recipients in a row the same way; "
+                  "treating it as a problem with our setup: %s", len(earlier) + 1,
+                  outcomes.reply_line(result))
+        return dataclasses.replace(result, reply_class=cls,
+                                   text=f"{RefusalStreak.WHY}: {result.text}")
+
+    def _record_aftermath(self, conn: Connection, aftermath: outcomes.Aftermath) -> None:
+        config = self.config
+        if aftermath.reprieve:
+            n = queue.reprieve_jobs(conn, aftermath.reprieve, f"relay: {RefusalStreak.WHY}")
+            log.warning("gave back %d job(s) charged for a refusal that was about us", n)
+        if aftermath.relay_down is not None:
+            queue.mark_relay_down(conn, aftermath.relay_down, login=aftermath.login_refused,
+                                  fingerprint=self.smtp_fingerprint,
+                                  probe_recipient=aftermath.probe_recipient,
+                                  login_interval=config.login_probe_interval)
+            log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
+        if aftermath.relay_throttle is not None:
+            delay = queue.throttle_relay(conn, aftermath.relay_throttle,
+                                         config.throttle_backoff)
+            log.warning("the relay is throttling us: pausing %.0fs: %s", delay,
+                        aftermath.relay_throttle)
+        for domain, reply in aftermath.domain_throttles.items():
+            delay = queue.throttle_domain(conn, domain, reply, config.throttle_backoff)
+            log.warning("%s is throttling us: its mail waits %.0fs: %s", domain, delay, reply)
+        for campaign_id, reason in aftermath.paused_campaigns.items():
+            if queue.pause_campaign_for_sender(conn, campaign_id, reason):
+                log.error("campaign %d paused: %s", campaign_id, reason)
+
+    def _record(self, db: ThreadDb, job: queue.ClaimedJob, outcome: queue.Outcome,
+                aftermath: outcomes.Aftermath | None = None) -> None:
+        """Commit the outcome now (and the aftermath with it, in one transaction). If the
+        database is away, keep trying (bounded by shutdown): what the relay accepted must
+        be marked, or it will be sent again."""
         backoff = 0.5
         deadline: float | None = None
         while True:
             try:
-                if queue.finish_one(db.conn, self.worker_id, outcome):
-                    return
-                log.warning("late mark refused: job %d (%s) was taken back while this worker "
-                            "had it; the %s outcome (%s) is not recorded, and the message may "
-                            "be sent again", job.id, job.email, outcome.status,
-                            outcome.reply or outcome.error or "no reply")
+                if aftermath is None or aftermath.empty:
+                    accepted = queue.finish_one(db.conn, self.worker_id, outcome)
+                else:
+                    with db.transaction() as conn:
+                        accepted = queue.finish_one(conn, self.worker_id, outcome)
+                        self._record_aftermath(conn, aftermath)
+                if not accepted:
+                    log.warning("late mark refused: job %d (%s) was taken back while this "
+                                "worker had it; the %s outcome (%s) is not recorded, and the "
+                                "message may be sent again", job.id, job.email, outcome.status,
+                                outcome.reply or outcome.error or "no reply")
                 return
             except DB_ERRORS as exc:
                 db.drop()
@@ -400,18 +492,23 @@ class Pool:
                 backoff = min(backoff * 2, 10)
 
     def _maybe_probe_relay(self, transport: SmtpTransport) -> None:
+        interval = self.config.login_probe_interval
         with self.engine.begin() as conn:
             state = queue.relay_status(conn)
-            if state["status"] != "down" or not queue.take_probe_turn(conn):
+            if state["status"] != "down" or not queue.take_probe_turn(conn, interval):
                 return
-        result = transport.probe(self.probe_sender)
+        result = transport.probe(self.probe_sender, state.get("probe_recipient"))
         with self.engine.begin() as conn:
             if result.reply_class is ReplyClass.SENT:
                 queue.mark_relay_ok(conn)
                 queue.notify_new_jobs(conn, "relay")
+                self.streak.reset()
                 log.info("relay is back; delivery resumes")
             else:
-                queue.mark_relay_down(conn, outcomes.reply_line(result))
+                queue.mark_relay_down(conn, outcomes.reply_line(result),
+                                      login=result.login_refused,
+                                      fingerprint=self.smtp_fingerprint,
+                                      login_interval=interval)
                 log.warning("relay still unavailable: %s", outcomes.reply_line(result))
 
     def status(self) -> dict[str, Any]:
@@ -434,6 +531,15 @@ class ThreadDb:
         if self._conn is None:
             self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         return self._conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Several statements committed together (BEGIN … COMMIT on this session)."""
+        conn = self.conn
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        with driver.transaction():
+            yield conn
 
     def drop(self) -> None:
         if self._conn is not None:
