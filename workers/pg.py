@@ -330,6 +330,10 @@ _BY_CLASS = {"08": UNREACHABLE, "53": DISK_FULL, "58": UNREACHABLE}
 # from); the server's FATAL message is all there is. These are PostgreSQL's own texts
 # (src/backend) and libpq's for target_session_attrs.
 _BY_CONNECT_MESSAGE = (
+    # First: with several hosts the message lists every host's failure, and "the only
+    # one up is a standby" says more than "the old primary is down".
+    ("session is read-only", READ_ONLY),
+    ("server is in hot standby mode", READ_ONLY),
     ("too many clients already", TOO_MANY_CONNECTIONS),
     ("remaining connection slots are reserved", TOO_MANY_CONNECTIONS),
     ("too many connections for", TOO_MANY_CONNECTIONS),
@@ -338,8 +342,6 @@ _BY_CONNECT_MESSAGE = (
     ("the database system is in recovery mode", SHUTDOWN),
     ("the database system is not yet accepting connections", SHUTDOWN),
     ("terminating connection due to administrator command", SHUTDOWN),
-    ("session is read-only", READ_ONLY),
-    ("server is in hot standby mode", READ_ONLY),
     ("no space left on device", DISK_FULL),
 )
 
