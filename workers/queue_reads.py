@@ -8,6 +8,7 @@ never counts a million rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -122,7 +123,7 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
                  "SELECT * FROM m) j"
     rows = conn.execute(sa.text(f"""
         SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
-               j.attempts, j.last_error, j.last_error_class,
+               j.user_ref, j.attempts, j.last_error, j.last_error_class,
                j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
                EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
                    AS suppressed
@@ -131,6 +132,29 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
          ORDER BY j.finished_at DESC, j.id DESC
          LIMIT :limit"""), {**params, "limit": limit})
     return [dict(r) for r in rows.mappings()]
+
+
+# Held transactional mail waiting for support to release or drop it, oldest first
+# (delivery_jobs_transactional_idx).
+_HELD = sa.text(f"""
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind <> 'broadcast' AND kind = :kind AND status = 'held'
+ ORDER BY created_at, id LIMIT :limit
+""")
+
+
+def held_jobs(conn: Connection, kind: str, limit: int = 20) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_HELD, {"kind": kind, "limit": limit}).mappings()]
+
+
+_HELD_COUNT = sa.text("""
+SELECT count(*) FROM delivery_jobs WHERE kind <> 'broadcast' AND kind = :kind
+   AND status = 'held'
+""")
+
+
+def held_count(conn: Connection, kind: str) -> int:
+    return int(conn.execute(_HELD_COUNT, {"kind": kind}).scalar_one())
 
 
 # Jobs per kind and state without counting campaign jobs: those come from the
@@ -290,3 +314,111 @@ def retry_due(conn: Connection, broadcast_id: int) -> tuple[datetime | None, dat
     row = conn.execute(_RETRY_DUE, {"broadcast_id": broadcast_id,
                                     "priority": PRIORITY["broadcast"]}).one()
     return row.next_at, row.last_at
+
+
+# --- the jobs browser (admins) ---------------------------------------------------------
+# Jobs by state, Sidekiq/Oban style: waiting (due, in claim order), retrying (in the order
+# they come due, with their next run), in flight, held. Each is keyset-paged along the
+# index that serves the state, so a deep page costs what the first does.
+
+@dataclass
+class JobFilter:
+    """Which jobs a jobs-browser tab shows."""
+
+    kind: str | None = None
+    broadcast_id: int | None = None
+    email: str | None = None
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
+        if self.kind:
+            clauses.append("j.kind = :kind")
+            params["kind"] = self.kind
+        if self.broadcast_id is not None:
+            clauses.append("j.broadcast_id = :broadcast_id")
+            params["broadcast_id"] = self.broadcast_id
+        if self.email:
+            clauses.append("lower(j.email) = lower(:email)")
+            params["email"] = self.email
+        return "".join(f" AND {c}" for c in clauses), params
+
+
+# state -> (condition, order columns). Waiting and retrying walk delivery_jobs_claim_idx
+# (its predicate is repeated so the planner can use it), in flight delivery_jobs_sending_idx,
+# held delivery_jobs_transactional_idx.
+BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'pending'",
+                ("j.priority", "j.available_at", "j.id")),
+    "retrying": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'retry'",
+                 ("j.priority", "j.available_at", "j.id")),
+    "sending": ("j.status = 'sending'", ("j.claimed_at", "j.id")),
+    "held": ("j.kind <> 'broadcast' AND j.status = 'held'", ("j.created_at", "j.id")),
+}
+
+
+def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
+                  after: Sequence[Any] | None = None, limit: int = 50
+                  ) -> list[dict[str, Any]]:
+    """Jobs in the browser ``state`` matching ``where``, in the order they will be
+    handled, ``limit`` of them after the keyset ``after`` (the previous page's last row's
+    order columns)."""
+    condition, order = BROWSER_STATES[state]
+    extra, params = where.where()
+    keyset = ""
+    if after is not None:
+        names = [f":after{i}" for i in range(len(order))]
+        keyset = f" AND ({', '.join(order)}) > ({', '.join(names)})"
+        params.update({f"after{i}": v for i, v in enumerate(after)})
+    rows = conn.execute(sa.text(f"""
+        SELECT j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
+               j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
+               j.campaign_id, j.user_ref, c.name AS campaign_name
+          FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+         WHERE {condition}{extra}{keyset}
+         ORDER BY {', '.join(order)} LIMIT :limit"""), {**params, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+_COUNTS_FOR_EMAIL = sa.text(f"""
+SELECT status, count(*) AS n FROM delivery_jobs j
+ WHERE lower(j.email) = lower(:email) AND (CAST(:kind AS text) IS NULL OR j.kind = :kind)
+   AND j.status IN {sql_list(STATES)}
+ GROUP BY status
+""")
+
+
+def state_counts_for_email(conn: Connection, email: str, kind: str | None
+                           ) -> dict[str, int]:
+    """Jobs per state for one address (a handful of rows)."""
+    counts = dict.fromkeys(STATES, 0)
+    for row in conn.execute(_COUNTS_FOR_EMAIL, {"email": email, "kind": kind}):
+        counts[row.status] = int(row.n)
+    return counts
+
+
+_COUNT_PROBLEMS = """
+SELECT count(*) FROM (SELECT 1 FROM delivery_jobs j WHERE {where} AND j.finished_at <= :as_of
+                       LIMIT :cap) matching
+"""
+
+
+def count_problems(conn: Connection, where: ProblemFilter, as_of: datetime,
+                   cap: int = 1_000_000) -> int:
+    """How many open problems "retry all matching" would retry (those finished by
+    ``as_of``), counted along the inbox index up to ``cap``."""
+    sql, params = where.where()
+    return int(conn.execute(sa.text(_COUNT_PROBLEMS.format(where=sql)),
+                            {**params, "as_of": as_of, "cap": cap}).scalar_one())
+
+
+_SCHEDULED_CAMPAIGNS = sa.text("""
+SELECT c.id, c.name, c.scheduled_at, l.name AS list_name, l.subscriber_count
+  FROM campaigns c JOIN lists l ON l.id = c.list_id
+ WHERE c.status = 'scheduled' ORDER BY c.scheduled_at, c.id LIMIT :limit
+""")
+
+
+def scheduled_campaigns(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+    """Campaigns waiting for their time (their jobs are created when it comes)."""
+    return [dict(r) for r in conn.execute(_SCHEDULED_CAMPAIGNS, {"limit": limit}).mappings()]

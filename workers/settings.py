@@ -7,6 +7,7 @@ The table in ``docs/configuration.md`` is generated from :data:`SETTINGS`
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,11 +50,40 @@ SETTINGS: list[Setting] = [
     Setting("RETRY_JITTER", "0.1", "Random spread applied to retry delays (0.1 = ±10 %)."),
     Setting("RESEND_COOLDOWN", "60",
             "Seconds a verification resend must wait after the last one."),
-    Setting("RATE_LIMIT", "0", "Messages per second across all processes (0 = no limit)."),
+    Setting("RATE_LIMIT", "0",
+            "Messages per second across all processes and hosts, on the database's clock "
+            "(0 = no limit; fractions allowed: 0.5 = one message every 2 s)."),
+    Setting("RATE_LIMIT_HOUR", "0",
+            "Most messages in any rolling 60 minutes, across all processes (0 = no limit)."),
+    Setting("RATE_LIMIT_DAY", "0",
+            "Most messages in any rolling 24 hours, across all processes (0 = no limit; "
+            "SES's daily sending quota)."),
     Setting("HEARTBEAT_INTERVAL", "5", "Seconds between worker heartbeats."),
     Setting("WORKER_TIMEOUT", "30",
             "Seconds without a heartbeat after which a dead worker's jobs are taken back."),
     Setting("SMTP_TIMEOUT", "30", "Seconds before an SMTP command is given up on."),
+    Setting("SMTP_HELO", None,
+            "The name SendDock gives in EHLO (default: this host's FQDN; an address literal "
+            "such as [192.0.2.1] when the host has no dotted name, never 'localhost')."),
+    Setting("SMTP_CA_FILE", None,
+            "A PEM file of CA certificates to trust for the relay's TLS certificate, in "
+            "addition to the system's (a private CA)."),
+    Setting("SMTP_MAX_MESSAGES", "100",
+            "Messages sent over one kept-open relay connection before it is closed and "
+            "reopened (Postfix's own client: 100)."),
+    Setting("SMTP_MAX_AGE", "300",
+            "Seconds a kept-open relay connection is used before it is closed and reopened "
+            "(so a relay's reload or changed limits are seen)."),
+    Setting("THROTTLE_BACKOFF", "30,60,120,300,900",
+            "Seconds to slow down after successive throttling replies (421, 450 4.7.x 'too "
+            "many'...): the whole relay for a relay throttle, one recipient domain for a "
+            "domain throttle. No attempt is used."),
+    Setting("LOGIN_PROBE_INTERVAL", "300",
+            "After the relay refused our login (535), probe it at most this often in seconds "
+            "(a fail2ban jail must never ban us); an admin's Retry now probes at once."),
+    Setting("SAME_REFUSAL_STREAK", "10",
+            "The same refusal for this many different recipients in a row is treated as "
+            "about us (delivery pauses), whatever its text says (0 = off)."),
     Setting("MAX_BACKLOG", "5000000",
             "Most jobs waiting (pending+retry) before new enqueues are refused with 429/503."),
     Setting("DISPOSABLE_POLICY", "send",
@@ -93,6 +123,57 @@ SETTINGS: list[Setting] = [
             "1 behind a reverse proxy that terminates TLS: trust one hop of X-Forwarded-For, "
             "-Proto, -Host and -Port (never enable without such a proxy: clients could "
             "forge their address)."),
+    # --- after acceptance: bounces, complaints, event webhooks (SPEC 12) ---
+    Setting("BOUNCE_ADDRESS", None,
+            "Envelope sender (Return-Path) with the job encoded, VERP-style: "
+            "bounces@example.com sends as bounces+<signed job token>@example.com, so a "
+            "bounce finds its job. Unset: the From address is the envelope sender."),
+    Setting("BOUNCE_MAILBOX", None,
+            "Mailbox the workers poll for DSNs and ARF complaints: "
+            "imaps://user:pass@host[:port]/INBOX, imap://… (loopback/trusted networks) or "
+            "pop3s://user:pass@host[:port]. Processed mail is moved to the Processed folder "
+            "(IMAP) or deleted after it was recorded (POP3)."),
+    Setting("BOUNCE_MAILBOX_INTERVAL", "60", "Seconds between polls of the bounce mailbox."),
+    Setting("BOUNCE_MAILBOX_CA_FILE", None,
+            "PEM file of the CA to trust for the bounce mailbox's TLS (a private server)."),
+    Setting("BOUNCE_MAILBOX_PROCESSED", "Processed",
+            "IMAP folder processed reports are moved to (created if missing)."),
+    Setting("SES_TOPIC_ARNS", None,
+            "SNS topic ARNs (comma-separated) whose notifications /webhooks/ses accepts. "
+            "Unset: SES webhooks are refused."),
+    Setting("SENDGRID_WEBHOOK_KEY", None,
+            "SendGrid Signed Event Webhook verification key (base64, as SendGrid shows it). "
+            "Unset: /webhooks/sendgrid is refused."),
+    Setting("POSTMARK_WEBHOOK_AUTH", None,
+            "user:password that Postmark's webhook URL carries (basic auth). Unset: "
+            "/webhooks/postmark is refused."),
+    Setting("MAILGUN_SIGNING_KEY", None,
+            "Mailgun HTTP webhook signing key. Unset: /webhooks/mailgun is refused."),
+    Setting("WEBHOOK_MAX_AGE", "3600",
+            "Seconds a signed provider webhook (SNS, SendGrid, Mailgun) stays acceptable."),
+    Setting("SOFT_BOUNCE_LIMIT", "3",
+            "Soft bounces of one address (within SOFT_BOUNCE_WINDOW) that suppress it."),
+    Setting("SOFT_BOUNCE_WINDOW", "2592000", "Seconds soft bounces are counted over (30 days)."),
+    Setting("COMPLAINT_ALARM_RATE", "0.001",
+            "Complaint rate of a campaign that raises an alarm (0.001 = 0.1 %)."),
+    Setting("COMPLAINT_PAUSE_RATE", "0.003",
+            "Complaint rate at which a campaign is paused (0.003 = 0.3 %, Gmail's limit)."),
+    Setting("COMPLAINT_MIN_DELIVERED", "100",
+            "Messages a campaign must have delivered before its complaint rate can pause it."),
+    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE", "10,30,120,600,1800,3600,7200,14400,28800",
+            "Seconds between attempts to deliver an outgoing event webhook; after the last "
+            "the delivery is marked failed (retry it from the endpoint's page)."),
+    Setting("EVENT_WEBHOOK_DISABLE_AFTER", "20",
+            "Consecutive failed deliveries after which an endpoint is disabled (alarm); its "
+            "waiting deliveries are kept and go out when an admin enables it again."),
+    Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
+    Setting("DNS_RESOLVER", None,
+            "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
+            "as [::1]:53). Unset: the system resolver (/etc/resolv.conf)."),
+    Setting("SPF_INCLUDE", None,
+            "The SPF include your relay provider documents (amazonses.com, "
+            "spf.protection.outlook.com, _spf.google.com...). Set: the SPF check asks for it; "
+            "unset: the SPF check evaluates the relay host's address."),
 ]
 
 
@@ -134,6 +215,121 @@ def _schedule(name: str, raw: str) -> tuple[int, ...]:
     return values
 
 
+def _nonnegative(name: str, value: float) -> Any:
+    if value < 0:
+        raise ConfigError(f"SENDDOCK_{name} cannot be negative")
+    return value
+
+
+def _smtp_url(raw: str) -> str:
+    """The URL as given, once it parses: a bad one is one line naming the variable."""
+    from workers.smtp import parse_smtp_url
+
+    try:
+        parse_smtp_url(raw)
+    except ValueError as exc:
+        message = str(exc)
+        if message.startswith("SMTP URL:"):
+            message = message.removeprefix("SMTP URL:").strip()
+            raise ConfigError(f"SENDDOCK_SMTP_URL: {message}") from None
+        raise ConfigError("SENDDOCK_SMTP_URL " + message.removeprefix("SMTP URL ")
+                          if message.startswith("SMTP URL ")
+                          else f"SENDDOCK_SMTP_URL: {message}") from None
+    return raw
+
+
+def _helo(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    name = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]", name):
+        raise ConfigError(f"SENDDOCK_SMTP_HELO must be a host name or an address literal "
+                          f"such as [192.0.2.1], got {raw!r}")
+    if name.lower() == "localhost" or name.lower().startswith("localhost."):
+        raise ConfigError("SENDDOCK_SMTP_HELO cannot be localhost: relays reject it")
+    return name
+
+
+def _ca_file(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"SENDDOCK_SMTP_CA_FILE: no such file: {raw}")
+    import ssl
+
+    try:
+        ssl.create_default_context(cafile=str(path))
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"SENDDOCK_SMTP_CA_FILE: not a PEM file of CA certificates "
+                          f"({exc})") from None
+    return str(path)
+
+
+@dataclass(frozen=True)
+class FeedbackConfig:
+    """Bounces, complaints and event webhooks after acceptance (SPEC 12)."""
+
+    bounce_address: str | None = None
+    bounce_mailbox: str | None = None
+    bounce_mailbox_interval: float = 60
+    bounce_mailbox_ca_file: str | None = None
+    bounce_mailbox_processed: str = "Processed"
+    ses_topic_arns: frozenset[str] = frozenset()
+    sendgrid_webhook_key: str | None = None
+    postmark_webhook_auth: str | None = None
+    mailgun_signing_key: str | None = None
+    webhook_max_age: float = 3600
+    soft_bounce_limit: int = 3
+    soft_bounce_window: float = 2592000
+    complaint_alarm_rate: float = 0.001
+    complaint_pause_rate: float = 0.003
+    complaint_min_delivered: int = 100
+    event_webhook_retry_schedule: tuple[int, ...] = (10, 30, 120, 600, 1800, 3600, 7200,
+                                                     14400, 28800)
+    event_webhook_disable_after: int = 20
+    event_webhook_timeout: float = 10
+
+
+def _feedback(get: Any) -> FeedbackConfig:
+    bounce_address = get("BOUNCE_ADDRESS")
+    if bounce_address is not None and (bounce_address.count("@") != 1
+                                       or "+" in bounce_address.split("@")[0]):
+        raise ConfigError("SENDDOCK_BOUNCE_ADDRESS must be one address without a '+' "
+                          f"(bounces@example.com), got {bounce_address!r}")
+    mailbox = get("BOUNCE_MAILBOX")
+    if mailbox is not None and mailbox.split("://", 1)[0] not in ("imaps", "imap", "pop3s"):
+        raise ConfigError("SENDDOCK_BOUNCE_MAILBOX must start with imaps://, imap:// or "
+                          "pop3s://")
+    key = get("POSTMARK_WEBHOOK_AUTH")
+    if key is not None and ":" not in key:
+        raise ConfigError("SENDDOCK_POSTMARK_WEBHOOK_AUTH must be user:password")
+    return FeedbackConfig(
+        bounce_address=bounce_address.strip() if bounce_address else None,
+        bounce_mailbox=mailbox,
+        bounce_mailbox_interval=max(1.0, _float("BOUNCE_MAILBOX_INTERVAL",
+                                                get("BOUNCE_MAILBOX_INTERVAL"))),
+        bounce_mailbox_ca_file=get("BOUNCE_MAILBOX_CA_FILE"),
+        bounce_mailbox_processed=get("BOUNCE_MAILBOX_PROCESSED"),
+        ses_topic_arns=frozenset(a.strip() for a in (get("SES_TOPIC_ARNS") or "").split(",")
+                                 if a.strip()),
+        sendgrid_webhook_key=get("SENDGRID_WEBHOOK_KEY"),
+        postmark_webhook_auth=key,
+        mailgun_signing_key=get("MAILGUN_SIGNING_KEY"),
+        webhook_max_age=_float("WEBHOOK_MAX_AGE", get("WEBHOOK_MAX_AGE")),
+        soft_bounce_limit=max(1, _int("SOFT_BOUNCE_LIMIT", get("SOFT_BOUNCE_LIMIT"))),
+        soft_bounce_window=_float("SOFT_BOUNCE_WINDOW", get("SOFT_BOUNCE_WINDOW")),
+        complaint_alarm_rate=_float("COMPLAINT_ALARM_RATE", get("COMPLAINT_ALARM_RATE")),
+        complaint_pause_rate=_float("COMPLAINT_PAUSE_RATE", get("COMPLAINT_PAUSE_RATE")),
+        complaint_min_delivered=_int("COMPLAINT_MIN_DELIVERED", get("COMPLAINT_MIN_DELIVERED")),
+        event_webhook_retry_schedule=_schedule("EVENT_WEBHOOK_RETRY_SCHEDULE",
+                                               get("EVENT_WEBHOOK_RETRY_SCHEDULE")),
+        event_webhook_disable_after=max(1, _int("EVENT_WEBHOOK_DISABLE_AFTER",
+                                                get("EVENT_WEBHOOK_DISABLE_AFTER"))),
+        event_webhook_timeout=_float("EVENT_WEBHOOK_TIMEOUT", get("EVENT_WEBHOOK_TIMEOUT")),
+    )
+
+
 @dataclass
 class Config:
     """Resolved settings. Build with :func:`load`; tests pass overrides."""
@@ -150,9 +346,18 @@ class Config:
     retry_jitter: float
     resend_cooldown: int
     rate_limit: float
+    rate_limit_hour: int
+    rate_limit_day: int
     heartbeat_interval: float
     worker_timeout: float
     smtp_timeout: float
+    smtp_helo: str | None
+    smtp_ca_file: str | None
+    smtp_max_messages: int
+    smtp_max_age: float
+    throttle_backoff: tuple[int, ...]
+    login_probe_interval: float
+    same_refusal_streak: int
     max_backlog: int
     disposable_policy: str
     alarm_oldest_pending: int
@@ -168,7 +373,10 @@ class Config:
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0
     db_idle_timeout: float = 60.0
+    dns_resolver: str | None = None
+    spf_include: str | None = None
     secret_key_generated: bool = False
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -212,7 +420,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
     return Config(
         database_url=get("DATABASE_URL"),
         data_dir=Path(req("DATA_DIR")).expanduser().resolve(),
-        smtp_url=req("SMTP_URL"),
+        smtp_url=_smtp_url(req("SMTP_URL")),
         mail_from=req("FROM"),
         base_url=base_url,
         secret_key=secret,
@@ -226,10 +434,21 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         },
         retry_jitter=_float("RETRY_JITTER", req("RETRY_JITTER")),
         resend_cooldown=_int("RESEND_COOLDOWN", req("RESEND_COOLDOWN")),
-        rate_limit=_float("RATE_LIMIT", req("RATE_LIMIT")),
+        rate_limit=_nonnegative("RATE_LIMIT", _float("RATE_LIMIT", req("RATE_LIMIT"))),
+        rate_limit_hour=_nonnegative("RATE_LIMIT_HOUR",
+                                     _int("RATE_LIMIT_HOUR", req("RATE_LIMIT_HOUR"))),
+        rate_limit_day=_nonnegative("RATE_LIMIT_DAY",
+                                    _int("RATE_LIMIT_DAY", req("RATE_LIMIT_DAY"))),
         heartbeat_interval=_float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL")),
         worker_timeout=_float("WORKER_TIMEOUT", req("WORKER_TIMEOUT")),
         smtp_timeout=_float("SMTP_TIMEOUT", req("SMTP_TIMEOUT")),
+        smtp_helo=_helo(get("SMTP_HELO")),
+        smtp_ca_file=_ca_file(get("SMTP_CA_FILE")),
+        smtp_max_messages=max(1, _int("SMTP_MAX_MESSAGES", req("SMTP_MAX_MESSAGES"))),
+        smtp_max_age=_float("SMTP_MAX_AGE", req("SMTP_MAX_AGE")),
+        throttle_backoff=_schedule("THROTTLE_BACKOFF", req("THROTTLE_BACKOFF")) or (30,),
+        login_probe_interval=_float("LOGIN_PROBE_INTERVAL", req("LOGIN_PROBE_INTERVAL")),
+        same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
         disposable_policy=policy,
         alarm_oldest_pending=_int("ALARM_OLDEST_PENDING", req("ALARM_OLDEST_PENDING")),
@@ -250,6 +469,9 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
                                   _float("DB_LOCK_TIMEOUT", req("DB_LOCK_TIMEOUT")), 0),
         db_idle_timeout=_at_least("DB_IDLE_TIMEOUT",
                                   _float("DB_IDLE_TIMEOUT", req("DB_IDLE_TIMEOUT")), 0),
+        feedback=_feedback(get),
+        dns_resolver=get("DNS_RESOLVER"),
+        spf_include=get("SPF_INCLUDE"),
     )
 
 

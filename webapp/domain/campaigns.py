@@ -20,7 +20,7 @@ from workers.message import TemplateError, compile_campaign
 EDITABLE = ("draft", "scheduled")
 FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
           "scheduled_at", "broadcast_id", "created_at", "updated_at", "started_at",
-          "finished_at")
+          "finished_at", "paused_reason")
 
 
 def validate_templates(subject: str, text: str | None, html: str | None) -> None:
@@ -126,10 +126,17 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
     return rows
 
 
-def all_with_counts(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
-    rows = conn.execute(sa.text(
-        f"SELECT {', '.join(FIELDS)} FROM campaigns ORDER BY id DESC LIMIT :limit"),
-        {"limit": limit}).mappings()
+def all_with_counts(conn: Connection, limit: int = 200, *,
+                    query: str = "") -> list[dict[str, Any]]:
+    """The newest campaigns (whose name or subject contains ``query``, if given) with their
+    list's name and exact counts."""
+    columns = ", ".join(f"c.{f}" for f in FIELDS)
+    rows = conn.execute(sa.text(f"""
+        SELECT {columns}, l.name AS list_name FROM campaigns c
+          JOIN lists l ON l.id = c.list_id
+         WHERE CAST(:q AS text) = '' OR strpos(lower(c.name || ' ' || c.subject), :q) > 0
+         ORDER BY c.id DESC LIMIT :limit"""),
+        {"limit": limit, "q": query.strip().lower()}).mappings()
     return _attach_counts(conn, [dict(r) for r in rows])
 
 
@@ -170,8 +177,11 @@ def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> 
         raise Conflict(f"only a {before} campaign can be {verb}; this one is "
                        f"{campaign['status']}")
     queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
-    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now() "
-                         "WHERE id = :id"), {"status": after, "id": campaign_id})
+    # Resuming clears the reason the engine paused it for (e.g. a refused From address).
+    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now(), "
+                         "paused_reason = CASE WHEN :paused THEN paused_reason END "
+                         "WHERE id = :id"), {"status": after, "id": campaign_id,
+                                             "paused": paused})
     if not paused:
         queue.notify_new_jobs(conn, "broadcast")
     audit.record(conn, actor, "campaign.pause" if paused else "campaign.resume",
