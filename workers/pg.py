@@ -214,6 +214,7 @@ def engine_conninfo(engine: Engine) -> str:
 _WATCHED: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 _REAPER: list[threading.Thread] = []
 _REAPER_LOCK = threading.Lock()
+_REAPER_WAKE = threading.Event()  # a new engine: recompute how long to sleep
 
 
 def _watch_idle(engine: Engine, idle_timeout: float) -> None:
@@ -226,6 +227,7 @@ def _watch_idle(engine: Engine, idle_timeout: float) -> None:
 
     with _REAPER_LOCK:
         _WATCHED[engine] = idle_timeout
+        _REAPER_WAKE.set()
         if not _REAPER:
             thread = threading.Thread(target=_reap_forever, name="pg-idle-reaper",
                                       daemon=True)
@@ -235,7 +237,8 @@ def _watch_idle(engine: Engine, idle_timeout: float) -> None:
 
 def _reap_forever() -> None:
     while True:
-        time.sleep(min([5.0, *(t / 2 for t in list(_WATCHED.values()))]))
+        _REAPER_WAKE.wait(min([5.0, *(t / 2 for t in list(_WATCHED.values()))]))
+        _REAPER_WAKE.clear()
         for engine, idle_timeout in list(_WATCHED.items()):
             try:
                 reap_idle(engine, idle_timeout)
