@@ -35,6 +35,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "jobs": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
+    "event_webhooks": ADMIN,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {

@@ -18,6 +18,7 @@ ITEMS = [
     ("inbox.index", "Failed jobs"),
     ("admin.suppressions", "Suppressions"),
     ("health.index", "Queue health"),
+    ("event_webhooks.index", "Event webhooks"),
     ("admin.audit", "Audit log"),
     ("admin.users", "Users & tokens"),
 ]

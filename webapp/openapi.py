@@ -162,7 +162,10 @@ SCHEMAS: dict[str, Any] = {
             "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
                            "kind": {"type": "string"}, "email": {"type": "string"},
                            "correlation_id": {"type": "string"},
-                           "attempts": {"type": "array"}}},
+                           "attempts": {"type": "array"},
+                           "events": {"type": "array", "description":
+                                      "Bounces and complaints reported after acceptance "
+                                      "(source, type, bounce, reason, effect)"}}},
 }
 
 

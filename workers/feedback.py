@@ -316,7 +316,8 @@ def complaint_rates(conn: Connection) -> list[dict[str, Any]]:
 # --- reading ------------------------------------------------------------------------------
 
 _EVENTS_FOR_JOBS = sa.text("""
-SELECT id, job_id, source, type, bounce, email, reason, status, event_id, effect, created_at
+SELECT id, job_id, source, type, bounce, email, reason, status, event_id, effect, created_at,
+       left(raw, 20000) AS raw, length(raw) > 20000 AS raw_truncated
   FROM job_events WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, created_at, id
 """)
 

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, limits
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
-from workers import queue, queue_reads
+from workers import feedback, queue, queue_reads
 from workers.classify import ReplyClass, humanize
 from workers.settings import Config
 
@@ -352,6 +352,10 @@ def user_history(conn: Connection, config: Config, user_ref: str) -> UserHistory
     latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
     assert latest is not None
     attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
+    # Bounces and complaints reported after acceptance (SPEC 12), shown with the attempts.
+    events = feedback.events_for_jobs(conn, [j["id"] for j in jobs])
+    for job in jobs:
+        job["events"] = events[job["id"]]
     max_attempts = len(config.retry_schedule[KIND]) + 1
     now = datetime.now(UTC)
     views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),

@@ -13,7 +13,7 @@ from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine, role
 from webapp.domain import campaigns, lists
 from webapp.domain.errors import Invalid, NotFound
-from workers import queue_reads
+from workers import feedback, queue_reads
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +115,9 @@ def get_job(job_id: int) -> Response:
                 job.pop(key, None)
         job["attempts_made"] = job.pop("attempts")
         job["attempts"] = queue_reads.job_attempts(conn, job_id)
+        # Bounces and complaints after acceptance (SPEC 12), without their raw source.
+        job["events"] = [{k: v for k, v in e.items() if k not in ("raw", "raw_truncated")}
+                         for e in feedback.events_for_jobs(conn, [job_id])[job_id]]
     return answer(job)
 
 
