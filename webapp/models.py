@@ -292,6 +292,9 @@ suppressions = Table(
     Index("suppressions_job_idx", "job_id", postgresql_where=text("job_id IS NOT NULL")),
     Index("suppressions_email_prefix_idx", "email",
           postgresql_ops={"email": "text_pattern_ops"}),
+    # Search by any part of the address: a domain ("@example.net") or a fragment.
+    Index("suppressions_email_trgm_idx", "email", postgresql_using="gin",
+          postgresql_ops={"email": "gin_trgm_ops"}),
 )
 
 # Liveness is in the schema: each pool holds a session advisory lock (lock_key) and
@@ -348,7 +351,6 @@ audit_log = Table(
     Index("audit_log_action_idx", "action", "at"),
     Index("audit_log_target_idx", "target", "id"),
 )
-
 
 
 # --- after acceptance (SPEC 12) ----------------------------------------------------------
@@ -462,4 +464,35 @@ webhook_deliveries = Table(
     Index("webhook_deliveries_sending_idx", "claimed_at",
           postgresql_where=text("status = 'sending'")),
     Index("webhook_deliveries_endpoint_idx", "endpoint_id", "created_at"),
+)
+
+# DKIM (SPEC 13): the domains mail is sent From and their keys. The private key is stored
+# only encrypted (workers/dkim.py: AES-GCM under a key derived from SENDDOCK_SECRET_KEY).
+# Per domain and algorithm at most one active key (signs) and one next key (published,
+# waiting to be activated): the two selectors of a rotation.
+sending_domains = Table(
+    "sending_domains", metadata,
+    Column("domain", Text, primary_key=True),
+    _now(),
+)
+
+dkim_keys = Table(
+    "dkim_keys", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("domain", Text, ForeignKey("sending_domains.domain", ondelete="CASCADE"),
+           nullable=False),
+    Column("selector", Text, nullable=False),
+    Column("algorithm", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("public_key", Text, nullable=False),
+    Column("private_key_encrypted", Text, nullable=False),
+    _now(),
+    Column("activated_at", DateTime(timezone=True)),
+    CheckConstraint("algorithm IN ('rsa', 'ed25519')", name="dkim_keys_algorithm_check"),
+    CheckConstraint("status IN ('next', 'active', 'retired')", name="dkim_keys_status_check"),
+    Index("dkim_keys_selector_idx", "domain", "selector", unique=True),
+    Index("dkim_keys_one_active_idx", "domain", "algorithm", unique=True,
+          postgresql_where=text("status = 'active'")),
+    Index("dkim_keys_one_next_idx", "domain", "algorithm", unique=True,
+          postgresql_where=text("status = 'next'")),
 )

@@ -7,7 +7,7 @@ only the per-recipient render and the MIME assembly run per message.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import formatdate, parseaddr
 from importlib import resources
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from workers.dkim import KeyRing, from_domain
 from workers.links import bounce_address, unsubscribe_url
 from workers.message import CampaignTemplate, build_mime, compile_campaign
 from workers.queue import ClaimedJob
@@ -74,6 +75,7 @@ class Composer:
         self._campaigns: dict[int, PreparedCampaign] = {}
         self._lock = threading.Lock()
         self._verification = _verification_template()
+        self.keys = KeyRing(engine, config.secret_key)
 
     def campaign(self, campaign_id: int) -> PreparedCampaign:
         prepared = self._campaigns.get(campaign_id)
@@ -90,11 +92,20 @@ class Composer:
         return prepared
 
     def build(self, job: ClaimedJob) -> Envelope:
-        """The envelope sender and message bytes for ``job``. Raises
+        """The envelope sender and message bytes for ``job``, DKIM-signed with the From
+        domain's active keys (every kind goes through here). Raises
         ``workers.message.TemplateError`` if a template cannot render for this recipient."""
         if job.kind == "verification":
-            return self._build_verification(job)
-        return self._build_campaign(job)
+            envelope = self._build_verification(job)
+        else:
+            envelope = self._build_campaign(job)
+        return self._signed(envelope)
+
+    def _signed(self, envelope: Envelope) -> Envelope:
+        domain = from_domain(envelope.message)
+        if domain is None:
+            return envelope
+        return replace(envelope, message=self.keys.sign(envelope.message, domain))
 
     def _headers(self, job: ClaimedJob) -> dict[str, str]:
         return {"X-SendDock-Correlation-ID": job.correlation_id}

@@ -118,6 +118,13 @@ SETTINGS: list[Setting] = [
             "Consecutive failed deliveries after which an endpoint is disabled (alarm); its "
             "waiting deliveries are kept and go out when an admin enables it again."),
     Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
+    Setting("DNS_RESOLVER", None,
+            "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
+            "as [::1]:53). Unset: the system resolver (/etc/resolv.conf)."),
+    Setting("SPF_INCLUDE", None,
+            "The SPF include your relay provider documents (amazonses.com, "
+            "spf.protection.outlook.com, _spf.google.com...). Set: the SPF check asks for it; "
+            "unset: the SPF check evaluates the relay host's address."),
 ]
 
 
@@ -246,6 +253,8 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
+    dns_resolver: str | None = None
+    spf_include: str | None = None
     secret_key_generated: bool = False
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -320,6 +329,8 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         proxy_fix=req("PROXY_FIX").lower() in {"1", "on", "true", "yes"},
         node=get("NODE"),
         feedback=_feedback(get),
+        dns_resolver=get("DNS_RESOLVER"),
+        spf_include=get("SPF_INCLUDE"),
     )
 
 
