@@ -58,7 +58,8 @@ def test_complaint_pause_reason_and_rate_on_the_campaign_page(
     assert applied.campaign_paused == campaign["id"]
     browser = Browser(client, make_user("marketer"))
     page = browser.get(f"/campaigns/{campaign['id']}").get_data(as_text=True)
-    assert 'id="campaign-paused-reason"' in page and "complaint rate 33.33%" in page
+    assert 'id="pause-reason"' in page and "complaint rate 33.33%" in page
+    assert 'id="campaign-paused-complaints"' in page
     assert 'id="campaign-complaints"' in page
     resumed = browser.post(f"/campaigns/{campaign['id']}/resume")
     assert resumed.status_code == 200

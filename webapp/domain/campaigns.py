@@ -177,7 +177,8 @@ def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> 
         raise Conflict(f"only a {before} campaign can be {verb}; this one is "
                        f"{campaign['status']}")
     queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
-    # Resuming clears the reason the system paused it for (complaint rate, SPEC 12).
+    # Resuming clears the reason the engine paused it for (a refused From address, the
+    # complaint rate).
     conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now(), "
                          "paused_reason = CASE WHEN :paused THEN paused_reason END "
                          "WHERE id = :id"), {"status": after, "id": campaign_id,
