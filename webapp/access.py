@@ -33,6 +33,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "admin": ADMIN,
     "inbox": frozenset({"admin", "support"}),
     "jobs": ADMIN,
+    "domains": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
     "event_webhooks": ADMIN,

@@ -30,3 +30,6 @@ def register_all(app: Flask) -> None:
 
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(event_webhooks.bp)
+    from webapp.blueprints import domains
+
+    app.register_blueprint(domains.bp)
