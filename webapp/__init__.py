@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from flask import Flask
 
-from webapp import auth, db, errors, nav, security
+from webapp import auth, db, errors, formatting, nav, security
 from webapp.json_input import JSONProvider, JSONRequest
-from webapp.settings import Config, load
+from webapp.resources import resource_dir
+from workers.settings import Config, load
 
 log = logging.getLogger("senddock")
 
@@ -21,11 +23,25 @@ class SendDock:
         self.config = config
         self.engine = engine
         self.pool: Any = None
+        self._health: Any = None
+        self._health_lock = threading.Lock()
+
+    def health_probe(self) -> Any:
+        """The process's :class:`webapp.dbhealth.HealthProbe` (made on first use)."""
+        with self._health_lock:
+            if self._health is None:
+                from webapp.dbhealth import HealthProbe
+                from workers import pg
+
+                self._health = HealthProbe(pg.engine_conninfo(self.engine),
+                                           self.config.extra.get("process", "web"))
+            return self._health
 
 
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     config = config or load()
-    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app = Flask(__name__, template_folder=resource_dir("templates"),
+                static_folder=resource_dir("static"))
     # Bad JSON of any shape (100,000 levels deep included) is a 400 saying why (P9).
     app.json = JSONProvider(app)
     app.request_class = JSONRequest
@@ -59,6 +75,7 @@ def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     security.init_app(app)
     errors.init_app(app)
     nav.init_app(app)
+    formatting.init_app(app)
 
     from webapp.blueprints import register_all
 

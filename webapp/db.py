@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +59,19 @@ def start_embedded(data_dir: Path) -> str:
     return uri
 
 
+def stop_embedded(data_dir: Path) -> bool:
+    """Stop the embedded PostgreSQL this process started in ``data_dir/pgdata`` (when no
+    other process still uses it). True when it is no longer running."""
+    pgdata = (data_dir / "pgdata").resolve()
+    with _embedded_lock:
+        server = _embedded.pop(pgdata, None)
+    if server is None:
+        return not (pgdata / "postmaster.pid").exists()
+    server.cleanup_mode = "stop"
+    server.cleanup()
+    return not (pgdata / "postmaster.pid").exists()
+
+
 def resolve_url(database_url: str | None, data_dir: Path) -> str:
     """The database URL to use: the configured one, else the embedded server's."""
     if database_url:
@@ -84,17 +95,6 @@ def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock",
     )
 
 
-@contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn connection-level driver errors into :class:`DatabaseUnavailable`."""
-    try:
-        yield
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-        if getattr(exc, "connection_invalidated", False) or _is_connection_error(exc):
-            raise DatabaseUnavailable(str(exc.orig).splitlines()[0]) from exc
-        raise
-
-
 def _is_connection_error(exc: sa.exc.DBAPIError) -> bool:
     import psycopg
 
@@ -108,9 +108,10 @@ def _is_connection_error(exc: sa.exc.DBAPIError) -> bool:
 def alembic_config(url: str) -> Any:
     from alembic.config import Config
 
-    root = Path(__file__).resolve().parent.parent
+    from webapp.resources import resource_dir
+
     cfg = Config()
-    cfg.set_main_option("script_location", str(root / "migrations"))
+    cfg.set_main_option("script_location", str(resource_dir("migrations")))
     cfg.attributes["url"] = normalize_url(url)
     return cfg
 
@@ -120,8 +121,3 @@ def upgrade(url: str, revision: str = "head") -> None:
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
-
-
-def one(conn: Connection, sql: str, **params: Any) -> Any:
-    """The first column of the first row of ``sql`` (or None)."""
-    return conn.execute(sa.text(sql), params).scalar()

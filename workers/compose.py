@@ -7,20 +7,22 @@ only the per-recipient render and the MIME assembly run per message.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import formatdate, parseaddr
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from webapp.domain.unsubscribe_links import unsubscribe_url
-from webapp.settings import Config
+from workers.dkim import KeyRing, from_domain
+from workers.links import bounce_address, unsubscribe_url
 from workers.message import CampaignTemplate, build_mime, compile_campaign
 from workers.queue import ClaimedJob
+from workers.settings import Config
 
-MAIL_TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "mail"
+# The built-in messages (verification), shipped inside the engine package.
+MAIL_TEMPLATES = resources.files("workers") / "mail_templates"
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Composer:
         self._campaigns: dict[int, PreparedCampaign] = {}
         self._lock = threading.Lock()
         self._verification = _verification_template()
+        self.keys = KeyRing(engine, config.secret_key)
 
     def campaign(self, campaign_id: int) -> PreparedCampaign:
         prepared = self._campaigns.get(campaign_id)
@@ -89,11 +92,20 @@ class Composer:
         return prepared
 
     def build(self, job: ClaimedJob) -> Envelope:
-        """The envelope sender and message bytes for ``job``. Raises
+        """The envelope sender and message bytes for ``job``, DKIM-signed with the From
+        domain's active keys (every kind goes through here). Raises
         ``workers.message.TemplateError`` if a template cannot render for this recipient."""
         if job.kind == "verification":
-            return self._build_verification(job)
-        return self._build_campaign(job)
+            envelope = self._build_verification(job)
+        else:
+            envelope = self._build_campaign(job)
+        return self._signed(envelope)
+
+    def _signed(self, envelope: Envelope) -> Envelope:
+        domain = from_domain(envelope.message)
+        if domain is None:
+            return envelope
+        return replace(envelope, message=self.keys.sign(envelope.message, domain))
 
     def _headers(self, job: ClaimedJob) -> dict[str, str]:
         return {"X-SendDock-Correlation-ID": job.correlation_id}
@@ -133,7 +145,7 @@ class Composer:
         message = build_mime(from_addr=prepared.from_addr, to_addr=job.email, subject=subject,
                              text=rendered.text, html=rendered.html, message_id=job.message_id,
                              headers=headers, date=formatdate(localtime=False, usegmt=True))
-        return Envelope(parseaddr(prepared.from_addr)[1], message)
+        return Envelope(self._envelope_from(job, prepared.from_addr), message)
 
     def _build_verification(self, job: ClaimedJob) -> Envelope:
         context = {"email": job.email, "verify_url": job.payload.get("verify_url", ""),
@@ -143,4 +155,12 @@ class Composer:
                              subject=rendered.subject, text=rendered.text, html=rendered.html,
                              message_id=job.message_id, headers=self._headers(job),
                              date=formatdate(localtime=False, usegmt=True))
-        return Envelope(parseaddr(self.config.mail_from)[1], message)
+        return Envelope(self._envelope_from(job, self.config.mail_from), message)
+
+    def _envelope_from(self, job: ClaimedJob, from_addr: str) -> str:
+        """The VERP bounce address for this job when SENDDOCK_BOUNCE_ADDRESS is set (bounces
+        then name their job), else the From address."""
+        verp = self.config.feedback.bounce_address
+        if verp:
+            return bounce_address(verp, self.config.secret_key, job.id)
+        return parseaddr(from_addr)[1]

@@ -30,11 +30,11 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
-from webapp.settings import Config
-from workers import outcomes, queue
+from workers import after_acceptance, outcomes, queue
 from workers.classify import ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
+from workers.settings import Config
 from workers.smtp import SmtpTransport, parse_smtp_url
 
 log = logging.getLogger("senddock.worker")
@@ -77,7 +77,7 @@ class Pool:
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
                  self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
         scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(self.config.workers + 4)},
+            executors={"default": ThreadPoolExecutor(self.config.workers + 6)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC")
         for i in range(self.config.workers):
@@ -87,6 +87,7 @@ class Pool:
         scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
         if self.maintenance:
             scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
+            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id)
         scheduler.start()
         self._scheduler = scheduler
         self._listener = threading.Thread(target=self._listen, name="listen", daemon=True)
@@ -192,11 +193,9 @@ class Pool:
     # --- maintenance -------------------------------------------------------------------
 
     def _maintain(self) -> None:
-        from webapp.domain import campaigns
-
         try:
             with self.engine.begin() as conn:
-                campaigns.fire_due_scheduled(conn)
+                queue.start_due_campaigns(conn)
             for broadcast_id in self._broadcasts_to_enqueue():
                 with self.engine.begin() as conn:
                     summary = queue.enqueue_broadcast(conn, broadcast_id)

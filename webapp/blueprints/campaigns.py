@@ -6,18 +6,21 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, current_app, flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
-from webapp.domain import campaigns, lists
-from webapp.domain.errors import DomainError, Invalid
+from webapp.domain import campaigns, composer, inbox, lists, progress
+from webapp.domain.errors import Conflict, DomainError, Invalid
+from webapp.nav import can_open
 from webapp.redirects import local_path
 
 bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 
 ACTIONS = {"pause": campaigns.pause, "resume": campaigns.resume, "cancel": campaigns.cancel,
            "unschedule": campaigns.unschedule}
+AFTER = {"pause": "paused", "resume": "sending", "cancel": "cancelled", "unschedule": "draft"}
 DONE_MESSAGES = {"pause": "Paused: nothing new is sent until you resume.",
                  "resume": "Resumed: sending continues.",
                  "cancel": "Cancelled: messages not yet sent will not be sent.",
@@ -30,27 +33,33 @@ def utc(moment: datetime | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
     return "" if moment is None else f"{moment.astimezone(UTC).strftime(fmt)} UTC"
 
 
+def _test_email() -> str:
+    """The test-send address: the last one used in this session, else the user's own."""
+    return str(session.get("test_email") or current_user.email)
+
+
 def _link(campaign_id: int) -> str:
     return url_for("campaigns.detail", campaign_id=campaign_id)
 
 
 def inbox_url(campaign_id: int) -> str:
-    """The failed-jobs inbox filtered to this campaign."""
-    if "inbox.index" in current_app.view_functions:
+    """Where this viewer sees the campaign's failures: the failed-jobs inbox filtered to it
+    for those who may open the inbox, the campaign's read-only failures page otherwise."""
+    if can_open("inbox.index"):
         return url_for("inbox.index", campaign=campaign_id)
-    return f"/inbox?campaign={campaign_id}"
+    return url_for("campaigns.failures", campaign_id=campaign_id)
 
 
 @bp.get("/")
 def index() -> str:
+    query = request.args.get("q", "").strip()[:200]
     with engine().connect() as conn:
-        rows = campaigns.all_with_counts(conn, limit=200)
+        rows = campaigns.all_with_counts(conn, limit=200, query=query)
         has_lists = bool(lists.all_lists(conn))
-    if request.args.get("fragment") == "campaigns":
-        return render_template("partials/_campaign_table.html", campaigns=rows,
-                               campaign_link=_link)
-    return render_template("campaigns/index.html", campaigns=rows, campaign_link=_link,
-                           has_lists=has_lists)
+    template = "partials/_campaign_table.html" if request.args.get("fragment") == \
+        "campaigns" else "campaigns/index.html"
+    return render_template(template, campaigns=rows, campaign_link=_link,
+                           has_lists=has_lists, q=query, duplicate_action=True)
 
 
 def _form_data() -> dict[str, Any]:
@@ -62,12 +71,30 @@ def _form_data() -> dict[str, Any]:
 
 
 def _compose_page(values: dict[str, Any], campaign: dict[str, Any] | None = None,
-                  error: Invalid | None = None) -> tuple[str, int]:
+                  error: DomainError | None = None, *, locked: bool = False
+                  ) -> tuple[str, int]:
     with engine().connect() as conn:
         all_lists = lists.all_lists(conn)
+    status = 409 if locked else 422 if error else 200
     return render_template("campaigns/compose.html", values=values, campaign=campaign,
-                           lists=all_lists, error=error,
-                           default_from=config().mail_from), 422 if error else 200
+                           lists=all_lists, error=error, locked=locked,
+                           default_from=config().mail_from), status
+
+
+def _flash_warnings(values: dict[str, Any]) -> None:
+    """Say which variables will render as nothing (saved anyway: it may be intended)."""
+    if not isinstance(values.get("list_id"), int):
+        return
+    with engine().connect() as conn:
+        problems = composer.warnings_for(conn, values, values["list_id"])
+    for problem in problems:
+        flash(f"Check the {problem}", "warning")
+
+
+def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
+    return {"name": campaign["name"], "list_id": campaign["list_id"],
+            "from": campaign["from_addr"], "subject": campaign["subject"],
+            "html": campaign["html_body"], "text": campaign["text_body"]}
 
 
 @bp.route("/new", methods=["GET", "POST"])
@@ -78,12 +105,14 @@ def new() -> Response | tuple[str, int]:
                               "from": config().mail_from})
     values = _form_data()
     try:
+        composer.check_templates(values)  # every field's error at once
         with engine().begin() as conn:
             campaign = campaigns.create(conn, values, default_from=config().mail_from,
                                         actor=actor())
     except Invalid as exc:
         return _compose_page(values, error=exc)
     flash("Draft saved. Preview it, send yourself a test, then send it.", "success")
+    _flash_warnings(values)
     return redirect(_link(campaign["id"]))
 
 
@@ -92,30 +121,67 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
     with engine().connect() as conn:
         campaign = campaigns.get(conn, campaign_id)
     if request.method == "GET":
-        return _compose_page({"name": campaign["name"], "list_id": campaign["list_id"],
-                              "from": campaign["from_addr"], "subject": campaign["subject"],
-                              "html": campaign["html_body"], "text": campaign["text_body"]},
-                             campaign)
+        if campaign["status"] not in campaigns.EDITABLE:
+            flash(f"This campaign is {campaign['status']}: what was sent cannot change. "
+                  "Duplicate it to send it again with changes.", "info")
+            return redirect(_link(campaign_id))
+        return _compose_page(_stored_values(campaign), campaign)
     values = _form_data()
     try:
+        composer.check_templates(values)
         with engine().begin() as conn:
             campaigns.update(conn, campaign_id, values, default_from=config().mail_from,
                              actor=actor())
     except Invalid as exc:
         return _compose_page(values, campaign, error=exc)
+    except Conflict as exc:
+        # Sent while this form was open: keep what was typed, offer it as a new draft.
+        return _compose_page(values, campaign, error=exc, locked=True)
     flash("Changes saved.", "success")
+    _flash_warnings(values)
     return redirect(_link(campaign_id))
+
+
+@bp.post("/<int:campaign_id>/duplicate")
+def duplicate(campaign_id: int) -> Response:
+    """A new draft with the campaign's list, sender, subject and bodies."""
+    with engine().begin() as conn:
+        original = campaigns.get(conn, campaign_id)
+        values = _stored_values(original)
+        values["name"] = f"{original['name']} (copy)"[:200]
+        copy = campaigns.create(conn, values, default_from=config().mail_from,
+                                actor=actor())
+    flash(f"“{values['name']}” is a new draft: change what you need, then send it.",
+          "success")
+    return redirect(url_for("campaigns.edit", campaign_id=copy["id"]), 303)
 
 
 @bp.get("/<int:campaign_id>")
 def detail(campaign_id: int) -> str:
     with engine().connect() as conn:
-        campaign = campaigns.live(conn, campaign_id)
+        campaign = progress.live(conn, campaign_id)
         the_list = lists.get_list(conn, campaign["list_id"])
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
-                           inbox_url=inbox_url(campaign_id))
+                           inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
+                           test_email=_test_email())
+
+
+@bp.get("/<int:campaign_id>/failures")
+def failures(campaign_id: int) -> str:
+    """The campaign's failed and bounced messages, read-only: who, the reply, its class
+    (the admin inbox's retry and dismiss stay with admins)."""
+    error_class = request.args.get("class", "").strip()
+    with engine().connect() as conn:
+        campaign = campaigns.get(conn, campaign_id)
+        where = inbox.parse_filter({"campaign": str(campaign_id), "class": error_class})
+        page = inbox.page(conn, where, request.args.get("after"))
+        counts = campaigns.with_counts(conn, campaign_id)["counts"]
+    return render_template("campaigns/failures.html", c=campaign, page=page,
+                           counts=counts, error_class=error_class,
+                           classes=inbox.ERROR_CLASSES,
+                           first_page=not request.args.get("after"))
 
 
 def _subscriber_arg() -> int | None:
@@ -125,14 +191,27 @@ def _subscriber_arg() -> int | None:
 
 @bp.get("/<int:campaign_id>/preview")
 def preview(campaign_id: int) -> str:
-    query = request.args.get("q", "").strip()  # a search wins over the drop-down
+    """The campaign as one subscriber receives it. The picker searches the whole list
+    (any part of the address or name); the preview is always of the subscriber the page
+    names as shown: the one picked, else the first match."""
+    query = request.args.get("q", "").strip()[:200]
     with engine().connect() as conn:
-        result = campaigns.preview(conn, campaign_id, base_url=config().base_url,
-                                   secret_key=config().secret_key,
-                                   subscriber_id=None if query else _subscriber_arg(),
-                                   email=query)
-        choices = lists.subscriber_page(conn, result["campaign"]["list_id"], limit=20)["rows"]
-    return render_template("campaigns/preview.html", p=result, choices=choices, q=query)
+        campaign = campaigns.get(conn, campaign_id)
+        matches = lists.subscriber_page(conn, campaign["list_id"], query=query,
+                                        limit=PICKER_SIZE)
+        chosen = _subscriber_arg()
+        if chosen is None and matches["rows"]:
+            chosen = matches["rows"][0]["id"]
+        result = None
+        if chosen is not None or not query:
+            result = campaigns.preview(conn, campaign_id, base_url=config().base_url,
+                                       secret_key=config().secret_key, subscriber_id=chosen)
+    return render_template("campaigns/preview.html", c=campaign, p=result,
+                           matches=matches["rows"], more=matches["next_after"] is not None,
+                           q=query, test_email=_test_email())
+
+
+PICKER_SIZE = 20
 
 
 # The rendered HTML body shown in the preview's iframe: the campaign's own styles may apply,
@@ -170,6 +249,7 @@ def test(campaign_id: int) -> Response:
     except DomainError as exc:
         flash(f"No test was sent: {exc.message}", "error")
         return _back(_link(campaign_id))
+    session["test_email"] = email.strip()  # prefilled next time
     flash(f"Test message queued to {email.strip()}. It arrives with “[Test]” before the "
           "subject.", "success")
     return _back(_link(campaign_id))
@@ -181,8 +261,10 @@ def review(campaign_id: int) -> str:
         campaign = campaigns.get(conn, campaign_id)
         audience = campaigns.audience(conn, campaign["list_id"])
         the_list = lists.get_list(conn, campaign["list_id"])
+        warnings = composer.warnings_for(conn, composer.campaign_values(campaign),
+                                         campaign["list_id"])
     return render_template("campaigns/review.html", c=campaign, audience=audience,
-                           the_list=the_list)
+                           the_list=the_list, warnings=warnings)
 
 
 def _schedule_time() -> datetime | None:
@@ -214,9 +296,9 @@ def send(campaign_id: int) -> Response:
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
     if campaign["status"] == "scheduled":
         flash(f"Scheduled for {utc(campaign['scheduled_at'])}. It will be sent then, even if "
-              "SendDock restarts in between.", "success")
+              "SendDock restarts in between.", "success:scheduled")
     else:
-        flash("Sending started. This page updates by itself.", "success")
+        flash("Sending started. This page updates by itself.", "success:sending")
     return redirect(_link(campaign_id), 303)
 
 
@@ -228,5 +310,6 @@ def action(campaign_id: int, action: str) -> Response:
     except DomainError as exc:
         flash(f"Could not {action}: {exc.message}", "error")
     else:
-        flash(DONE_MESSAGES[action], "success")
+        # The message lasts only while it is true (base.html, app.js: data-while-status).
+        flash(DONE_MESSAGES[action], f"success:{AFTER[action]}")
     return redirect(_link(campaign_id), 303)

@@ -9,12 +9,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit
+from webapp.domain import audit, composer
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
-from webapp.domain.unsubscribe_links import unsubscribe_url
-from workers import queue
+from workers import queue, states
 from workers.compose import recipient_context
+from workers.links import unsubscribe_url
 from workers.message import TemplateError, compile_campaign
 
 EDITABLE = ("draft", "scheduled")
@@ -24,17 +24,13 @@ FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_bo
 
 
 def validate_templates(subject: str, text: str | None, html: str | None) -> None:
-    """Compile the templates now, so an error shows when composing, not mid-send (P9)."""
+    """Compile the templates now, so an error shows when composing, not mid-send (P9):
+    :class:`Invalid` names every bad field at once."""
     if not (text or "").strip() and not (html or "").strip():
         raise Invalid("a campaign needs a text or an HTML body",
                       fields={"text": "text or html required", "html": "text or html required"})
-    try:
-        compile_campaign(subject, text, html)
-    except TemplateError as exc:
-        where = f" on line {exc.line}" if exc.line else ""
-        raise Invalid(f"template error in {exc.field}{where}: {exc.message}",
-                      fields={exc.field: f"line {exc.line}: {exc.message}"},
-                      template_field=exc.field, line=exc.line) from None
+    # Every field's error at once (the UI lists them all; the API names every field).
+    composer.check_templates({"subject": subject, "text": text, "html": html})
 
 
 def _text(data: dict[str, Any], key: str) -> str:
@@ -117,11 +113,12 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
     summaries = {}
     if ids:
         for b in conn.execute(sa.text(
-                "SELECT id, total, skipped_suppressed, skipped_inactive, enqueued_at, paused "
+                "SELECT id, total, skipped_suppressed, skipped_inactive, enqueued_at, paused, "
+                "finished_at "
                 "FROM broadcasts WHERE id = ANY(:ids)"), {"ids": ids}).mappings():
             summaries[b["id"]] = dict(b)
     for r in rows:
-        c = counts.get(r["broadcast_id"], dict.fromkeys(queue.COUNTED_STATES, 0))
+        c = counts.get(r["broadcast_id"], dict.fromkeys(states.COUNTED, 0))
         r["counts"] = c
         r["total"] = sum(c.values())
         r["audience"] = summaries.get(r["broadcast_id"])
@@ -129,23 +126,18 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
     return rows
 
 
-def all_with_counts(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
-    rows = conn.execute(sa.text(
-        f"SELECT {', '.join(FIELDS)} FROM campaigns ORDER BY id DESC LIMIT :limit"),
-        {"limit": limit}).mappings()
+def all_with_counts(conn: Connection, limit: int = 200, *,
+                    query: str = "") -> list[dict[str, Any]]:
+    """The newest campaigns (whose name or subject contains ``query``, if given) with their
+    list's name and exact counts."""
+    columns = ", ".join(f"c.{f}" for f in FIELDS)
+    rows = conn.execute(sa.text(f"""
+        SELECT {columns}, l.name AS list_name FROM campaigns c
+          JOIN lists l ON l.id = c.list_id
+         WHERE CAST(:q AS text) = '' OR strpos(lower(c.name || ' ' || c.subject), :q) > 0
+         ORDER BY c.id DESC LIMIT :limit"""),
+        {"limit": limit, "q": query.strip().lower()}).mappings()
     return _attach_counts(conn, [dict(r) for r in rows])
-
-
-def _start_broadcast(conn: Connection, campaign_id: int) -> int:
-    broadcast_id = conn.execute(sa.text(
-        "INSERT INTO broadcasts (campaign_id) VALUES (:c) RETURNING id"), {"c": campaign_id}
-    ).scalar_one()
-    conn.execute(sa.text("""
-        UPDATE campaigns SET status = 'sending', broadcast_id = :b, started_at = now(),
-               updated_at = now(), scheduled_at = NULL WHERE id = :c"""),
-        {"b": broadcast_id, "c": campaign_id})
-    conn.execute(sa.text("SELECT pg_notify('senddock_jobs', 'enqueue')"))
-    return int(broadcast_id)
 
 
 def send(conn: Connection, campaign_id: int, *, actor: str = "system",
@@ -161,7 +153,7 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
                              "updated_at = now() WHERE id = :id"), {"at": at, "id": campaign_id})
         audit.record(conn, actor, "campaign.schedule", f"campaign:{campaign_id}", at=at)
     else:
-        _start_broadcast(conn, campaign_id)
+        queue.start_broadcast(conn, campaign_id)
         audit.record(conn, actor, "campaign.send", f"campaign:{campaign_id}")
     return with_counts(conn, campaign_id)
 
@@ -174,19 +166,6 @@ def unschedule(conn: Connection, campaign_id: int, *, actor: str = "system") -> 
                          "updated_at = now() WHERE id = :id"), {"id": campaign_id})
     audit.record(conn, actor, "campaign.unschedule", f"campaign:{campaign_id}")
     return with_counts(conn, campaign_id)
-
-
-def fire_due_scheduled(conn: Connection) -> list[int]:
-    """Start every scheduled campaign whose time has come (run by the pool each second;
-    the schedule lives in the row, so it survives restarts)."""
-    due = [r.id for r in conn.execute(sa.text("""
-        SELECT id FROM campaigns WHERE status = 'scheduled' AND scheduled_at <= now()
-         ORDER BY scheduled_at FOR UPDATE SKIP LOCKED"""))]
-    for campaign_id in due:
-        _start_broadcast(conn, campaign_id)
-        audit.record(conn, "scheduler", "campaign.send", f"campaign:{campaign_id}",
-                     scheduled=True)
-    return due
 
 
 def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> dict[str, Any]:
@@ -312,33 +291,3 @@ def test_send(conn: Connection, campaign_id: int, email: str, *,
     audit.record(conn, actor, "campaign.test_send", f"campaign:{campaign_id}", email=address,
                  job_id=job_id)
     return job_id
-
-
-# --- while sending: the live page ---------------------------------------------------------
-
-RATE_WINDOW = 60.0
-RATE_SAMPLE = 1000
-
-
-def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
-    """The campaign with exact counts (P8) plus what the live page shows: progress, the
-    current sending rate (jobs finished over the last minute), an ETA at that rate, and the
-    most frequent error replies. Every query is bounded, whatever the campaign's size."""
-    campaign = with_counts(conn, campaign_id)
-    counts = campaign["counts"]
-    campaign["done"] = sum(counts[s] for s in queue.TERMINAL)
-    campaign["remaining"] = counts["pending"] + counts["sending"] + counts["retry"]
-    campaign.update(rate=None, eta_seconds=None, errors=[])
-    broadcast_id = campaign["broadcast_id"]
-    if not broadcast_id:
-        return campaign
-    campaign["errors"] = queue.top_errors(conn, broadcast_id)
-    if campaign["status"] == "sending" and campaign["enqueued"]:
-        n, oldest, now = queue.recently_finished(conn, broadcast_id, RATE_WINDOW, RATE_SAMPLE)
-        span = RATE_WINDOW if n < RATE_SAMPLE or oldest is None \
-            else (now - oldest).total_seconds()
-        span = min(span, (now - campaign["audience"]["enqueued_at"]).total_seconds())
-        if n and span > 0.5:
-            campaign["rate"] = n / span
-            campaign["eta_seconds"] = campaign["remaining"] / campaign["rate"]
-    return campaign

@@ -1,52 +1,34 @@
-"""Signed, unguessable unsubscribe links (SPEC 3, P10)."""
+"""Following an unsubscribe link: who it names, and putting them on the suppression list
+(SPEC 3). The links themselves are signed by the engine (:mod:`workers.links`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import sqlalchemy as sa
-from itsdangerous import BadSignature, URLSafeSerializer
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import NotFound
-
-_SALT = "senddock-unsubscribe-v1"
-
-
-def make_token(secret_key: str, subscriber_id: int, campaign_id: int | None) -> str:
-    """A token naming the subscriber and campaign, signed with the secret key (HMAC)."""
-    return URLSafeSerializer(secret_key, salt=_SALT).dumps([subscriber_id, campaign_id])
-
-
-def read_token(secret_key: str, token: str) -> tuple[int, int | None] | None:
-    """(subscriber_id, campaign_id) for a genuine token; None for a forged or broken one."""
-    try:
-        value = URLSafeSerializer(secret_key, salt=_SALT).loads(token)
-    except BadSignature:
-        return None
-    if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], int)
-            or not (value[1] is None or isinstance(value[1], int))):
-        return None
-    return value[0], value[1]
-
-
-def unsubscribe_url(base_url: str, secret_key: str, subscriber_id: int,
-                    campaign_id: int | None) -> str:
-    return f"{base_url}/u/{make_token(secret_key, subscriber_id, campaign_id)}"
+from workers.links import read_token
 
 
 def recipient_for(conn: Connection, secret_key: str, token: str) -> dict[str, Any] | None:
-    """The subscriber a genuine link names (id, email, status, suppressed), or None for a
-    forged, broken or stale link (the subscriber no longer exists)."""
+    """The subscriber a genuine link names (id, email, status, suppressed; and the sender,
+    list and campaign it came from, so the page can say what stops), or None for a forged,
+    broken or stale link (the subscriber no longer exists)."""
     read = read_token(secret_key, token)
     if read is None:
         return None
     row = conn.execute(sa.text("""
         SELECT s.id, s.email, s.status,
                EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email))
-                   AS suppressed
-          FROM subscribers s WHERE s.id = :id"""), {"id": read[0]}).mappings().first()
+                   AS suppressed,
+               c.name AS campaign_name, c.from_addr AS sender, l.name AS list_name
+          FROM subscribers s
+          LEFT JOIN campaigns c ON c.id = CAST(:campaign AS bigint)
+          LEFT JOIN lists l ON l.id = c.list_id
+         WHERE s.id = :id"""), {"id": read[0], "campaign": read[1]}).mappings().first()
     return None if row is None else {**row, "campaign_id": read[1]}
 
 

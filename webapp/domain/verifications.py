@@ -29,9 +29,9 @@ from webapp.domain import audit, limits
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
-from webapp.settings import Config
-from workers import queue
+from workers import queue, queue_reads
 from workers.classify import ReplyClass, humanize
+from workers.settings import Config
 
 KIND = "verification"
 FLAG_DISPOSABLE = "disposable_domain"
@@ -273,7 +273,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
 
 
 def _not_held(conn: Connection, job_id: int) -> DomainError:
-    job = queue.get_job(conn, job_id)
+    job = queue_reads.get_job(conn, job_id)
     if job is None or job["kind"] != KIND:
         return NotFound(f"verification email {job_id} does not exist")
     return Conflict(f"verification email {job_id} is no longer held (it is "
@@ -320,7 +320,7 @@ def search(conn: Connection, q: str) -> list[dict[str, Any]]:
         correlation_id: str | None = str(uuid.UUID(q))
     except ValueError:
         correlation_id = None
-    return queue.search_users(conn, KIND, email=q if "@" in q else None,
+    return queue_reads.search_users(conn, KIND, email=q if "@" in q else None,
                               correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
 
 
@@ -349,12 +349,12 @@ class UserHistory:
 def user_history(conn: Connection, config: Config, user_ref: str) -> UserHistory:
     """Every verification job of the user with its attempts, explained; :class:`NotFound`
     when the user has none."""
-    jobs = queue.jobs_for_user(conn, KIND, user_ref)
+    jobs = queue_reads.jobs_for_user(conn, KIND, user_ref)
     if not jobs:
         raise NotFound(f"no verification emails for user {user_ref}")
     latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
     assert latest is not None
-    attempts = queue.attempts_for_jobs(conn, [j["id"] for j in jobs])
+    attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
     max_attempts = len(config.retry_schedule[KIND]) + 1
     now = datetime.now(UTC)
     views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),

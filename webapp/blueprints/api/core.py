@@ -13,7 +13,7 @@ from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine, role
 from webapp.domain import campaigns, lists
 from webapp.domain.errors import Invalid, NotFound
-from workers import queue
+from workers import queue_reads
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def get_job(job_id: int) -> Response:
     so a 403 would tell which verification ids exist)."""
     marketer = role() not in access.JOB_READERS
     with engine().connect() as conn:
-        job = queue.get_job(conn, job_id)
+        job = queue_reads.get_job(conn, job_id)
         if job is None or (marketer and job.get("campaign_id") is None):
             raise NotFound(f"job {job_id} does not exist")
         job.pop("claim_token", None)
@@ -117,7 +117,7 @@ def get_job(job_id: int) -> Response:
             for key in MARKETER_HIDDEN:
                 job.pop(key, None)
         job["attempts_made"] = job.pop("attempts")
-        job["attempts"] = queue.job_attempts(conn, job_id)
+        job["attempts"] = queue_reads.job_attempts(conn, job_id)
     return answer(job)
 
 
