@@ -143,7 +143,7 @@ def count(conn: Connection, *, query: str | None = None, reason: str | None = No
     clauses, params = [], {}
     if reason:
         clauses.append("reason = :reason")
-        params["reason"] = _check_reason(reason)
+        params["reason"] = check_reason(reason)
     if query:
         clauses.append("email LIKE :pattern")
         params["pattern"] = _contains(query)
