@@ -33,6 +33,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "admin": ADMIN,
     "inbox": frozenset({"admin", "support"}),
     "jobs": ADMIN,
+    "domains": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
 }
@@ -50,6 +51,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.list_suppressions": ADMIN, "api.add_suppression": ADMIN,
     "api.delete_suppression": ADMIN,
     "ops.metrics": ADMIN,
+    "health.retry_relay": ADMIN,
 }
 
 # Who reads any job through GET /api/v1/jobs/{id}; other roles allowed there see less.

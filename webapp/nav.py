@@ -17,6 +17,7 @@ ITEMS = [
     ("jobs.index", "Jobs"),
     ("inbox.index", "Failed jobs"),
     ("admin.suppressions", "Suppressions"),
+    ("domains.index", "Sending domains"),
     ("health.index", "Queue health"),
     ("admin.audit", "Audit log"),
     ("admin.users", "Users & tokens"),

@@ -29,3 +29,6 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import webhooks
 
     app.register_blueprint(webhooks.bp)
+    from webapp.blueprints import domains
+
+    app.register_blueprint(domains.bp)
