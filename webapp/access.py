@@ -33,8 +33,10 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "admin": ADMIN,
     "inbox": frozenset({"admin", "support"}),
     "jobs": ADMIN,
+    "domains": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
+    "event_webhooks": ADMIN,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {
