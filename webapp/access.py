@@ -34,8 +34,10 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "admin": ADMIN,
     "inbox": frozenset({"admin", "support"}),
     "jobs": ADMIN,
+    "domains": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
+    "event_webhooks": ADMIN,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {
@@ -51,6 +53,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.list_suppressions": ADMIN, "api.add_suppression": ADMIN,
     "api.delete_suppression": ADMIN,
     "ops.metrics": ADMIN,
+    "health.retry_relay": ADMIN,
 }
 
 # Who reads any job through GET /api/v1/jobs/{id}; other roles allowed there see less.
