@@ -36,6 +36,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "domains": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
+    "event_webhooks": ADMIN,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {

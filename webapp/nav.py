@@ -19,6 +19,7 @@ ITEMS = [
     ("admin.suppressions", "Suppressions"),
     ("domains.index", "Sending domains"),
     ("health.index", "Queue health"),
+    ("event_webhooks.index", "Event webhooks"),
     ("admin.audit", "Audit log"),
     ("admin.users", "Users & tokens"),
 ]
