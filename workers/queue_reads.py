@@ -101,6 +101,37 @@ def search_users(conn: Connection, kind: str, *, email: str | None = None,
     return [dict(r) for r in rows.mappings()]
 
 
+# Users whose transactional jobs' address or user id contains `pattern` (a LIKE pattern),
+# through the trigram index delivery_jobs_transactional_search_idx (the expression and the
+# predicate repeat the index's), each with their newest job.
+_SEARCH_USERS_LIKE = sa.text("""
+WITH hits AS (
+    SELECT DISTINCT user_ref FROM delivery_jobs
+     WHERE kind <> 'broadcast' AND kind = :kind AND user_ref IS NOT NULL
+       AND lower(email || ' ' || coalesce(user_ref, '')) LIKE :pattern
+     LIMIT :limit
+)
+SELECT h.user_ref, last.email, last.status, last.created_at,
+       (SELECT count(*) FROM delivery_jobs c
+         WHERE c.kind = :kind AND c.user_ref = h.user_ref) AS jobs
+  FROM hits h
+ CROSS JOIN LATERAL (
+    SELECT j.email, j.status, j.created_at FROM delivery_jobs j
+     WHERE j.kind = :kind AND j.user_ref = h.user_ref
+     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
+ ORDER BY last.created_at DESC
+""")
+
+
+def search_users_like(conn: Connection, kind: str, pattern: str,
+                      limit: int = 50) -> list[dict[str, Any]]:
+    """Users with a ``kind`` job whose lower-cased "email user_id" matches the LIKE
+    ``pattern`` (the caller escapes it)."""
+    rows = conn.execute(_SEARCH_USERS_LIKE, {"kind": kind, "pattern": pattern,
+                                             "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
 # --- inbox and health ------------------------------------------------------------------
 # The failed-jobs inbox (failed and bounced jobs not dismissed) and the queue's vital signs.
 # Every list is keyset-paged on an index; nothing counts a million rows per page view.
