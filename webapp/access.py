@@ -28,6 +28,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "inbox": frozenset({"admin", "support"}),
     "health": ALL_ROLES,
     "ops": ADMIN,
+    "transactional": ADMIN,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {
@@ -39,6 +40,9 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.campaign_action": MARKETING,
     "api.get_job": ALL_ROLES,
     "api.create_verification": SUPPORT, "api.resend_verification": SUPPORT,
+    "api.list_kinds": SUPPORT, "api.get_kind": SUPPORT, "api.put_kind": ADMIN,
+    "api.create_message": SUPPORT, "api.cancel_messages": SUPPORT,
+    "api.resend_message": SUPPORT,
     "api.list_suppressions": ADMIN, "api.add_suppression": ADMIN,
     "api.delete_suppression": ADMIN,
     "ops.metrics": ADMIN,

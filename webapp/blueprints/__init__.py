@@ -19,9 +19,10 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import support
 
     app.register_blueprint(support.bp)
-    from webapp.blueprints import admin, health, inbox, ops
+    from webapp.blueprints import admin, health, inbox, ops, transactional
 
     app.register_blueprint(admin.bp)
     app.register_blueprint(inbox.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(ops.bp)
+    app.register_blueprint(transactional.bp)

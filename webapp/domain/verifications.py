@@ -32,6 +32,7 @@ from webapp.domain.lists import check_email
 from webapp.settings import Config
 from workers import queue
 from workers.classify import ReplyClass, humanize
+from workers.kinds import load_kind
 
 KIND = "verification"
 FLAG_DISPOSABLE = "disposable_domain"
@@ -238,6 +239,13 @@ def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref:
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
 
 
+def resend_cooldown(conn: Connection, config: Config) -> int:
+    """The verification kind's resend cooldown: its row's, else SENDDOCK_RESEND_COOLDOWN."""
+    spec = load_kind(conn, KIND)
+    return config.resend_cooldown if spec is None or spec.resend_cooldown is None \
+        else spec.resend_cooldown
+
+
 def resend(conn: Connection, config: Config, user_ref: str, *,
            actor: str) -> tuple[dict[str, Any], bool]:
     """Send the user's verification email again. Returns (job, reused): a job still waiting
@@ -245,7 +253,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
     cooldown, :class:`NotFound` for a user without verification mail, :class:`Conflict` for
     a held job or a suppressed address. Every resend is in the audit log with ``actor``."""
     queue.lock_user(conn, KIND, user_ref)
-    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+    latest = queue.latest_job_for_user(conn, KIND, user_ref, resend_cooldown(conn, config))
     _check_resendable(conn, latest, user_ref)
     assert latest is not None
     if latest["status"] in ("pending", "sending", "retry"):
@@ -343,16 +351,20 @@ class UserHistory:
     latest_status: str = ""
 
 
-def user_history(conn: Connection, config: Config, user_ref: str) -> UserHistory:
-    """Every verification job of the user with its attempts, explained; :class:`NotFound`
-    when the user has none."""
-    jobs = queue.jobs_for_user(conn, KIND, user_ref)
+def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str = KIND,
+                 cooldown: int | None = None, max_attempts: int | None = None) -> UserHistory:
+    """Every job of the kind (verification unless told) for the user with its attempts,
+    explained; :class:`NotFound` when the user has none. ``cooldown`` and ``max_attempts``
+    are the kind's (default: the settings')."""
+    jobs = queue.jobs_for_user(conn, kind, user_ref)
     if not jobs:
-        raise NotFound(f"no verification emails for user {user_ref}")
-    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+        raise NotFound(f"no {kind} emails for user {user_ref}")
+    cooldown = config.resend_cooldown if cooldown is None else cooldown
+    latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
     attempts = queue.attempts_for_jobs(conn, [j["id"] for j in jobs])
-    max_attempts = len(config.retry_schedule[KIND]) + 1
+    if max_attempts is None:
+        max_attempts = len(config.retry_schedule[KIND]) + 1
     now = datetime.now(UTC)
     views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),
                      [dict(a, phrase=reply_phrase(a)) for a in attempts[job["id"]]],

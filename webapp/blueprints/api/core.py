@@ -10,7 +10,7 @@ from werkzeug.wrappers import Response
 
 from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine
-from webapp.domain import campaigns, lists
+from webapp.domain import campaigns, lists, messages
 from webapp.domain.errors import Invalid, NotFound
 from workers import queue
 
@@ -100,6 +100,8 @@ def get_job(job_id: int) -> Response:
         if job is None:
             raise NotFound(f"job {job_id} does not exist")
         job.pop("claim_token", None)
+        view = messages.as_json(job) if job["kind"] != "broadcast" else {}
+        job["event"], job["data"] = view.get("event"), view.get("data")
         job["attempts_made"] = job.pop("attempts")
         job["attempts"] = queue.job_attempts(conn, job_id)
     return answer(job)
