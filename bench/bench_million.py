@@ -33,8 +33,8 @@ from bench.common import (
 from bench.seed_subscribers import seed_subscribers
 from webapp import create_app, db
 from webapp.domain import campaigns, users
-from webapp.settings import load
 from workers import queue
+from workers.settings import load
 
 
 class Poller(threading.Thread):

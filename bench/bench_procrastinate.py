@@ -40,7 +40,7 @@ def build_app(url: str, smtp_port: int) -> Any:
     """A procrastinate app whose one task sends one message like a SendDock worker."""
     import procrastinate
 
-    from webapp.domain.unsubscribe_links import unsubscribe_url
+    from workers.links import unsubscribe_url
     from workers.message import build_mime, compile_campaign
     from workers.smtp import SmtpTransport, parse_smtp_url
 

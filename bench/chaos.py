@@ -154,7 +154,7 @@ class SinkProcess:
         self.proc = None
 
     def records(self) -> list[dict[str, Any]]:
-        from workers.sink import read_records
+        from webapp.sink import read_records
 
         return [r for r in read_records(self.record) if "rejected" not in r]
 

@@ -19,9 +19,11 @@ import pytest
 import sqlalchemy as sa
 
 from webapp import create_app, db
-from webapp.settings import Config, load
+from workers.settings import Config, load
 
 ROOT = Path(__file__).resolve().parent.parent
+
+pytest_plugins = ["tests.real.fixtures"]
 
 
 def _server_url() -> str:
@@ -93,7 +95,7 @@ def free_port() -> int:
 @pytest.fixture()
 def sink(tmp_path: Path) -> Iterator[Any]:
     """A real SMTP server on loopback that records what it accepts."""
-    from workers.sink import SinkServer
+    from webapp.sink import SinkServer
 
     server = SinkServer(host="127.0.0.1", port=0, record_path=tmp_path / "sink.jsonl")
     server.start()

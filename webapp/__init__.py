@@ -7,8 +7,10 @@ from typing import Any
 
 from flask import Flask
 
-from webapp import auth, db, errors, nav, security
-from webapp.settings import Config, load
+from webapp import auth, db, errors, formatting, nav, security
+from webapp.json_input import JSONProvider, JSONRequest
+from webapp.resources import resource_dir
+from workers.settings import Config, load
 
 log = logging.getLogger("senddock")
 
@@ -24,7 +26,11 @@ class SendDock:
 
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     config = config or load()
-    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app = Flask(__name__, template_folder=resource_dir("templates"),
+                static_folder=resource_dir("static"))
+    # Bad JSON of any shape (100,000 levels deep included) is a 400 saying why (P9).
+    app.json = JSONProvider(app)
+    app.request_class = JSONRequest
     # "a//b" is not silently redirected to "a/b": a DELETE of /suppressions/x//y@z would
     # otherwise answer an HTML 308 that changes its target.
     app.url_map.merge_slashes = False
@@ -55,6 +61,7 @@ def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     security.init_app(app)
     errors.init_app(app)
     nav.init_app(app)
+    formatting.init_app(app)
 
     from webapp.blueprints import register_all
 

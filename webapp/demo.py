@@ -115,7 +115,7 @@ def _start_sink(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 @click.option("--subscribers", default=10_000, type=int, help="Size of the seeded list.")
 def demo(port: int, smtp_port: int, subscribers: int) -> None:
     """Run everything embedded: PostgreSQL, an SMTP sink, seeded data, the dashboard."""
-    from webapp.cli import _config, _engine, _serve, pool_engine
+    from webapp.runtime import delivery_engine, load_config, open_engine, serve_app
     from workers.pool import Pool
 
     data_dir = Path(os.environ.get("SENDDOCK_DATA_DIR", "./.senddock")).resolve()
@@ -133,9 +133,9 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
         password_file.write_text(secrets.token_urlsafe(9))
     password = password_file.read_text().strip()
 
-    config = _config()
+    config = load_config()
     click.echo("Starting embedded PostgreSQL (first run takes a few seconds)...", err=True)
-    engine = _engine(config)
+    engine = open_engine(config)
     sink = _start_sink(data_dir, smtp_port)
     try:
         with engine.begin() as conn:
@@ -143,7 +143,7 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
         from webapp import create_app
 
         app = create_app(config, engine=engine)
-        pool = Pool(pool_engine(engine, config), config)
+        pool = Pool(delivery_engine(engine, config), config)
         app.extensions["senddock"].pool = pool
         pool.start()
         click.echo("\n".join([
@@ -161,7 +161,7 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
             "  Press Ctrl+C to stop.",
             "",
         ]))
-        _serve(app, "127.0.0.1", port, 8, pool)
+        serve_app(app, "127.0.0.1", port, 8, pool)
     finally:
         sink.terminate()
         sink.wait(10)

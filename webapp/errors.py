@@ -98,6 +98,16 @@ def init_app(app: Flask) -> None:
             return api_error(400, message)
         return _page(400, "That did not work", message)
 
+    @app.errorhandler(RecursionError)
+    def too_deep(exc: RecursionError) -> Response | tuple[str, int]:
+        # Input nested too deeply for a recursive parser (a template's blocks, say) that no
+        # earlier check caught by name: still the input's fault (P9).
+        log.warning("input nested too deeply on %s %s", request.method, request.path)
+        message = "The input is nested too deeply to process; simplify it."
+        if _wants_json():
+            return api_error(400, message)
+        return _page(400, "That did not work", message)
+
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response | tuple[str, int]:
         import sqlalchemy as sa

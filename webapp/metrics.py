@@ -28,9 +28,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.engine import Connection, Engine
 
 from webapp.domain import health
-from webapp.settings import Config
 from workers import queue, queue_reads
 from workers.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
+from workers.settings import Config
 
 
 class QueueCollector(Collector):
@@ -48,13 +48,13 @@ class QueueCollector(Collector):
     def _jobs(self, conn: Connection) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("senddock_jobs", "Delivery jobs by kind and state.",
                                  labels=["kind", "state"])
-        for kind, states in queue.jobs_by_kind_and_state(conn).items():
+        for kind, states in queue_reads.jobs_by_kind_and_state(conn).items():
             for state, n in states.items():
                 jobs.add_metric([kind, state], n)
         yield jobs
         yield GaugeMetricFamily("senddock_oldest_pending_seconds",
                                 "How long the oldest due (pending or retry) job has waited.",
-                                value=queue.oldest_due_age(conn))
+                                value=queue_reads.oldest_due_age(conn))
         yield GaugeMetricFamily("senddock_backlog", "Jobs waiting to be sent (pending+retry).",
                                 value=queue.backlog(conn))
         yield GaugeMetricFamily("senddock_max_backlog",
@@ -102,7 +102,7 @@ class QueueCollector(Collector):
         yield family
 
     def _liveness(self, conn: Connection) -> Iterator[Metric]:
-        workers = queue.running_workers(conn, self.config.worker_timeout)
+        workers = queue_reads.running_workers(conn, self.config.worker_timeout)
         live = [w for w in workers if w["live"]]
         yield GaugeMetricFamily("senddock_workers_live",
                                 "Worker pools with a recent heartbeat.", value=len(live))

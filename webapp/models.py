@@ -2,8 +2,7 @@
 (``tests/integration/test_migrations.py`` compares them).
 
 A delivery job is the unit of the whole product: one recipient, one message, one row whose
-``status`` walks ``pending → sending → sent | retry | failed | bounced | skipped | cancelled``
-(and ``held`` for verification mail held by the disposable-domain policy).
+``status`` walks the states of :mod:`workers.states`.
 """
 
 from __future__ import annotations
@@ -27,15 +26,17 @@ from sqlalchemy import (
     literal_column,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, ExcludeConstraint
+
+from workers import states
+from workers.states import sql_list
 
 metadata = MetaData()
 
-JOB_STATUSES = ("pending", "sending", "retry", "sent", "failed", "bounced", "skipped",
-                "cancelled", "held")
-TERMINAL_STATUSES = ("sent", "failed", "bounced", "skipped", "cancelled")
-ACTIVE_STATUSES = ("pending", "sending", "retry", "held")
-JOB_KINDS = ("broadcast", "verification", "test")
+# The job vocabulary belongs to the engine (workers/states.py); the CHECK constraints and
+# index predicates below are built from it.
+JOB_STATUSES = states.STATES
+JOB_KINDS = states.KINDS
 ROLES = ("admin", "marketer", "support")
 CAMPAIGN_STATUSES = ("draft", "scheduled", "sending", "paused", "cancelled", "sent")
 SUPPRESSION_REASONS = ("bounced", "unsubscribed", "complaint", "manual")
@@ -198,11 +199,21 @@ delivery_jobs = Table(
     _now(),
     Column("finished_at", DateTime(timezone=True)),
     Column("dismissed_at", DateTime(timezone=True)),
+    # The end of the message's dedupe window (its kind's, from created_at); NULL: none.
+    Column("dedupe_until", DateTime(timezone=True)),
     CheckConstraint(_in("status", JOB_STATUSES), name="delivery_jobs_status_check"),
-    CheckConstraint(_in("kind", JOB_KINDS), name="delivery_jobs_kind_check"),
+    # The engine's own kinds and the admins' (rows of `kinds`, no foreign key: it would
+    # cost the set-based broadcast enqueue a lookup per row).
+    CheckConstraint(f"kind ~ '{states.KIND_NAME}'", name="delivery_jobs_kind_check"),
+    # One message per user, kind and dedupe window (SPEC 11), under any concurrency: no two
+    # not-cancelled messages of one (kind, user) have overlapping windows.
+    ExcludeConstraint(("kind", "="), ("user_ref", "="),
+                      (text("tstzrange(created_at, dedupe_until)"), "&&"),
+                      name="delivery_jobs_dedupe_excl", using="gist",
+                      where=text("dedupe_until IS NOT NULL AND status <> 'cancelled'")),
     # The claim: priority first (verification before campaigns, P7), then due time.
     Index("delivery_jobs_claim_idx", "priority", "available_at", "id",
-          postgresql_where=text("status IN ('pending', 'retry')")),
+          postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)}")),
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
           postgresql_where=text("status = 'sending'")),
@@ -210,23 +221,28 @@ delivery_jobs = Table(
     # The failed-jobs inbox: newest first with keyset paging on (finished_at, id), all
     # problems or one campaign's.
     Index("delivery_jobs_problem_idx", "finished_at", "id",
-          postgresql_where=text("status IN ('failed', 'bounced') AND dismissed_at IS NULL")),
+          postgresql_where=text(f"status IN {sql_list(states.PROBLEM)} AND dismissed_at IS NULL")),
     Index("delivery_jobs_problem_campaign_idx", "campaign_id", "finished_at", "id",
-          postgresql_where=text("status IN ('failed', 'bounced') AND dismissed_at IS NULL")),
+          postgresql_where=text(f"status IN {sql_list(states.PROBLEM)} AND dismissed_at IS NULL")),
     # Queue health and /metrics count the (few) non-campaign jobs per state from this;
     # campaign jobs are counted by broadcast_counts.
     Index("delivery_jobs_transactional_idx", "kind", "status",
           postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_email_idx", text("lower(email)"),
-          postgresql_where=text("kind <> 'broadcast' OR status IN ('failed', 'bounced')")),
+          postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_correlation_idx", "correlation_id",
-          postgresql_where=text("kind <> 'broadcast' OR status IN ('failed', 'bounced')")),
+          postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_user_idx", "user_ref", "created_at",
           postgresql_where=text("user_ref IS NOT NULL")),
-    # One live verification job per user and kind (SPEC 4: asking again returns it).
+    # One live verification job per user (SPEC 4: asking again returns it). Other kinds
+    # dedupe by their window (delivery_jobs_dedupe_excl).
     Index("delivery_jobs_one_active_idx", "kind", "user_ref", unique=True,
-          postgresql_where=text("user_ref IS NOT NULL AND status IN "
-                                "('pending', 'sending', 'retry', 'held')")),
+          postgresql_where=text(
+              "kind = 'verification' AND user_ref IS NOT NULL AND status IN "
+              f"{sql_list(states.ACTIVE)}")),
+    # The Transactional page: one kind's jobs requested in the last 24 hours.
+    Index("delivery_jobs_kind_created_idx", "kind", "created_at",
+          postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
           postgresql_where=text("idempotency_key IS NOT NULL")),
     Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
@@ -341,3 +357,59 @@ audit_log = Table(
     Index("audit_log_target_idx", "target", "id"),
 )
 
+# Transactional kinds (SPEC 11): the built-in `verification` and the admins' own kinds.
+# A kind's class fixes the priority of its jobs at enqueue (workers.kinds.CLASS_PRIORITY).
+# NULL retry_schedule / resend_cooldown: the settings' defaults (the built-in kind only).
+kinds = Table(
+    "kinds", metadata,
+    Column("name", Text, primary_key=True),
+    Column("class", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("subject", Text, nullable=False),
+    Column("text_body", Text),
+    Column("html_body", Text),
+    Column("retry_schedule", ARRAY(Integer)),
+    Column("resend_cooldown", Integer),
+    Column("dedupe_window", Integer, nullable=False, server_default=text("0")),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("builtin", Boolean, nullable=False, server_default=text("false")),
+    # Bumped by every edit; jobs carry the version they were enqueued with, so a worker
+    # never renders them with an older template.
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("sample_data", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("sample_event", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("updated_by", Text),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(f"name ~ '{states.KIND_NAME}'", name="kinds_name_check"),
+    CheckConstraint("class IN ('critical', 'lifecycle')", name="kinds_class_check"),
+    CheckConstraint("text_body IS NOT NULL OR html_body IS NOT NULL", name="kinds_body_check"),
+    CheckConstraint("dedupe_window >= 0", name="kinds_dedupe_window_check"),
+)
+
+# Cumulative outcome counters for /metrics, kept by a statement-level trigger on
+# delivery_jobs status changes (migration 0014), slotted like broadcast_counts.
+job_outcome_counts = Table(
+    "job_outcome_counts", metadata,
+    Column("kind", Text, nullable=False),
+    Column("class", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("kind", "class", "outcome", "slot"),
+    postgresql_with={"fillfactor": "50"},
+)
+
+# The cumulative time-to-sent histogram: jobs per bucket of TIME_TO_SENT_BOUNDS and their
+# summed seconds, kept by the same trigger.
+time_to_sent_counts = Table(
+    "time_to_sent_counts", metadata,
+    Column("kind", Text, nullable=False),
+    Column("class", Text, nullable=False),
+    Column("bucket", SmallInteger, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    Column("seconds", Float, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("kind", "class", "bucket", "slot"),
+    postgresql_with={"fillfactor": "50"},
+)

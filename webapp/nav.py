@@ -45,5 +45,14 @@ def nav_items() -> list[NavItem]:
     return items
 
 
+def can_open(endpoint: str) -> bool:
+    """Whether the current viewer may open ``endpoint``: templates link only to pages that
+    answer, never to a 403 (the same matrix that guards the page decides)."""
+    if endpoint not in current_app.view_functions:
+        return False
+    return role() in (access.allowed_roles(endpoint) or frozenset())
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.globals["nav_items"] = nav_items
+    app.jinja_env.globals["can_open"] = can_open

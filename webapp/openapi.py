@@ -145,7 +145,8 @@ KIND_EXAMPLE = {
             "up</a>.</p>",
     "retry_schedule": [300, 1800, 7200], "resend_cooldown": 3600, "dedupe_window": 86400,
     "sample_data": {"first_name": "Ada", "setup_url": "https://app.example/setup"}}
-KIND = {"type": "object", "required": ["name", "class", "subject", "active", "version"],
+KIND: dict[str, Any] = {"type": "object",
+                        "required": ["name", "class", "subject", "active", "version"],
         "properties": {
             "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$"},
             "class": {"type": "string", "enum": ["critical", "lifecycle"]},

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +27,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from workers.message import CampaignTemplate, compile_campaign
+from workers.states import CLASS_PRIORITY, KIND_NAME
 
 CLASSES = ("critical", "lifecycle")
-# The claim orders by priority: the lower, the sooner. Campaign mail is always last.
-CLASS_PRIORITY = {"critical": 0, "lifecycle": 5, "campaign": 10}
 BUILTIN = "verification"
 # Engine kinds that are not transactional kinds (campaign mail and test sends).
 RESERVED = ("broadcast", "test")
-NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
+NAME_PATTERN = KIND_NAME
 # Seconds from "due" (enqueue, or send_at when scheduled) to sent: the histogram's upper
 # bounds. The migration's trigger buckets by these same bounds (tested).
 TIME_TO_SENT_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
@@ -158,7 +157,7 @@ class KindCatalog:
             self._kinds[name] = prepared
         return prepared
 
-    def retry_schedule(self, name: str, defaults: dict[str, Sequence[int]]) -> tuple[int, ...]:
+    def retry_schedule(self, name: str, defaults: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
         """The kind's retry delays: campaign and test mail from the settings (``defaults``),
         a kind from its row, falling back to the settings' verification schedule."""
         if name in RESERVED:

@@ -30,11 +30,11 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
-from webapp.settings import Config
 from workers import outcomes, queue
 from workers.classify import ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
+from workers.settings import Config
 from workers.smtp import SmtpTransport, parse_smtp_url
 
 log = logging.getLogger("senddock.worker")
@@ -192,11 +192,9 @@ class Pool:
     # --- maintenance -------------------------------------------------------------------
 
     def _maintain(self) -> None:
-        from webapp.domain import campaigns
-
         try:
             with self.engine.begin() as conn:
-                campaigns.fire_due_scheduled(conn)
+                queue.start_due_campaigns(conn)
             for broadcast_id in self._broadcasts_to_enqueue():
                 with self.engine.begin() as conn:
                     summary = queue.enqueue_broadcast(conn, broadcast_id)
@@ -303,7 +301,7 @@ class Pool:
                 continue
             started = datetime.now(UTC)
             result = transport.send(envelope.mail_from, job.email, envelope.message)
-            outcome = outcomes.outcome_for(job, result, self.config.retry_schedule[job.kind],
+            outcome = outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
                                            self.config.retry_jitter, started)
             results.append(outcome)
             if result.reply_class is ReplyClass.RELAY:

@@ -18,10 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-PRIORITY = {"verification": 0, "test": 0, "broadcast": 10}
-TERMINAL = ("sent", "failed", "bounced", "skipped", "cancelled")
-COUNTED_STATES = ("pending", "sending", "retry", "sent", "failed", "bounced", "skipped",
-                  "cancelled")
+from workers.states import ACTIVE, CLAIMABLE, COUNTED, PRIORITY, PROBLEM, TERMINAL, sql_list
 
 
 @dataclass
@@ -41,6 +38,7 @@ class ClaimedJob:
     suppressed: bool
     name: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0  # from the kind's class at enqueue (workers.states.CLASS_PRIORITY)
 
 
 @dataclass
@@ -158,10 +156,10 @@ def notify_new_jobs(conn: Connection, kind: str) -> None:
 # skipping rows other workers hold (SKIP LOCKED) and paused broadcasts, marked `sending`
 # with this worker's id and a fresh claim token. Nothing is claimed while the relay is
 # marked down (P6). The Message-ID is fixed at the first claim and never changes (P3).
-_CLAIM = sa.text("""
+_CLAIM = sa.text(f"""
 WITH due AS (
     SELECT j.id FROM delivery_jobs j
-     WHERE j.status IN ('pending', 'retry') AND j.available_at <= now()
+     WHERE j.status IN {sql_list(CLAIMABLE)} AND j.available_at <= now()
        AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
        AND NOT EXISTS (SELECT 1 FROM relay_state r WHERE r.status = 'down')
      ORDER BY j.priority, j.available_at, j.id
@@ -174,7 +172,7 @@ WITH due AS (
            message_id = coalesce(j.message_id,
                                  '<' || j.id || '.' || j.correlation_id || '@' || :domain || '>')
       FROM due WHERE j.id = due.id
-    RETURNING j.id, j.kind, j.email, j.claim_token, j.attempts, j.correlation_id,
+    RETURNING j.id, j.kind, j.priority, j.email, j.claim_token, j.attempts, j.correlation_id,
               j.message_id, j.campaign_id, j.subscriber_id, j.broadcast_id, j.user_ref,
               j.payload,
               EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
@@ -182,7 +180,7 @@ WITH due AS (
               coalesce((SELECT s.name FROM subscribers s WHERE s.id = j.subscriber_id), '')
                   AS name,
               coalesce((SELECT s.attributes FROM subscribers s WHERE s.id = j.subscriber_id),
-                       '{}'::jsonb) AS attributes
+                       '{{}}'::jsonb) AS attributes
 )
 -- One JSON value for the whole batch: decoding it is far cheaper in Python than rows.
 SELECT coalesce(json_agg(claimed ORDER BY claimed.id), '[]'::json) AS jobs FROM claimed
@@ -193,7 +191,7 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[C
     """Claim up to ``n`` due jobs for ``worker_id``. No two workers ever get the same job."""
     rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain}).scalar_one()
     jobs = [ClaimedJob(**row) for row in rows]
-    jobs.sort(key=lambda j: (PRIORITY[j.kind], j.id))
+    jobs.sort(key=lambda j: (j.priority, j.id))
     return jobs
 
 
@@ -202,7 +200,7 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[C
 # Finish a batch in one statement. The guard `status = 'sending' AND claim_token = …` means
 # a job that was taken back (and maybe claimed again) is never finished twice. Counted
 # outcomes add an attempt row; a hard bounce suppresses the address in the same transaction.
-_FINISH = sa.text("""
+_FINISH = sa.text(f"""
 WITH o AS (
     -- The batch arrives as one JSON document: cheaper to encode in Python than 13 arrays.
     SELECT * FROM jsonb_to_recordset(CAST(:outcomes AS jsonb))
@@ -217,8 +215,7 @@ WITH o AS (
                                ELSE now() + make_interval(secs => o.delay) END,
            last_error = coalesce(o.error, j.last_error),
            last_error_class = coalesce(o.class, j.last_error_class),
-           finished_at = CASE WHEN o.status IN ('sent', 'failed', 'bounced', 'skipped',
-                                                 'cancelled') THEN now() END,
+           finished_at = CASE WHEN o.status IN {sql_list(TERMINAL)} THEN now() END,
            claimed_by = NULL, claim_token = NULL, claimed_at = NULL
       FROM o
      WHERE j.id = o.id AND j.status = 'sending' AND j.claim_token = o.token
@@ -436,11 +433,61 @@ def acquire_permits(conn: Connection, want: int, limit: int) -> int:
 
 # --- campaign lifecycle ----------------------------------------------------------------
 
+# Sending a campaign creates its broadcast: the durable record of the request (P1). The
+# jobs are enqueued by a worker (enqueue_broadcast), so the request returns at once.
+_START_BROADCAST = sa.text("""
+WITH b AS (INSERT INTO broadcasts (campaign_id) VALUES (:campaign_id) RETURNING id)
+UPDATE campaigns c SET status = 'sending', broadcast_id = b.id, started_at = now(),
+       updated_at = now(), scheduled_at = NULL
+  FROM b WHERE c.id = :campaign_id
+RETURNING b.id
+""")
+
+
+def start_broadcast(conn: Connection, campaign_id: int) -> int:
+    """Start sending ``campaign_id`` now (the caller has checked and locked the campaign);
+    returns the new broadcast's id and wakes the workers to enqueue it."""
+    broadcast_id = conn.execute(_START_BROADCAST, {"campaign_id": campaign_id}).scalar_one()
+    conn.execute(sa.text("SELECT pg_notify('senddock_jobs', 'enqueue')"))
+    return int(broadcast_id)
+
+
+# Scheduled campaigns whose time has come start, each once: the row lock (SKIP LOCKED) keeps
+# two processes from starting the same one, and the schedule lives in the row, so it
+# survives restarts. The audit entry is written in the same statement.
+_START_DUE_CAMPAIGNS = sa.text("""
+WITH due AS (
+    SELECT id FROM campaigns WHERE status = 'scheduled' AND scheduled_at <= now()
+     ORDER BY scheduled_at FOR UPDATE SKIP LOCKED
+), b AS (
+    INSERT INTO broadcasts (campaign_id) SELECT id FROM due RETURNING id, campaign_id
+), started AS (
+    UPDATE campaigns c SET status = 'sending', broadcast_id = b.id, started_at = now(),
+           updated_at = now(), scheduled_at = NULL
+      FROM b WHERE c.id = b.campaign_id
+    RETURNING c.id
+), logged AS (
+    INSERT INTO audit_log (actor, action, target, details)
+    SELECT 'scheduler', 'campaign.send', 'campaign:' || id, '{"scheduled": true}'::jsonb
+      FROM started
+)
+SELECT id FROM started ORDER BY id
+""")
+
+
+def start_due_campaigns(conn: Connection) -> list[int]:
+    """Start every scheduled campaign that is due (run by the pool every second)."""
+    started = [int(r.id) for r in conn.execute(_START_DUE_CAMPAIGNS)]
+    if started:
+        conn.execute(sa.text("SELECT pg_notify('senddock_jobs', 'enqueue')"))
+    return started
+
+
 # A campaign is `sent` only when its broadcast is enqueued and none of its jobs is still
 # active: the counts are read from the same counters that P8 reads. A cancelled campaign's
 # broadcast is stamped finished too once its in-flight jobs are done, so only live
 # broadcasts are ever summed for the backlog.
-_COMPLETE_CAMPAIGNS = sa.text("""
+_COMPLETE_CAMPAIGNS = sa.text(f"""
 WITH done AS (
     SELECT c.id, c.status, c.broadcast_id FROM campaigns c
       JOIN broadcasts b ON b.id = c.broadcast_id
@@ -448,7 +495,7 @@ WITH done AS (
        AND (b.enqueued_at IS NOT NULL OR c.status = 'cancelled')
        AND coalesce((SELECT sum(n) FROM broadcast_counts bc
                       WHERE bc.broadcast_id = b.id
-                        AND bc.status IN ('pending', 'sending', 'retry', 'held')), 0) = 0
+                        AND bc.status IN {sql_list(ACTIVE)}), 0) = 0
 ), b AS (
     UPDATE broadcasts SET finished_at = now() FROM done WHERE broadcasts.id = done.broadcast_id
 )
@@ -473,7 +520,7 @@ SELECT status, sum(n)::bigint AS n FROM broadcast_counts
 
 
 def broadcast_counts(conn: Connection, broadcast_id: int) -> dict[str, int]:
-    counts = dict.fromkeys(COUNTED_STATES, 0)
+    counts = dict.fromkeys(COUNTED, 0)
     for row in conn.execute(_BROADCAST_COUNTS, {"broadcast_id": broadcast_id}):
         counts[row.status] = int(row.n)
     return counts
@@ -486,7 +533,7 @@ SELECT broadcast_id, status, sum(n)::bigint AS n FROM broadcast_counts
 
 
 def many_broadcast_counts(conn: Connection, ids: Sequence[int]) -> dict[int, dict[str, int]]:
-    result = {i: dict.fromkeys(COUNTED_STATES, 0) for i in ids}
+    result = {i: dict.fromkeys(COUNTED, 0) for i in ids}
     for row in conn.execute(_MANY_BROADCAST_COUNTS, {"ids": list(ids)}):
         result[row.broadcast_id][row.status] = int(row.n)
     return result
@@ -500,7 +547,7 @@ SELECT status, count(*) AS n FROM delivery_jobs WHERE broadcast_id = :broadcast_
 
 
 def broadcast_counts_slow(conn: Connection, broadcast_id: int) -> dict[str, int]:
-    counts = dict.fromkeys(COUNTED_STATES, 0)
+    counts = dict.fromkeys(COUNTED, 0)
     for row in conn.execute(_GROUP_BY_STATUS, {"broadcast_id": broadcast_id}):
         counts[row.status] = int(row.n)
     return counts
@@ -512,10 +559,10 @@ def set_broadcast_paused(conn: Connection, broadcast_id: int, paused: bool) -> N
                  {"p": paused, "id": broadcast_id})
 
 
-_CANCEL_BROADCAST = sa.text("""
+_CANCEL_BROADCAST = sa.text(f"""
 UPDATE delivery_jobs SET status = 'cancelled', finished_at = now(), claimed_by = NULL,
        claim_token = NULL
- WHERE broadcast_id = :broadcast_id AND status IN ('pending', 'retry', 'held')
+ WHERE broadcast_id = :broadcast_id AND status IN {sql_list((*CLAIMABLE, 'held'))}
 """)
 
 
@@ -524,33 +571,15 @@ def cancel_broadcast(conn: Connection, broadcast_id: int) -> int:
     return conn.execute(_CANCEL_BROADCAST, {"broadcast_id": broadcast_id}).rowcount
 
 
-# --- reading jobs ----------------------------------------------------------------------
-
-def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
-    row = conn.execute(sa.text("SELECT * FROM delivery_jobs WHERE id = :id"),
-                       {"id": job_id}).mappings().first()
-    return dict(row) if row else None
-
-
-def job_attempts(conn: Connection, job_id: int) -> list[dict[str, Any]]:
-    """The job's attempts in the order they happened (an inbox retry restarts the attempt
-    numbers, so they alone do not order the timeline)."""
-    rows = conn.execute(sa.text("""
-        SELECT attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
-               stage, worker
-          FROM job_attempts WHERE job_id = :id ORDER BY started_at, id"""), {"id": job_id})
-    return [dict(r) for r in rows.mappings()]
-
-
 # Waiting jobs without counting a million rows: campaign jobs from the counters of the
 # broadcasts still open (finished ones have none, and there may be thousands of them), the
 # (few) transactional ones from the claim index.
-_BACKLOG = sa.text("""
+_BACKLOG = sa.text(f"""
 SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
                    JOIN broadcast_counts bc ON bc.broadcast_id = b.id
-                  WHERE b.finished_at IS NULL AND bc.status IN ('pending', 'retry')), 0)
+                  WHERE b.finished_at IS NULL AND bc.status IN {sql_list(CLAIMABLE)}), 0)
      + (SELECT count(*) FROM delivery_jobs
-         WHERE status IN ('pending', 'retry') AND priority < :broadcast_priority) AS n
+         WHERE status IN {sql_list(CLAIMABLE)} AND priority < :broadcast_priority) AS n
 """)
 
 
@@ -565,7 +594,7 @@ def backlog(conn: Connection) -> int:
 # pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
 # keeps it to one live job per (kind, user).
 
-_JOB_COLUMNS = """
+JOB_COLUMNS = """
 id, kind, status, email, user_ref, correlation_id::text AS correlation_id, flags, payload,
 attempts, available_at, created_at, finished_at, last_error, last_error_class,
 requested_by, idempotency_key, message_id
@@ -582,8 +611,8 @@ def lock_user(conn: Connection, kind: str, user_ref: str) -> None:
 
 # The user's live job, if any (at most one: delivery_jobs_one_active_idx).
 _LIVE_JOB_FOR_USER = sa.text(f"""
-SELECT {_JOB_COLUMNS} FROM delivery_jobs
- WHERE kind = :kind AND user_ref = :user_ref AND status IN ('pending', 'sending', 'retry', 'held')
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND status IN {sql_list(ACTIVE)}
 """)
 
 
@@ -594,7 +623,7 @@ def live_job_for_user(conn: Connection, kind: str, user_ref: str) -> dict[str, A
 
 # The job an Idempotency-Key already created, whatever its state (delivery_jobs_idempotency_idx).
 _JOB_BY_IDEMPOTENCY_KEY = sa.text(f"""
-SELECT {_JOB_COLUMNS} FROM delivery_jobs WHERE kind = :kind AND idempotency_key = :key
+SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE kind = :kind AND idempotency_key = :key
 """)
 
 
@@ -605,7 +634,7 @@ def job_by_idempotency_key(conn: Connection, kind: str, key: str) -> dict[str, A
 
 def single_job(conn: Connection, job_id: int) -> dict[str, Any]:
     """One transactional job in the shape the verification API and support page use."""
-    return dict(conn.execute(sa.text(f"SELECT {_JOB_COLUMNS} FROM delivery_jobs WHERE id = :id"),
+    return dict(conn.execute(sa.text(f"SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE id = :id"),
                              {"id": job_id}).mappings().one())
 
 
@@ -613,7 +642,7 @@ def single_job(conn: Connection, job_id: int) -> dict[str, Any]:
 # measured on the database clock from the latest of: the job's creation, its acceptance by
 # the relay, and the last resend that reused it.
 _LATEST_JOB_FOR_USER = sa.text(f"""
-SELECT {_JOB_COLUMNS},
+SELECT {JOB_COLUMNS},
        greatest(0, extract(epoch FROM greatest(
            created_at,
            CASE WHEN status = 'sent' THEN finished_at END,
@@ -642,11 +671,11 @@ def latest_job_for_user(conn: Connection, kind: str, user_ref: str,
 # release/drop. Returns nothing when the job is no longer live.
 _MARK_RESENT = sa.text(f"""
 UPDATE delivery_jobs
-   SET available_at = CASE WHEN status IN ('pending', 'retry') THEN now() ELSE available_at END,
+   SET available_at = CASE WHEN status IN {sql_list(CLAIMABLE)} THEN now() ELSE available_at END,
        payload = payload || jsonb_build_object(
            'resent_at', now(), 'resends', coalesce((payload ->> 'resends')::int, 0) + 1)
- WHERE id = :id AND status IN ('pending', 'sending', 'retry')
-RETURNING {_JOB_COLUMNS}
+ WHERE id = :id AND status IN {sql_list((*CLAIMABLE, 'sending'))}
+RETURNING {JOB_COLUMNS}
 """)
 
 
@@ -660,7 +689,7 @@ def mark_resent(conn: Connection, job_id: int) -> dict[str, Any] | None:
 _RELEASE_HELD = sa.text(f"""
 UPDATE delivery_jobs SET status = 'pending', available_at = now()
  WHERE id = :id AND kind = :kind AND status = 'held'
-RETURNING {_JOB_COLUMNS}
+RETURNING {JOB_COLUMNS}
 """)
 
 
@@ -677,7 +706,7 @@ UPDATE delivery_jobs
    SET status = 'cancelled', finished_at = now(), last_error = :reason,
        last_error_class = 'dropped'
  WHERE id = :id AND kind = :kind AND status = 'held'
-RETURNING {_JOB_COLUMNS}
+RETURNING {JOB_COLUMNS}
 """)
 
 
@@ -688,77 +717,9 @@ def drop_held(conn: Connection, job_id: int, reason: str,
     return dict(row) if row else None
 
 
-# Every job for one user, newest first (delivery_jobs_user_idx).
-_JOBS_FOR_USER = sa.text(f"""
-SELECT {_JOB_COLUMNS} FROM delivery_jobs
- WHERE kind = :kind AND user_ref = :user_ref
- ORDER BY created_at DESC, id DESC LIMIT :limit
-""")
-
-
-def jobs_for_user(conn: Connection, kind: str, user_ref: str,
-                  limit: int = 100) -> list[dict[str, Any]]:
-    rows = conn.execute(_JOBS_FOR_USER, {"kind": kind, "user_ref": user_ref, "limit": limit})
-    return [dict(r) for r in rows.mappings()]
-
-
-_ATTEMPTS_FOR_JOBS = sa.text("""
-SELECT job_id, attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
-       stage
-  FROM job_attempts WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, attempt, id
-""")
-
-
-def attempts_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
-    """The attempts of several jobs in one query, keyed by job id (oldest attempt first)."""
-    result: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
-    if job_ids:
-        for row in conn.execute(_ATTEMPTS_FOR_JOBS, {"ids": list(job_ids)}).mappings():
-            result[row["job_id"]].append(dict(row))
-    return result
-
-
-# Users whose jobs match an address (case-insensitive), a correlation ID or a user id, each
-# with their newest job. Each arm has its own index (email, correlation, user), so the
-# search stays an index lookup however large the table grows.
-_SEARCH_USERS = sa.text("""
-WITH hits AS (
-    SELECT DISTINCT user_ref FROM delivery_jobs
-     WHERE kind = :kind AND user_ref IS NOT NULL
-       AND (lower(email) = lower(CAST(:email AS text))
-            OR correlation_id = CAST(:correlation_id AS uuid)
-            OR user_ref = CAST(:user_ref AS text))
-     LIMIT :limit
-)
-SELECT h.user_ref, last.email, last.status, last.created_at,
-       (SELECT count(*) FROM delivery_jobs c
-         WHERE c.kind = :kind AND c.user_ref = h.user_ref) AS jobs
-  FROM hits h
- CROSS JOIN LATERAL (
-    SELECT j.email, j.status, j.created_at FROM delivery_jobs j
-     WHERE j.kind = :kind AND j.user_ref = h.user_ref
-     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
- ORDER BY last.created_at DESC
-""")
-
-
-def search_users(conn: Connection, kind: str, *, email: str | None = None,
-                 correlation_id: str | None = None, user_ref: str | None = None,
-                 limit: int = 50) -> list[dict[str, Any]]:
-    """Users (``user_ref``) with a ``kind`` job matching any of the given keys; None keys
-    match nothing. ``correlation_id`` must be a valid UUID or None."""
-    rows = conn.execute(_SEARCH_USERS, {"kind": kind, "email": email,
-                                        "correlation_id": correlation_id,
-                                        "user_ref": user_ref, "limit": limit})
-    return [dict(r) for r in rows.mappings()]
-
-
-# --- inbox and health ------------------------------------------------------------------
-# The failed-jobs inbox (failed and bounced jobs not dismissed) and the queue's vital signs.
-# Every list is keyset-paged on an index; nothing counts a million rows per page view.
-
-PROBLEM = ("failed", "bounced")
-
+# --- inbox actions -------------------------------------------------------------------
+# Failed and bounced jobs not dismissed: what an admin may retry or dismiss (the inbox's
+# read queries are in workers/queue_reads.py).
 
 @dataclass
 class ProblemFilter:
@@ -776,7 +737,7 @@ class ProblemFilter:
     def where(self) -> tuple[str, dict[str, Any]]:
         """SQL conditions on ``j`` (built from fixed fragments; values are bound), so the
         planner sees exactly the predicates of delivery_jobs_problem_*_idx."""
-        clauses = ["j.status IN ('failed', 'bounced')", "j.dismissed_at IS NULL"]
+        clauses = [f"j.status IN {sql_list(PROBLEM)}", "j.dismissed_at IS NULL"]
         params: dict[str, Any] = {}
         for name, clause in (
                 ("kind", "j.kind = :kind"), ("campaign_id", "j.campaign_id = :campaign_id"),
@@ -790,35 +751,6 @@ class ProblemFilter:
                 clauses.append(clause)
                 params[name] = value
         return " AND ".join(clauses), params
-
-
-def problem_jobs(conn: Connection, where: ProblemFilter, *,
-                 after: tuple[datetime, int] | None = None,
-                 limit: int = 50) -> list[dict[str, Any]]:
-    """Failed and bounced jobs, newest first, ``limit`` of them after the keyset ``after``
-    (finished_at, id). Walks delivery_jobs_problem_idx (or its per-campaign twin)."""
-    sql, params = where.where()
-    if after is not None:
-        sql += " AND (j.finished_at, j.id) < (:after_at, :after_id)"
-        params.update(after_at=after[0], after_id=after[1])
-    # A search for one address, correlation ID or job matches a handful of rows: find them
-    # by their own index first, then sort. Without the fence the planner may walk the inbox
-    # index in date order hoping to meet them early, and read all million entries.
-    source = "delivery_jobs j"
-    if where.email or where.correlation_id or where.job_id is not None:
-        source = f"(WITH m AS MATERIALIZED (SELECT * FROM delivery_jobs j WHERE {sql}) " \
-                 "SELECT * FROM m) j"
-    rows = conn.execute(sa.text(f"""
-        SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
-               j.attempts, j.last_error, j.last_error_class,
-               j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
-               EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
-                   AS suppressed
-          FROM {source} LEFT JOIN campaigns c ON c.id = j.campaign_id
-         WHERE {sql}
-         ORDER BY j.finished_at DESC, j.id DESC
-         LIMIT :limit"""), {**params, "limit": limit})
-    return [dict(r) for r in rows.mappings()]
 
 
 # Retry, set-based and safe to repeat: the jobs go back to `pending` with a fresh schedule
@@ -841,7 +773,7 @@ WITH candidates AS (
       FROM candidates x
      WHERE j.id = x.id AND NOT x.suppressed
        AND x.campaign_status IS DISTINCT FROM 'cancelled'
-       AND j.status IN ('failed', 'bounced') AND j.dismissed_at IS NULL
+       AND j.status IN {problem} AND j.dismissed_at IS NULL
     RETURNING j.id, j.kind, j.campaign_id
 ), reopened AS (
     UPDATE campaigns SET status = 'sending', finished_at = NULL, updated_at = now()
@@ -865,15 +797,15 @@ def retry_problem_jobs(conn: Connection, where: ProblemFilter,
     """Retry every open problem matching ``where`` that finished by ``as_of``; returns
     ``retried``, ``kinds``, ``suppressed`` (+ ``suppressed_examples``), ``cancelled``."""
     sql, params = where.where()
-    row = conn.execute(sa.text(_RETRY_PROBLEMS.format(where=sql)),
+    row = conn.execute(sa.text(_RETRY_PROBLEMS.format(where=sql, problem=sql_list(PROBLEM))),
                        {**params, "as_of": as_of}).mappings().one()
     return dict(row)
 
 
 # Dismiss: the job leaves the inbox (its state and history stay as they are).
-_DISMISS = sa.text("""
+_DISMISS = sa.text(f"""
 UPDATE delivery_jobs SET dismissed_at = now()
- WHERE id = :id AND status IN ('failed', 'bounced') AND dismissed_at IS NULL
+ WHERE id = :id AND status IN {sql_list(PROBLEM)} AND dismissed_at IS NULL
 RETURNING id, email, status
 """)
 
@@ -883,141 +815,77 @@ def dismiss_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-# Jobs per kind and state without counting campaign jobs: those come from the
-# trigger-kept counters, the other kinds from their own small index.
-_JOBS_BY_KIND_AND_STATE = sa.text("""
-SELECT 'broadcast' AS kind, status, sum(n)::bigint AS n FROM broadcast_counts GROUP BY status
-UNION ALL
-SELECT kind, status, count(*) AS n FROM delivery_jobs WHERE kind <> 'broadcast'
- GROUP BY kind, status
+# --- transactional kinds (SPEC 11) -----------------------------------------------------
+# One message of a kind for one user. Its priority comes from the kind's class (the claim
+# serves critical → lifecycle → campaigns), `available_at` is its send_at (scheduled mail
+# waits in the claim index like a retry does), and `dedupe_until` opens the kind's dedupe
+# window: the exclusion constraint delivery_jobs_dedupe_excl lets no two live-or-finished
+# (not cancelled) messages of one (kind, user) have overlapping windows, so two concurrent
+# requests cannot both be sent; the loser inserts nothing (ON CONFLICT DO NOTHING).
+_ENQUEUE_MESSAGE = sa.text("""
+INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key, payload,
+                           flags, requested_by, available_at, dedupe_until)
+VALUES (:kind, :priority, :status, :email, :user_ref, :idempotency_key,
+        CAST(:payload AS jsonb), CAST(:flags AS jsonb), :requested_by,
+        coalesce(CAST(:send_at AS timestamptz), now()),
+        CASE WHEN :dedupe_window > 0 THEN now() + make_interval(secs => :dedupe_window) END)
+ON CONFLICT DO NOTHING
+RETURNING id
 """)
 
 
-def jobs_by_kind_and_state(conn: Connection) -> dict[str, dict[str, int]]:
-    """{kind: {status: n}} for every kind and state (zeros included)."""
-    from webapp.models import JOB_KINDS, JOB_STATUSES
+def enqueue_message(conn: Connection, *, kind: str, priority: int, email: str,
+                    user_ref: str, payload: str, flags: str = "[]", status: str = "pending",
+                    idempotency_key: str | None = None, requested_by: str | None = None,
+                    send_at: datetime | None = None, dedupe_window: int = 0) -> int | None:
+    """Insert one message of a transactional kind; None when it would break the kind's
+    dedupe window, its Idempotency-Key, or (verification) the one-live-job rule."""
+    row = conn.execute(_ENQUEUE_MESSAGE, {
+        "kind": kind, "priority": priority, "status": status, "email": email,
+        "user_ref": user_ref, "idempotency_key": idempotency_key, "payload": payload,
+        "flags": flags, "requested_by": requested_by, "send_at": send_at,
+        "dedupe_window": dedupe_window}).first()
+    return None if row is None else int(row.id)
 
-    result = {kind: dict.fromkeys(JOB_STATUSES, 0) for kind in JOB_KINDS}
-    for row in conn.execute(_JOBS_BY_KIND_AND_STATE):
-        result.setdefault(row.kind, dict.fromkeys(JOB_STATUSES, 0))[row.status] = int(row.n)
-    return result
 
-
-# How long the longest-waiting due job has waited: one probe of the claim index per
-# priority (paused campaigns' jobs are not waiting on us and are passed over).
-_OLDEST_DUE = sa.text("""
-SELECT extract(epoch FROM now() - min(t.available_at)) FROM unnest(CAST(:priorities AS int[])) p
-  CROSS JOIN LATERAL (
-    SELECT j.available_at FROM delivery_jobs j
-     WHERE j.status IN ('pending', 'retry') AND j.priority = p AND j.available_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
-     ORDER BY j.available_at LIMIT 1) t
+# The message whose dedupe window is still open for this (kind, user): the same predicate
+# as delivery_jobs_dedupe_excl (a window overlaps one opened now iff it ends after now).
+_DEDUPED_BY = sa.text(f"""
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND dedupe_until > now() AND status <> 'cancelled'
+ ORDER BY created_at DESC, id DESC LIMIT 1
 """)
 
 
-def oldest_due_age(conn: Connection) -> float:
-    """Seconds the oldest due (pending or retry) job has been waiting; 0 when none is."""
-    value = conn.execute(_OLDEST_DUE, {"priorities": sorted(set(PRIORITY.values()))}).scalar()
-    return max(0.0, float(value or 0))
+def deduped_by(conn: Connection, kind: str, user_ref: str) -> dict[str, Any] | None:
+    row = conn.execute(_DEDUPED_BY, {"kind": kind, "user_ref": user_ref}).mappings().first()
+    return dict(row) if row else None
 
 
-# Counted attempts per minute, kind and outcome class (sent, hard_bounce, rejected,
-# transient, build) from job_attempts_started_idx: the sent-per-minute chart, sends and
-# failures by class, retries.
-_ATTEMPTS_PER_MINUTE = sa.text("""
-SELECT date_trunc('minute', a.started_at) AS minute, j.kind, a.outcome, count(*) AS n
-  FROM job_attempts a JOIN delivery_jobs j ON j.id = a.job_id
- WHERE a.started_at >= :since AND a.started_at < :until
- GROUP BY 1, 2, 3
+# Cancel what is still waiting for one (kind, user): pending (scheduled or due), retry and
+# held messages end `cancelled`; a message being sent right now is left to finish. The
+# status guard makes two concurrent cancels cancel each message once.
+_CANCEL_WAITING = sa.text("""
+UPDATE delivery_jobs
+   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+       last_error_class = 'cancelled'
+ WHERE kind = :kind AND user_ref = :user_ref AND status IN ('pending', 'retry', 'held')
+RETURNING id
 """)
 
 
-def attempts_per_minute(conn: Connection, since: datetime,
-                        until: datetime) -> list[tuple[datetime, str, str, int]]:
-    rows = conn.execute(_ATTEMPTS_PER_MINUTE, {"since": since, "until": until})
-    return [(r.minute, r.kind, r.outcome, int(r.n)) for r in rows]
+def cancel_waiting(conn: Connection, kind: str, user_ref: str, reason: str) -> list[int]:
+    """Ids of the messages cancelled (oldest first)."""
+    return sorted(int(r.id) for r in conn.execute(_CANCEL_WAITING, {
+        "kind": kind, "user_ref": user_ref, "reason": reason[:500]}))
 
 
-# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_at_idx).
-# Bucket i counts jobs with bounds[i-1] <= seconds < bounds[i] (0: below the first bound).
-_TIME_TO_SENT = sa.text("""
-SELECT date_trunc('minute', finished_at) AS minute, kind,
-       width_bucket(extract(epoch FROM finished_at - created_at)::float8,
-                    CAST(:bounds AS float8[])) AS bucket,
-       count(*) AS n, sum(extract(epoch FROM finished_at - created_at))::float8 AS seconds
-  FROM delivery_jobs
- WHERE status = 'sent' AND finished_at >= :since AND finished_at < :until
- GROUP BY 1, 2, 3
+_IN_FLIGHT_FOR_USER = sa.text("""
+SELECT count(*) FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND status = 'sending'
 """)
 
 
-def time_to_sent_per_minute(conn: Connection, since: datetime, until: datetime,
-                            bounds: Sequence[float]) -> list[tuple[datetime, str, int, int,
-                                                                   float]]:
-    rows = conn.execute(_TIME_TO_SENT, {"since": since, "until": until,
-                                        "bounds": [float(b) for b in bounds]})
-    return [(r.minute, r.kind, int(r.bucket), int(r.n), float(r.seconds)) for r in rows]
-
-
-# Jobs that failed or bounced in a window (the failure-rate alarm), from the inbox index.
-_PROBLEMS_SINCE = sa.text("""
-SELECT count(*) FROM delivery_jobs j
- WHERE j.status IN ('failed', 'bounced') AND j.dismissed_at IS NULL AND j.finished_at >= :since
-""")
-
-
-def problems_since(conn: Connection, since: datetime) -> int:
-    return int(conn.execute(_PROBLEMS_SINCE, {"since": since}).scalar() or 0)
-
-
-# Pools that have not stopped, with whether their heartbeat is recent (`live`).
-_WORKERS = sa.text("""
-SELECT id, node, hostname, pid, threads, in_flight, started_at, heartbeat_at,
-       heartbeat_at > now() - make_interval(secs => :timeout) AS live,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
-  FROM workers WHERE stopped_at IS NULL ORDER BY started_at, id
-""")
-
-
-def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(_WORKERS, {"timeout": timeout}).mappings()]
-
-
-# --- campaign live page ----------------------------------------------------------------
-
-# Jobs of one broadcast that ended within the last `window` seconds, read newest first from
-# delivery_jobs_broadcast_finished_idx and capped at `sample` rows: the cost is bounded
-# however fast the campaign drains (the rate is then taken over the span the sample covers).
-_RECENTLY_FINISHED = sa.text("""
-SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now FROM (
-    SELECT finished_at FROM delivery_jobs
-     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
-       AND finished_at > now() - make_interval(secs => :window)
-     ORDER BY finished_at DESC LIMIT :sample) recent
-""")
-
-
-def recently_finished(conn: Connection, broadcast_id: int, window: float = 60,
-                      sample: int = 5000) -> tuple[int, datetime | None, datetime]:
-    """(jobs finished in the window, capped at ``sample``; the oldest of them; now)."""
-    row = conn.execute(_RECENTLY_FINISHED, {"broadcast_id": broadcast_id, "window": window,
-                                            "sample": sample}).one()
-    return int(row.n), row.oldest, row.now
-
-
-# The most frequent error replies among a broadcast's problem jobs (retrying, failed,
-# bounced), over at most `sample` of them via delivery_jobs_broadcast_idx: bounded cost.
-_TOP_ERRORS = sa.text("""
-SELECT left(last_error, 300) AS reply, count(*) AS n FROM (
-    SELECT last_error FROM delivery_jobs
-     WHERE broadcast_id = :broadcast_id AND status IN ('retry', 'failed', 'bounced')
-       AND last_error IS NOT NULL
-     LIMIT :sample) problems
- GROUP BY 1 ORDER BY n DESC, reply LIMIT :limit
-""")
-
-
-def top_errors(conn: Connection, broadcast_id: int, limit: int = 5,
-               sample: int = 2000) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(_TOP_ERRORS, {
-        "broadcast_id": broadcast_id, "limit": limit, "sample": sample}).mappings()]
+def in_flight_for_user(conn: Connection, kind: str, user_ref: str) -> int:
+    return int(conn.execute(_IN_FLIGHT_FOR_USER, {"kind": kind, "user_ref": user_ref})
+               .scalar_one())

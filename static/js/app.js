@@ -20,6 +20,18 @@
       window.htmx.trigger(elt, "senddock:visible");
     });
   });
+  // A message about a campaign's state (data-while-status) goes once the live section
+  // shows another state: "Sending started" does not stay on a finished campaign.
+  function dropStaleMessages() {
+    var live = document.getElementById("campaign-live");
+    if (!live) { return; }
+    var status = live.getAttribute("data-status");
+    document.querySelectorAll("[data-while-status]").forEach(function (elt) {
+      if (elt.getAttribute("data-while-status") !== status) { elt.remove(); }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", dropStaleMessages);
+  document.addEventListener("htmx:afterSwap", dropStaleMessages);
   // Countdown buttons: <button data-countdown-until="ISO time"> stay disabled until then.
   function tickCountdowns() {
     document.querySelectorAll("[data-countdown-until]").forEach(function (btn) {

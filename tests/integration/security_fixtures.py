@@ -16,9 +16,9 @@ from flask import Flask
 from werkzeug.routing import Rule
 from werkzeug.routing.converters import AnyConverter, IntegerConverter
 
-from webapp.domain import suppressions, unsubscribe_links, users, verifications
-from webapp.settings import Config
-from workers import queue
+from webapp.domain import suppressions, users, verifications
+from workers import links, queue
+from workers.settings import Config
 
 ROLES = ("admin", "marketer", "support")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -63,7 +63,7 @@ def seed(engine: sa.Engine, config: Config, *, name: str = "Seeded",
         "job_id": job_id, "failed_job_id": failed_id, "verification_job_id": job["id"],
         "user_id": user_id, "token_id": token_id, "suppressed_email": "suppressed@example.org",
         "user_ref": "user-42", "static_file": "css/app.css",
-        "unsubscribe": unsubscribe_links.make_token(config.secret_key, subscriber_id,
+        "unsubscribe": links.make_token(config.secret_key, subscriber_id,
                                                     campaign["id"]),
     }
 

@@ -146,3 +146,15 @@ def test_a_bearer_token_does_not_open_the_pages(app: Any,
     bearer = {"Authorization": f"Bearer {make_user('admin')['token']}"}
     answer = client.get("/admin/users", headers=bearer)
     assert answer.status_code == 302 and answer.headers["Location"].startswith("/login")
+
+
+def test_the_security_page_shows_the_matrix_the_code_enforces(app: Any) -> None:
+    # docs/security.md and webapp/access.py are one source: the page's table is generated
+    # from the matrix and the registered routes (python -m webapp.access_docs).
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(
+        encoding="utf-8")
+    expected = access.markdown_table(app.url_map.iter_rules())
+    assert access.rewrite_docs(page, expected) == page, \
+        "docs/security.md's role matrix is out of date: run python -m webapp.access_docs"

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 
 from tests.conftest import wait_for
 from tests.helpers import attempts_of, campaign_status, jobs_by_email, make_campaign, suppressed
-from webapp.settings import Config
 from workers import queue
 from workers.pool import Pool
+from workers.settings import Config
 
 RULES = {"rules": [
     {"match": "hard@example.org", "reply": "550 5.1.1 User unknown"},
@@ -132,7 +132,7 @@ def test_relay_down_and_refusing_login_loses_nothing(engine: sa.Engine, sink: An
 def test_relay_unreachable_then_back(engine: sa.Engine, sink: Any,
                                      config_for: Callable[..., Config]) -> None:
     from tests.conftest import free_port
-    from workers.sink import SinkServer
+    from webapp.sink import SinkServer
 
     port = free_port()  # nothing listens here yet: connection refused
     emails = [f"d{i}@example.org" for i in range(5)]

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from tests.conftest import wait_for
 from tests.helpers import campaign_status
 from tests.integration.security_fixtures import calls, login
-from webapp.domain import unsubscribe_links
+from workers import links
 from workers.pool import Pool
 
 PAYLOADS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>']
@@ -77,7 +77,7 @@ def _ids(engine: sa.Engine, config: Any, seeded: dict[str, Any], payload: str
     return {"campaign_id": campaign_id, "list_id": seeded["list"]["id"],
             "subscriber_id": subscriber_id, "job_id": job_id, "user_ref": payload,
             "suppressed_email": "bounced@example.org", "static_file": "css/app.css",
-            "unsubscribe": unsubscribe_links.make_token(config.secret_key, subscriber_id,
+            "unsubscribe": links.make_token(config.secret_key, subscriber_id,
                                                         campaign_id)}
 
 

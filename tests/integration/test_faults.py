@@ -29,10 +29,10 @@ from tests.helpers import (
     suppressed,
 )
 from webapp import db
-from webapp.settings import Config
+from webapp.sink import SinkServer
 from workers import queue
 from workers.pool import Pool
-from workers.sink import SinkServer
+from workers.settings import Config
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from tests.helpers import Browser
 from webapp import create_app
 from webapp.domain import health, limits
 from webapp.domain.errors import Overloaded
-from webapp.settings import Config
 from workers import queue
+from workers.settings import Config
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,9 @@ from tests.conftest import wait_for
 from tests.helpers import Browser, campaign_status, jobs_by_email, make_campaign
 from webapp.domain import audit, inbox, suppressions
 from webapp.domain.errors import Conflict
-from webapp.settings import Config
-from workers import queue
+from workers import queue, queue_reads
 from workers.pool import Pool
+from workers.settings import Config
 
 
 def add_job(conn: sa.Connection, email: str, status: str = "failed", *,
@@ -74,7 +74,7 @@ def test_retry_one_and_the_still_suppressed_refusal(engine: sa.Engine) -> None:
         inbox.retry(conn, bounced, actor="admin@x")
     with engine.begin() as conn:
         inbox.retry(conn, failed, actor="admin@x")
-        job = queue.get_job(conn, failed)
+        job = queue_reads.get_job(conn, failed)
         assert job is not None
         assert (job["status"], job["attempts"], job["finished_at"]) == ("pending", 0, None)
         with pytest.raises(Conflict, match="is pending"):
@@ -113,7 +113,7 @@ def test_dismiss_hides_the_job(engine: sa.Engine) -> None:
         assert inbox.page(conn, inbox.parse_filter({})).rows == []
         with pytest.raises(Conflict):
             inbox.dismiss(conn, job_id, actor="admin@x")
-        assert queue.get_job(conn, job_id)["status"] == "failed"  # type: ignore[index]
+        assert queue_reads.get_job(conn, job_id)["status"] == "failed"  # type: ignore[index]
 
 
 def test_support_reads_but_cannot_act(client: Any, engine: sa.Engine,

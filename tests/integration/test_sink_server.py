@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.sink import SinkServer, read_records
+from webapp.sink import SinkServer, read_records
 
 RAW = (
     b"From: a@example.com\r\n"
@@ -216,7 +216,7 @@ def test_bad_rules_are_refused(tmp_path: Path) -> None:
 
 
 def run_sink(*args: str) -> subprocess.Popen[str]:
-    code = "from workers.sink import smtp_sink_command; smtp_sink_command()"
+    code = "from webapp.sink import smtp_sink_command; smtp_sink_command()"
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],
         stdout=subprocess.PIPE,

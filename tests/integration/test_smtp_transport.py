@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from webapp.sink import SinkServer, read_records
 from workers.classify import ReplyClass
 from workers.message import build_mime
-from workers.sink import SinkServer, read_records
 from workers.smtp import SmtpConfig, SmtpTransport
 
 SENDER = "news@example.com"
@@ -211,7 +211,7 @@ def test_sink_restarted_under_a_kept_connection_is_transparent(tmp_path: Path) -
 
 
 def start_sink_process(port: int, record: Path) -> subprocess.Popen[str]:
-    code = "from workers.sink import smtp_sink_command; smtp_sink_command()"
+    code = "from webapp.sink import smtp_sink_command; smtp_sink_command()"
     process = subprocess.Popen(
         [sys.executable, "-c", code, "--port", str(port), "--record", str(record), "--quiet"],
         stdout=subprocess.PIPE,

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from tests.conftest import Api
 from webapp import create_app
-from webapp.settings import Config
-from workers import queue
+from workers import queue, queue_reads
+from workers.settings import Config
 
 TEMPMAIL = {"user_id": "t-1", "email": "someone@mailinator.com",
             "verify_url": "https://app.example/v?t=x"}
@@ -85,7 +85,7 @@ def test_hold_policy_holds_until_support_releases(hold_app: Any, engine: sa.Engi
     done = browser.post(f"/support/jobs/{held['id']}/release", {"user_id": "t-1"})
     assert "Released" in done.get_data(as_text=True)
     with engine.connect() as conn:
-        assert queue.get_job(conn, held["id"])["status"] == "pending"  # type: ignore[index]
+        assert queue_reads.get_job(conn, held["id"])["status"] == "pending"  # type: ignore[index]
     again = browser.post(f"/support/jobs/{held['id']}/release", {"user_id": "t-1"})
     assert "no longer held" in again.get_data(as_text=True)
     with engine.connect() as conn:
@@ -104,7 +104,7 @@ def test_support_can_drop_a_held_email(hold_app: Any, engine: sa.Engine,
     text = page.get_data(as_text=True)
     assert "Dropped" in text and f"dropped by {support['email']}" in text
     with engine.connect() as conn:
-        job = queue.get_job(conn, held["id"])
+        job = queue_reads.get_job(conn, held["id"])
         assert job is not None and job["status"] == "cancelled" and job["finished_at"]
         assert conn.execute(sa.text("SELECT count(*) FROM audit_log "
                                     "WHERE action = 'verification.drop'")).scalar_one() == 1

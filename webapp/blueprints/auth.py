@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
-
 from flask import Blueprint, redirect, render_template, request, url_for
 from flask_login import login_user, logout_user
 from werkzeug.wrappers import Response
@@ -11,17 +9,13 @@ from werkzeug.wrappers import Response
 from webapp.auth import User
 from webapp.context import engine
 from webapp.domain import users
+from webapp.redirects import local_path
 
 bp = Blueprint("auth", __name__)
 
 
 def _safe_next(target: str | None) -> str:
-    # Only local paths: never an open redirect. Browsers read "\\" as "/" ("/\\evil" is
-    # "//evil"), so a backslash or a control character anywhere disqualifies the target.
-    if target and target.startswith("/") and not target.startswith("//") and \
-            not urlparse(target).netloc and not any(c == "\\" or c < " " for c in target):
-        return target
-    return url_for("home.index")
+    return local_path(target, url_for("home.index"))
 
 
 @bp.route("/login", methods=["GET", "POST"])

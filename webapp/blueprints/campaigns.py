@@ -6,17 +6,20 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, current_app, flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
-from webapp.domain import campaigns, lists
+from webapp.domain import campaigns, inbox, lists, progress
 from webapp.domain.errors import DomainError, Invalid
+from webapp.nav import can_open
+from webapp.redirects import local_path
 
 bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 
 ACTIONS = {"pause": campaigns.pause, "resume": campaigns.resume, "cancel": campaigns.cancel,
            "unschedule": campaigns.unschedule}
+AFTER = {"pause": "paused", "resume": "sending", "cancel": "cancelled", "unschedule": "draft"}
 DONE_MESSAGES = {"pause": "Paused: nothing new is sent until you resume.",
                  "resume": "Resumed: sending continues.",
                  "cancel": "Cancelled: messages not yet sent will not be sent.",
@@ -34,10 +37,11 @@ def _link(campaign_id: int) -> str:
 
 
 def inbox_url(campaign_id: int) -> str:
-    """The failed-jobs inbox filtered to this campaign."""
-    if "inbox.index" in current_app.view_functions:
+    """Where this viewer sees the campaign's failures: the failed-jobs inbox filtered to it
+    for those who may open the inbox, the campaign's read-only failures page otherwise."""
+    if can_open("inbox.index"):
         return url_for("inbox.index", campaign=campaign_id)
-    return f"/inbox?campaign={campaign_id}"
+    return url_for("campaigns.failures", campaign_id=campaign_id)
 
 
 @bp.get("/")
@@ -109,12 +113,28 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
 @bp.get("/<int:campaign_id>")
 def detail(campaign_id: int) -> str:
     with engine().connect() as conn:
-        campaign = campaigns.live(conn, campaign_id)
+        campaign = progress.live(conn, campaign_id)
         the_list = lists.get_list(conn, campaign["list_id"])
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
-                           inbox_url=inbox_url(campaign_id))
+                           inbox_url=inbox_url(campaign_id), page_status=campaign["status"])
+
+
+@bp.get("/<int:campaign_id>/failures")
+def failures(campaign_id: int) -> str:
+    """The campaign's failed and bounced messages, read-only: who, the reply, its class
+    (the admin inbox's retry and dismiss stay with admins)."""
+    error_class = request.args.get("class", "").strip()
+    with engine().connect() as conn:
+        campaign = campaigns.get(conn, campaign_id)
+        where = inbox.parse_filter({"campaign": str(campaign_id), "class": error_class})
+        page = inbox.page(conn, where, request.args.get("after"))
+        counts = campaigns.with_counts(conn, campaign_id)["counts"]
+    return render_template("campaigns/failures.html", c=campaign, page=page,
+                           counts=counts, error_class=error_class,
+                           classes=inbox.ERROR_CLASSES,
+                           first_page=not request.args.get("after"))
 
 
 def _subscriber_arg() -> int | None:
@@ -156,9 +176,7 @@ def preview_html(campaign_id: int) -> Response:
 
 def _back(default: str) -> Response:
     """Redirect to the local page the form came from (never elsewhere: no open redirect)."""
-    back = request.form.get("back", "")
-    target = back if back.startswith("/") and not back.startswith("//") else default
-    return redirect(target, 303)
+    return redirect(local_path(request.form.get("back"), default), 303)
 
 
 @bp.post("/<int:campaign_id>/test")
@@ -215,9 +233,9 @@ def send(campaign_id: int) -> Response:
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
     if campaign["status"] == "scheduled":
         flash(f"Scheduled for {utc(campaign['scheduled_at'])}. It will be sent then, even if "
-              "SendDock restarts in between.", "success")
+              "SendDock restarts in between.", "success:scheduled")
     else:
-        flash("Sending started. This page updates by itself.", "success")
+        flash("Sending started. This page updates by itself.", "success:sending")
     return redirect(_link(campaign_id), 303)
 
 
@@ -229,5 +247,6 @@ def action(campaign_id: int, action: str) -> Response:
     except DomainError as exc:
         flash(f"Could not {action}: {exc.message}", "error")
     else:
-        flash(DONE_MESSAGES[action], "success")
+        # The message lasts only while it is true (base.html, app.js: data-while-status).
+        flash(DONE_MESSAGES[action], f"success:{AFTER[action]}")
     return redirect(_link(campaign_id), 303)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, render_template, request, url_for
+from flask import Blueprint, render_template, request, url_for
 
 from webapp.context import engine
 from webapp.domain import campaigns
+from webapp.nav import can_open
 
 bp = Blueprint("home", __name__)
 
 
 def _campaign_link(campaign_id: int) -> str | None:
-    if "campaigns.detail" in current_app.view_functions:
+    if can_open("campaigns.detail"):
         return url_for("campaigns.detail", campaign_id=campaign_id)
     return None
 

@@ -13,6 +13,7 @@ from webapp.context import actor, engine, role
 from webapp.domain import inbox
 from webapp.domain.errors import DomainError, Invalid
 from webapp.models import JOB_KINDS
+from webapp.redirects import local_path
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -25,9 +26,7 @@ def _filter_args(source: Any) -> dict[str, Any]:
 
 def _local(url: str | None) -> str:
     """``url`` if it is a path on this site, else the inbox (no open redirects)."""
-    if url and url.startswith("/") and not url.startswith("//") and "\\" not in url:
-        return url
-    return url_for("inbox.index")
+    return local_path(url, url_for("inbox.index"))
 
 
 def _can_act() -> bool:

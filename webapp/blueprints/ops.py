@@ -23,7 +23,9 @@ def metrics() -> Response:
     if registry is None:
         registry = current_app.extensions["senddock_metrics"] = registry_for(ext.engine,
                                                                             ext.config)
-    return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+    # content_type, not mimetype: CONTENT_TYPE_LATEST already carries its charset, and
+    # werkzeug would append a second one to a mimetype.
+    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
 @bp.get("/healthz")

@@ -39,7 +39,7 @@ def _json_field(name: str, raw: str) -> Any:
                       fields={name: f"not valid JSON: {exc}"}) from None
 
 
-def _schedule_field(raw: str) -> list[int] | None | str:
+def _schedule_field(raw: str) -> list[int] | str | None:
     text = raw.strip()
     if not text:
         return None
@@ -49,7 +49,7 @@ def _schedule_field(raw: str) -> list[int] | None | str:
         return text  # refused with a clear message by parse_kind
 
 
-def _int_field(raw: str) -> int | None | str:
+def _int_field(raw: str) -> int | str | None:
     text = raw.strip()
     if not text:
         return None

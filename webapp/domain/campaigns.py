@@ -12,9 +12,9 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
-from webapp.domain.unsubscribe_links import unsubscribe_url
-from workers import queue
+from workers import queue, queue_reads, states
 from workers.compose import recipient_context
+from workers.links import unsubscribe_url
 from workers.message import TemplateError, compile_campaign
 
 EDITABLE = ("draft", "scheduled")
@@ -121,7 +121,7 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
                 "FROM broadcasts WHERE id = ANY(:ids)"), {"ids": ids}).mappings():
             summaries[b["id"]] = dict(b)
     for r in rows:
-        c = counts.get(r["broadcast_id"], dict.fromkeys(queue.COUNTED_STATES, 0))
+        c = counts.get(r["broadcast_id"], dict.fromkeys(states.COUNTED, 0))
         r["counts"] = c
         r["total"] = sum(c.values())
         r["audience"] = summaries.get(r["broadcast_id"])
@@ -134,18 +134,6 @@ def all_with_counts(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
         f"SELECT {', '.join(FIELDS)} FROM campaigns ORDER BY id DESC LIMIT :limit"),
         {"limit": limit}).mappings()
     return _attach_counts(conn, [dict(r) for r in rows])
-
-
-def _start_broadcast(conn: Connection, campaign_id: int) -> int:
-    broadcast_id = conn.execute(sa.text(
-        "INSERT INTO broadcasts (campaign_id) VALUES (:c) RETURNING id"), {"c": campaign_id}
-    ).scalar_one()
-    conn.execute(sa.text("""
-        UPDATE campaigns SET status = 'sending', broadcast_id = :b, started_at = now(),
-               updated_at = now(), scheduled_at = NULL WHERE id = :c"""),
-        {"b": broadcast_id, "c": campaign_id})
-    conn.execute(sa.text("SELECT pg_notify('senddock_jobs', 'enqueue')"))
-    return int(broadcast_id)
 
 
 def send(conn: Connection, campaign_id: int, *, actor: str = "system",
@@ -161,7 +149,7 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
                              "updated_at = now() WHERE id = :id"), {"at": at, "id": campaign_id})
         audit.record(conn, actor, "campaign.schedule", f"campaign:{campaign_id}", at=at)
     else:
-        _start_broadcast(conn, campaign_id)
+        queue.start_broadcast(conn, campaign_id)
         audit.record(conn, actor, "campaign.send", f"campaign:{campaign_id}")
     return with_counts(conn, campaign_id)
 
@@ -174,19 +162,6 @@ def unschedule(conn: Connection, campaign_id: int, *, actor: str = "system") -> 
                          "updated_at = now() WHERE id = :id"), {"id": campaign_id})
     audit.record(conn, actor, "campaign.unschedule", f"campaign:{campaign_id}")
     return with_counts(conn, campaign_id)
-
-
-def fire_due_scheduled(conn: Connection) -> list[int]:
-    """Start every scheduled campaign whose time has come (run by the pool each second;
-    the schedule lives in the row, so it survives restarts)."""
-    due = [r.id for r in conn.execute(sa.text("""
-        SELECT id FROM campaigns WHERE status = 'scheduled' AND scheduled_at <= now()
-         ORDER BY scheduled_at FOR UPDATE SKIP LOCKED"""))]
-    for campaign_id in due:
-        _start_broadcast(conn, campaign_id)
-        audit.record(conn, "scheduler", "campaign.send", f"campaign:{campaign_id}",
-                     scheduled=True)
-    return due
 
 
 def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> dict[str, Any]:
@@ -326,15 +301,15 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
     most frequent error replies. Every query is bounded, whatever the campaign's size."""
     campaign = with_counts(conn, campaign_id)
     counts = campaign["counts"]
-    campaign["done"] = sum(counts[s] for s in queue.TERMINAL)
+    campaign["done"] = sum(counts[s] for s in states.TERMINAL)
     campaign["remaining"] = counts["pending"] + counts["sending"] + counts["retry"]
     campaign.update(rate=None, eta_seconds=None, errors=[])
     broadcast_id = campaign["broadcast_id"]
     if not broadcast_id:
         return campaign
-    campaign["errors"] = queue.top_errors(conn, broadcast_id)
+    campaign["errors"] = queue_reads.top_errors(conn, broadcast_id)
     if campaign["status"] == "sending" and campaign["enqueued"]:
-        n, oldest, now = queue.recently_finished(conn, broadcast_id, RATE_WINDOW, RATE_SAMPLE)
+        n, oldest, now = queue_reads.recently_finished(conn, broadcast_id, RATE_WINDOW, RATE_SAMPLE)
         span = RATE_WINDOW if n < RATE_SAMPLE or oldest is None \
             else (now - oldest).total_seconds()
         span = min(span, (now - campaign["audience"]["enqueued_at"]).total_seconds())

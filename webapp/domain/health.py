@@ -16,8 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from webapp.settings import Config
-from workers import queue
+from workers import queue, queue_reads
+from workers.settings import Config
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
 CHART = timedelta(hours=1)  # the sent-per-minute chart
@@ -65,9 +65,9 @@ class MinuteCache:
             self._cache.clear()
 
 
-ATTEMPTS = MinuteCache(queue.attempts_per_minute)
+ATTEMPTS = MinuteCache(queue_reads.attempts_per_minute)
 TIME_TO_SENT = MinuteCache(
-    lambda conn, since, until: queue.time_to_sent_per_minute(conn, since, until,
+    lambda conn, since, until: queue_reads.time_to_sent_per_minute(conn, since, until,
                                                              TIME_TO_SENT_BOUNDS),
     keep=WINDOW)
 
@@ -114,7 +114,7 @@ class Alarm:
 
 def _failure_rate(conn: Connection) -> tuple[float, int]:
     """(share of the last 15 minutes' finished jobs that failed or bounced, finished)."""
-    failed = queue.problems_since(conn, datetime.now(UTC) - WINDOW)
+    failed = queue_reads.problems_since(conn, datetime.now(UTC) - WINDOW)
     sent = sum(n for (_kind, outcome), n in attempts_in_window(conn).items()
                if outcome == "sent")
     finished = failed + sent
@@ -141,7 +141,7 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
         alarms.append(Alarm("relay_down", f"The SMTP relay is down{when}: delivery is "
                             f"paused and resumes by itself. Last error: "
                             f"{relay.get('last_error') or 'unknown'}"))
-    oldest = queue.oldest_due_age(conn)
+    oldest = queue_reads.oldest_due_age(conn)
     if config.alarm_oldest_pending > 0 and oldest > config.alarm_oldest_pending:
         alarms.append(Alarm("oldest_pending", f"The oldest waiting message has waited "
                             f"{_age(oldest)} (alarm above {_age(config.alarm_oldest_pending)})."))
@@ -152,7 +152,7 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
                             f"finished in the last 15 minutes failed or bounced (alarm "
                             f"above {config.alarm_failure_rate:.0%}).", "warn"))
     if oldest > 0 and not any(w["live"] for w in
-                              queue.running_workers(conn, config.worker_timeout)):
+                              queue_reads.running_workers(conn, config.worker_timeout)):
         alarms.append(Alarm("no_workers", "No delivery worker is running: messages are "
                             "waiting. Start `senddock worker` or `senddock serve`."))
     return alarms
@@ -185,16 +185,16 @@ def cached_alarms(engine: Engine, config: Config) -> list[Alarm]:
 
 def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
     """Everything the queue health page shows."""
-    by_kind = queue.jobs_by_kind_and_state(conn)
+    by_kind = queue_reads.jobs_by_kind_and_state(conn)
     return {
         "by_kind": by_kind,
         "totals": {s: sum(k[s] for k in by_kind.values())
                    for s in next(iter(by_kind.values()))},
-        "oldest_due": queue.oldest_due_age(conn),
+        "oldest_due": queue_reads.oldest_due_age(conn),
         "backlog": queue.backlog(conn),
         "max_backlog": config.max_backlog,
         "chart": sent_per_minute(conn),
-        "workers": queue.running_workers(conn, config.worker_timeout),
+        "workers": queue_reads.running_workers(conn, config.worker_timeout),
         "relay": queue.relay_status(conn),
         "alarms": compute_alarms(conn, config),
         "thresholds": {"oldest_pending": config.alarm_oldest_pending,

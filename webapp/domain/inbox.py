@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.models import JOB_KINDS
-from workers import queue
+from workers import queue, queue_reads
 
 PAGE_SIZE = 50
 ERROR_CLASSES = ("hard_bounce", "rejected", "transient", "build")
@@ -96,7 +96,7 @@ def _parse_cursor(cursor: str | None) -> tuple[datetime, int] | None:
 def page(conn: Connection, where: queue.ProblemFilter, after: str | None = None,
          limit: int = PAGE_SIZE) -> InboxPage:
     """One page of the inbox after ``after`` (a cursor from the previous page)."""
-    rows = queue.problem_jobs(conn, where, after=_parse_cursor(after), limit=limit + 1)
+    rows = queue_reads.problem_jobs(conn, where, after=_parse_cursor(after), limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return InboxPage(rows, _cursor_of(rows[-1]) if more and rows else None)
@@ -104,10 +104,10 @@ def page(conn: Connection, where: queue.ProblemFilter, after: str | None = None,
 
 def detail(conn: Connection, job_id: int) -> dict[str, Any]:
     """The job with its attempt timeline, its campaign's name and its suppression entry."""
-    job = queue.get_job(conn, job_id)
+    job = queue_reads.get_job(conn, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
-    job["timeline"] = queue.job_attempts(conn, job_id)
+    job["timeline"] = queue_reads.job_attempts(conn, job_id)
     job["suppression"] = suppressions.get(conn, job["email"])
     job["audit"] = audit.entries(conn, target=f"job:{job_id}", limit=20)
     job["campaign_name"] = conn.execute(sa.text("SELECT name FROM campaigns WHERE id = :id"),
@@ -138,7 +138,7 @@ def retry(conn: Connection, job_id: int, *, actor: str) -> dict[str, Any]:
     result = queue.retry_problem_jobs(conn, queue.ProblemFilter(job_id=job_id),
                                       as_of=datetime.now(UTC))
     if not result["retried"]:
-        raise _refusal(result, queue.get_job(conn, job_id))
+        raise _refusal(result, queue_reads.get_job(conn, job_id))
     audit.record(conn, actor, "job.retry", f"job:{job_id}")
     queue.notify_new_jobs(conn, result["kinds"][0])
     return result
@@ -162,7 +162,7 @@ def dismiss(conn: Connection, job_id: int, *, actor: str) -> None:
     """Take the job out of the inbox; its state and history stay."""
     row = queue.dismiss_job(conn, job_id)
     if row is None:
-        job = queue.get_job(conn, job_id)
+        job = queue_reads.get_job(conn, job_id)
         if job is None:
             raise NotFound(f"job {job_id} does not exist")
         raise Conflict(f"job {job_id} is not an open failed or bounced job")

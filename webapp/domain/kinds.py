@@ -40,7 +40,7 @@ MAX_DESCRIPTION = 500
 MAX_SAMPLE_BYTES = 64 * 1024
 # A new kind's defaults per class: critical mail retries fast and briefly, lifecycle mail
 # patiently (a reminder an hour late is fine; one lost is not).
-DEFAULTS = {
+DEFAULTS: dict[str, dict[str, Any]] = {
     "critical": {"retry_schedule": [30, 120, 600], "resend_cooldown": 60, "dedupe_window": 0},
     "lifecycle": {"retry_schedule": [300, 1800, 7200, 21600], "resend_cooldown": 3600,
                   "dedupe_window": 86400},

@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Overloaded
-from webapp.settings import Config
 from workers import queue
+from workers.settings import Config
 
 
 def check_backlog(conn: Connection, config: Config, adding: int = 1) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -14,6 +12,7 @@ from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit
+from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import Conflict, Invalid, NotFound
 
 MAX_NAME = 200
@@ -307,27 +306,20 @@ def remove_member(conn: Connection, list_id: int, subscriber_id: int, *,
 # --- export ------------------------------------------------------------------------------
 
 EXPORT_CHUNK = 5000
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cell(value: Any) -> str:
-    # Spreadsheet programs run cells that start like a formula (CSV injection): neutralise.
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
     """The list as CSV text, yielded a chunk at a time (keyset over the membership key), so
     a million subscribers are never held in memory. Columns: email, name, status, added_at,
-    then every attribute key found on the list; the file imports back as it is."""
+    then every attribute key found on the list; the file imports back as it is. Every cell,
+    the header's attribute keys included, is neutralised against spreadsheet formulas."""
     get_list(conn, list_id)
     keys = sorted(conn.execute(sa.text("""
         SELECT DISTINCT jsonb_object_keys(s.attributes) FROM memberships m
           JOIN subscribers s ON s.id = m.subscriber_id WHERE m.list_id = :l"""),
         {"l": list_id}).scalars())
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["email", "name", "status", "added_at", *keys])
+    writer = SafeWriter()
+    writer.row(["email", "name", "status", "added_at", *keys])
     after = 0
     while True:
         rows = conn.execute(sa.text("""
@@ -337,11 +329,9 @@ def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
              ORDER BY m.subscriber_id LIMIT :n"""),
             {"l": list_id, "after": after, "n": EXPORT_CHUNK}).all()
         for r in rows:
-            writer.writerow([_cell(r.email), _cell(r.name), r.status, r.created_at.isoformat(),
-                             *(_cell(r.attributes.get(k)) for k in keys)])
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
+            writer.row([r.email, r.name, r.status, r.created_at.isoformat(),
+                        *(r.attributes.get(k) for k in keys)])
+        yield writer.take()
         if len(rows) < EXPORT_CHUNK:
             return
         after = rows[-1].subscriber_id

@@ -28,9 +28,9 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, kinds, limits, verifications
 from webapp.domain.errors import Conflict, Invalid, NotFound, TooLarge, TooMany
 from webapp.domain.lists import check_email
-from webapp.settings import Config
-from workers import queue
+from workers import queue, queue_reads
 from workers.kinds import BUILTIN, KindSpec
+from workers.settings import Config
 
 MAX_JSON_BYTES = 64 * 1024
 MAX_AHEAD = timedelta(days=365)
@@ -317,7 +317,7 @@ def user_overview(conn: Connection, config: Config, user_ref: str) -> list[KindH
     event that caused each one, and its own resend cooldown; :class:`NotFound` when the
     user has none."""
     sections = []
-    for spec in [kinds.get(conn, name) for name in queue.kinds_for_user(conn, user_ref)]:
+    for spec in [kinds.get(conn, name) for name in queue_reads.kinds_for_user(conn, user_ref)]:
         cooldown = cooldown_of(spec, config)
         schedule = spec.retry_schedule if spec.retry_schedule is not None \
             else config.retry_schedule.get(spec.name, config.retry_schedule[BUILTIN])

@@ -1,39 +1,16 @@
-"""Signed, unguessable unsubscribe links (SPEC 3, P10)."""
+"""Following an unsubscribe link: who it names, and putting them on the suppression list
+(SPEC 3). The links themselves are signed by the engine (:mod:`workers.links`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import sqlalchemy as sa
-from itsdangerous import BadSignature, URLSafeSerializer
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import NotFound
-
-_SALT = "senddock-unsubscribe-v1"
-
-
-def make_token(secret_key: str, subscriber_id: int, campaign_id: int | None) -> str:
-    """A token naming the subscriber and campaign, signed with the secret key (HMAC)."""
-    return URLSafeSerializer(secret_key, salt=_SALT).dumps([subscriber_id, campaign_id])
-
-
-def read_token(secret_key: str, token: str) -> tuple[int, int | None] | None:
-    """(subscriber_id, campaign_id) for a genuine token; None for a forged or broken one."""
-    try:
-        value = URLSafeSerializer(secret_key, salt=_SALT).loads(token)
-    except BadSignature:
-        return None
-    if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], int)
-            or not (value[1] is None or isinstance(value[1], int))):
-        return None
-    return value[0], value[1]
-
-
-def unsubscribe_url(base_url: str, secret_key: str, subscriber_id: int,
-                    campaign_id: int | None) -> str:
-    return f"{base_url}/u/{make_token(secret_key, subscriber_id, campaign_id)}"
+from workers.links import read_token
 
 
 def recipient_for(conn: Connection, secret_key: str, token: str) -> dict[str, Any] | None:

@@ -29,10 +29,10 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, limits
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
-from webapp.settings import Config
-from workers import queue
+from workers import queue, queue_reads
 from workers.classify import ReplyClass, humanize
 from workers.kinds import load_kind
+from workers.settings import Config
 
 KIND = "verification"
 FLAG_DISPOSABLE = "disposable_domain"
@@ -278,7 +278,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
 
 
 def _not_held(conn: Connection, job_id: int) -> DomainError:
-    job = queue.get_job(conn, job_id)
+    job = queue_reads.get_job(conn, job_id)
     if job is None or job["kind"] != KIND:
         return NotFound(f"verification email {job_id} does not exist")
     return Conflict(f"verification email {job_id} is no longer held (it is "
@@ -325,7 +325,7 @@ def search(conn: Connection, q: str) -> list[dict[str, Any]]:
         correlation_id: str | None = str(uuid.UUID(q))
     except ValueError:
         correlation_id = None
-    return queue.search_users(conn, KIND, email=q if "@" in q else None,
+    return queue_reads.search_users(conn, None, email=q if "@" in q else None,
                               correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
 
 
@@ -356,13 +356,13 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
     """Every job of the kind (verification unless told) for the user with its attempts,
     explained; :class:`NotFound` when the user has none. ``cooldown`` and ``max_attempts``
     are the kind's (default: the settings')."""
-    jobs = queue.jobs_for_user(conn, kind, user_ref)
+    jobs = queue_reads.jobs_for_user(conn, kind, user_ref)
     if not jobs:
         raise NotFound(f"no {kind} emails for user {user_ref}")
     cooldown = config.resend_cooldown if cooldown is None else cooldown
     latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
-    attempts = queue.attempts_for_jobs(conn, [j["id"] for j in jobs])
+    attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
     if max_attempts is None:
         max_attempts = len(config.retry_schedule[KIND]) + 1
     now = datetime.now(UTC)

@@ -19,10 +19,10 @@ def body() -> dict[str, Any]:
     """The request's JSON object, or a 400 that says what is wrong with it."""
     if not request.data:
         raise DomainError("the request body must be a JSON object")
-    data = request.get_json(silent=True)
-    if data is None:
+    if not request.is_json:
         raise DomainError("the request body is not valid JSON (Content-Type must be "
                           "application/json)")
+    data = request.get_json()  # bad or too deeply nested JSON: a 400 saying why
     if not isinstance(data, dict):
         raise DomainError("the request body must be a JSON object")
     return data

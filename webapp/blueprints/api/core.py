@@ -8,11 +8,12 @@ from typing import Any
 from flask import request
 from werkzeug.wrappers import Response
 
+from webapp import access
 from webapp.blueprints.api import answer, body, bp
-from webapp.context import actor, config, engine
+from webapp.context import actor, config, engine, role
 from webapp.domain import campaigns, lists, messages
 from webapp.domain.errors import Invalid, NotFound
-from workers import queue
+from workers import queue_reads
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:
@@ -93,17 +94,30 @@ def campaign_action(campaign_id: int, action: str) -> Response:
     return answer(campaign_json(campaign), 202)
 
 
+# What a marketer may not see of a campaign job: the payload (a verification's payload
+# holds a working verify link, a test send's the tester's choices) and who asked for it.
+MARKETER_HIDDEN = ("payload", "user_ref", "idempotency_key", "requested_by")
+
+
 @bp.get("/jobs/<int:job_id>")
 def get_job(job_id: int) -> Response:
+    """Support and admins read any job. A marketer reads only jobs of a campaign, without
+    their payload; any other job answers 404 as if it did not exist (ids are sequential,
+    so a 403 would tell which verification ids exist)."""
+    marketer = role() not in access.JOB_READERS
     with engine().connect() as conn:
-        job = queue.get_job(conn, job_id)
-        if job is None:
+        job = queue_reads.get_job(conn, job_id)
+        if job is None or (marketer and job.get("campaign_id") is None):
             raise NotFound(f"job {job_id} does not exist")
         job.pop("claim_token", None)
-        view = messages.as_json(job) if job["kind"] != "broadcast" else {}
-        job["event"], job["data"] = view.get("event"), view.get("data")
+        if marketer:
+            for key in MARKETER_HIDDEN:
+                job.pop(key, None)
+        else:
+            view = messages.as_json(job) if job["kind"] != "broadcast" else {}
+            job["event"], job["data"] = view.get("event"), view.get("data")
         job["attempts_made"] = job.pop("attempts")
-        job["attempts"] = queue.job_attempts(conn, job_id)
+        job["attempts"] = queue_reads.job_attempts(conn, job_id)
     return answer(job)
 
 

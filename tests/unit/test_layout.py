@@ -1,0 +1,77 @@
+"""The layout shows the architecture (STYLE.md): the engine stands alone, and the job
+vocabulary lives in one module that the schema and the SQL read."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from workers import states
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_the_engine_never_imports_the_web_app() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(m for m in _imports(path)
+                                            if m == "webapp" or m.startswith("webapp."))
+        for path in (ROOT / "workers").rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_engine_does_not_import_test_tools() -> None:
+    for path in (ROOT / "workers").rglob("*.py"):
+        assert "aiosmtpd" not in " ".join(_imports(path)), path
+
+
+def test_no_sql_spells_out_a_list_of_job_states() -> None:
+    """State lists in SQL come from workers.states (sql_list), so adding a state is a
+    one-place change. A literal ('pending', 'retry') in a statement is a second copy."""
+    job_only = set(states.STATES) - {"sending", "sent", "cancelled"}  # campaigns share these
+    pattern = re.compile(r"status\s+IN\s+\([^)]*'(?:" + "|".join(sorted(job_only)) + r")'")
+    hits = []
+    for folder in ("workers", "webapp"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line):
+                    hits.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+    assert hits == []
+
+
+def test_vocabulary_is_consistent() -> None:
+    assert set(states.TERMINAL) | set(states.ACTIVE) == set(states.STATES)
+    assert not set(states.TERMINAL) & set(states.ACTIVE)
+    assert set(states.CLAIMABLE) <= set(states.ACTIVE)
+    assert set(states.PROBLEM) <= set(states.TERMINAL)
+    assert set(states.TRANSITIONS) == set(states.STATES)
+    for old, targets in states.TRANSITIONS.items():
+        assert targets <= set(states.STATES), old
+    assert set(states.PRIORITY) == set(states.KINDS)
+    assert states.can_move("pending", "sending")
+    assert not states.can_move("sent", "pending")
+    assert states.sql_list(("a", "b")) == "('a', 'b')"
+
+
+def test_cli_loads_the_demo_and_the_sink_lazily() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, webapp.cli; "
+            "print(any(m.startswith(('aiosmtpd', 'webapp.sink', 'webapp.demo')) "
+            "for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"

@@ -1,0 +1,24 @@
+"""``python -m webapp.access_docs``: rewrite the role matrix in docs/security.md from the
+routes the app registers and :mod:`webapp.access` (no database needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from webapp import access, create_app
+from workers.settings import load
+
+
+def main() -> None:
+    app = create_app(load({"SECRET_KEY": "docs", "DATABASE_URL": "postgresql://docs@/docs"}),
+                     engine=sa.create_engine("postgresql+psycopg://docs@/docs"))
+    path = Path(__file__).resolve().parent.parent / "docs" / "security.md"
+    table = access.markdown_table(app.url_map.iter_rules())
+    path.write_text(access.rewrite_docs(path.read_text(encoding="utf-8"), table),
+                    encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""What the live campaign page tells a marketer, and only what is true (issue 17):
+
+- the rate is the finishes of the last :data:`RATE_WINDOW` seconds (never reaching back
+  before the jobs existed or the campaign was last resumed), and "nothing finished for N s"
+  when that is the case, instead of an old average;
+- the ETA covers only the messages that can be sent now; messages waiting on their retry
+  backoff are stated apart ("60 waiting to retry, next at 07:51:05"), since no rate makes
+  them go sooner;
+- the percentage is floored, so it reads 100 % only when every recipient has a final state.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from webapp.domain import campaigns
+from workers import queue, queue_reads
+
+RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
+RATE_SAMPLE = 5000  # at most this many finishes are read (bounded cost at any speed)
+STALL_AFTER = 5.0  # with no finish for this long, say so instead of showing a rate
+MIN_SPAN = 1.0  # a rate over less than a second of sending is noise
+
+# The last time the campaign was resumed (the audit log is its record).
+_LAST_RESUME = sa.text("""
+SELECT max(at) FROM audit_log WHERE target = :target AND action = 'campaign.resume'
+""")
+
+
+def percent_done(done: int, total: int) -> float:
+    """``done`` of ``total`` as a percentage floored to one decimal: 9,993 of 9,997 is
+    99.9 %, never 100 % while one recipient has no final state."""
+    if total <= 0:
+        return 0.0
+    if done >= total:
+        return 100.0
+    return min(99.9, math.floor(1000 * done / total) / 10)
+
+
+def _rate(conn: Connection, campaign: dict[str, Any]) -> dict[str, Any]:
+    """The recent rate, or why there is none: {rate, window, stalled_for}."""
+    broadcast_id = campaign["broadcast_id"]
+    start = campaign["audience"]["enqueued_at"]
+    resumed = conn.execute(_LAST_RESUME, {"target": f"campaign:{campaign['id']}"}).scalar()
+    if resumed is not None and resumed > start:
+        start = resumed
+    now = conn.execute(sa.text("SELECT now()")).scalar_one()
+    window_start = max(start, now - timedelta(seconds=RATE_WINDOW))
+    row = queue_reads.recent_finishes(conn, broadcast_id, window_start, RATE_SAMPLE)
+    result: dict[str, Any] = {"rate": None, "window": None, "stalled_for": None}
+    newest = row.newest if row.newest is not None and row.newest > start else None
+    quiet_since = newest or start
+    quiet = (row.now - quiet_since).total_seconds()
+    if quiet > STALL_AFTER:
+        result["stalled_for"] = quiet
+        return result
+    span_start = row.oldest if row.n >= RATE_SAMPLE and row.oldest else window_start
+    span = (row.now - span_start).total_seconds()
+    if row.n and span >= MIN_SPAN:
+        result["rate"] = row.n / span
+        result["window"] = span
+    return result
+
+
+def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
+    """The campaign with exact counts (P8) plus what the live page shows: ``done``,
+    ``remaining``, ``percent``, ``due`` (can be sent now), ``rate`` (finishes per second
+    over ``rate_window`` seconds) or ``stalled_for`` (seconds with no finish), ``eta_seconds``
+    for the due messages at that rate, ``retry_next_at``/``retry_last_at`` for the jobs on
+    backoff, and the most frequent error replies. Every query is bounded."""
+    campaign = campaigns.with_counts(conn, campaign_id)
+    counts = campaign["counts"]
+    campaign["done"] = sum(counts[s] for s in queue.TERMINAL)
+    campaign["remaining"] = counts["pending"] + counts["sending"] + counts["retry"]
+    campaign["due"] = counts["pending"] + counts["sending"]
+    campaign["percent"] = percent_done(campaign["done"], campaign["total"])
+    campaign.update(rate=None, rate_window=None, stalled_for=None, eta_seconds=None,
+                    errors=[], retry_next_at=None, retry_last_at=None)
+    broadcast_id = campaign["broadcast_id"]
+    if not broadcast_id:
+        return campaign
+    campaign["errors"] = queue_reads.top_errors(conn, broadcast_id)
+    if counts["retry"]:
+        next_at, last_at = queue_reads.retry_due(conn, broadcast_id)
+        campaign["retry_next_at"], campaign["retry_last_at"] = next_at, last_at
+    if campaign["status"] == "sending" and campaign["enqueued"]:
+        rate = _rate(conn, campaign)
+        campaign["rate"], campaign["rate_window"] = rate["rate"], rate["window"]
+        campaign["stalled_for"] = rate["stalled_for"]
+        if campaign["rate"] and campaign["due"]:
+            campaign["eta_seconds"] = campaign["due"] / campaign["rate"]
+    return campaign

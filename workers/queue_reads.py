@@ -1,0 +1,398 @@
+"""Read queries of the queue for the pages: support, inbox, health, campaign progress.
+
+Nothing here changes a job; the statements that do (and the promises P2-P8 they keep) are
+in :mod:`workers.queue`. Every list is keyset-paged or bounded by an index, so a page view
+never counts a million rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from workers.queue import JOB_COLUMNS, ProblemFilter
+from workers.states import CLAIMABLE, CLASS_PRIORITY, KINDS, PRIORITY, PROBLEM, STATES, sql_list
+
+# --- reading jobs ----------------------------------------------------------------------
+
+def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(sa.text("SELECT * FROM delivery_jobs WHERE id = :id"),
+                       {"id": job_id}).mappings().first()
+    return dict(row) if row else None
+
+
+def job_attempts(conn: Connection, job_id: int) -> list[dict[str, Any]]:
+    """The job's attempts in the order they happened (an inbox retry restarts the attempt
+    numbers, so they alone do not order the timeline)."""
+    rows = conn.execute(sa.text("""
+        SELECT attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
+               stage, worker
+          FROM job_attempts WHERE job_id = :id ORDER BY started_at, id"""), {"id": job_id})
+    return [dict(r) for r in rows.mappings()]
+
+
+# Every job for one user, newest first (delivery_jobs_user_idx).
+_JOBS_FOR_USER = sa.text(f"""
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref
+ ORDER BY created_at DESC, id DESC LIMIT :limit
+""")
+
+
+def jobs_for_user(conn: Connection, kind: str, user_ref: str,
+                  limit: int = 100) -> list[dict[str, Any]]:
+    rows = conn.execute(_JOBS_FOR_USER, {"kind": kind, "user_ref": user_ref, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+_ATTEMPTS_FOR_JOBS = sa.text("""
+SELECT job_id, attempt, started_at, duration_ms, outcome, smtp_code, enhanced_code, reply,
+       stage
+  FROM job_attempts WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, attempt, id
+""")
+
+
+def attempts_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    """The attempts of several jobs in one query, keyed by job id (oldest attempt first)."""
+    result: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
+    if job_ids:
+        for row in conn.execute(_ATTEMPTS_FOR_JOBS, {"ids": list(job_ids)}).mappings():
+            result[row["job_id"]].append(dict(row))
+    return result
+
+
+# Users whose jobs match an address (case-insensitive), a correlation ID or a user id, each
+# with their newest job. Each arm has its own index (email, correlation, user), so the
+# search stays an index lookup however large the table grows.
+_SEARCH_USERS = """
+WITH hits AS (
+    SELECT DISTINCT user_ref FROM delivery_jobs
+     WHERE {kind} AND user_ref IS NOT NULL
+       AND (lower(email) = lower(CAST(:email AS text))
+            OR correlation_id = CAST(:correlation_id AS uuid)
+            OR user_ref = CAST(:user_ref AS text))
+     LIMIT :limit
+)
+SELECT h.user_ref, last.email, last.status, last.created_at, last.kind AS last_kind,
+       (SELECT count(*) FROM delivery_jobs c
+         WHERE {c_kind} AND c.user_ref = h.user_ref) AS jobs
+  FROM hits h
+ CROSS JOIN LATERAL (
+    SELECT j.email, j.status, j.created_at, j.kind FROM delivery_jobs j
+     WHERE {j_kind} AND j.user_ref = h.user_ref
+     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
+ ORDER BY last.created_at DESC
+"""
+# One kind, or every transactional kind (the support page shows them all, SPEC 11).
+_SEARCH_ONE_KIND = sa.text(_SEARCH_USERS.format(kind="kind = :kind", c_kind="c.kind = :kind",
+                                                j_kind="j.kind = :kind"))
+_SEARCH_ALL_KINDS = sa.text(_SEARCH_USERS.format(
+    kind="kind NOT IN ('broadcast', 'test')", c_kind="c.kind NOT IN ('broadcast', 'test')",
+    j_kind="j.kind NOT IN ('broadcast', 'test')"))
+
+
+def search_users(conn: Connection, kind: str | None, *, email: str | None = None,
+                 correlation_id: str | None = None, user_ref: str | None = None,
+                 limit: int = 50) -> list[dict[str, Any]]:
+    """Users (``user_ref``) with a ``kind`` job (None: of any transactional kind) matching
+    any of the given keys; None keys match nothing. ``correlation_id`` must be a valid
+    UUID or None."""
+    rows = conn.execute(_SEARCH_ONE_KIND if kind else _SEARCH_ALL_KINDS, {
+        "kind": kind, "email": email, "correlation_id": correlation_id,
+        "user_ref": user_ref, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+# --- inbox and health ------------------------------------------------------------------
+# The failed-jobs inbox (failed and bounced jobs not dismissed) and the queue's vital signs.
+# Every list is keyset-paged on an index; nothing counts a million rows per page view.
+
+def problem_jobs(conn: Connection, where: ProblemFilter, *,
+                 after: tuple[datetime, int] | None = None,
+                 limit: int = 50) -> list[dict[str, Any]]:
+    """Failed and bounced jobs, newest first, ``limit`` of them after the keyset ``after``
+    (finished_at, id). Walks delivery_jobs_problem_idx (or its per-campaign twin)."""
+    sql, params = where.where()
+    if after is not None:
+        sql += " AND (j.finished_at, j.id) < (:after_at, :after_id)"
+        params.update(after_at=after[0], after_id=after[1])
+    # A search for one address, correlation ID or job matches a handful of rows: find them
+    # by their own index first, then sort. Without the fence the planner may walk the inbox
+    # index in date order hoping to meet them early, and read all million entries.
+    source = "delivery_jobs j"
+    if where.email or where.correlation_id or where.job_id is not None:
+        source = f"(WITH m AS MATERIALIZED (SELECT * FROM delivery_jobs j WHERE {sql}) " \
+                 "SELECT * FROM m) j"
+    rows = conn.execute(sa.text(f"""
+        SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
+               j.attempts, j.last_error, j.last_error_class,
+               j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
+               EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
+                   AS suppressed
+          FROM {source} LEFT JOIN campaigns c ON c.id = j.campaign_id
+         WHERE {sql}
+         ORDER BY j.finished_at DESC, j.id DESC
+         LIMIT :limit"""), {**params, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+# Jobs per kind and state without counting campaign jobs: those come from the
+# trigger-kept counters, the other kinds from their own small index.
+_JOBS_BY_KIND_AND_STATE = sa.text("""
+SELECT 'broadcast' AS kind, status, sum(n)::bigint AS n FROM broadcast_counts GROUP BY status
+UNION ALL
+SELECT kind, status, count(*) AS n FROM delivery_jobs WHERE kind <> 'broadcast'
+ GROUP BY kind, status
+""")
+
+
+def jobs_by_kind_and_state(conn: Connection) -> dict[str, dict[str, int]]:
+    """{kind: {status: n}} for every kind and state (zeros included)."""
+    result = {kind: dict.fromkeys(STATES, 0) for kind in KINDS}
+    for row in conn.execute(_JOBS_BY_KIND_AND_STATE):
+        result.setdefault(row.kind, dict.fromkeys(STATES, 0))[row.status] = int(row.n)
+    return result
+
+
+# How long the longest-waiting due job has waited: one probe of the claim index per
+# priority (paused campaigns' jobs are not waiting on us and are passed over).
+_OLDEST_DUE = sa.text(f"""
+SELECT extract(epoch FROM now() - min(t.available_at)) FROM unnest(CAST(:priorities AS int[])) p
+  CROSS JOIN LATERAL (
+    SELECT j.available_at FROM delivery_jobs j
+     WHERE j.status IN {sql_list(CLAIMABLE)} AND j.priority = p AND j.available_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
+     ORDER BY j.available_at LIMIT 1) t
+""")
+
+
+def oldest_due_age(conn: Connection) -> float:
+    """Seconds the oldest due (pending or retry) job has been waiting; 0 when none is."""
+    value = conn.execute(_OLDEST_DUE, {"priorities": sorted(set(CLASS_PRIORITY.values()))}
+                         ).scalar()
+    return max(0.0, float(value or 0))
+
+
+# Counted attempts per minute, kind and outcome class (sent, hard_bounce, rejected,
+# transient, build) from job_attempts_started_idx: the sent-per-minute chart, sends and
+# failures by class, retries.
+_ATTEMPTS_PER_MINUTE = sa.text("""
+SELECT date_trunc('minute', a.started_at) AS minute, j.kind, a.outcome, count(*) AS n
+  FROM job_attempts a JOIN delivery_jobs j ON j.id = a.job_id
+ WHERE a.started_at >= :since AND a.started_at < :until
+ GROUP BY 1, 2, 3
+""")
+
+
+def attempts_per_minute(conn: Connection, since: datetime,
+                        until: datetime) -> list[tuple[datetime, str, str, int]]:
+    rows = conn.execute(_ATTEMPTS_PER_MINUTE, {"since": since, "until": until})
+    return [(r.minute, r.kind, r.outcome, int(r.n)) for r in rows]
+
+
+# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_at_idx).
+# Bucket i counts jobs with bounds[i-1] <= seconds < bounds[i] (0: below the first bound).
+_TIME_TO_SENT = sa.text("""
+SELECT date_trunc('minute', finished_at) AS minute, kind,
+       width_bucket(extract(epoch FROM finished_at - created_at)::float8,
+                    CAST(:bounds AS float8[])) AS bucket,
+       count(*) AS n, sum(extract(epoch FROM finished_at - created_at))::float8 AS seconds
+  FROM delivery_jobs
+ WHERE status = 'sent' AND finished_at >= :since AND finished_at < :until
+ GROUP BY 1, 2, 3
+""")
+
+
+def time_to_sent_per_minute(conn: Connection, since: datetime, until: datetime,
+                            bounds: Sequence[float]) -> list[tuple[datetime, str, int, int,
+                                                                   float]]:
+    rows = conn.execute(_TIME_TO_SENT, {"since": since, "until": until,
+                                        "bounds": [float(b) for b in bounds]})
+    return [(r.minute, r.kind, int(r.bucket), int(r.n), float(r.seconds)) for r in rows]
+
+
+# Jobs that failed or bounced in a window (the failure-rate alarm), from the inbox index.
+_PROBLEMS_SINCE = sa.text(f"""
+SELECT count(*) FROM delivery_jobs j
+ WHERE j.status IN {sql_list(PROBLEM)} AND j.dismissed_at IS NULL AND j.finished_at >= :since
+""")
+
+
+def problems_since(conn: Connection, since: datetime) -> int:
+    return int(conn.execute(_PROBLEMS_SINCE, {"since": since}).scalar() or 0)
+
+
+# Pools that have not stopped, with whether their heartbeat is recent (`live`).
+_WORKERS = sa.text("""
+SELECT id, node, hostname, pid, threads, in_flight, started_at, heartbeat_at,
+       heartbeat_at > now() - make_interval(secs => :timeout) AS live,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+  FROM workers WHERE stopped_at IS NULL ORDER BY started_at, id
+""")
+
+
+def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_WORKERS, {"timeout": timeout}).mappings()]
+
+
+# --- campaign live page ----------------------------------------------------------------
+
+# Jobs of one broadcast that ended within the last `window` seconds, read newest first from
+# delivery_jobs_broadcast_finished_idx and capped at `sample` rows: the cost is bounded
+# however fast the campaign drains (the rate is then taken over the span the sample covers).
+_RECENTLY_FINISHED = sa.text("""
+SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now FROM (
+    SELECT finished_at FROM delivery_jobs
+     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
+       AND finished_at > now() - make_interval(secs => :window)
+     ORDER BY finished_at DESC LIMIT :sample) recent
+""")
+
+
+def recently_finished(conn: Connection, broadcast_id: int, window: float = 60,
+                      sample: int = 5000) -> tuple[int, datetime | None, datetime]:
+    """(jobs finished in the window, capped at ``sample``; the oldest of them; now)."""
+    row = conn.execute(_RECENTLY_FINISHED, {"broadcast_id": broadcast_id, "window": window,
+                                            "sample": sample}).one()
+    return int(row.n), row.oldest, row.now
+
+
+# The most frequent error replies among a broadcast's problem jobs (retrying, failed,
+# bounced), over at most `sample` of them via delivery_jobs_broadcast_idx: bounded cost.
+_TOP_ERRORS = sa.text(f"""
+SELECT left(last_error, 300) AS reply, count(*) AS n FROM (
+    SELECT last_error FROM delivery_jobs
+     WHERE broadcast_id = :broadcast_id AND status IN {sql_list(('retry', *PROBLEM))}
+       AND last_error IS NOT NULL
+     LIMIT :sample) problems
+ GROUP BY 1 ORDER BY n DESC, reply LIMIT :limit
+""")
+
+
+def top_errors(conn: Connection, broadcast_id: int, limit: int = 5,
+               sample: int = 2000) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_TOP_ERRORS, {
+        "broadcast_id": broadcast_id, "limit": limit, "sample": sample}).mappings()]
+
+
+# The newest finishes of one broadcast since `since`, newest first from
+# delivery_jobs_broadcast_finished_idx, capped at `sample`; and the newest finish at all.
+_RECENT_FINISHES = sa.text("""
+SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now,
+       (SELECT max(finished_at) FROM delivery_jobs
+         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL) AS newest
+  FROM (SELECT finished_at FROM delivery_jobs
+         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
+           AND finished_at > :since
+         ORDER BY finished_at DESC LIMIT :sample) recent
+""")
+
+# When the broadcast's retrying jobs come due: the first and the last, read along the
+# claim index (delivery_jobs_claim_idx) in due order.
+_RETRY_DUE = sa.text(f"""
+SELECT (SELECT available_at FROM delivery_jobs
+         WHERE status IN {sql_list(CLAIMABLE)} AND priority = :priority
+           AND broadcast_id = :broadcast_id AND status = 'retry'
+         ORDER BY available_at LIMIT 1) AS next_at,
+       (SELECT available_at FROM delivery_jobs
+         WHERE status IN {sql_list(CLAIMABLE)} AND priority = :priority
+           AND broadcast_id = :broadcast_id AND status = 'retry'
+         ORDER BY available_at DESC LIMIT 1) AS last_at
+""")
+
+
+def recent_finishes(conn: Connection, broadcast_id: int, since: datetime,
+                    sample: int) -> Any:
+    """(n, oldest, now, newest): how many of the broadcast's jobs finished after ``since``
+    (at most ``sample``), the oldest of those, the database's now, and the newest finish."""
+    return conn.execute(_RECENT_FINISHES, {"broadcast_id": broadcast_id, "since": since,
+                                           "sample": sample}).one()
+
+
+def retry_due(conn: Connection, broadcast_id: int) -> tuple[datetime | None, datetime | None]:
+    """(when the first retrying job of the broadcast comes due, when the last one does)."""
+    row = conn.execute(_RETRY_DUE, {"broadcast_id": broadcast_id,
+                                    "priority": PRIORITY["broadcast"]}).one()
+    return row.next_at, row.last_at
+
+
+# --- transactional kinds (SPEC 11) -----------------------------------------------------
+
+# Cumulative outcomes per kind and class (senddock_messages_total, senddock_retries_total):
+# the trigger-kept slots of job_outcome_counts summed; a few dozen rows however many jobs.
+_OUTCOME_COUNTS = sa.text("""
+SELECT kind, class AS class_, outcome, sum(n)::bigint AS n FROM job_outcome_counts
+ GROUP BY kind, class, outcome
+""")
+
+
+def outcome_counts(conn: Connection) -> dict[tuple[str, str, str], int]:
+    """{(kind, class, outcome): n} since the database was created; outcome is a terminal
+    status or ``retry``. Only ever grows."""
+    return {(r.kind, r.class_, r.outcome): int(r.n) for r in conn.execute(_OUTCOME_COUNTS)}
+
+
+# The cumulative time-to-sent histogram: jobs and seconds per bucket, kind and class.
+_TIME_TO_SENT_COUNTS = sa.text("""
+SELECT kind, class AS class_, bucket, sum(n)::bigint AS n, sum(seconds)::float8 AS seconds
+  FROM time_to_sent_counts GROUP BY kind, class, bucket
+""")
+
+
+def time_to_sent_counts(conn: Connection) -> dict[tuple[str, str], dict[int, tuple[int,
+                                                                                  float]]]:
+    """{(kind, class): {bucket: (jobs, seconds)}}; bucket i holds the jobs whose time to
+    sent was above bound i-1 and at most bound i (the last: above every bound)."""
+    result: dict[tuple[str, str], dict[int, tuple[int, float]]] = {}
+    for r in conn.execute(_TIME_TO_SENT_COUNTS):
+        result.setdefault((r.kind, r.class_), {})[int(r.bucket)] = (int(r.n), float(r.seconds))
+    return result
+
+
+# What the Transactional page shows per kind over the last 24 hours, from
+# delivery_jobs_kind_created_idx: requested, sent, failed, waiting, retries (transient
+# failures retried), and time to sent (from when the message was due) p50/p95.
+_KIND_STATS = sa.text("""
+SELECT kind, count(*) AS requested,
+       count(*) FILTER (WHERE status = 'sent') AS sent,
+       count(*) FILTER (WHERE status IN ('failed', 'bounced')) AS failed,
+       count(*) FILTER (WHERE status IN ('pending', 'sending', 'retry', 'held')) AS waiting,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       coalesce(sum(CASE WHEN status = 'retry' THEN attempts
+                         ELSE greatest(attempts - 1, 0) END), 0)::bigint AS retries,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds) AS p95
+  FROM (SELECT kind, status, attempts,
+               CASE WHEN status = 'sent' THEN extract(epoch FROM finished_at - greatest(
+                   created_at, CAST(payload ->> 'send_at' AS timestamptz))) END AS seconds
+          FROM delivery_jobs
+         WHERE kind <> 'broadcast' AND kind = ANY(CAST(:kinds AS text[]))
+           AND created_at >= now() - make_interval(secs => :window)) j
+ GROUP BY kind
+""")
+
+
+def kind_stats(conn: Connection, kinds: Sequence[str],
+               window: float = 86400) -> dict[str, dict[str, Any]]:
+    """Per kind, over jobs requested in the last ``window`` seconds (zeros for none)."""
+    empty = {"requested": 0, "sent": 0, "failed": 0, "waiting": 0, "cancelled": 0,
+             "retries": 0, "p50": None, "p95": None}
+    result = {k: dict(empty) for k in kinds}
+    for row in conn.execute(_KIND_STATS, {"kinds": list(kinds), "window": window}).mappings():
+        result[row["kind"]] = {k: row[k] for k in empty}
+    return result
+
+
+# The kinds a user has mail of (support): one probe of delivery_jobs_user_idx.
+_KINDS_FOR_USER = sa.text("""
+SELECT DISTINCT kind FROM delivery_jobs
+ WHERE user_ref = :user_ref AND kind NOT IN ('broadcast', 'test') ORDER BY kind
+""")
+
+
+def kinds_for_user(conn: Connection, user_ref: str) -> list[str]:
+    return list(conn.execute(_KINDS_FOR_USER, {"user_ref": user_ref}).scalars())

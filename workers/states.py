@@ -1,0 +1,72 @@
+"""The job vocabulary: every state a delivery job can be in, which of them end it, and the
+moves between them. The engine owns it; the models' CHECK constraints, the queue's SQL
+builders and the tests all read this module, so adding a state is a one-place change.
+
+    pending ──claim──▶ sending ──▶ sent | failed | bounced
+       ▲                  │
+       │                  ├──▶ retry ──(due)──▶ sending …
+       └──(relay, lost)───┘
+    pending | retry | held ──▶ skipped (suppressed) | cancelled (campaign cancelled)
+    held ──(support releases)──▶ pending
+    sent ──(a later bounce report: a DSN or a provider webhook)──▶ bounced
+    failed | bounced ──(an admin retries)──▶ pending
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+PENDING, SENDING, RETRY, HELD = "pending", "sending", "retry", "held"
+SENT, FAILED, BOUNCED, SKIPPED, CANCELLED = "sent", "failed", "bounced", "skipped", "cancelled"
+
+#: Every state, in the order the pages show them.
+STATES: tuple[str, ...] = (PENDING, SENDING, RETRY, SENT, FAILED, BOUNCED, SKIPPED,
+                           CANCELLED, HELD)
+#: A job in one of these is finished: nothing in the engine moves it again by itself.
+TERMINAL: tuple[str, ...] = (SENT, FAILED, BOUNCED, SKIPPED, CANCELLED)
+#: Not finished: waiting, in flight, waiting to retry, or held for support.
+ACTIVE: tuple[str, ...] = (PENDING, SENDING, RETRY, HELD)
+#: Waiting for a worker (the claim reads only these).
+CLAIMABLE: tuple[str, ...] = (PENDING, RETRY)
+#: What the failed-jobs inbox lists and an admin may retry.
+PROBLEM: tuple[str, ...] = (FAILED, BOUNCED)
+#: The per-broadcast counters kept by the count triggers (campaigns never hold jobs).
+COUNTED: tuple[str, ...] = (PENDING, SENDING, RETRY, SENT, FAILED, BOUNCED, SKIPPED,
+                            CANCELLED)
+
+#: The moves the engine and the domain functions make; anything else is a bug.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    PENDING: frozenset({SENDING, SKIPPED, CANCELLED}),
+    SENDING: frozenset({SENT, FAILED, BOUNCED, RETRY, PENDING, SKIPPED}),
+    RETRY: frozenset({SENDING, PENDING, SKIPPED, CANCELLED, FAILED}),
+    HELD: frozenset({PENDING, CANCELLED, SKIPPED}),
+    SENT: frozenset({BOUNCED}),
+    FAILED: frozenset({PENDING}),
+    BOUNCED: frozenset({PENDING}),
+    SKIPPED: frozenset(),
+    CANCELLED: frozenset(),
+}
+
+#: Kinds of job the engine itself knows. ``test`` is a test send (of a campaign or a
+#: kind); admins add transactional kinds as rows of ``kinds`` (SPEC 11), named like this:
+KINDS: tuple[str, ...] = ("broadcast", "verification", "test")
+KIND_NAME = "^[a-z][a-z0-9_-]{0,39}$"
+#: Claim order by class: lower is served first. Critical kinds (verification) first, then
+#: lifecycle kinds (onboarding, churn), then campaigns (P7: transactional mail never waits
+#: behind a campaign). A job's priority is fixed at enqueue from its kind's class.
+CLASS_PRIORITY: dict[str, int] = {"critical": 0, "lifecycle": 5, "campaign": 10}
+PRIORITY: dict[str, int] = {"verification": CLASS_PRIORITY["critical"],
+                            "test": CLASS_PRIORITY["critical"],
+                            "broadcast": CLASS_PRIORITY["campaign"]}
+
+
+def can_move(old: str, new: str) -> bool:
+    """Whether a job may go from ``old`` to ``new``."""
+    return new in TRANSITIONS.get(old, frozenset())
+
+
+def sql_list(values: Iterable[str]) -> str:
+    """``('a', 'b')`` for an SQL ``IN``: the states are constants of this module, never
+    user input, so inlining them keeps the statements readable (and index predicates
+    matchable by the planner)."""
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
