@@ -159,7 +159,9 @@ def _earlier(conn: Connection, req: MessageRequest, key: str | None) -> tuple[
         live = queue.live_job_for_user(conn, BUILTIN, req.user_ref)
         if live is not None:
             return live, "live"
-    window = queue.deduped_by(conn, req.kind.name, req.user_ref)
+    # A message opens no window when its kind has none (0), and then none can overlap it.
+    window = queue.deduped_by(conn, req.kind.name, req.user_ref) \
+        if req.kind.dedupe_window > 0 else None
     if window is not None:
         return window, "dedupe_window"
     return None, ""
