@@ -4,6 +4,7 @@ database migrated once per session and copied per test, a real SMTP sink on loop
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -97,7 +98,8 @@ def sink(tmp_path: Path) -> Iterator[Any]:
     """A real SMTP server on loopback that records what it accepts."""
     from webapp.sink import SinkServer
 
-    server = SinkServer(host="127.0.0.1", port=0, record_path=tmp_path / "sink.jsonl")
+    server = SinkServer(host="127.0.0.1", port=0, record_path=tmp_path / "sink.jsonl",
+                        keep_raw=True)
     server.start()
     yield server
     server.stop()
@@ -192,6 +194,11 @@ class Proc:
         self.log = open(log, "ab")
         self.popen = subprocess.Popen([sys.executable, "-m", "webapp", *args], env=env,
                                       stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def freeze(self) -> None:
+        """SIGSTOP: the process keeps what it holds but claims and marks nothing more, so
+        what it has in flight can be counted before it is killed."""
+        os.kill(self.popen.pid, signal.SIGSTOP)
 
     def kill(self) -> None:
         if self.popen.poll() is None:

@@ -6,6 +6,7 @@ import importlib
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -13,7 +14,7 @@ import click
 
 from webapp import db
 from webapp.runtime import delivery_engine, load_config, open_engine, serve_app
-from workers.settings import markdown_table
+from workers.settings import markdown_table, with_table
 
 
 class LazyCommand(click.Command):
@@ -164,9 +165,17 @@ def worker() -> None:
 
 
 @main.command("config")
-def show_config() -> None:
+@click.option("--write", "write_to", type=click.Path(dir_okay=False, exists=True),
+              help="Rewrite the generated settings table in this Markdown file "
+                   "(docs/configuration.md) instead of printing it.")
+def show_config(write_to: str | None) -> None:
     """Print every SENDDOCK_* setting as a Markdown table."""
-    click.echo(markdown_table())
+    if write_to is None:
+        click.echo(markdown_table())
+        return
+    path = Path(write_to)
+    path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
+    click.echo(f"updated {path}", err=True)
 
 
 # The demo and the SMTP sink are tools for trying SendDock out and testing it: their modules

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +82,6 @@ def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock",
     )
 
 
-@contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn connection-level driver errors into :class:`DatabaseUnavailable`."""
-    try:
-        yield
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-        if getattr(exc, "connection_invalidated", False) or _is_connection_error(exc):
-            raise DatabaseUnavailable(str(exc.orig).splitlines()[0]) from exc
-        raise
-
-
 def _is_connection_error(exc: sa.exc.DBAPIError) -> bool:
     import psycopg
 
@@ -121,8 +108,3 @@ def upgrade(url: str, revision: str = "head") -> None:
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
-
-
-def one(conn: Connection, sql: str, **params: Any) -> Any:
-    """The first column of the first row of ``sql`` (or None)."""
-    return conn.execute(sa.text(sql), params).scalar()

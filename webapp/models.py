@@ -298,6 +298,9 @@ suppressions = Table(
     # per reason, and searches by the start of the address (byte order, any collation).
     Index("suppressions_reason_idx", "reason", "created_at", "email"),
     Index("suppressions_created_idx", "created_at", "email"),
+    # Deleting or archiving jobs sets job_id to NULL here (ON DELETE SET NULL): without
+    # this index every deleted job would scan the suppression list.
+    Index("suppressions_job_idx", "job_id", postgresql_where=text("job_id IS NOT NULL")),
     Index("suppressions_email_prefix_idx", "email",
           postgresql_ops={"email": "text_pattern_ops"}),
 )

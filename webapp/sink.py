@@ -165,9 +165,11 @@ def _header(headers: bytes, name: bytes) -> str | None:
 class Recorder:
     """Appends one JSON line per accepted or refused message, flushed at once."""
 
-    def __init__(self, path: Path, echo: bool = False) -> None:
+    def __init__(self, path: Path, echo: bool = False, keep_raw: bool = False) -> None:
         self.path = path
         self.echo = echo
+        self.keep_raw = keep_raw
+        self.raw: list[bytes] = []  # the accepted messages' bytes, when keep_raw
         self._file: TextIO = path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
 
@@ -181,6 +183,9 @@ class Recorder:
 
     def accepted(self, envelope: Envelope) -> None:
         content = envelope.original_content or b""
+        if self.keep_raw:
+            with self._lock:
+                self.raw.append(content)
         head = content.split(b"\r\n\r\n", 1)[0]
         self.write(
             {
@@ -403,8 +408,10 @@ class SinkServer:
         rules_path: Path | None = None,
         tls_context: ssl.SSLContext | None = None,
         implicit_tls: bool = False,
+        keep_raw: bool = False,
     ) -> None:
         self.host = host
+        self.keep_raw = keep_raw
         self.port = port
         self.record_path = Path(record_path)
         self.rules = Rules(rules, rules_path)
@@ -428,7 +435,7 @@ class SinkServer:
         """Start listening; returns the bound port once connections are accepted."""
         if self._thread is not None:
             raise RuntimeError("sink already running")
-        self._recorder = Recorder(self.record_path)
+        self._recorder = Recorder(self.record_path, keep_raw=self.keep_raw)
         # With implicit TLS (like port 465) the listener is TLS; otherwise a
         # TLS context is offered through STARTTLS.
         listener_tls = self.tls_context if self.implicit_tls else None
@@ -498,6 +505,12 @@ class SinkServer:
     def rejections(self) -> list[dict[str, Any]]:
         """The refused attempts recorded so far."""
         return [entry for entry in self.all_records() if "rejected" in entry]
+
+    def raw_messages(self) -> list[bytes]:
+        """The bytes of every accepted message, in order (only with ``keep_raw=True``)."""
+        if not self.keep_raw:
+            raise RuntimeError("this sink was started without keep_raw=True")
+        return list(self._recorder.raw) if self._recorder is not None else []
 
     def __enter__(self) -> SinkServer:
         self.start()

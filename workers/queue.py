@@ -18,7 +18,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from workers.states import ACTIVE, CLAIMABLE, COUNTED, PRIORITY, PROBLEM, TERMINAL, sql_list
+from workers.states import (
+    ACTIVE,
+    CLAIMABLE,
+    COUNTED,
+    PRIORITY,
+    PROBLEM,
+    TERMINAL,
+    WAITING,
+    sql_list,
+)
 
 
 @dataclass
@@ -486,7 +495,8 @@ def start_due_campaigns(conn: Connection) -> list[int]:
 # A campaign is `sent` only when its broadcast is enqueued and none of its jobs is still
 # active: the counts are read from the same counters that P8 reads. A cancelled campaign's
 # broadcast is stamped finished too once its in-flight jobs are done, so only live
-# broadcasts are ever summed for the backlog.
+# broadcasts are ever summed for the backlog. The campaign keeps its first finish time when
+# jobs retried later finish again (the broadcast's finished_at is the latest).
 _COMPLETE_CAMPAIGNS = sa.text(f"""
 WITH done AS (
     SELECT c.id, c.status, c.broadcast_id FROM campaigns c
@@ -499,7 +509,8 @@ WITH done AS (
 ), b AS (
     UPDATE broadcasts SET finished_at = now() FROM done WHERE broadcasts.id = done.broadcast_id
 )
-UPDATE campaigns SET status = 'sent', finished_at = now(), updated_at = now()
+UPDATE campaigns SET status = 'sent', finished_at = coalesce(campaigns.finished_at, now()),
+       updated_at = now()
   FROM done WHERE campaigns.id = done.id AND done.status = 'sending'
 RETURNING campaigns.id
 """)
@@ -776,7 +787,8 @@ WITH candidates AS (
        AND j.status IN {problem} AND j.dismissed_at IS NULL
     RETURNING j.id, j.kind, j.campaign_id
 ), reopened AS (
-    UPDATE campaigns SET status = 'sending', finished_at = NULL, updated_at = now()
+    -- finished_at stays: the campaign first finished then, whatever is retried later.
+    UPDATE campaigns SET status = 'sending', updated_at = now()
      WHERE id IN (SELECT campaign_id FROM retried) AND status = 'sent'
     RETURNING broadcast_id
 ), unfinished AS (
@@ -865,11 +877,11 @@ def deduped_by(conn: Connection, kind: str, user_ref: str) -> dict[str, Any] | N
 # Cancel what is still waiting for one (kind, user): pending (scheduled or due), retry and
 # held messages end `cancelled`; a message being sent right now is left to finish. The
 # status guard makes two concurrent cancels cancel each message once.
-_CANCEL_WAITING = sa.text("""
+_CANCEL_WAITING = sa.text(f"""
 UPDATE delivery_jobs
    SET status = 'cancelled', finished_at = now(), last_error = :reason,
        last_error_class = 'cancelled'
- WHERE kind = :kind AND user_ref = :user_ref AND status IN ('pending', 'retry', 'held')
+ WHERE kind = :kind AND user_ref = :user_ref AND status IN {sql_list(WAITING)}
 RETURNING id
 """)
 

@@ -15,7 +15,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from workers.queue import JOB_COLUMNS, ProblemFilter
-from workers.states import CLAIMABLE, CLASS_PRIORITY, KINDS, PRIORITY, PROBLEM, STATES, sql_list
+from workers.states import (
+    ACTIVE,
+    CLAIMABLE,
+    CLASS_PRIORITY,
+    KINDS,
+    PRIORITY,
+    PROBLEM,
+    STATES,
+    sql_list,
+)
 
 # --- reading jobs ----------------------------------------------------------------------
 
@@ -241,26 +250,6 @@ def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
 
 # --- campaign live page ----------------------------------------------------------------
 
-# Jobs of one broadcast that ended within the last `window` seconds, read newest first from
-# delivery_jobs_broadcast_finished_idx and capped at `sample` rows: the cost is bounded
-# however fast the campaign drains (the rate is then taken over the span the sample covers).
-_RECENTLY_FINISHED = sa.text("""
-SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now FROM (
-    SELECT finished_at FROM delivery_jobs
-     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
-       AND finished_at > now() - make_interval(secs => :window)
-     ORDER BY finished_at DESC LIMIT :sample) recent
-""")
-
-
-def recently_finished(conn: Connection, broadcast_id: int, window: float = 60,
-                      sample: int = 5000) -> tuple[int, datetime | None, datetime]:
-    """(jobs finished in the window, capped at ``sample``; the oldest of them; now)."""
-    row = conn.execute(_RECENTLY_FINISHED, {"broadcast_id": broadcast_id, "window": window,
-                                            "sample": sample}).one()
-    return int(row.n), row.oldest, row.now
-
-
 # The most frequent error replies among a broadcast's problem jobs (retrying, failed,
 # bounced), over at most `sample` of them via delivery_jobs_broadcast_idx: bounded cost.
 _TOP_ERRORS = sa.text(f"""
@@ -356,11 +345,11 @@ def time_to_sent_counts(conn: Connection) -> dict[tuple[str, str], dict[int, tup
 # What the Transactional page shows per kind over the last 24 hours, from
 # delivery_jobs_kind_created_idx: requested, sent, failed, waiting, retries (transient
 # failures retried), and time to sent (from when the message was due) p50/p95.
-_KIND_STATS = sa.text("""
+_KIND_STATS = sa.text(f"""
 SELECT kind, count(*) AS requested,
        count(*) FILTER (WHERE status = 'sent') AS sent,
-       count(*) FILTER (WHERE status IN ('failed', 'bounced')) AS failed,
-       count(*) FILTER (WHERE status IN ('pending', 'sending', 'retry', 'held')) AS waiting,
+       count(*) FILTER (WHERE status IN {sql_list(PROBLEM)}) AS failed,
+       count(*) FILTER (WHERE status IN {sql_list(ACTIVE)}) AS waiting,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        coalesce(sum(CASE WHEN status = 'retry' THEN attempts
                          ELSE greatest(attempts - 1, 0) END), 0)::bigint AS retries,

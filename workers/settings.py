@@ -1,7 +1,7 @@
 """Every ``SENDDOCK_*`` setting in one place, with its default and a line of help.
 
-``docs/configuration.md`` is generated from :data:`SETTINGS` (``senddock config``), so the
-documentation cannot drift from the code.
+The table in ``docs/configuration.md`` is generated from :data:`SETTINGS`
+(``senddock config --write docs/configuration.md``) and a test compares the two.
 """
 
 from __future__ import annotations
@@ -211,6 +211,19 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         proxy_fix=req("PROXY_FIX").lower() in {"1", "on", "true", "yes"},
         node=get("NODE"),
     )
+
+
+DOC_BEGIN = "<!-- settings:begin"
+DOC_END = "<!-- settings:end -->"
+
+
+def with_table(document: str) -> str:
+    """``document`` (docs/configuration.md) with its generated settings block replaced by
+    the current :func:`markdown_table`."""
+    start = document.index(DOC_BEGIN)
+    start = document.index("\n", start) + 1
+    end = document.index(DOC_END, start)
+    return document[:start] + markdown_table() + "\n" + document[end:]
 
 
 def markdown_table() -> str:

@@ -28,6 +28,8 @@ TERMINAL: tuple[str, ...] = (SENT, FAILED, BOUNCED, SKIPPED, CANCELLED)
 ACTIVE: tuple[str, ...] = (PENDING, SENDING, RETRY, HELD)
 #: Waiting for a worker (the claim reads only these).
 CLAIMABLE: tuple[str, ...] = (PENDING, RETRY)
+#: Not yet handed to a worker: what cancelling a user's messages can still end.
+WAITING: tuple[str, ...] = (PENDING, RETRY, HELD)
 #: What the failed-jobs inbox lists and an admin may retry.
 PROBLEM: tuple[str, ...] = (FAILED, BOUNCED)
 #: The per-broadcast counters kept by the count triggers (campaigns never hold jobs).

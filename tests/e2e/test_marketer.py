@@ -85,7 +85,7 @@ def test_marketer_imports_composes_previews_sends_and_watches(
     # Preview for a chosen real subscriber.
     page.get_by_role("link", name="Preview it").click()
     page.fill("input[name=q]", "reader5@")
-    page.get_by_role("button", name="Show").click()
+    page.get_by_role("button", name="Search").click()
     expect(page.locator("#preview-subject")).to_have_text("Spring news for Reader 5")
     frame = page.frame_locator("iframe.preview-frame")
     expect(frame.locator("p")).to_have_text("Plan: pro")
@@ -95,7 +95,7 @@ def test_marketer_imports_composes_previews_sends_and_watches(
     page.get_by_role("link", name="Review and send…").click()
     expect(page.locator("#audience-will-receive")).to_contain_text("41")
     page.screenshot(path=str(ARTIFACTS / "campaign-review.png"), full_page=True)
-    page.get_by_role("button", name=re.compile(r"Send to 41 recipients")).click()
+    page.get_by_role("button", name=re.compile(r"Send now to 41 recipients")).click()
 
     # The live page: counters reach their final values without reloading.
     expect(page.locator("#campaign-status")).to_have_text("sent", timeout=60_000)

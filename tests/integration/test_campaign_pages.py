@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from tests.conftest import wait_for
 from tests.helpers import Browser, campaign_status, make_campaign
-from webapp.domain import campaigns, lists
+from webapp.domain import campaigns, lists, progress
 from webapp.domain.suppressions import suppress
 from workers import queue, queue_reads
 from workers.pool import Pool
@@ -41,7 +41,7 @@ def test_compose_shows_template_error_with_its_line_and_keeps_input(
                                         "from": "", "subject": "Hi", "html": html, "text": ""})
     page = r.get_data(as_text=True)
     assert r.status_code == 422
-    assert "template error in html on line 2" in page
+    assert "Template error in html on line 2" in page
     assert "html, line 2:</span> &lt;p&gt;{{ name }&lt;/p&gt;" in page
     assert "&lt;p&gt;{{ name }&lt;/p&gt;\n</textarea>" in page  # nothing typed is lost
     with engine.connect() as conn:
@@ -66,7 +66,7 @@ def test_audience_counts_and_review_page(client: Any, engine: sa.Engine,
     page = Browser(client, make_user("marketer")).get(
         f"/campaigns/{campaign['id']}/send").get_data(as_text=True)
     assert re.search(r'id="audience-will-receive"><strong>7</strong>', page)
-    assert "Send to 7 recipients" in page
+    assert "Send now to 7 recipients" in page
 
 
 def test_preview_renders_a_real_subscriber_escaped(client: Any, engine: sa.Engine,
@@ -174,7 +174,7 @@ def test_scheduled_campaign_fires_and_live_fragment_follows_it(
     finally:
         pool.stop()
     with engine.connect() as conn:
-        live = campaigns.live(conn, campaign["id"])
+        live = progress.live(conn, campaign["id"])
         actions = set(conn.execute(sa.text("SELECT action FROM audit_log")).scalars())
     assert live["done"] == live["total"] == 25 and live["remaining"] == 0
     assert {"campaign.schedule", "campaign.send"} <= actions
@@ -214,7 +214,7 @@ def test_live_page_rate_errors_and_inbox_link(client: Any, engine: sa.Engine, si
 
 def _live(engine: sa.Engine, campaign_id: int) -> dict[str, Any]:
     with engine.connect() as conn:
-        return campaigns.live(conn, campaign_id)
+        return progress.live(conn, campaign_id)
 
 
 def test_campaign_list_page_and_actions_from_the_page(

@@ -39,6 +39,8 @@ def test_sigkill_mid_broadcast_loses_nobody(engine: sa.Engine, db_url: str, sink
         before = sent_count(sink)
         wait_for(lambda b=before: sent_count(sink) >= b + 300, timeout=60,  # type: ignore[misc]
                  message="some progress")
+        proc.freeze()  # SIGSTOP, then count: a running worker changes it while we read
+        time.sleep(0.2)  # a COMMIT already on the wire lands before we count
         flying = in_flight(engine)
         proc.kill()  # SIGKILL: no goodbye
         received_before_restart = Counter(r["rcpt_tos"][0] for r in sink.records())

@@ -116,11 +116,12 @@ def test_postgres_restart_mid_drain(private_pg: PrivatePostgres, tmp_path: Path,
 
 # --- the relay is not the recipient (P6) ----------------------------------------------
 
+# A refused login (535) is covered once, in test_engine.py
+# (test_relay_down_and_refusing_login_loses_nothing): a 535 is not a relay that heals by
+# itself, so it is not one of these.
 RELAY_TROUBLE = {
     "421 to everything": ({"rules": [{"match": "*", "reply": "421 4.7.0 Try later",
                                       "stage": "mail"}]}, "421"),
-    "login refused after a password rotation": (
-        {"rules": [], "auth": {"username": "u", "password": "rotated"}}, "535"),
 }
 
 

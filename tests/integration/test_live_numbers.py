@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 
 import sqlalchemy as sa
@@ -146,3 +147,35 @@ def test_a_state_banner_goes_once_the_state_changed(
                      {"c": campaign["id"]})
     page = browser.get(f"/campaigns/{campaign['id']}").get_data(as_text=True)
     assert "Paused: nothing new" not in page and "Sending started" not in page
+
+
+def test_finish_time_is_the_first_completion_and_retries_are_shown_apart(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    from webapp.domain import inbox
+
+    campaign = _sending(engine, 2)
+    _finish(engine, campaign["id"], 1, seconds_ago=1)
+    _finish(engine, campaign["id"], 1, seconds_ago=1, status="failed")
+    with engine.begin() as conn:
+        assert queue.complete_finished_campaigns(conn) == [campaign["id"]]
+        conn.execute(sa.text("UPDATE campaigns SET finished_at = now() - interval '10 min' "
+                             "WHERE id = :c"), {"c": campaign["id"]})
+        first = conn.execute(sa.text("SELECT finished_at FROM campaigns WHERE id = :c"),
+                             {"c": campaign["id"]}).scalar_one()
+        failed = conn.execute(sa.text("SELECT id FROM delivery_jobs WHERE campaign_id = :c "
+                                      "AND status = 'failed'"), {"c": campaign["id"]}
+                              ).scalar_one()
+        inbox.retry(conn, failed, actor="admin@example.org")
+    browser = Browser(client, make_user("marketer"))
+    reopened = browser.get(f"/campaigns/{campaign['id']}?fragment=live").get_data(as_text=True)
+    assert "First finished at" in reopened and "retried since are being sent" in reopened
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
+                             "WHERE id = :j"), {"j": failed})
+        assert queue.complete_finished_campaigns(conn) == [campaign["id"]]
+        again = conn.execute(sa.text("SELECT finished_at FROM campaigns WHERE id = :c"),
+                             {"c": campaign["id"]}).scalar_one()
+    assert again == first  # the retry did not move the campaign's finish time
+    page = browser.get(f"/campaigns/{campaign['id']}?fragment=live").get_data(as_text=True)
+    assert f"Finished at {first.astimezone(UTC):%Y-%m-%d %H:%M} UTC" in page
+    assert 'id="campaign-retried-finished">Messages retried later finished at' in page

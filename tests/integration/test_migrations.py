@@ -71,3 +71,13 @@ def test_builtin_verification_kind_is_the_shipped_template(engine: sa.Engine) ->
                                    "FROM kinds WHERE name = 'verification'")).one()
     assert (row.subject, row.text_body, row.html_body) == builtin_verification()
     assert row.builtin and row[0] == "critical"
+
+
+def test_one_migration_head() -> None:
+    """Parallel branches each add a migration: after a merge they must form one chain."""
+    from alembic.script import ScriptDirectory
+
+    from webapp.db import alembic_config
+
+    heads = ScriptDirectory.from_config(alembic_config("postgresql://unused/db")).get_heads()
+    assert len(heads) == 1, f"several Alembic heads: {heads}; chain the newest migrations"

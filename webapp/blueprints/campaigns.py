@@ -6,12 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
-from webapp.domain import campaigns, inbox, lists, progress
-from webapp.domain.errors import DomainError, Invalid
+from webapp.domain import campaigns, composer, inbox, lists, progress
+from webapp.domain.errors import Conflict, DomainError, Invalid
 from webapp.nav import can_open
 from webapp.redirects import local_path
 
@@ -30,6 +31,11 @@ DONE_MESSAGES = {"pause": "Paused: nothing new is sent until you resume.",
 def utc(moment: datetime | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
     """A time shown in UTC with its zone, whatever the database session's time zone."""
     return "" if moment is None else f"{moment.astimezone(UTC).strftime(fmt)} UTC"
+
+
+def _test_email() -> str:
+    """The test-send address: the last one used in this session, else the user's own."""
+    return str(session.get("test_email") or current_user.email)
 
 
 def _link(campaign_id: int) -> str:
@@ -65,12 +71,30 @@ def _form_data() -> dict[str, Any]:
 
 
 def _compose_page(values: dict[str, Any], campaign: dict[str, Any] | None = None,
-                  error: Invalid | None = None) -> tuple[str, int]:
+                  error: DomainError | None = None, *, locked: bool = False
+                  ) -> tuple[str, int]:
     with engine().connect() as conn:
         all_lists = lists.all_lists(conn)
+    status = 409 if locked else 422 if error else 200
     return render_template("campaigns/compose.html", values=values, campaign=campaign,
-                           lists=all_lists, error=error,
-                           default_from=config().mail_from), 422 if error else 200
+                           lists=all_lists, error=error, locked=locked,
+                           default_from=config().mail_from), status
+
+
+def _flash_warnings(values: dict[str, Any]) -> None:
+    """Say which variables will render as nothing (saved anyway: it may be intended)."""
+    if not isinstance(values.get("list_id"), int):
+        return
+    with engine().connect() as conn:
+        problems = composer.warnings_for(conn, values, values["list_id"])
+    for problem in problems:
+        flash(f"Check the {problem}", "warning")
+
+
+def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
+    return {"name": campaign["name"], "list_id": campaign["list_id"],
+            "from": campaign["from_addr"], "subject": campaign["subject"],
+            "html": campaign["html_body"], "text": campaign["text_body"]}
 
 
 @bp.route("/new", methods=["GET", "POST"])
@@ -81,12 +105,14 @@ def new() -> Response | tuple[str, int]:
                               "from": config().mail_from})
     values = _form_data()
     try:
+        composer.check_templates(values)  # every field's error at once
         with engine().begin() as conn:
             campaign = campaigns.create(conn, values, default_from=config().mail_from,
                                         actor=actor())
     except Invalid as exc:
         return _compose_page(values, error=exc)
     flash("Draft saved. Preview it, send yourself a test, then send it.", "success")
+    _flash_warnings(values)
     return redirect(_link(campaign["id"]))
 
 
@@ -95,19 +121,39 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
     with engine().connect() as conn:
         campaign = campaigns.get(conn, campaign_id)
     if request.method == "GET":
-        return _compose_page({"name": campaign["name"], "list_id": campaign["list_id"],
-                              "from": campaign["from_addr"], "subject": campaign["subject"],
-                              "html": campaign["html_body"], "text": campaign["text_body"]},
-                             campaign)
+        if campaign["status"] not in campaigns.EDITABLE:
+            flash(f"This campaign is {campaign['status']}: what was sent cannot change. "
+                  "Duplicate it to send it again with changes.", "info")
+            return redirect(_link(campaign_id))
+        return _compose_page(_stored_values(campaign), campaign)
     values = _form_data()
     try:
+        composer.check_templates(values)
         with engine().begin() as conn:
             campaigns.update(conn, campaign_id, values, default_from=config().mail_from,
                              actor=actor())
     except Invalid as exc:
         return _compose_page(values, campaign, error=exc)
+    except Conflict as exc:
+        # Sent while this form was open: keep what was typed, offer it as a new draft.
+        return _compose_page(values, campaign, error=exc, locked=True)
     flash("Changes saved.", "success")
+    _flash_warnings(values)
     return redirect(_link(campaign_id))
+
+
+@bp.post("/<int:campaign_id>/duplicate")
+def duplicate(campaign_id: int) -> Response:
+    """A new draft with the campaign's list, sender, subject and bodies."""
+    with engine().begin() as conn:
+        original = campaigns.get(conn, campaign_id)
+        values = _stored_values(original)
+        values["name"] = f"{original['name']} (copy)"[:200]
+        copy = campaigns.create(conn, values, default_from=config().mail_from,
+                                actor=actor())
+    flash(f"“{values['name']}” is a new draft: change what you need, then send it.",
+          "success")
+    return redirect(url_for("campaigns.edit", campaign_id=copy["id"]), 303)
 
 
 @bp.get("/<int:campaign_id>")
@@ -118,7 +164,8 @@ def detail(campaign_id: int) -> str:
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
-                           inbox_url=inbox_url(campaign_id), page_status=campaign["status"])
+                           inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
+                           test_email=_test_email())
 
 
 @bp.get("/<int:campaign_id>/failures")
@@ -144,14 +191,27 @@ def _subscriber_arg() -> int | None:
 
 @bp.get("/<int:campaign_id>/preview")
 def preview(campaign_id: int) -> str:
-    query = request.args.get("q", "").strip()  # a search wins over the drop-down
+    """The campaign as one subscriber receives it. The picker searches the whole list
+    (any part of the address or name); the preview is always of the subscriber the page
+    names as shown: the one picked, else the first match."""
+    query = request.args.get("q", "").strip()[:200]
     with engine().connect() as conn:
-        result = campaigns.preview(conn, campaign_id, base_url=config().base_url,
-                                   secret_key=config().secret_key,
-                                   subscriber_id=None if query else _subscriber_arg(),
-                                   email=query)
-        choices = lists.subscriber_page(conn, result["campaign"]["list_id"], limit=20)["rows"]
-    return render_template("campaigns/preview.html", p=result, choices=choices, q=query)
+        campaign = campaigns.get(conn, campaign_id)
+        matches = lists.subscriber_page(conn, campaign["list_id"], query=query,
+                                        limit=PICKER_SIZE)
+        chosen = _subscriber_arg()
+        if chosen is None and matches["rows"]:
+            chosen = matches["rows"][0]["id"]
+        result = None
+        if chosen is not None or not query:
+            result = campaigns.preview(conn, campaign_id, base_url=config().base_url,
+                                       secret_key=config().secret_key, subscriber_id=chosen)
+    return render_template("campaigns/preview.html", c=campaign, p=result,
+                           matches=matches["rows"], more=matches["next_after"] is not None,
+                           q=query, test_email=_test_email())
+
+
+PICKER_SIZE = 20
 
 
 # The rendered HTML body shown in the preview's iframe: the campaign's own styles may apply,
@@ -189,6 +249,7 @@ def test(campaign_id: int) -> Response:
     except DomainError as exc:
         flash(f"No test was sent: {exc.message}", "error")
         return _back(_link(campaign_id))
+    session["test_email"] = email.strip()  # prefilled next time
     flash(f"Test message queued to {email.strip()}. It arrives with “[Test]” before the "
           "subject.", "success")
     return _back(_link(campaign_id))
@@ -200,8 +261,10 @@ def review(campaign_id: int) -> str:
         campaign = campaigns.get(conn, campaign_id)
         audience = campaigns.audience(conn, campaign["list_id"])
         the_list = lists.get_list(conn, campaign["list_id"])
+        warnings = composer.warnings_for(conn, composer.campaign_values(campaign),
+                                         campaign["list_id"])
     return render_template("campaigns/review.html", c=campaign, audience=audience,
-                           the_list=the_list)
+                           the_list=the_list, warnings=warnings)
 
 
 def _schedule_time() -> datetime | None:

@@ -36,7 +36,6 @@ MAX_JSON_BYTES = 64 * 1024
 MAX_AHEAD = timedelta(days=365)
 CLOCK_SKEW = timedelta(seconds=60)
 MAX_EVENT_NAME = 200
-WAITING = ("pending", "retry", "held")
 
 
 @dataclass(frozen=True)
@@ -276,7 +275,7 @@ def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
     left = float(latest["cooldown_left"])
     if left > 0:
         wait = math.ceil(left)
-        raise TooMany(f"a {spec.name} email was sent to this user moments ago; you can "
+        raise TooMany(f"an email of kind {spec.name} was sent to this user moments ago; you can "
                       f"resend in {wait} s", retry_after=wait,
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
     if latest["status"] in ("pending", "sending", "retry"):
