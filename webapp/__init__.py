@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from flask import Flask
@@ -22,6 +23,19 @@ class SendDock:
         self.config = config
         self.engine = engine
         self.pool: Any = None
+        self._health: Any = None
+        self._health_lock = threading.Lock()
+
+    def health_probe(self) -> Any:
+        """The process's :class:`webapp.dbhealth.HealthProbe` (made on first use)."""
+        with self._health_lock:
+            if self._health is None:
+                from webapp.dbhealth import HealthProbe
+                from workers import pg
+
+                self._health = HealthProbe(pg.engine_conninfo(self.engine),
+                                           self.config.extra.get("process", "web"))
+            return self._health
 
 
 def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:

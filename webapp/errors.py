@@ -12,8 +12,18 @@ from werkzeug.wrappers import Response
 
 from webapp.db import DatabaseUnavailable
 from webapp.domain.errors import DomainError, Overloaded, TooMany
+from workers import pg
 
 log = logging.getLogger("senddock.web")
+
+TITLES = {
+    "disk_full": "The database's disk is full",
+    "too_many_connections": "Too many database connections",
+    "read_only": "The database is read-only",
+    "shutdown": "The database is restarting",
+    "busy": "The database is busy",
+    "unreachable": "Database unavailable",
+}
 
 
 def api_error(status: int, message: str, fields: dict[str, str] | None = None,
@@ -62,15 +72,26 @@ def init_app(app: Flask) -> None:
         return _page(400, "Please try again", message)
 
     @app.errorhandler(DatabaseUnavailable)
-    def db_down(exc: DatabaseUnavailable) -> Response | tuple[str, int]:
-        log.warning("database unavailable: %s", exc)
-        message = "The database is unreachable right now; nothing was lost. Try again shortly."
+    def db_unavailable(exc: DatabaseUnavailable) -> Response | tuple[str, int]:
+        return db_problem(pg.translate(exc.__cause__ or exc) or
+                          pg.DatabaseProblem(pg.UNREACHABLE, str(exc)))
+
+    @app.errorhandler(pg.DatabaseProblem)
+    def db_problem(exc: pg.DatabaseProblem) -> Response | tuple[str, int]:
+        """Every database problem, translated once by :func:`workers.pg.classify`: a 503
+        with the problem's own plain message and a Retry-After, as JSON or a page."""
+        problem = exc.problem
+        log.warning("database %s on %s %s: %s", problem.status, request.method,
+                    request.path, exc.detail or problem.kind)
         if _wants_json():
-            response = api_error(503, message)
-            response.headers["Retry-After"] = "5"
-            return response
-        _render_without_database()
-        return _page(503, "Database unavailable", message)
+            response = api_error(503, problem.message, problem=problem.kind)
+        else:
+            _render_without_database()
+            title = TITLES.get(problem.kind, "Database unavailable")
+            html, status = _page(503, title, problem.message)
+            response = current_app.make_response((html, status))
+        response.headers["Retry-After"] = str(problem.retry_after)
+        return response
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response | tuple[str, int]:
@@ -112,8 +133,9 @@ def init_app(app: Flask) -> None:
     def unexpected(exc: Exception) -> Response | tuple[str, int]:
         import sqlalchemy as sa
 
-        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
-            return db_down(DatabaseUnavailable(str(exc).splitlines()[0]))
+        translated = pg.translate(exc)
+        if translated is not None:
+            return db_problem(translated)
         if isinstance(exc, sa.exc.DataError):
             return bad_value(exc)
         log.exception("unexpected error on %s %s", request.method, request.path)

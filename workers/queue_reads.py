@@ -138,7 +138,7 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
                  "SELECT * FROM m) j"
     rows = conn.execute(sa.text(f"""
         SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
-               j.attempts, j.last_error, j.last_error_class,
+               j.user_ref, j.attempts, j.last_error, j.last_error_class,
                j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
                EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
                    AS suppressed
@@ -147,6 +147,29 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
          ORDER BY j.finished_at DESC, j.id DESC
          LIMIT :limit"""), {**params, "limit": limit})
     return [dict(r) for r in rows.mappings()]
+
+
+# Held transactional mail waiting for support to release or drop it, oldest first
+# (delivery_jobs_transactional_idx).
+_HELD = sa.text(f"""
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind <> 'broadcast' AND kind = :kind AND status = 'held'
+ ORDER BY created_at, id LIMIT :limit
+""")
+
+
+def held_jobs(conn: Connection, kind: str, limit: int = 20) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_HELD, {"kind": kind, "limit": limit}).mappings()]
+
+
+_HELD_COUNT = sa.text("""
+SELECT count(*) FROM delivery_jobs WHERE kind <> 'broadcast' AND kind = :kind
+   AND status = 'held'
+""")
+
+
+def held_count(conn: Connection, kind: str) -> int:
+    return int(conn.execute(_HELD_COUNT, {"kind": kind}).scalar_one())
 
 
 # Jobs per kind and state without counting campaign jobs: those come from the

@@ -18,7 +18,7 @@ def test_login_and_dashboard_counts_reach_final_values(
     make_campaign(engine, [f"s{i}@example.org" for i in range(30)], name="Smoke campaign")
     login(page, live_server, user)
     page.goto(live_server.url + "/")
-    assert page.locator("text=Smoke campaign").is_visible()
+    assert page.get_by_role("link", name="Smoke campaign").is_visible()
     # The table polls itself: the status reaches "sent" without a reload.
     page.locator("#campaign-table .badge-sent").wait_for(timeout=30_000)
     row = page.locator("#campaign-table tr", has_text="Smoke campaign")

@@ -52,14 +52,14 @@ def inbox_url(campaign_id: int) -> str:
 
 @bp.get("/")
 def index() -> str:
+    query = request.args.get("q", "").strip()[:200]
     with engine().connect() as conn:
-        rows = campaigns.all_with_counts(conn, limit=200)
+        rows = campaigns.all_with_counts(conn, limit=200, query=query)
         has_lists = bool(lists.all_lists(conn))
-    if request.args.get("fragment") == "campaigns":
-        return render_template("partials/_campaign_table.html", campaigns=rows,
-                               campaign_link=_link)
-    return render_template("campaigns/index.html", campaigns=rows, campaign_link=_link,
-                           has_lists=has_lists)
+    template = "partials/_campaign_table.html" if request.args.get("fragment") == \
+        "campaigns" else "campaigns/index.html"
+    return render_template(template, campaigns=rows, campaign_link=_link,
+                           has_lists=has_lists, q=query, duplicate_action=True)
 
 
 def _form_data() -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from flask import Blueprint, current_app, render_template, request
 
+from webapp import dbhealth
 from webapp.context import config, engine
 from webapp.domain import health
 
@@ -17,6 +18,8 @@ bp = Blueprint("health", __name__, url_prefix="/health")
 def index() -> str:
     with engine().connect() as conn:
         stats = health.queue_health(conn, config())
+    ext = current_app.extensions["senddock"]
+    stats["database"] = dbhealth.details(ext.health_probe(), ext.engine)
     template = "partials/_health_status.html" if request.args.get("fragment") == "status" \
         else "health/index.html"
     return render_template(template, stats=stats, chart=health.chart_bars(stats["chart"]))

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from flask import Blueprint, current_app, jsonify
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.wrappers import Response
 
 from webapp.metrics import registry_for
-from workers import queue
 
 bp = Blueprint("ops", __name__)
 
@@ -30,27 +28,36 @@ def metrics() -> Response:
 
 @bp.get("/healthz")
 def healthz() -> tuple[Response, int]:
-    """200 when this process can do its job: the database answers and, if this process
-    hosts the delivery pool, the pool is running. A down relay is reported (delivery
-    pauses by itself, P6) but is not this process's failure, so it stays 200."""
+    """Within a second, whatever the database does (its own connection and thread, see
+    :mod:`webapp.dbhealth`). Status words only — anyone may call this; the details (the
+    driver's words, hosts, the relay's reply) are on Queue health for admins.
+
+    - ``ok`` (200): the database reads and writes, the pool (if hosted here) runs;
+    - ``degraded`` (200): this process works but something is wrong that it cannot fix:
+      writes fail (disk full, read-only standby), the database is busy or out of
+      connections, or the relay is down (delivery pauses by itself, P6);
+    - ``down`` (503): the database cannot be reached or did not answer, or this
+      process's delivery pool stopped."""
     ext = current_app.extensions["senddock"]
-    body: dict[str, Any] = {"status": "ok"}
-    try:
-        with ext.engine.connect() as conn:
-            relay = queue.relay_status(conn)
-        body["database"] = "ok"
-        body["relay"] = {"status": relay.get("status", "ok"), "since": relay.get("since"),
-                         "last_error": relay.get("last_error")}
-        if relay.get("status") == "down":
-            body["status"] = "degraded"
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-        body.update(status="down", database=f"unreachable: {str(exc).splitlines()[0]}")
+    result, problem, _detail = ext.health_probe().summary()
+    relay = result.relay.get("status", "ok")
+    body: dict[str, Any] = {
+        "status": "ok",
+        "database": "ok" if problem is None else problem.status,
+        "relay": {"status": relay},
+    }
+    if problem is not None:
+        body["message"] = problem.message
     pool = ext.pool
     body["pool"] = "not in this process" if pool is None else \
         ("running" if pool.status()["running"] else "stopped")
-    healthy = body["database"] == "ok" and body["pool"] != "stopped"
-    if not healthy:
+    down = not result.reachable or body["pool"] == "stopped"
+    if down:
         body["status"] = "down"
+    elif problem is not None or relay == "down":
+        body["status"] = "degraded"
     response = jsonify(body)
     response.headers["Cache-Control"] = "no-store"
-    return response, 200 if healthy else 503
+    if problem is not None:
+        response.headers["Retry-After"] = str(problem.retry_after)
+    return response, 503 if down else 200

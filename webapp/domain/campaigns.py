@@ -126,10 +126,17 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
     return rows
 
 
-def all_with_counts(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
-    rows = conn.execute(sa.text(
-        f"SELECT {', '.join(FIELDS)} FROM campaigns ORDER BY id DESC LIMIT :limit"),
-        {"limit": limit}).mappings()
+def all_with_counts(conn: Connection, limit: int = 200, *,
+                    query: str = "") -> list[dict[str, Any]]:
+    """The newest campaigns (whose name or subject contains ``query``, if given) with their
+    list's name and exact counts."""
+    columns = ", ".join(f"c.{f}" for f in FIELDS)
+    rows = conn.execute(sa.text(f"""
+        SELECT {columns}, l.name AS list_name FROM campaigns c
+          JOIN lists l ON l.id = c.list_id
+         WHERE CAST(:q AS text) = '' OR strpos(lower(c.name || ' ' || c.subject), :q) > 0
+         ORDER BY c.id DESC LIMIT :limit"""),
+        {"limit": limit, "q": query.strip().lower()}).mappings()
     return _attach_counts(conn, [dict(r) for r in rows])
 
 

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers import queue, queue_reads
+from workers import pg, queue, queue_reads
 from workers.settings import Config
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
@@ -176,8 +175,16 @@ def cached_alarms(engine: Engine, config: Config) -> list[Alarm]:
     try:
         with engine.connect() as conn:
             alarms = compute_alarms(conn, config)
-    except (sa.exc.OperationalError, sa.exc.InterfaceError):
-        alarms = [Alarm("database", "The database is unreachable right now.")]
+    except Exception as exc:
+        problem = pg.classify(exc)
+        if problem is None:
+            raise
+        alarms = [Alarm("database", problem.message)]
+    else:
+        # Reads work, but this process's writes may not (a full disk, a read-only standby).
+        recent = pg.RECENT.within(_ALARM_TTL * 3)
+        if recent is not None and recent[0].writes_only:
+            alarms.insert(0, Alarm("database", recent[0].message))
     with _alarm_lock:
         _alarm_cache[key] = (now, alarms)
     return alarms

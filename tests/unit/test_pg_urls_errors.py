@@ -1,0 +1,112 @@
+"""workers.pg: every URL form libpq reads, one-line errors naming the variable, and the
+one translation of database errors by SQLSTATE."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from psycopg.conninfo import conninfo_to_dict
+
+from workers import pg
+
+
+@pytest.mark.parametrize("raw, hosts, ports", [
+    ("postgresql://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write", "h1,h2",
+     "5432,5433"),
+    ("postgresql://u@/db?host=h1:5432&host=h2:5433", "h1,h2", "5432,5433"),
+    ("postgresql://u@/db?host=h1,h2&port=5432,5433", "h1,h2", "5432,5433"),
+    ("postgresql+psycopg://u@h1:5432/db", "h1", "5432"),
+    ("postgres://u@h1/db", "h1", None),
+    ("host=h1,h2 port=5432,5433 dbname=db", "h1,h2", "5432,5433"),
+])
+def test_every_libpq_url_form(raw: str, hosts: str, ports: str | None) -> None:
+    params = conninfo_to_dict(pg.conninfo(raw))
+    assert params["host"] == hosts
+    assert params.get("port") == ports
+    assert params["dbname"] == "db"
+
+
+@pytest.mark.parametrize("raw", [
+    "mysql://u@h/db", "postgresql://u@h:notaport/db", "not a url at all",
+    "postgresql://u@/db?host=a,b,c&port=1,2",
+])
+def test_bad_url_is_one_line_naming_the_variable(raw: str) -> None:
+    with pytest.raises(pg.DatabaseUrlError) as err:
+        pg.conninfo(raw)
+    message = str(err.value)
+    assert message.startswith("SENDDOCK_DATABASE_URL ")
+    assert "\n" not in message
+
+
+def test_describe_hides_credentials() -> None:
+    text = pg.describe(pg.conninfo("postgresql://u:secret@h1:5432,h2:5433/db"))
+    assert text == "h1:5432,h2:5433/db"
+
+
+def _error(cls: type[psycopg.Error], message: str = "x") -> sa.exc.DBAPIError:
+    return sa.exc.OperationalError("SELECT 1", {}, cls(message))
+
+
+@pytest.mark.parametrize("cls, kind", [
+    (psycopg.errors.DiskFull, "disk_full"),
+    (psycopg.errors.TooManyConnections, "too_many_connections"),
+    (psycopg.errors.ReadOnlySqlTransaction, "read_only"),
+    (psycopg.errors.AdminShutdown, "shutdown"),
+    (psycopg.errors.LockNotAvailable, "busy"),
+    (psycopg.errors.QueryCanceled, "busy"),
+])
+def test_sqlstates(cls: type[psycopg.Error], kind: str) -> None:
+    problem = pg.classify(_error(cls))
+    assert problem is not None and problem.kind == kind
+
+
+@pytest.mark.parametrize("message, kind", [
+    ('connection failed: connection to server at "127.0.0.1", port 5999 failed: FATAL:  '
+     "sorry, too many clients already", "too_many_connections"),
+    ("connection failed: FATAL:  remaining connection slots are reserved for non-"
+     "replication superuser connections", "too_many_connections"),
+    ("connection failed: FATAL:  the database system is starting up", "shutdown"),
+    ('connection failed: connection to server at "127.0.0.1", port 5999 failed: '
+     "Connection refused", "unreachable"),
+    ("connection failed: server is in hot standby mode", "read_only"),
+])
+def test_connect_failures_by_server_message(message: str, kind: str) -> None:
+    problem = pg.classify(_error(psycopg.OperationalError, message))
+    assert problem is not None and problem.kind == kind
+
+
+def test_not_a_database_problem() -> None:
+    assert pg.classify(ValueError("x")) is None
+    bad_sql = sa.exc.ProgrammingError("SELEC", {}, psycopg.errors.SyntaxError("syntax"))
+    assert pg.classify(bad_sql) is None
+    assert pg.classify(sa.exc.TimeoutError("QueuePool limit")) is pg.BUSY
+
+
+def test_each_problem_has_its_own_message() -> None:
+    messages = {p.message for p in pg.PROBLEMS.values()}
+    statuses = {p.status for p in pg.PROBLEMS.values()}
+    assert len(messages) == len(statuses) == len(pg.PROBLEMS)
+
+
+def test_budget_formula() -> None:
+    budget = pg.Budget(web=4, delivery=3)
+    assert budget.total("serve") == 4 + 1 + 3 + 1 + 1
+    assert budget.total("worker") == 3 + 1 + 1
+    assert budget.total("web") == 4 + 1
+    assert budget.total("serve") + budget.total("worker") <= 16
+
+
+def test_outage_logs_start_change_and_end(caplog: pytest.LogCaptureFixture) -> None:
+    outage = pg.Outage("worker")
+    caplog.set_level("INFO", logger="senddock.database")
+    for _ in range(5):
+        outage.failed(pg.UNREACHABLE)
+    outage.failed(pg.TOO_MANY_CONNECTIONS)
+    outage.ok()
+    outage.ok()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3, lines
+    assert "database unreachable" in lines[0]
+    assert "too many connections" in lines[1]
+    assert "usable again after" in lines[2]

@@ -1,0 +1,501 @@
+"""PostgreSQL as production runs it, in one place for the web side and the workers:
+
+- the database URL, as libpq reads it (multi-host ``postgresql://h1:5432,h2:5432/db?
+  target_session_attrs=read-write`` included) for every engine and raw connection;
+- engines with a hard connection budget, idle connections handed back, the
+  ``application_name`` naming process and role, and per-role statement/lock timeouts;
+- errors translated by SQLSTATE into a :class:`Problem` with its plain message;
+- outage logging: one line when the database goes away (or its problem changes), one when
+  it is back, with how long it was gone.
+
+``workers`` never imports ``webapp``; the web side builds on this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import psycopg
+import sqlalchemy as sa
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import QueuePool
+from sqlalchemy.util import queue as sqla_queue
+
+log = logging.getLogger("senddock.database")
+
+URL_VARIABLE = "SENDDOCK_DATABASE_URL"
+URL_EXAMPLE = ("postgresql://user:password@host:5432/db, several hosts as "
+               "postgresql://user@h1:5432,h2:5432/db?target_session_attrs=read-write")
+
+
+# --- the URL ---------------------------------------------------------------------------
+
+
+class DatabaseUrlError(ValueError):
+    """The database URL cannot be used; the message is one line naming the variable."""
+
+
+def conninfo(raw: str, variable: str = URL_VARIABLE) -> str:
+    """``raw`` as a libpq connection string every connection of ours uses.
+
+    Accepts what libpq accepts (``postgresql://``/``postgres://`` URLs with one or several
+    ``host:port`` pairs, ``key=value`` strings), SQLAlchemy's ``postgresql+psycopg://``
+    spelling, and its ``?host=h1:p1&host=h2:p2`` multi-host form (turned into libpq's
+    ``host=h1,h2&port=p1,p2``). Raises :class:`DatabaseUrlError` naming ``variable``.
+    """
+    text = raw.strip()
+    for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres+psycopg://"):
+        if text.startswith(prefix):
+            text = "postgresql://" + text[len(prefix):]
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        if scheme not in {"postgresql", "postgres"}:
+            raise DatabaseUrlError(f"{variable} must start with postgresql://, got "
+                                   f"{scheme}:// (e.g. {URL_EXAMPLE})")
+        text = _sqlalchemy_multihost(text)
+    try:
+        params = conninfo_to_dict(text)
+    except psycopg.Error as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else "cannot be parsed"
+        raise DatabaseUrlError(f"{variable} is not a PostgreSQL URL ({reason}); "
+                               f"expected {URL_EXAMPLE}") from None
+    hosts = str(params.get("host") or "").split(",")
+    ports = [p for p in str(params.get("port") or "").split(",") if p != ""]
+    for port in ports:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise DatabaseUrlError(f"{variable} has a bad port {port!r}; expected "
+                                   f"{URL_EXAMPLE}")
+    if len(ports) > 1 and len(ports) != len(hosts):
+        raise DatabaseUrlError(f"{variable} names {len(hosts)} host(s) but {len(ports)} "
+                               f"ports; give one port per host or one for all")
+    return text
+
+
+def _sqlalchemy_multihost(url: str) -> str:
+    """SQLAlchemy's ``?host=h1:p1&host=h2:p2`` → libpq's ``?host=h1,h2&port=p1,p2``."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    hosts = [v for k, v in query if k == "host"]
+    if not hosts or not any(":" in h and not h.startswith("/") for h in hosts):
+        return url
+    names, ports = [], []
+    for h in hosts:
+        name, _, port = h.rpartition(":") if ":" in h else (h, "", "")
+        names.append(name or h)
+        ports.append(port)
+    rest = [(k, v) for k, v in query if k not in {"host", "port"}]
+    rest.insert(0, ("host", ",".join(names)))
+    if any(ports):
+        rest.insert(1, ("port", ",".join(p or "5432" for p in ports)))
+    return parts._replace(query=urlencode(rest, safe=",/:")).geturl()
+
+
+def describe(info: str) -> str:
+    """Hosts, ports and database of a connection string, without user or password:
+    for logs and the admins' Queue health page, never for anonymous callers."""
+    params = conninfo_to_dict(info)
+    hosts = str(params.get("host") or "localhost").split(",")
+    ports = str(params.get("port") or "5432").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    where = ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=False))
+    return f"{where}/{params.get('dbname', '')}"
+
+
+def connect(info: str, *, application_name: str, connect_timeout: int = 5,
+            options: str = "", **kwargs: Any) -> psycopg.Connection[Any]:
+    """A raw psycopg connection (the listener, the health check) with the same URL
+    handling as the engines."""
+    extra: dict[str, Any] = {"application_name": application_name,
+                             "connect_timeout": connect_timeout}
+    if options:
+        extra["options"] = options
+    return psycopg.connect(make_conninfo(info, **extra), **kwargs)
+
+
+# --- engines and the connection budget -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The most PostgreSQL connections one process opens, by use.
+
+    serve  = web + health + delivery + liveness + listener
+    web    = web + health
+    worker = delivery + liveness + listener
+    """
+
+    web: int
+    delivery: int
+    health: int = 1
+    liveness: int = 1
+    listener: int = 1
+
+    def total(self, process: str) -> int:
+        web = self.web + self.health
+        delivery = self.delivery + self.liveness + self.listener
+        return {"serve": web + delivery, "web": web, "worker": delivery}.get(process,
+                                                                              web + delivery)
+
+    def line(self, process: str) -> str:
+        """One log line stating this process's budget."""
+        parts = []
+        if process in {"serve", "web"}:
+            parts += [f"web {self.web}", f"health {self.health}"]
+        if process in {"serve", "worker"}:
+            parts += [f"delivery {self.delivery}", f"liveness {self.liveness}",
+                      f"listener {self.listener}"]
+        return (f"PostgreSQL connection budget of this {process} process: "
+                f"{' + '.join(parts)} = {self.total(process)}")
+
+
+def timeout_options(statement_timeout: float | None = None,
+                    lock_timeout: float | None = None,
+                    idle_in_transaction: float | None = None) -> str:
+    """libpq ``options`` setting the session's timeouts (seconds; None = server's)."""
+    opts = []
+    for name, value in (("statement_timeout", statement_timeout),
+                        ("lock_timeout", lock_timeout),
+                        ("idle_in_transaction_session_timeout", idle_in_transaction)):
+        if value is not None:
+            opts.append(f"-c {name}={int(value * 1000)}")
+    return " ".join(opts)
+
+
+def application_name(process: str, role: str) -> str:
+    """``senddock-<process>/<role>``, e.g. ``senddock-serve/web``, ``senddock-worker/
+    delivery``: what ``pg_stat_activity`` shows for each of our connections."""
+    return f"senddock-{process}/{role}"[:63]
+
+
+def make_engine(info: str, *, process: str, role: str, size: int,
+                pre_ping: bool = True, statement_timeout: float | None = None,
+                lock_timeout: float | None = None, checkout_timeout: float = 30.0,
+                idle_timeout: float | None = 60.0, connect_timeout: int = 5) -> Engine:
+    """An engine that never holds more than ``size`` connections, closes the ones idle
+    longer than ``idle_timeout`` seconds, names them ``application_name(process, role)``
+    and runs them with the given timeouts. A checkout waits at most ``checkout_timeout``
+    for a free connection (then SQLAlchemy's TimeoutError: see :func:`classify`)."""
+    name = application_name(process, role)
+    options = timeout_options(statement_timeout, lock_timeout)
+
+    def creator() -> Any:
+        return connect(info, application_name=name, connect_timeout=connect_timeout,
+                       options=options)
+
+    engine = sa.create_engine(
+        "postgresql+psycopg://", creator=creator, poolclass=QueuePool,
+        pool_size=max(1, size), max_overflow=0, pool_timeout=checkout_timeout,
+        pool_pre_ping=pre_ping, pool_use_lifo=True, pool_recycle=1800)
+    engine.info = info  # type: ignore[attr-defined]
+    if idle_timeout:
+        _watch_idle(engine, idle_timeout)
+    return engine
+
+
+def engine_conninfo(engine: Engine) -> str:
+    """The connection string ``engine`` connects with (an engine of :func:`make_engine`
+    keeps it; for any other, its URL as libpq reads it)."""
+    info = getattr(engine, "info", None)
+    if isinstance(info, str):
+        return info
+    return conninfo(engine.url.render_as_string(hide_password=False))
+
+
+_WATCHED: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+_REAPER: list[threading.Thread] = []
+_REAPER_LOCK = threading.Lock()
+
+
+def _watch_idle(engine: Engine, idle_timeout: float) -> None:
+    """Have the process's reaper thread close ``engine``'s connections idle longer than
+    ``idle_timeout`` (LIFO checkout keeps the busy ones on top, the idle at the bottom)."""
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_conn: Any, record: Any) -> None:
+        record.info["senddock_idle_since"] = time.monotonic()
+
+    with _REAPER_LOCK:
+        _WATCHED[engine] = idle_timeout
+        if not _REAPER:
+            thread = threading.Thread(target=_reap_forever, name="pg-idle-reaper",
+                                      daemon=True)
+            _REAPER.append(thread)
+            thread.start()
+
+
+def _reap_forever() -> None:
+    while True:
+        time.sleep(min([5.0, *(t / 2 for t in list(_WATCHED.values()))]))
+        for engine, idle_timeout in list(_WATCHED.items()):
+            try:
+                reap_idle(engine, idle_timeout)
+            except Exception:  # never let the reaper die; the pool still caps the count
+                log.exception("closing idle connections failed")
+
+
+def reap_idle(engine: Engine, idle_timeout: float) -> int:
+    """Close the connections of ``engine``'s pool idle for ``idle_timeout`` seconds or
+    more; the number closed."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return 0
+    now = time.monotonic()
+    kept, closed = [], 0
+    while True:
+        try:
+            record = pool._pool.get(False)
+        except sqla_queue.Empty:
+            break
+        if now - record.info.get("senddock_idle_since", now) >= idle_timeout:
+            try:
+                record.close()
+            finally:
+                pool._dec_overflow()
+            closed += 1
+        else:
+            kept.append(record)
+    # Back in their order (they came out newest first): LIFO hands out the freshest.
+    for record in reversed(kept):
+        pool._pool.put(record, False)
+    return closed
+
+
+# --- errors by SQLSTATE ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What went wrong with the database, in words a user and an operator understand."""
+
+    kind: str        # disk_full, too_many_connections, read_only, shutdown, busy, unreachable
+    status: str      # the word /healthz gives anonymous callers
+    message: str     # the plain sentence shown on pages, in the API and on Queue health
+    retry_after: int  # seconds, for the 503's Retry-After
+    writes_only: bool = False  # reads still work (disk full, read-only)
+
+
+DISK_FULL = Problem(
+    "disk_full", "disk full",
+    "The database server's disk is full, so nothing new can be saved right now; nothing "
+    "already accepted was lost. An administrator must free disk space.", 30, True)
+TOO_MANY_CONNECTIONS = Problem(
+    "too_many_connections", "too many connections",
+    "The database has too many connections open right now; nothing was lost. Try again "
+    "in a few seconds.", 5)
+READ_ONLY = Problem(
+    "read_only", "read-only",
+    "The database is read-only right now (a standby, or a failover under way), so nothing "
+    "new can be saved; nothing already accepted was lost. Try again shortly.", 10, True)
+SHUTDOWN = Problem(
+    "shutdown", "restarting",
+    "The database server is shutting down or restarting; nothing was lost. Try again in "
+    "a few seconds.", 5)
+BUSY = Problem(
+    "busy", "busy",
+    "The database is busy (a lock or a slow query held this request up); nothing was "
+    "changed. Try again in a few seconds.", 5)
+UNREACHABLE = Problem(
+    "unreachable", "unreachable",
+    "The database is unreachable right now; nothing was lost. Try again shortly.", 5)
+
+PROBLEMS = {p.kind: p for p in (DISK_FULL, TOO_MANY_CONNECTIONS, READ_ONLY, SHUTDOWN, BUSY,
+                                UNREACHABLE)}
+
+# SQLSTATE (exact, then by class) → problem.
+_BY_SQLSTATE = {
+    "53100": DISK_FULL,             # disk_full
+    "53300": TOO_MANY_CONNECTIONS,  # too_many_connections
+    "25006": READ_ONLY,             # read_only_sql_transaction
+    "57P01": SHUTDOWN,              # admin_shutdown
+    "57P02": SHUTDOWN,              # crash_shutdown
+    "57P03": SHUTDOWN,              # cannot_connect_now (starting up / shutting down)
+    "55P03": BUSY,                  # lock_not_available (lock_timeout)
+    "57014": BUSY,                  # query_canceled (statement_timeout)
+    "25P03": BUSY,                  # idle_in_transaction_session_timeout
+    "40P01": BUSY,                  # deadlock_detected
+}
+_BY_CLASS = {"08": UNREACHABLE, "53": DISK_FULL, "58": UNREACHABLE}
+
+# A failed *connection attempt* has no SQLSTATE in psycopg (no server result to read it
+# from); the server's FATAL message is all there is. These are PostgreSQL's own texts
+# (src/backend) and libpq's for target_session_attrs.
+_BY_CONNECT_MESSAGE = (
+    ("too many clients already", TOO_MANY_CONNECTIONS),
+    ("remaining connection slots are reserved", TOO_MANY_CONNECTIONS),
+    ("too many connections for", TOO_MANY_CONNECTIONS),
+    ("the database system is starting up", SHUTDOWN),
+    ("the database system is shutting down", SHUTDOWN),
+    ("the database system is in recovery mode", SHUTDOWN),
+    ("the database system is not yet accepting connections", SHUTDOWN),
+    ("terminating connection due to administrator command", SHUTDOWN),
+    ("session is read-only", READ_ONLY),
+    ("server is in hot standby mode", READ_ONLY),
+    ("no space left on device", DISK_FULL),
+)
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    """The SQLSTATE behind ``exc`` (SQLAlchemy wraps psycopg's error in ``.orig``)."""
+    for candidate in (exc, getattr(exc, "orig", None), exc.__cause__):
+        state = getattr(candidate, "sqlstate", None)
+        if state:
+            return str(state)
+    return None
+
+
+def classify(exc: BaseException) -> Problem | None:
+    """The :class:`Problem` a database error is, or None if ``exc`` is not one of those
+    (a bug or bad input: the caller's business). This is the only place that reads
+    SQLSTATEs and server messages."""
+    if isinstance(exc, DatabaseProblem):
+        return exc.problem
+    if isinstance(exc, sa.exc.TimeoutError):
+        return BUSY  # our own pool had no free connection within its checkout timeout
+    orig = getattr(exc, "orig", None) or exc
+    if not isinstance(exc, sa.exc.DBAPIError | psycopg.Error):
+        return None
+    state = sqlstate_of(exc)
+    if state in _BY_SQLSTATE:
+        return _BY_SQLSTATE[state]
+    if state and state[:2] in _BY_CLASS:
+        return _BY_CLASS[state[:2]]
+    if isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError) or \
+            getattr(exc, "connection_invalidated", False):
+        text = str(orig).lower()
+        for needle, problem in _BY_CONNECT_MESSAGE:
+            if needle in text:
+                return problem
+        if state is None or state.startswith(("08", "57P")):
+            return UNREACHABLE
+    return None
+
+
+class DatabaseProblem(Exception):
+    """A database error translated: ``problem`` says what happened in plain words;
+    ``detail`` is the driver's first line (for logs and admins only)."""
+
+    def __init__(self, problem: Problem, detail: str = "") -> None:
+        super().__init__(detail or problem.message)
+        self.problem = problem
+        self.detail = detail
+
+
+def first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return text.splitlines()[0] if text else type(orig).__name__
+
+
+def translate(exc: BaseException) -> DatabaseProblem | None:
+    """``exc`` as a :class:`DatabaseProblem` (noted in :data:`RECENT`), or None."""
+    problem = classify(exc)
+    if problem is None:
+        return None
+    RECENT.note(problem, first_line(exc))
+    return DatabaseProblem(problem, first_line(exc))
+
+
+class Recent:
+    """The last database problem this process met, for ``/healthz`` and Queue health:
+    a write failing on a full disk shows as degraded even while reads still work."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[Problem, str, float] | None = None
+
+    def note(self, problem: Problem, detail: str) -> None:
+        with self._lock:
+            self._last = (problem, detail, time.monotonic())
+
+    def within(self, seconds: float) -> tuple[Problem, str, float] | None:
+        """(problem, detail, seconds ago) if one was met in the last ``seconds``."""
+        with self._lock:
+            last = self._last
+        if last is None:
+            return None
+        ago = time.monotonic() - last[2]
+        return (last[0], last[1], ago) if ago <= seconds else None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._last = None
+
+
+RECENT = Recent()
+
+
+# --- outages ---------------------------------------------------------------------------
+
+
+class Outage:
+    """One log line when the database becomes unusable (or its problem changes), one when
+    it is usable again with how long it was not. Thread-safe; share one per process."""
+
+    def __init__(self, who: str, logger: logging.Logger | None = None) -> None:
+        self.who = who
+        self.log = logger or log
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._problem: Problem | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._since is not None
+
+    def failed(self, exc: BaseException | Problem, retrying: str = "") -> Problem:
+        """Record a failure; logs only if it starts an outage or changes its kind."""
+        problem = exc if isinstance(exc, Problem) else (classify(exc) or UNREACHABLE)
+        detail = "" if isinstance(exc, Problem) else first_line(exc)
+        with self._lock:
+            changed = problem != self._problem
+            if self._since is None:
+                self._since = time.monotonic()
+            self._problem = problem
+        if changed:
+            self.log.warning("%s: database %s (%s)%s", self.who, problem.status,
+                             detail or problem.kind, f"; {retrying}" if retrying else "")
+        return problem
+
+    def ok(self) -> None:
+        """Record a success; logs the end of an outage with its length."""
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            length = time.monotonic() - self._since
+            problem = self._problem
+            self._since, self._problem = None, None
+        self.log.info("%s: database usable again after %.1f s (was: %s)", self.who,
+                         length, problem.status if problem else "?")
+
+
+def wait_until(attempt: Callable[[], Any], outage: Outage, stopping: threading.Event,
+               *, what: str, max_backoff: float = 5.0) -> Any:
+    """Call ``attempt`` until it succeeds or ``stopping`` is set (then None). Database
+    errors are logged through ``outage`` (one line per change) and retried with backoff;
+    any other error propagates."""
+    backoff = 0.5
+    while not stopping.is_set():
+        try:
+            result = attempt()
+        except Exception as exc:
+            if classify(exc) is None:
+                raise
+            outage.failed(exc, retrying=f"{what}: waiting and retrying")
+            stopping.wait(backoff)
+            backoff = min(backoff * 2, max_backoff)
+            continue
+        outage.ok()
+        return result
+    return None
