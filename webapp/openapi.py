@@ -201,7 +201,7 @@ PATHS["/kinds"] = {"get": _op("Every transactional kind", 200, {
 PATHS["/kinds/{name}"] = {
     "parameters": [{"name": "name", "in": "path", "required": True,
                     "schema": {"type": "string"}}],
-    "get": _op("One kind", 200, KIND, 404),
+    "get": _op("One kind", 200, KIND, 404, 422),
     "put": _also(_op("Create (201) or edit (200) a kind; fields left out keep their value "
                      "(a new kind's: its class's defaults). Template errors answer 422 with "
                      "the template and line", 201, KIND, 400, 413, 422, request=KIND_BODY),
