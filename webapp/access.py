@@ -19,6 +19,9 @@ SUPPORT = frozenset({"admin", "support"})
 PUBLIC: frozenset[str] = frozenset({
     "static", "auth.login", "auth.logout", "public.unsubscribe", "public.unsubscribe_confirm",
     "public.unsubscribe_one_click", "ops.healthz", "api.openapi",
+    # Provider webhooks authenticate themselves (signatures, basic auth, webhook tokens).
+    "webhooks.ses", "webhooks.sendgrid", "webhooks.postmark", "webhooks.mailgun",
+    "webhooks.generic",
 })
 
 # Blueprint-wide rules: endpoint prefix -> roles. More specific entries in ENDPOINTS win.
@@ -29,6 +32,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "support": SUPPORT,
     "admin": ADMIN,
     "inbox": frozenset({"admin", "support"}),
+    "jobs": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
     "transactional": ADMIN,

@@ -109,6 +109,37 @@ def token_create(email: str, name: str) -> None:
     click.echo(token)
 
 
+@main.group("webhook-token")
+def webhook_token_group() -> None:
+    """Manage bearer tokens for POST /webhooks/generic."""
+
+
+@webhook_token_group.command("create")
+@click.option("--name", default="", help="A label to recognise the token by (the source).")
+def webhook_token_create(name: str) -> None:
+    """Create a webhook token; prints the token alone on stdout (shown once)."""
+    from webapp.domain import feedback_intake
+
+    engine = open_engine(load_config())
+    with engine.begin() as conn:
+        token = feedback_intake.create_webhook_token(conn, name, actor="cli")
+    click.echo(token)
+
+
+@webhook_token_group.command("revoke")
+@click.argument("prefix")
+def webhook_token_revoke(prefix: str) -> None:
+    """Revoke the webhook token that starts with PREFIX (its first 10 characters)."""
+    from webapp.domain import feedback_intake
+
+    engine = open_engine(load_config())
+    with engine.begin() as conn:
+        n = feedback_intake.revoke_webhook_token(conn, prefix[:10], actor="cli")
+    if not n:
+        raise click.ClickException(f"no live webhook token starts with {prefix[:10]}")
+    click.echo(f"revoked {n} token(s)")
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=5000, type=int)
@@ -162,6 +193,87 @@ def worker() -> None:
     while not stop_requested.wait(0.5):
         pass
     pool.stop()
+
+
+@main.group("dkim")
+def dkim_group() -> None:
+    """DKIM keys of the sending domains (SPEC 13)."""
+
+
+def _print_key(key: Any) -> None:
+    click.echo(f"{key.domain} selector {key.selector} ({key.algorithm}, {key.status})", err=True)
+    click.echo(f"publish this TXT record at {key.record_name}:", err=True)
+    click.echo(key.zone_line)
+
+
+@dkim_group.command("create")
+@click.argument("domain")
+@click.option("--selector", default=None,
+              help="The selector (default: the free one of the rotation pair, sd1/sd2).")
+@click.option("--algorithm", type=click.Choice(["rsa", "ed25519"]), default="rsa",
+              show_default=True, help="rsa: RSA-2048, verified everywhere; ed25519: small, "
+                                      "not verified by Gmail yet (add it beside an RSA key).")
+def dkim_create(domain: str, selector: str | None, algorithm: str) -> None:
+    """Generate a key for DOMAIN and print the DNS record to publish. The first key of an
+    algorithm signs at once; a second one is "next" until `senddock dkim activate`."""
+    from workers import dkim
+
+    config = load_config(require_secret=True)
+    engine = open_engine(config)
+    try:
+        with engine.begin() as conn:
+            key = dkim.create_key(conn, config.secret_key, domain, selector=selector,
+                                  algorithm=algorithm)
+    except dkim.DkimError as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_key(key)
+
+
+@dkim_group.command("activate")
+@click.argument("domain")
+@click.argument("selector")
+def dkim_activate(domain: str, selector: str) -> None:
+    """Sign DOMAIN's mail with SELECTOR's key from now on (the old key is retired)."""
+    from workers import dkim
+
+    config = load_config(require_secret=True)
+    engine = open_engine(config)
+    try:
+        with engine.begin() as conn:
+            key = dkim.activate_key(conn, domain, selector)
+    except dkim.DkimError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{key.record_name} now signs {key.domain}'s mail", err=True)
+
+
+@dkim_group.command("list")
+def dkim_list() -> None:
+    """Every key with its status and DNS record."""
+    from workers import dkim
+
+    config = load_config()
+    engine = open_engine(config)
+    with engine.connect() as conn:
+        for key in dkim.list_keys(conn):
+            click.echo(f"{key.status:<8} {key.algorithm:<8} {key.zone_line}")
+
+
+@main.command("check")
+def check() -> None:
+    """Is this installation ready to send? Database, migrations, relay (EHLO, STARTTLS,
+    AUTH, MAIL FROM), DKIM keys and DNS records, bounce address: one line per check, exit
+    status 1 when any is a problem."""
+    from webapp.checks import format_line, run_checks
+
+    config = load_config()
+    results = run_checks(config)
+    for result in results:
+        click.echo(format_line(result))
+    problems = [r for r in results if r.status == "problem"]
+    click.echo(f"\n{len(problems)} problem(s), "
+               f"{sum(r.status == 'warning' for r in results)} warning(s)", err=True)
+    if problems:
+        sys.exit(1)
 
 
 @main.command("config")

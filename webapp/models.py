@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, ExcludeConstraint
 
-from workers import states
+from workers import event_queue, states
 from workers.states import sql_list
 
 metadata = MetaData()
@@ -146,6 +146,8 @@ campaigns = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
+    # Why the system paused it (complaint rate, SPEC 12); cleared when it is resumed.
+    Column("paused_reason", Text),
     CheckConstraint(_in("status", CAMPAIGN_STATUSES), name="campaigns_status_check"),
     Index("campaigns_scheduled_idx", "scheduled_at", postgresql_where=text("status = 'scheduled'")),
 )
@@ -165,6 +167,8 @@ broadcasts = Table(
     Column("enqueued_at", DateTime(timezone=True)),
     _now(),
     Column("finished_at", DateTime(timezone=True)),
+    # Jobs of this broadcast with at least one complaint (SPEC 12's complaint rate).
+    Column("complaints", Integer, nullable=False, server_default=text("0")),
 )
 
 delivery_jobs = Table(
@@ -303,6 +307,9 @@ suppressions = Table(
     Index("suppressions_job_idx", "job_id", postgresql_where=text("job_id IS NOT NULL")),
     Index("suppressions_email_prefix_idx", "email",
           postgresql_ops={"email": "text_pattern_ops"}),
+    # Search by any part of the address: a domain ("@example.net") or a fragment.
+    Index("suppressions_email_trgm_idx", "email", postgresql_using="gin",
+          postgresql_ops={"email": "gin_trgm_ops"}),
 )
 
 # Liveness is in the schema: each pool holds a session advisory lock (lock_key) and
@@ -415,4 +422,149 @@ time_to_sent_counts = Table(
     Column("seconds", Float, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("kind", "class", "bucket", "slot"),
     postgresql_with={"fillfactor": "50"},
+)
+
+
+# --- after acceptance (SPEC 12) ----------------------------------------------------------
+
+FEEDBACK_SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
+FEEDBACK_TYPES = ("bounce", "complaint")
+EVENT_WEBHOOK_EVENTS = event_queue.EVENTS
+DELIVERY_STATUSES = event_queue.DELIVERY_STATUSES
+
+# Every bounce or complaint reported after acceptance, with its raw source, on its job
+# (job_id is NULL for one no job matched). (source, event_id) is unique: a provider's event
+# delivered twice is stored, and acted on, once.
+job_events = Table(
+    "job_events", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("job_id", BigInteger, ForeignKey("delivery_jobs.id", ondelete="CASCADE")),
+    Column("source", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("bounce", Text),
+    Column("email", Text, nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("status", Text),
+    Column("event_id", Text),
+    Column("message_id", Text),
+    Column("effect", Text, nullable=False),
+    Column("raw", Text, nullable=False, server_default=""),
+    _now(),
+    CheckConstraint(_in("source", FEEDBACK_SOURCES), name="job_events_source_check"),
+    CheckConstraint(_in("type", FEEDBACK_TYPES), name="job_events_type_check"),
+    CheckConstraint("bounce IS NULL OR bounce IN ('hard', 'soft')",
+                    name="job_events_bounce_check"),
+    Index("job_events_job_idx", "job_id", "created_at"),
+    Index("job_events_email_idx", text("lower(email)"), "created_at"),
+    Index("job_events_created_idx", "created_at"),
+    Index("job_events_event_key", "source", "event_id", unique=True,
+          postgresql_where=text("event_id IS NOT NULL")),
+)
+
+# Requests and mails already processed: a replayed signed webhook (same SNS MessageId,
+# SendGrid signature, Mailgun token) or a bounce-mailbox message seen again (same digest)
+# is recognised and changes nothing.
+feedback_receipts = Table(
+    "feedback_receipts", metadata,
+    Column("source", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("received_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("source", "key"),
+    Index("feedback_receipts_received_idx", "received_at"),
+)
+
+# Bearer tokens for /webhooks/generic (``senddock webhook-token create``), stored hashed.
+webhook_tokens = Table(
+    "webhook_tokens", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("name", Text, nullable=False, server_default=""),
+    Column("prefix", Text, nullable=False),
+    Column("token_hash", Text, nullable=False, unique=True),
+    Column("last_used_at", DateTime(timezone=True)),
+    Column("revoked_at", DateTime(timezone=True)),
+    _now(),
+)
+
+# Outgoing event webhooks: endpoints admins configure. ``enabled`` is the admin's switch;
+# ``disabled_at`` is set by the deliverer when the endpoint keeps failing (an alarm), and
+# its waiting deliveries are kept until it is enabled again.
+webhook_endpoints = Table(
+    "webhook_endpoints", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("events", ARRAY(Text), nullable=False),
+    Column("kinds", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("secret", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("disabled_at", DateTime(timezone=True)),
+    Column("disabled_reason", Text),
+    Column("consecutive_failures", Integer, nullable=False, server_default=text("0")),
+    Column("last_attempt_at", DateTime(timezone=True)),
+    Column("last_success_at", DateTime(timezone=True)),
+    Column("last_status", SmallInteger),
+    Column("last_response", Text),
+    _now(),
+)
+
+# The durable queue of outgoing events: one row per (event, endpoint), queued by triggers
+# in the transaction that made the change, claimed with SKIP LOCKED (workers.event_queue).
+# The row is the delivery log too: attempts, last status and response.
+webhook_deliveries = Table(
+    "webhook_deliveries", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("endpoint_id", BigInteger, ForeignKey("webhook_endpoints.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("event", Text, nullable=False),
+    Column("msg_id", Text, nullable=False,
+           server_default=text("'msg_' || replace(gen_random_uuid()::text, '-', '')")),
+    Column("payload", JSONB, nullable=False),
+    Column("status", Text, nullable=False, server_default="pending"),
+    Column("attempts", SmallInteger, nullable=False, server_default=text("0")),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("claimed_by", Text),
+    Column("claim_token", UUID(as_uuid=False)),
+    Column("claimed_at", DateTime(timezone=True)),
+    Column("last_status", SmallInteger),
+    Column("last_response", Text),
+    Column("last_error", Text),
+    _now(),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(_in("status", DELIVERY_STATUSES), name="webhook_deliveries_status_check"),
+    Index("webhook_deliveries_claim_idx", "available_at", "id",
+          postgresql_where=text(f"status IN {sql_list(event_queue.WAITING)}")),
+    Index("webhook_deliveries_sending_idx", "claimed_at",
+          postgresql_where=text("status = 'sending'")),
+    Index("webhook_deliveries_endpoint_idx", "endpoint_id", "created_at"),
+)
+
+# DKIM (SPEC 13): the domains mail is sent From and their keys. The private key is stored
+# only encrypted (workers/dkim.py: AES-GCM under a key derived from SENDDOCK_SECRET_KEY).
+# Per domain and algorithm at most one active key (signs) and one next key (published,
+# waiting to be activated): the two selectors of a rotation.
+sending_domains = Table(
+    "sending_domains", metadata,
+    Column("domain", Text, primary_key=True),
+    _now(),
+)
+
+dkim_keys = Table(
+    "dkim_keys", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("domain", Text, ForeignKey("sending_domains.domain", ondelete="CASCADE"),
+           nullable=False),
+    Column("selector", Text, nullable=False),
+    Column("algorithm", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("public_key", Text, nullable=False),
+    Column("private_key_encrypted", Text, nullable=False),
+    _now(),
+    Column("activated_at", DateTime(timezone=True)),
+    CheckConstraint("algorithm IN ('rsa', 'ed25519')", name="dkim_keys_algorithm_check"),
+    CheckConstraint("status IN ('next', 'active', 'retired')", name="dkim_keys_status_check"),
+    Index("dkim_keys_selector_idx", "domain", "selector", unique=True),
+    Index("dkim_keys_one_active_idx", "domain", "algorithm", unique=True,
+          postgresql_where=text("status = 'active'")),
+    Index("dkim_keys_one_next_idx", "domain", "algorithm", unique=True,
+          postgresql_where=text("status = 'next'")),
 )

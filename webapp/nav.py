@@ -15,6 +15,7 @@ ITEMS = [
     ("lists.index", "Lists"),
     ("support.index", "Support"),
     ("transactional.index", "Transactional"),
+    ("jobs.index", "Jobs"),
     ("inbox.index", "Failed jobs"),
     ("admin.suppressions", "Suppressions"),
     ("health.index", "Queue health"),

@@ -7,7 +7,7 @@ only the per-recipient render and the MIME assembly run per message.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import formatdate, parseaddr
 from importlib import resources
 from typing import Any
@@ -15,8 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from workers.dkim import KeyRing, from_domain
 from workers.kinds import KindCatalog, UnknownKind, message_context
-from workers.links import unsubscribe_url
+from workers.links import bounce_address, unsubscribe_url
 from workers.message import CampaignTemplate, TemplateError, build_mime, compile_campaign
 from workers.queue import ClaimedJob
 from workers.settings import Config
@@ -77,6 +78,7 @@ class Composer:
         self._campaigns: dict[int, PreparedCampaign] = {}
         self._lock = threading.Lock()
         self.kinds = KindCatalog(engine)
+        self.keys = KeyRing(engine, config.secret_key)
 
     def campaign(self, campaign_id: int) -> PreparedCampaign:
         prepared = self._campaigns.get(campaign_id)
@@ -93,16 +95,25 @@ class Composer:
         return prepared
 
     def build(self, job: ClaimedJob) -> Envelope:
-        """The envelope sender and message bytes for ``job``. Raises
+        """The envelope sender and message bytes for ``job``, DKIM-signed with the From
+        domain's active keys (every kind goes through here). Raises
         ``workers.message.TemplateError`` if a template cannot render for this recipient."""
         if job.kind == "broadcast" or (job.kind == "test" and "kind" not in job.payload):
-            return self._build_campaign(job)
-        return self._build_kind(job)
+            envelope = self._build_campaign(job)
+        else:
+            envelope = self._build_kind(job)
+        return self._signed(envelope)
 
     def retry_schedule(self, kind: str) -> tuple[int, ...]:
         """The delays between attempts for ``kind``: the kind's own (SPEC 11), else the
         settings' (campaigns, tests, and the built-in kind unless an admin set one)."""
         return self.kinds.retry_schedule(kind, self.config.retry_schedule)
+
+    def _signed(self, envelope: Envelope) -> Envelope:
+        domain = from_domain(envelope.message)
+        if domain is None:
+            return envelope
+        return replace(envelope, message=self.keys.sign(envelope.message, domain))
 
     def _headers(self, job: ClaimedJob) -> dict[str, str]:
         return {"X-SendDock-Correlation-ID": job.correlation_id}
@@ -142,7 +153,7 @@ class Composer:
         message = build_mime(from_addr=prepared.from_addr, to_addr=job.email, subject=subject,
                              text=rendered.text, html=rendered.html, message_id=job.message_id,
                              headers=headers, date=formatdate(localtime=False, usegmt=True))
-        return Envelope(parseaddr(prepared.from_addr)[1], message)
+        return Envelope(self._envelope_from(job, prepared.from_addr), message)
 
     def _build_kind(self, job: ClaimedJob) -> Envelope:
         """A transactional kind's message (or its test send): the kind's templates, at
@@ -160,4 +171,12 @@ class Composer:
                              subject=subject, text=rendered.text, html=rendered.html,
                              message_id=job.message_id, headers=self._headers(job),
                              date=formatdate(localtime=False, usegmt=True))
-        return Envelope(parseaddr(self.config.mail_from)[1], message)
+        return Envelope(self._envelope_from(job, self.config.mail_from), message)
+
+    def _envelope_from(self, job: ClaimedJob, from_addr: str) -> str:
+        """The VERP bounce address for this job when SENDDOCK_BOUNCE_ADDRESS is set (bounces
+        then name their job), else the From address."""
+        verp = self.config.feedback.bounce_address
+        if verp:
+            return bounce_address(verp, self.config.secret_key, job.id)
+        return parseaddr(from_addr)[1]

@@ -30,7 +30,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
-from workers import outcomes, queue
+from workers import after_acceptance, outcomes, queue
 from workers.classify import ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
@@ -77,7 +77,7 @@ class Pool:
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
                  self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
         scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(self.config.workers + 4)},
+            executors={"default": ThreadPoolExecutor(self.config.workers + 6)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC")
         for i in range(self.config.workers):
@@ -87,6 +87,7 @@ class Pool:
         scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
         if self.maintenance:
             scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
+            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id)
         scheduler.start()
         self._scheduler = scheduler
         self._listener = threading.Thread(target=self._listen, name="listen", daemon=True)

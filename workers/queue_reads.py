@@ -8,6 +8,7 @@ never counts a million rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -408,3 +409,111 @@ SELECT DISTINCT kind FROM delivery_jobs
 
 def kinds_for_user(conn: Connection, user_ref: str) -> list[str]:
     return list(conn.execute(_KINDS_FOR_USER, {"user_ref": user_ref}).scalars())
+
+
+# --- the jobs browser (admins) ---------------------------------------------------------
+# Jobs by state, Sidekiq/Oban style: waiting (due, in claim order), retrying (in the order
+# they come due, with their next run), in flight, held. Each is keyset-paged along the
+# index that serves the state, so a deep page costs what the first does.
+
+@dataclass
+class JobFilter:
+    """Which jobs a jobs-browser tab shows."""
+
+    kind: str | None = None
+    broadcast_id: int | None = None
+    email: str | None = None
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
+        if self.kind:
+            clauses.append("j.kind = :kind")
+            params["kind"] = self.kind
+        if self.broadcast_id is not None:
+            clauses.append("j.broadcast_id = :broadcast_id")
+            params["broadcast_id"] = self.broadcast_id
+        if self.email:
+            clauses.append("lower(j.email) = lower(:email)")
+            params["email"] = self.email
+        return "".join(f" AND {c}" for c in clauses), params
+
+
+# state -> (condition, order columns). Waiting and retrying walk delivery_jobs_claim_idx
+# (its predicate is repeated so the planner can use it), in flight delivery_jobs_sending_idx,
+# held delivery_jobs_transactional_idx.
+BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'pending'",
+                ("j.priority", "j.available_at", "j.id")),
+    "retrying": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'retry'",
+                 ("j.priority", "j.available_at", "j.id")),
+    "sending": ("j.status = 'sending'", ("j.claimed_at", "j.id")),
+    "held": ("j.kind <> 'broadcast' AND j.status = 'held'", ("j.created_at", "j.id")),
+}
+
+
+def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
+                  after: Sequence[Any] | None = None, limit: int = 50
+                  ) -> list[dict[str, Any]]:
+    """Jobs in the browser ``state`` matching ``where``, in the order they will be
+    handled, ``limit`` of them after the keyset ``after`` (the previous page's last row's
+    order columns)."""
+    condition, order = BROWSER_STATES[state]
+    extra, params = where.where()
+    keyset = ""
+    if after is not None:
+        names = [f":after{i}" for i in range(len(order))]
+        keyset = f" AND ({', '.join(order)}) > ({', '.join(names)})"
+        params.update({f"after{i}": v for i, v in enumerate(after)})
+    rows = conn.execute(sa.text(f"""
+        SELECT j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
+               j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
+               j.campaign_id, j.user_ref, c.name AS campaign_name
+          FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+         WHERE {condition}{extra}{keyset}
+         ORDER BY {', '.join(order)} LIMIT :limit"""), {**params, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+_COUNTS_FOR_EMAIL = sa.text(f"""
+SELECT status, count(*) AS n FROM delivery_jobs j
+ WHERE lower(j.email) = lower(:email) AND (CAST(:kind AS text) IS NULL OR j.kind = :kind)
+   AND j.status IN {sql_list(STATES)}
+ GROUP BY status
+""")
+
+
+def state_counts_for_email(conn: Connection, email: str, kind: str | None
+                           ) -> dict[str, int]:
+    """Jobs per state for one address (a handful of rows)."""
+    counts = dict.fromkeys(STATES, 0)
+    for row in conn.execute(_COUNTS_FOR_EMAIL, {"email": email, "kind": kind}):
+        counts[row.status] = int(row.n)
+    return counts
+
+
+_COUNT_PROBLEMS = """
+SELECT count(*) FROM (SELECT 1 FROM delivery_jobs j WHERE {where} AND j.finished_at <= :as_of
+                       LIMIT :cap) matching
+"""
+
+
+def count_problems(conn: Connection, where: ProblemFilter, as_of: datetime,
+                   cap: int = 1_000_000) -> int:
+    """How many open problems "retry all matching" would retry (those finished by
+    ``as_of``), counted along the inbox index up to ``cap``."""
+    sql, params = where.where()
+    return int(conn.execute(sa.text(_COUNT_PROBLEMS.format(where=sql)),
+                            {**params, "as_of": as_of, "cap": cap}).scalar_one())
+
+
+_SCHEDULED_CAMPAIGNS = sa.text("""
+SELECT c.id, c.name, c.scheduled_at, l.name AS list_name, l.subscriber_count
+  FROM campaigns c JOIN lists l ON l.id = c.list_id
+ WHERE c.status = 'scheduled' ORDER BY c.scheduled_at, c.id LIMIT :limit
+""")
+
+
+def scheduled_campaigns(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+    """Campaigns waiting for their time (their jobs are created when it comes)."""
+    return [dict(r) for r in conn.execute(_SCHEDULED_CAMPAIGNS, {"limit": limit}).mappings()]

@@ -74,6 +74,57 @@ SETTINGS: list[Setting] = [
             "1 behind a reverse proxy that terminates TLS: trust one hop of X-Forwarded-For, "
             "-Proto, -Host and -Port (never enable without such a proxy: clients could "
             "forge their address)."),
+    # --- after acceptance: bounces, complaints, event webhooks (SPEC 12) ---
+    Setting("BOUNCE_ADDRESS", None,
+            "Envelope sender (Return-Path) with the job encoded, VERP-style: "
+            "bounces@example.com sends as bounces+<signed job token>@example.com, so a "
+            "bounce finds its job. Unset: the From address is the envelope sender."),
+    Setting("BOUNCE_MAILBOX", None,
+            "Mailbox the workers poll for DSNs and ARF complaints: "
+            "imaps://user:pass@host[:port]/INBOX, imap://… (loopback/trusted networks) or "
+            "pop3s://user:pass@host[:port]. Processed mail is moved to the Processed folder "
+            "(IMAP) or deleted after it was recorded (POP3)."),
+    Setting("BOUNCE_MAILBOX_INTERVAL", "60", "Seconds between polls of the bounce mailbox."),
+    Setting("BOUNCE_MAILBOX_CA_FILE", None,
+            "PEM file of the CA to trust for the bounce mailbox's TLS (a private server)."),
+    Setting("BOUNCE_MAILBOX_PROCESSED", "Processed",
+            "IMAP folder processed reports are moved to (created if missing)."),
+    Setting("SES_TOPIC_ARNS", None,
+            "SNS topic ARNs (comma-separated) whose notifications /webhooks/ses accepts. "
+            "Unset: SES webhooks are refused."),
+    Setting("SENDGRID_WEBHOOK_KEY", None,
+            "SendGrid Signed Event Webhook verification key (base64, as SendGrid shows it). "
+            "Unset: /webhooks/sendgrid is refused."),
+    Setting("POSTMARK_WEBHOOK_AUTH", None,
+            "user:password that Postmark's webhook URL carries (basic auth). Unset: "
+            "/webhooks/postmark is refused."),
+    Setting("MAILGUN_SIGNING_KEY", None,
+            "Mailgun HTTP webhook signing key. Unset: /webhooks/mailgun is refused."),
+    Setting("WEBHOOK_MAX_AGE", "3600",
+            "Seconds a signed provider webhook (SNS, SendGrid, Mailgun) stays acceptable."),
+    Setting("SOFT_BOUNCE_LIMIT", "3",
+            "Soft bounces of one address (within SOFT_BOUNCE_WINDOW) that suppress it."),
+    Setting("SOFT_BOUNCE_WINDOW", "2592000", "Seconds soft bounces are counted over (30 days)."),
+    Setting("COMPLAINT_ALARM_RATE", "0.001",
+            "Complaint rate of a campaign that raises an alarm (0.001 = 0.1 %)."),
+    Setting("COMPLAINT_PAUSE_RATE", "0.003",
+            "Complaint rate at which a campaign is paused (0.003 = 0.3 %, Gmail's limit)."),
+    Setting("COMPLAINT_MIN_DELIVERED", "100",
+            "Messages a campaign must have delivered before its complaint rate can pause it."),
+    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE", "10,30,120,600,1800,3600,7200,14400,28800",
+            "Seconds between attempts to deliver an outgoing event webhook; after the last "
+            "the delivery is marked failed (retry it from the endpoint's page)."),
+    Setting("EVENT_WEBHOOK_DISABLE_AFTER", "20",
+            "Consecutive failed deliveries after which an endpoint is disabled (alarm); its "
+            "waiting deliveries are kept and go out when an admin enables it again."),
+    Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
+    Setting("DNS_RESOLVER", None,
+            "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
+            "as [::1]:53). Unset: the system resolver (/etc/resolv.conf)."),
+    Setting("SPF_INCLUDE", None,
+            "The SPF include your relay provider documents (amazonses.com, "
+            "spf.protection.outlook.com, _spf.google.com...). Set: the SPF check asks for it; "
+            "unset: the SPF check evaluates the relay host's address."),
 ]
 
 
@@ -109,6 +160,70 @@ def _schedule(name: str, raw: str) -> tuple[int, ...]:
     return values
 
 
+@dataclass(frozen=True)
+class FeedbackConfig:
+    """Bounces, complaints and event webhooks after acceptance (SPEC 12)."""
+
+    bounce_address: str | None = None
+    bounce_mailbox: str | None = None
+    bounce_mailbox_interval: float = 60
+    bounce_mailbox_ca_file: str | None = None
+    bounce_mailbox_processed: str = "Processed"
+    ses_topic_arns: frozenset[str] = frozenset()
+    sendgrid_webhook_key: str | None = None
+    postmark_webhook_auth: str | None = None
+    mailgun_signing_key: str | None = None
+    webhook_max_age: float = 3600
+    soft_bounce_limit: int = 3
+    soft_bounce_window: float = 2592000
+    complaint_alarm_rate: float = 0.001
+    complaint_pause_rate: float = 0.003
+    complaint_min_delivered: int = 100
+    event_webhook_retry_schedule: tuple[int, ...] = (10, 30, 120, 600, 1800, 3600, 7200,
+                                                     14400, 28800)
+    event_webhook_disable_after: int = 20
+    event_webhook_timeout: float = 10
+
+
+def _feedback(get: Any) -> FeedbackConfig:
+    bounce_address = get("BOUNCE_ADDRESS")
+    if bounce_address is not None and (bounce_address.count("@") != 1
+                                       or "+" in bounce_address.split("@")[0]):
+        raise ConfigError("SENDDOCK_BOUNCE_ADDRESS must be one address without a '+' "
+                          f"(bounces@example.com), got {bounce_address!r}")
+    mailbox = get("BOUNCE_MAILBOX")
+    if mailbox is not None and mailbox.split("://", 1)[0] not in ("imaps", "imap", "pop3s"):
+        raise ConfigError("SENDDOCK_BOUNCE_MAILBOX must start with imaps://, imap:// or "
+                          "pop3s://")
+    key = get("POSTMARK_WEBHOOK_AUTH")
+    if key is not None and ":" not in key:
+        raise ConfigError("SENDDOCK_POSTMARK_WEBHOOK_AUTH must be user:password")
+    return FeedbackConfig(
+        bounce_address=bounce_address.strip() if bounce_address else None,
+        bounce_mailbox=mailbox,
+        bounce_mailbox_interval=max(1.0, _float("BOUNCE_MAILBOX_INTERVAL",
+                                                get("BOUNCE_MAILBOX_INTERVAL"))),
+        bounce_mailbox_ca_file=get("BOUNCE_MAILBOX_CA_FILE"),
+        bounce_mailbox_processed=get("BOUNCE_MAILBOX_PROCESSED"),
+        ses_topic_arns=frozenset(a.strip() for a in (get("SES_TOPIC_ARNS") or "").split(",")
+                                 if a.strip()),
+        sendgrid_webhook_key=get("SENDGRID_WEBHOOK_KEY"),
+        postmark_webhook_auth=key,
+        mailgun_signing_key=get("MAILGUN_SIGNING_KEY"),
+        webhook_max_age=_float("WEBHOOK_MAX_AGE", get("WEBHOOK_MAX_AGE")),
+        soft_bounce_limit=max(1, _int("SOFT_BOUNCE_LIMIT", get("SOFT_BOUNCE_LIMIT"))),
+        soft_bounce_window=_float("SOFT_BOUNCE_WINDOW", get("SOFT_BOUNCE_WINDOW")),
+        complaint_alarm_rate=_float("COMPLAINT_ALARM_RATE", get("COMPLAINT_ALARM_RATE")),
+        complaint_pause_rate=_float("COMPLAINT_PAUSE_RATE", get("COMPLAINT_PAUSE_RATE")),
+        complaint_min_delivered=_int("COMPLAINT_MIN_DELIVERED", get("COMPLAINT_MIN_DELIVERED")),
+        event_webhook_retry_schedule=_schedule("EVENT_WEBHOOK_RETRY_SCHEDULE",
+                                               get("EVENT_WEBHOOK_RETRY_SCHEDULE")),
+        event_webhook_disable_after=max(1, _int("EVENT_WEBHOOK_DISABLE_AFTER",
+                                                get("EVENT_WEBHOOK_DISABLE_AFTER"))),
+        event_webhook_timeout=_float("EVENT_WEBHOOK_TIMEOUT", get("EVENT_WEBHOOK_TIMEOUT")),
+    )
+
+
 @dataclass
 class Config:
     """Resolved settings. Build with :func:`load`; tests pass overrides."""
@@ -138,7 +253,10 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
+    dns_resolver: str | None = None
+    spf_include: str | None = None
     secret_key_generated: bool = False
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -210,6 +328,9 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         secure_cookies=secure,
         proxy_fix=req("PROXY_FIX").lower() in {"1", "on", "true", "yes"},
         node=get("NODE"),
+        feedback=_feedback(get),
+        dns_resolver=get("DNS_RESOLVER"),
+        spf_include=get("SPF_INCLUDE"),
     )
 
 

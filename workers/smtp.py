@@ -440,6 +440,12 @@ class SmtpTransport:
         code, reply = self._smtp.rset()
         return self._result(code, reply, started)
 
+    @property
+    def session(self) -> smtplib.SMTP | None:
+        """The open SMTP session, None when closed: ``senddock check`` reads the relay's
+        EHLO features and the TLS certificate from it."""
+        return self._smtp
+
     def __enter__(self) -> SmtpTransport:
         return self
 

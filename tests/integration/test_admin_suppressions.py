@@ -165,3 +165,29 @@ def test_api(api: Api, client: Any, make_user: Callable[..., dict[str, Any]]) ->
     assert api.delete("/suppressions/api@example.org").status_code == 404
     marketer = Api(client, make_user("marketer")["token"])
     assert marketer.get("/suppressions").status_code == 403
+
+
+def test_search_by_domain_or_fragment_exact_counts_and_export(
+        client: Any, engine: sa.Engine, make_user: Any) -> None:
+
+    with engine.begin() as conn:
+        for email in ("ann@example.net", "bob@example.net", "cy@example.org",
+                      "=cmd@example.net"):
+            suppressions.suppress(conn, email, "manual", actor="tests")
+    browser = Browser(client, make_user("admin"))
+    page = browser.get("/admin/suppressions?q=example.net").get_data(as_text=True)
+    assert "3 matches “example.net”" in page and "cy@example.org" not in page
+    assert "4 entries in all" in page
+    assert "1 match “@example.org”" in browser.get(
+        "/admin/suppressions?q=%40example.org").get_data(as_text=True)
+    assert "ann@example.net" in browser.get("/admin/suppressions?q=nn@ex").get_data(
+        as_text=True)
+    csv_text = browser.get("/admin/suppressions/export.csv?q=example.net").get_data(
+        as_text=True)
+    lines = csv_text.strip().splitlines()
+    assert lines[0].startswith("email,reason,created_at")
+    assert sorted(line.split(",")[0] for line in lines[1:]) == [
+        "'=cmd@example.net", "ann@example.net", "bob@example.net"]  # neutralised cell
+    browser.post("/admin/suppressions/clear", {"only": "ann@example.net", "note": "ok"})
+    after = browser.get("/admin/suppressions").get_data(as_text=True)
+    assert "3 entries in all" in after  # exact, at once

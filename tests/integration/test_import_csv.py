@@ -4,6 +4,7 @@ files that cannot be read as a whole get a clear error and import nothing (P9)."
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -121,3 +122,43 @@ def test_upload_through_the_page(client: Any, engine: sa.Engine,
     none = client.post(f"/lists/{list_id}/import", data={"csrf_token": browser.token},
                        content_type="multipart/form-data")
     assert none.status_code == 422 and "Choose a CSV file" in none.get_data(as_text=True)
+
+
+def test_check_first_is_a_dry_run_with_column_mapping_and_shape_report(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    list_id = _setup(engine)
+    browser = Browser(client, make_user("marketer"))
+    data = ("Mail,Full name,City,junk\n"
+            "ann@example.org,Ann,Lyon,x\n"
+            "bob@example.org,Bob,Paris,y,EXTRA\n"  # one field too many
+            "cy@example.org,Cy\n")  # City and junk missing
+    page = client.post(f"/lists/{list_id}/import", data={
+        "csrf_token": browser.token, "action": "check",
+        "file": (io.BytesIO(data.encode()), "people.csv")},
+        content_type="multipart/form-data")
+    text = page.get_data(as_text=True)
+    assert page.status_code == 200, text
+    assert "Dry run: nothing was saved" in text and 'id="import-added">3<' in text
+    assert "1 line</strong> had more fields than the header" in text and "line 3" in text
+    assert "1 line</strong> had fewer fields" in text and "“City” (1)" in text
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM subscribers")).scalar() == 1
+        assert conn.execute(sa.text("SELECT count(*) FROM audit_log WHERE action = "
+                                    "'list.import'")).scalar() == 0
+    action = re.search(r'action="(/lists/\d+/import/[^"]+)"', text)[1]
+    roles = re.findall(r'<option value="(\w+)" selected>', text)
+    assert roles == ["email", "name", "attribute", "attribute"]
+    done = client.post(action, data={"csrf_token": browser.token, "action": "import",
+                                     "columns": "4", "role_0": "email", "role_1": "name",
+                                     "role_2": "attribute", "role_3": "skip"})
+    report = done.get_data(as_text=True)
+    assert 'id="import-added">3<' in report and "Dry run" not in report
+    with engine.connect() as conn:
+        attrs = dict(conn.execute(sa.text(
+            "SELECT email, attributes FROM subscribers WHERE email <> 'existing@example.org'"
+        )).all())
+    assert attrs == {"ann@example.org": {"City": "Lyon"}, "bob@example.org": {"City": "Paris"},
+                     "cy@example.org": {}}  # junk skipped as mapped
+    again = client.post(action, data={"csrf_token": browser.token, "action": "import",
+                                      "columns": "4"}, follow_redirects=True)
+    assert "no longer here" in again.get_data(as_text=True)  # used once

@@ -24,7 +24,9 @@ def test_count_triggers_installed(engine: sa.Engine) -> None:
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'delivery_jobs'::regclass "
             "AND NOT tgisinternal")).scalars())
     assert names == {"delivery_jobs_count_insert", "delivery_jobs_count_update",
-                     "delivery_jobs_count_delete", "delivery_jobs_outcomes"}
+                     "delivery_jobs_count_delete", "delivery_jobs_outcomes",
+                     # outgoing event webhooks (migration 0015)
+                     "delivery_jobs_event_webhooks"}
 
 
 def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> None:

@@ -4,12 +4,14 @@ pays the setup once, and a cheap per-test fixture that owns and stops what it st
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.real import pgcluster, postfix
+from tests.real import dns, pgcluster, postfix
+from tests.real import dovecot as _dovecot
 
 # --- PostgreSQL: private clusters ------------------------------------------------------
 
@@ -68,3 +70,49 @@ def relay(postfix_proc: postfix.Postfix) -> postfix.Postfix:
     queue, log marked. Started again if a previous test stopped it."""
     postfix_proc.reset()
     return postfix_proc
+
+
+# --- Dovecot: a private IMAP/POP3 server -------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def dovecot_proc() -> Iterator[_dovecot.DovecotServer]:
+    """A private Dovecot (IMAP, IMAPS, POP3, POP3S on loopback) for the whole session.
+    Skips with the packages to install when Dovecot is absent."""
+    reason = _dovecot.missing()
+    if reason:
+        pytest.skip(reason)
+    server = _dovecot.DovecotServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture()
+def dovecot(dovecot_proc: _dovecot.DovecotServer) -> _dovecot.Mailbox:
+    """A fresh, empty mailbox (its own login) on the session's Dovecot."""
+    user = f"bounces-{secrets.token_hex(4)}"
+    return _dovecot.Mailbox(dovecot_proc, user, dovecot_proc.add_user(user))
+# --- DNS: a local server answering from the test's zone ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def dns_proc() -> Iterator[dns.DnsServer]:
+    """dnslib's server on 127.0.0.1 (UDP and TCP, one free port) for the whole session."""
+    server = dns.DnsServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def dns_server(dns_proc: dns.DnsServer) -> Iterator[dns.DnsServer]:
+    """The session's DNS server with an empty zone and query log: the test publishes its
+    records (``dns_server.zone.txt(name, value)``, ``.zone.add(name, "MX", host)``) and
+    points ``SENDDOCK_DNS_RESOLVER`` at ``dns_server.resolver_setting``."""
+    dns_proc.reset()
+    yield dns_proc
+    dns_proc.reset()

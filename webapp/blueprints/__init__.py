@@ -19,10 +19,14 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import support
 
     app.register_blueprint(support.bp)
-    from webapp.blueprints import admin, health, inbox, ops, transactional
+    from webapp.blueprints import admin, health, inbox, jobs, ops, transactional
 
     app.register_blueprint(admin.bp)
     app.register_blueprint(inbox.bp)
+    app.register_blueprint(jobs.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(ops.bp)
     app.register_blueprint(transactional.bp)
+    from webapp.blueprints import webhooks
+
+    app.register_blueprint(webhooks.bp)

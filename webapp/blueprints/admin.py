@@ -4,7 +4,7 @@ log in the same transaction as the change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -13,6 +13,7 @@ from werkzeug.wrappers import Response
 
 from webapp.context import actor, engine
 from webapp.domain import audit, suppressions, users
+from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
 from webapp.models import ROLES, SUPPRESSION_REASONS
 
@@ -32,14 +33,36 @@ def suppressions_page(pasted: str = "", report: dict[str, object] | None = None)
     with engine().connect() as conn:
         page = suppressions.search(conn, query=args.get("q"), reason=args.get("reason"),
                                    after=request.args.get("after"))
-        total = suppressions.estimated_total(conn)
+        total = suppressions.count(conn)
+        matching = suppressions.count(conn, query=args.get("q"), reason=args.get("reason")) \
+            if args else total
     return render_template("admin/suppressions.html", page=page, args=args, total=total,
+                           matching=matching,
                            reasons=SUPPRESSION_REASONS, pasted=pasted, report=report,
                            first_page=not request.args.get("after"))
 
 
 bp.add_url_rule("/suppressions", endpoint="suppressions", view_func=suppressions_page,
                 methods=["GET"])
+
+
+@bp.get("/suppressions/export.csv")
+def export_suppressions() -> Response:
+    """The entries matching the page's search and reason, as CSV (streamed)."""
+    args = _suppression_args()
+    eng = engine()
+
+    def stream() -> Iterator[str]:
+        writer = SafeWriter()
+        with eng.connect() as conn:
+            for row in suppressions.export_rows(conn, query=args.get("q"),
+                                                reason=args.get("reason")):
+                writer.row(row)
+                yield writer.take()
+
+    response = Response(stream(), mimetype="text/csv")
+    response.headers["Content-Disposition"] = 'attachment; filename="suppressions.csv"'
+    return response
 
 
 @bp.post("/suppressions/add")

@@ -10,10 +10,12 @@ from werkzeug.wrappers import Response
 
 from webapp import access
 from webapp.context import actor, engine, role
-from webapp.domain import inbox
+from webapp.domain import inbox, jobs
 from webapp.domain.errors import DomainError, Invalid
 from webapp.models import JOB_KINDS
+from webapp.nav import can_open
 from webapp.redirects import local_path
+from workers import queue_reads
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -36,12 +38,23 @@ def _can_act() -> bool:
 @bp.get("/")
 def index() -> str:
     args = _filter_args(request.args)
+    as_of = datetime.now(UTC)
+    tabs: dict[str, Any] = {}
     with engine().connect() as conn:
-        page = inbox.page(conn, inbox.parse_filter(args), request.args.get("after"))
+        where = inbox.parse_filter(args)
+        page = inbox.page(conn, where, request.args.get("after"))
         campaigns = inbox.campaign_choices(conn)
+        matching = queue_reads.count_problems(conn, where, as_of)
+        if can_open("jobs.index"):  # the jobs browser's tabs, with this page's filters
+            tab_filters = jobs.parse_filters(conn, {
+                k: v for k, v in args.items() if k in ("kind", "campaign")
+                or (k == "q" and "@" in v)})
+            tabs = {"tabs": jobs.TABS, "labels": jobs.LABELS, "tab": "failed",
+                    "counts": jobs.counts(conn, tab_filters),
+                    "filter_args": tab_filters.args()}
     return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
                            kinds=JOB_KINDS, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
-                           as_of=datetime.now(UTC).isoformat(),
+                           as_of=as_of.isoformat(), matching=matching, job_tabs=tabs,
                            first_page=not request.args.get("after"))
 
 
@@ -62,7 +75,9 @@ def retry(job_id: int) -> Response:
         flash(exc.message, "error")
     else:
         flash(inbox.describe_retry(result), "success")
-    return redirect(url_for("inbox.detail", job_id=job_id))
+    # Back to where the button was (the filtered list, or the job's page).
+    return redirect(local_path(request.form.get("back"),
+                               url_for("inbox.detail", job_id=job_id)), 303)
 
 
 @bp.post("/retry-all")

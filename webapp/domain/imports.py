@@ -32,6 +32,9 @@ MAX_REPORTED = 1000
 EMAIL_HEADERS = ("email", "e-mail", "email address", "e-mail address", "mail")
 NAME_HEADERS = ("name", "full name", "full_name")
 _BOM = b"\xef\xbb\xbf"
+SAMPLE_ROWS = 5
+MAX_LINES_LISTED = 20
+ROLES = ("email", "name", "attribute", "skip")
 
 
 @dataclass
@@ -52,6 +55,32 @@ class ImportReport:
     updated: int = 0
     rejected: list[Rejected] = field(default_factory=list)
     reasons: Counter[str] = field(default_factory=Counter)
+    # The file's shape: its header, the columns as read, the first rows (for the mapping
+    # step), and the lines that had more or fewer fields than the header.
+    header: list[str] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    sample: list[list[str]] = field(default_factory=list)
+    extra: int = 0
+    extra_lines: list[int] = field(default_factory=list)
+    short: int = 0
+    short_lines: list[int] = field(default_factory=list)
+    missing: Counter[str] = field(default_factory=Counter)
+    dry_run: bool = False
+
+    def shape(self, line: int, row: list[str]) -> None:
+        """Note a row whose field count differs from the header's."""
+        if len(self.sample) < SAMPLE_ROWS:
+            self.sample.append(row[:len(self.header) + 3])
+        if len(row) > len(self.header):
+            self.extra += 1
+            if len(self.extra_lines) < MAX_LINES_LISTED:
+                self.extra_lines.append(line)
+        elif len(row) < len(self.header):
+            self.short += 1
+            if len(self.short_lines) < MAX_LINES_LISTED:
+                self.short_lines.append(line)
+            for name in self.header[len(row):]:
+                self.missing[name.strip() or "(unnamed)"] += 1
 
     @property
     def rejected_total(self) -> int:
@@ -83,6 +112,31 @@ def _decoded_lines(stream: Iterable[bytes]) -> Iterator[str]:
                 f"line {number} is not valid UTF-8 (byte 0x{raw[exc.start]:02X} at position "
                 f"{exc.start + 1}). Save the file as “CSV UTF-8” and import it again; nothing "
                 "was imported.", fields={"file": f"line {number}: not UTF-8"}) from None
+
+
+def default_roles(header: list[str]) -> list[str]:
+    """What each column is read as when nobody maps them: the first email-like header is
+    the address, the first name-like one the name, every other named column an attribute."""
+    names = [h.strip().lower() for h in header]
+    email = next((i for i, h in enumerate(names) if h in EMAIL_HEADERS), None)
+    name = next((i for i, h in enumerate(names) if h in NAME_HEADERS), None)
+    return ["email" if i == email else "name" if i == name else
+            "attribute" if names[i] else "skip" for i in range(len(header))]
+
+
+def _mapped_columns(header: list[str], roles: list[str]) -> _Columns:
+    """The columns as the marketer mapped them (one role per header column)."""
+    if len(roles) != len(header) or any(r not in ROLES for r in roles):
+        raise Invalid("the column mapping does not fit the file's header; check the file "
+                      "again", fields={"mapping": "does not fit"})
+    emails = [i for i, r in enumerate(roles) if r == "email"]
+    names = [i for i, r in enumerate(roles) if r == "name"]
+    if len(emails) != 1 or len(names) > 1:
+        raise Invalid("map exactly one column to the email address (and at most one to the "
+                      "name)", fields={"mapping": "one email column"})
+    attributes = [(i, (header[i].strip() or f"column{i + 1}")[:100])
+                  for i, r in enumerate(roles) if r == "attribute"]
+    return _Columns(emails[0], names[0] if names else None, attributes)
 
 
 def _columns(header: list[str]) -> _Columns:
@@ -173,14 +227,17 @@ class _Importer:
 
 
 def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
-               actor: str = "system") -> ImportReport:
+               actor: str = "system", roles: list[str] | None = None) -> ImportReport:
     """Import a CSV file (an iterable of byte lines, e.g. an uploaded file) into the list.
 
     Lines with an invalid address, an address seen earlier in the file, or a suppressed
     address are rejected and reported; every other line is added or updates the subscriber
     with that address. A file that cannot be read as a whole (no header with an email column,
     bytes that are not UTF-8, broken quoting) raises :class:`Invalid` naming the line: the
-    caller's transaction then rolls back and nothing is imported."""
+    caller's transaction then rolls back and nothing is imported. ``roles`` maps each header
+    column to email/name/attribute/skip (default: by the header's names). Lines with more or
+    fewer fields than the header are imported and counted in the report. A dry run is this
+    call in a transaction the caller rolls back."""
     get_list(conn, list_id)
     lines = _decoded_lines(stream)
     header_line = next(lines, None)
@@ -188,8 +245,11 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
         raise Invalid("the file is empty: the first line must be a header with an “email” "
                       "column", fields={"file": "empty"})
     reader = csv.reader(_chain(header_line, lines), delimiter=_delimiter(header_line))
-    columns = _columns(next(reader))
+    header = next(reader)
+    columns = _mapped_columns(header, roles) if roles is not None else _columns(header)
     importer = _Importer(conn, list_id)
+    importer.report.header = [h.strip() for h in header]
+    importer.report.roles = roles if roles is not None else default_roles(header)
     _read_rows(reader, columns, importer)
     importer.flush()
     report = importer.report
@@ -218,6 +278,7 @@ def _read_rows(reader: Any, columns: _Columns, importer: _Importer) -> None:
         if not any(cell.strip() for cell in row):
             continue
         importer.report.lines += 1
+        importer.report.shape(line, row)
         try:
             subscriber = _parse(row, columns)
         except Invalid as exc:

@@ -10,6 +10,7 @@ the next campaign.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,8 +25,6 @@ from webapp.models import SUPPRESSION_REASONS
 
 PAGE_SIZE = 50
 MAX_PASTE = 10_000
-# Above every character in byte order: `prefix ~<~ prefix || TOP` bounds a prefix range.
-_TOP = "\U0010ffff"
 
 
 def _check_reason(reason: str) -> str:
@@ -93,9 +92,9 @@ def _after(cursor: str | None, by_email: bool) -> tuple[str, dict[str, Any]]:
 
 def search(conn: Connection, *, query: str | None = None, reason: str | None = None,
            after: str | None = None, limit: int = PAGE_SIZE) -> Page:
-    """Entries, newest first, or — with ``query`` — those whose address starts with it, in
-    address order. Each page is one index range scan from the cursor (no OFFSET, no count),
-    so the millionth entry costs what the first does."""
+    """Entries, newest first, or — with ``query`` — those whose address contains it (a
+    fragment, a domain such as ``example.net`` or ``@example.net``), in address order. Pages
+    are keyset (no OFFSET); a search goes through the trigram index."""
     query = (query or "").strip().lower()
     by_email = bool(query)
     clauses: list[str] = []
@@ -104,8 +103,8 @@ def search(conn: Connection, *, query: str | None = None, reason: str | None = N
         clauses.append("s.reason = :reason")
         params["reason"] = _check_reason(reason)
     if by_email:
-        clauses.append("s.email ~>=~ :lo AND s.email ~<~ :hi")
-        params.update(lo=query, hi=query + _TOP)
+        clauses.append("s.email LIKE :pattern")
+        params["pattern"] = _contains(query)
     after_sql, after_params = _after(after, by_email)
     params.update(after_params)
     where = " AND ".join(clauses) or "true"
@@ -123,11 +122,39 @@ def search(conn: Connection, *, query: str | None = None, reason: str | None = N
     return Page(rows, _cursor(rows[-1], by_email) if more and rows else None)
 
 
-def estimated_total(conn: Connection) -> int | None:
-    """The planner's row estimate (free; exact counting a million rows is not)."""
-    value = conn.execute(sa.text(
-        "SELECT reltuples::bigint FROM pg_class WHERE oid = 'suppressions'::regclass")).scalar()
-    return None if value is None or value < 0 else int(value)
+def _contains(query: str) -> str:
+    escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def count(conn: Connection, *, query: str | None = None, reason: str | None = None) -> int:
+    """Exactly how many entries match (the same conditions as :func:`search`)."""
+    query = (query or "").strip().lower()
+    clauses, params = [], {}
+    if reason:
+        clauses.append("reason = :reason")
+        params["reason"] = _check_reason(reason)
+    if query:
+        clauses.append("email LIKE :pattern")
+        params["pattern"] = _contains(query)
+    where = " AND ".join(clauses) or "true"
+    return int(conn.execute(sa.text(f"SELECT count(*) FROM suppressions WHERE {where}"),
+                            params).scalar_one())
+
+
+def export_rows(conn: Connection, *, query: str | None = None, reason: str | None = None,
+                batch: int = 5000) -> Iterator[list[Any]]:
+    """Every matching entry (header first) for a CSV export, read a page at a time."""
+    yield ["email", "reason", "created_at", "created_by", "note", "job_id", "reply"]
+    after: str | None = None
+    while True:
+        page = search(conn, query=query, reason=reason, after=after, limit=batch)
+        for r in page.rows:
+            yield [r["email"], r["reason"], r["created_at"].isoformat(), r["created_by"] or "",
+                   r["note"], r["job_id"] or "", r["reply"] or ""]
+        if page.next_cursor is None:
+            return
+        after = page.next_cursor
 
 
 # --- adding many, clearing -------------------------------------------------------------

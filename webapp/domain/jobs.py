@@ -1,0 +1,132 @@
+"""The jobs browser (issue 17): an admin sees the queue by state, the way Sidekiq's or Oban
+Web's users do — waiting (in the order they will be sent), retrying (with their next run),
+in flight, held, scheduled campaigns, failed (the inbox) — with filters and exact counts.
+Reads only; the inbox keeps the actions on failed jobs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from webapp.domain.errors import Invalid
+from workers import queue, queue_reads
+from workers.queue import ProblemFilter
+from workers.states import KINDS
+
+PAGE_SIZE = 50
+TABS = ("waiting", "retrying", "sending", "held", "scheduled", "failed")
+LABELS = {"waiting": "Waiting", "retrying": "Retrying", "sending": "In flight",
+          "held": "Held", "scheduled": "Scheduled", "failed": "Failed"}
+_STATE_OF = {"waiting": "pending", "retrying": "retry", "sending": "sending", "held": "held"}
+_TIMESTAMP_KEYS = {"available_at", "claimed_at", "created_at"}
+
+
+@dataclass
+class Filters:
+    kind: str | None = None
+    campaign_id: int | None = None
+    broadcast_id: int | None = None
+    email: str | None = None
+
+    def args(self) -> dict[str, str]:
+        """The query parameters that name these filters (for links and forms)."""
+        out = {}
+        if self.kind:
+            out["kind"] = self.kind
+        if self.campaign_id is not None:
+            out["campaign"] = str(self.campaign_id)
+        if self.email:
+            out["q"] = self.email
+        return out
+
+
+def parse_filters(conn: Connection, args: Any) -> Filters:
+    kind = (args.get("kind") or "").strip() or None
+    if kind is not None and kind not in KINDS:
+        raise Invalid(f"kind must be one of {', '.join(KINDS)}", fields={"kind": "unknown"})
+    found = Filters(kind=kind)
+    campaign = (args.get("campaign") or "").strip()
+    if campaign:
+        if not campaign.isdigit():
+            raise Invalid("campaign must be a campaign id", fields={"campaign": "not a number"})
+        found.campaign_id = int(campaign)
+        found.broadcast_id = conn.execute(sa.text(
+            "SELECT broadcast_id FROM campaigns WHERE id = :id"), {"id": found.campaign_id}
+        ).scalar()
+    q = (args.get("q") or "").strip()
+    if q:
+        if "@" not in q:
+            raise Invalid("search for a full email address", fields={"q": "not an address"})
+        found.email = q
+    return found
+
+
+def _problem_filter(f: Filters) -> ProblemFilter:
+    return ProblemFilter(kind=f.kind, campaign_id=f.campaign_id, email=f.email)
+
+
+def counts(conn: Connection, f: Filters) -> dict[str, int]:
+    """Exact jobs per tab for these filters: from the counters where they answer (no
+    filter, a kind, a campaign), else from the address's own rows."""
+    per_state: dict[str, int]
+    if f.email:
+        per_state = queue_reads.state_counts_for_email(conn, f.email, f.kind)
+    elif f.campaign_id is not None:
+        per_state = dict.fromkeys(("pending", "retry", "sending", "held"), 0)
+        if f.broadcast_id is not None and f.kind in (None, "broadcast"):
+            per_state.update(queue.broadcast_counts(conn, f.broadcast_id))
+    else:
+        by_kind = queue_reads.jobs_by_kind_and_state(conn)
+        kinds = [f.kind] if f.kind else list(by_kind)
+        per_state = {s: sum(by_kind[k][s] for k in kinds) for s in by_kind[kinds[0]]}
+    result = {tab: per_state.get(state, 0) for tab, state in _STATE_OF.items()}
+    no_campaign_jobs = f.kind not in (None, "broadcast") or f.email
+    result["scheduled"] = 0 if no_campaign_jobs else len(
+        [c for c in queue_reads.scheduled_campaigns(conn)
+         if f.campaign_id is None or c["id"] == f.campaign_id])
+    result["failed"] = queue_reads.count_problems(conn, _problem_filter(f),
+                                                  datetime.now(UTC))
+    return result
+
+
+def _cursor(tab: str, row: dict[str, Any]) -> str:
+    _condition, order = queue_reads.BROWSER_STATES[tab]
+    values = [row[col.split(".", 1)[1]] for col in order]
+    return json.dumps([v.isoformat() if isinstance(v, datetime) else v for v in values])
+
+
+def _after(tab: str, cursor: str | None) -> list[Any] | None:
+    if not cursor:
+        return None
+    _condition, order = queue_reads.BROWSER_STATES[tab]
+    try:
+        raw = json.loads(cursor)
+        if not isinstance(raw, list) or len(raw) != len(order):
+            raise ValueError(cursor)
+        return [datetime.fromisoformat(v) if col.split(".", 1)[1] in _TIMESTAMP_KEYS else
+                int(v) for col, v in zip(order, raw, strict=True)]
+    except (ValueError, TypeError):
+        raise Invalid("that page link is broken; start again from the first page",
+                      fields={"after": "invalid cursor"}) from None
+
+
+def page(conn: Connection, tab: str, f: Filters, cursor: str | None = None
+         ) -> dict[str, Any]:
+    """One page of the tab: ``rows`` and the ``next`` cursor (None on the last page)."""
+    if tab == "scheduled":
+        rows = [c for c in queue_reads.scheduled_campaigns(conn)
+                if f.campaign_id is None or c["id"] == f.campaign_id]
+        return {"rows": rows, "next": None}
+    where = queue_reads.JobFilter(kind=f.kind, broadcast_id=f.broadcast_id, email=f.email)
+    if f.campaign_id is not None and f.broadcast_id is None:
+        return {"rows": [], "next": None}  # a campaign not sent yet has no jobs
+    rows = queue_reads.jobs_in_state(conn, tab, where, after=_after(tab, cursor),
+                                     limit=PAGE_SIZE + 1)
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    return {"rows": rows, "next": _cursor(tab, rows[-1]) if more and rows else None}

@@ -1,0 +1,80 @@
+"""The pool's jobs for what happens after acceptance (SPEC 12): polling the bounce mailbox
+and delivering outgoing event webhooks. Each runs on the pool's scheduler as its own job,
+never inside the drain loops, and survives a database or mailbox outage (logged, retried
+on the next run)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from workers.event_webhooks import EventDeliverer
+from workers.feedback import Thresholds
+from workers.mailbox import BouncePoller
+from workers.settings import Config
+
+log = logging.getLogger("senddock.worker")
+
+DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, psycopg.OperationalError)
+
+
+def thresholds(config: Config) -> Thresholds:
+    f = config.feedback
+    return Thresholds(soft_limit=f.soft_bounce_limit, soft_window=f.soft_bounce_window,
+                      complaint_alarm=f.complaint_alarm_rate,
+                      complaint_pause=f.complaint_pause_rate,
+                      complaint_min_sent=f.complaint_min_delivered)
+
+
+def poller(engine: Engine, config: Config) -> BouncePoller | None:
+    f = config.feedback
+    if not f.bounce_mailbox:
+        return None
+    return BouncePoller(engine, f.bounce_mailbox, secret_key=config.secret_key,
+                        bounce_address=f.bounce_address, thresholds=thresholds(config),
+                        ca_file=f.bounce_mailbox_ca_file,
+                        processed_folder=f.bounce_mailbox_processed)
+
+
+def deliverer(engine: Engine, config: Config, worker_id: str) -> EventDeliverer:
+    f = config.feedback
+    return EventDeliverer(engine, worker_id, schedule=f.event_webhook_retry_schedule,
+                          disable_after=f.event_webhook_disable_after,
+                          timeout=f.event_webhook_timeout)
+
+
+def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str) -> None:
+    """Add the bounce-mailbox poll (when configured) and the event-webhook deliverer to
+    the pool's scheduler."""
+    events = deliverer(engine, config, worker_id)
+
+    def deliver_events() -> None:
+        try:
+            while events.run_once():
+                pass
+        except DB_ERRORS as exc:
+            log.warning("event webhooks: database unreachable: %s", str(exc).splitlines()[0])
+
+    scheduler.add_job(deliver_events, "interval", seconds=1, id="event-webhooks")
+    mailbox = poller(engine, config)
+    if mailbox is None:
+        return
+
+    def poll_mailbox() -> None:
+        try:
+            result = mailbox.poll_once()
+            if result is not None and result.seen:
+                log.info("bounce mailbox %s: %s", mailbox.url.redacted(), result)
+        except DB_ERRORS as exc:
+            log.warning("bounce mailbox: database unreachable: %s", str(exc).splitlines()[0])
+        except Exception as exc:  # the mailbox server: unreachable, login refused, TLS
+            log.warning("bounce mailbox %s: %s: %s", mailbox.url.redacted(),
+                        type(exc).__name__, exc)
+
+    scheduler.add_job(poll_mailbox, "interval", seconds=config.feedback.bounce_mailbox_interval,
+                      id="bounce-mailbox", next_run_time=datetime.now(UTC))

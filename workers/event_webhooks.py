@@ -1,0 +1,113 @@
+"""Delivering outgoing event webhooks (SPEC 12), run by the pool on its schedule.
+
+Each delivery is POSTed as JSON, signed per Standard Webhooks (``webhook-id``,
+``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256>``, made with the
+``standardwebhooks`` package from the endpoint's ``whsec_…`` secret). A 2xx answer is
+delivered; anything else (an error status, a refused connection, a timeout) is retried on
+``SENDDOCK_EVENT_WEBHOOK_RETRY_SCHEDULE`` and, once the schedule is used up, failed (an
+admin can retry it). Each outcome is committed right after its POST (the window for a
+duplicate is one delivery per crash; receivers dedupe on ``webhook-id``).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+
+from sqlalchemy.engine import Engine
+from standardwebhooks.webhooks import Webhook
+
+from workers import event_queue
+from workers.event_queue import ClaimedDelivery
+
+log = logging.getLogger("senddock.events")
+
+USER_AGENT = "SendDock-Webhooks/1"
+
+
+def new_secret() -> str:
+    """A Standard Webhooks signing secret: ``whsec_`` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def signed_headers(secret: str, msg_id: str, body: str,
+                   when: datetime | None = None) -> dict[str, str]:
+    """The three Standard Webhooks headers for ``body``."""
+    when = when or datetime.now(UTC)
+    signature = Webhook(secret).sign(msg_id, when, body)
+    return {"webhook-id": msg_id, "webhook-timestamp": str(int(when.timestamp())),
+            "webhook-signature": signature}
+
+
+def post(url: str, body: str, headers: dict[str, str],
+         timeout: float) -> tuple[int | None, str | None, str | None]:
+    """POST once: ``(status, response text, error)``; status None when there was no HTTP
+    answer (refused, timed out, TLS)."""
+    request = urllib.request.Request(url, data=body.encode(), method="POST", headers={
+        **headers, "Content-Type": "application/json", "User-Agent": USER_AGENT})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read(2000).decode("utf-8", "replace"), None
+    except urllib.error.HTTPError as exc:
+        text = exc.read(2000).decode("utf-8", "replace") if exc.fp else ""
+        return exc.code, text, f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return None, None, f"{type(exc).__name__}: {reason}"[:500]
+
+
+class EventDeliverer:
+    """Claims due deliveries and posts them. ``run_once()`` returns how many it handled."""
+
+    def __init__(self, engine: Engine, worker_id: str, *, schedule: tuple[int, ...],
+                 disable_after: int, timeout: float, batch: int = 20) -> None:
+        self.engine = engine
+        self.worker_id = worker_id
+        self.schedule = schedule
+        self.disable_after = disable_after
+        self.timeout = timeout
+        self.batch = batch
+
+    def _delay(self, attempts_before: int) -> float | None:
+        """Seconds before the next attempt, None when the schedule is used up."""
+        if attempts_before < len(self.schedule):
+            return float(self.schedule[attempts_before])
+        return None
+
+    def deliver(self, delivery: ClaimedDelivery) -> bool:
+        body = event_queue.payload_json(delivery)
+        headers = signed_headers(delivery.secret, delivery.msg_id, body)
+        code, text, error = post(delivery.url, body, headers, self.timeout)
+        ok = code is not None and 200 <= code < 300
+        with self.engine.begin() as conn:
+            disabled = event_queue.finish_delivery(
+                conn, delivery, ok=ok, code=code, response=text, error=None if ok else error,
+                delay=None if ok else self._delay(delivery.attempts),
+                disable_after=self.disable_after)
+        if disabled:
+            log.warning("event webhook endpoint %d (%s) disabled after %d failures in a row",
+                        delivery.endpoint_id, delivery.url, self.disable_after)
+        elif not ok:
+            log.info("event webhook %s to %s failed: %s", delivery.msg_id, delivery.url, error)
+        return ok
+
+    def run_once(self) -> int:
+        with self.engine.begin() as conn:
+            claimed = event_queue.claim_deliveries(conn, self.worker_id, self.batch,
+                                                   lease=max(60.0, self.timeout * 6))
+        failing: set[int] = set()
+        skipped: list[ClaimedDelivery] = []
+        for delivery in claimed:
+            if delivery.endpoint_id in failing:
+                skipped.append(delivery)
+            elif not self.deliver(delivery):
+                failing.add(delivery.endpoint_id)
+        if skipped:
+            with self.engine.begin() as conn:
+                event_queue.release_deliveries(conn, skipped, delay=float(
+                    self.schedule[0] if self.schedule else 10))
+        return len(claimed) - len(skipped)

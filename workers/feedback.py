@@ -1,0 +1,335 @@
+"""Bounces and complaints after acceptance (SPEC 12): what an event does to the job, the
+suppression list and the campaign, in the caller's transaction.
+
+Every statement says what it guarantees. In short:
+
+- every event is stored on its job (``job_events``: source, type, reason, raw payload),
+  once: a provider's event id is unique per source, so a replayed or duplicated event
+  changes nothing the second time;
+- a hard bounce turns a ``sent`` job into ``bounced`` (the statement-level counter
+  triggers move the campaign's counts in the same transaction, P8) and suppresses the
+  address with the bounce's text;
+- a complaint suppresses the address (reason ``complaint``) and counts once per job toward
+  its campaign's complaint rate, which pauses the campaign past the limit;
+- a soft bounce only counts: the address is suppressed once it has soft-bounced
+  ``soft_limit`` times within ``soft_window`` seconds.
+
+Outgoing event webhooks for ``bounced`` and ``complained`` are queued by triggers on the
+same rows (migration 0015), so they commit or roll back with the change itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from workers.reports import Feedback
+from workers.states import BOUNCED, SENT, sql_list
+
+SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
+RAW_LIMIT = 256 * 1024  # bytes of raw source kept per event
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Per-process settings for the effects (SENDDOCK_SOFT_BOUNCE_*, COMPLAINT_*)."""
+
+    soft_limit: int = 3
+    soft_window: float = 30 * 86400
+    complaint_alarm: float = 0.001
+    complaint_pause: float = 0.003
+    complaint_min_sent: int = 100
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one event did: ``effect`` is ``bounced`` (job sent → bounced, suppressed),
+    ``suppressed`` (address suppressed, job unchanged), ``soft`` (counted),
+    ``soft_suppressed`` (the threshold was reached), ``complaint``, ``duplicate`` (seen
+    before: nothing changed) or ``unmatched`` (no job: recorded, nothing else)."""
+
+    event_id: int | None
+    job_id: int | None
+    effect: str
+    campaign_paused: int | None = None
+
+
+# --- finding the job ---------------------------------------------------------------------
+
+# The job a Message-ID names: Message-IDs are fixed at the first claim and unique per job.
+_JOB_BY_MESSAGE_ID = sa.text("""
+SELECT id FROM delivery_jobs WHERE message_id = ANY(CAST(:ids AS text[])) ORDER BY id LIMIT 1
+""")
+
+_JOB_BY_CORRELATION = sa.text("""
+SELECT id FROM delivery_jobs WHERE correlation_id::text = ANY(CAST(:ids AS text[]))
+ ORDER BY id LIMIT 1
+""")
+
+# For providers that give neither (Postmark without metadata): the newest job sent to the
+# address in the window, never an older one.
+_LATEST_SENT_TO = sa.text(f"""
+SELECT id FROM delivery_jobs
+ WHERE lower(email) = lower(:email) AND status IN {sql_list((SENT, BOUNCED))}
+   AND finished_at > now() - make_interval(secs => :window)
+ ORDER BY finished_at DESC, id DESC LIMIT 1
+""")
+
+_JOB_EXISTS = sa.text("SELECT id FROM delivery_jobs WHERE id = ANY(CAST(:ids AS bigint[])) "
+                      "ORDER BY id LIMIT 1")
+
+
+def find_job(conn: Connection, *, verp_job_ids: Sequence[int] = (),
+             message_ids: Sequence[str] = (), correlation_ids: Sequence[str] = (),
+             email: str | None = None, latest_window: float | None = None) -> int | None:
+    """The job an event is about: by VERP token (already verified by the caller), then
+    Message-ID, then correlation ID, then (only when ``latest_window`` is given) the newest
+    job sent to ``email`` within it. None when nothing matches."""
+    if verp_job_ids:
+        found = conn.execute(_JOB_EXISTS, {"ids": list(verp_job_ids)}).scalar()
+        if found:
+            return int(found)
+    if message_ids:
+        found = conn.execute(_JOB_BY_MESSAGE_ID, {"ids": list(message_ids)}).scalar()
+        if found:
+            return int(found)
+    if correlation_ids:
+        found = conn.execute(_JOB_BY_CORRELATION, {"ids": list(correlation_ids)}).scalar()
+        if found:
+            return int(found)
+    if latest_window is not None and email:
+        found = conn.execute(_LATEST_SENT_TO, {"email": email, "window": latest_window}
+                             ).scalar()
+        if found:
+            return int(found)
+    return None
+
+
+# --- recording and applying --------------------------------------------------------------
+
+# Stored once: (source, event_id) is unique, so the same provider event twice is a no-op.
+_RECORD = sa.text("""
+INSERT INTO job_events (job_id, source, type, bounce, email, reason, status, event_id,
+                        message_id, raw, effect)
+VALUES (:job_id, :source, :type, :bounce, :email, :reason, :status, :event_id, :message_id,
+        :raw, 'recorded')
+ON CONFLICT (source, event_id) WHERE event_id IS NOT NULL DO NOTHING
+RETURNING id
+""")
+
+_SET_EFFECT = sa.text("UPDATE job_events SET effect = :effect WHERE id = :id")
+
+_JOB = sa.text("""
+SELECT id, email, status, broadcast_id, campaign_id FROM delivery_jobs WHERE id = :id
+   FOR UPDATE
+""")
+
+# sent → bounced, guarded on the status: a job bounced twice (DSN and webhook) moves once.
+# finished_at moves to now so the late bounce shows at the top of the failed-jobs inbox.
+_BOUNCE_JOB = sa.text("""
+UPDATE delivery_jobs
+   SET status = 'bounced', last_error = :reason, last_error_class = 'hard_bounce',
+       finished_at = now(), dismissed_at = NULL
+ WHERE id = :id AND status = 'sent'
+RETURNING id
+""")
+
+_SUPPRESS = sa.text("""
+INSERT INTO suppressions (email, reason, job_id, reply, created_by)
+VALUES (lower(:email), :reason, :job_id, :reply, :by)
+ON CONFLICT (email) DO NOTHING
+RETURNING email
+""")
+
+# Soft bounces for one address within the window (job_events_email_idx).
+_SOFT_COUNT = sa.text("""
+SELECT count(*) FROM job_events
+ WHERE lower(email) = lower(:email) AND type = 'bounce' AND bounce = 'soft'
+   AND created_at > now() - make_interval(secs => :window)
+""")
+
+# A job counts once toward its campaign's complaint rate, however many complaints name it.
+_FIRST_COMPLAINT = sa.text("""
+SELECT count(*) = 1 FROM job_events WHERE job_id = :job_id AND type = 'complaint'
+""")
+
+_COUNT_COMPLAINT = sa.text("""
+UPDATE broadcasts SET complaints = complaints + 1 WHERE id = :id RETURNING complaints
+""")
+
+
+def record_event(conn: Connection, source: str, feedback: Feedback, job_id: int | None,
+                 raw: str | bytes | dict[str, Any] | list[Any]) -> int | None:
+    """Store the event (None: this source's event id was stored before)."""
+    if isinstance(raw, bytes):
+        text = raw[:RAW_LIMIT].decode("utf-8", "replace")
+    elif isinstance(raw, str):
+        text = raw[:RAW_LIMIT]
+    else:
+        text = json.dumps(raw)[:RAW_LIMIT]
+    row = conn.execute(_RECORD, {
+        "job_id": job_id, "source": source, "type": feedback.type, "bounce": feedback.bounce,
+        "email": feedback.email, "reason": feedback.reason[:1000], "status": feedback.status,
+        "event_id": feedback.event_id, "message_id": feedback.message_id,
+        "raw": text.replace("\x00", "")}).first()
+    return None if row is None else int(row.id)
+
+
+def apply_event(conn: Connection, source: str, feedback: Feedback, job_id: int | None,
+                raw: str | bytes | dict[str, Any] | list[Any],
+                thresholds: Thresholds) -> Applied:
+    """Record one event and apply its effect (see the module docstring). The address acted
+    on is the job's own when a job matched (the one SendDock sends to), else the event's.
+    Without a job only the generic webhook's direct address events suppress; mailbox and
+    provider callers pass ``job_id=None`` only for what they record as unmatched."""
+    job = conn.execute(_JOB, {"id": job_id}).mappings().first() if job_id else None
+    if job is not None and not feedback.email:
+        feedback = Feedback(feedback.type, str(job["email"]).lower(), feedback.bounce,
+                            feedback.reason, feedback.status, feedback.message_id,
+                            feedback.event_id)
+    event_id = record_event(conn, source, feedback, job_id, raw)
+    if event_id is None:
+        return Applied(None, job_id, "duplicate")
+    email = str(job["email"]) if job is not None else feedback.email
+    by = f"system:{source}"
+    effect, paused = "recorded", None
+    if feedback.type == "bounce" and feedback.bounce == "hard":
+        moved = job is not None and conn.execute(_BOUNCE_JOB, {
+            "id": job_id, "reason": feedback.reason[:1000]}).first() is not None
+        conn.execute(_SUPPRESS, {"email": email, "reason": "bounced", "job_id": job_id,
+                                 "reply": feedback.reason[:1000], "by": by})
+        effect = "bounced" if moved else "suppressed"
+    elif feedback.type == "bounce":
+        effect = "soft"
+        n = int(conn.execute(_SOFT_COUNT, {"email": email,
+                                           "window": thresholds.soft_window}).scalar() or 0)
+        if n >= thresholds.soft_limit:
+            days = max(1, round(thresholds.soft_window / 86400))
+            reply = f"{n} soft bounces in {days} days; last: {feedback.reason}"[:1000]
+            if conn.execute(_SUPPRESS, {"email": email, "reason": "bounced",
+                                        "job_id": job_id, "reply": reply,
+                                        "by": by}).first():
+                effect = "soft_suppressed"
+    else:
+        effect = "complaint"
+        conn.execute(_SUPPRESS, {"email": email, "reason": "complaint", "job_id": job_id,
+                                 "reply": feedback.reason[:1000], "by": by})
+        if job is not None and job["broadcast_id"] is not None and \
+                conn.execute(_FIRST_COMPLAINT, {"job_id": job_id}).scalar():
+            conn.execute(_COUNT_COMPLAINT, {"id": job["broadcast_id"]})
+            paused = check_complaint_rate(conn, int(job["broadcast_id"]), thresholds)
+    conn.execute(_SET_EFFECT, {"effect": effect, "id": event_id})
+    return Applied(event_id, job_id, effect, paused)
+
+
+def record_unmatched(conn: Connection, source: str, feedback: Feedback,
+                     raw: str | bytes | dict[str, Any] | list[Any]) -> Applied:
+    """Keep an event no job matched, with no effect (a forged or foreign report must not
+    suppress anyone)."""
+    event_id = record_event(conn, source, feedback, None, raw)
+    if event_id is None:
+        return Applied(None, None, "duplicate")
+    conn.execute(_SET_EFFECT, {"effect": "unmatched", "id": event_id})
+    return Applied(event_id, None, "unmatched")
+
+
+# --- complaint-rate protection -----------------------------------------------------------
+
+# Delivered = sent + bounced (a late bounce was delivered to the relay first); the counters
+# come from broadcast_counts, the same exact numbers the campaign page shows (P8).
+_RATE = sa.text(f"""
+SELECT b.complaints, c.id AS campaign_id, c.status, b.paused,
+       coalesce((SELECT sum(n) FROM broadcast_counts bc
+                  WHERE bc.broadcast_id = b.id AND bc.status IN {sql_list((SENT, BOUNCED))}), 0)
+           AS delivered
+  FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
+ WHERE b.id = :id
+""")
+
+# Paused with the reason on the campaign; the claim skips paused broadcasts at once.
+_PAUSE_FOR_COMPLAINTS = sa.text("""
+WITH b AS (UPDATE broadcasts SET paused = true WHERE id = :broadcast_id RETURNING campaign_id)
+UPDATE campaigns SET status = 'paused', updated_at = now(), paused_reason = :reason
+ WHERE id = (SELECT campaign_id FROM b) AND status = 'sending'
+RETURNING id
+""")
+
+_AUDIT = sa.text("""
+INSERT INTO audit_log (actor, action, target, details)
+VALUES ('system', :action, :target, CAST(:details AS jsonb))
+""")
+
+
+def complaint_rate(complaints: int, delivered: int) -> float:
+    return complaints / delivered if delivered else 0.0
+
+
+def check_complaint_rate(conn: Connection, broadcast_id: int,
+                         thresholds: Thresholds) -> int | None:
+    """Pause the broadcast's campaign when its complaint rate reached
+    ``complaint_pause`` over at least ``complaint_min_sent`` delivered messages. Returns
+    the paused campaign's id (None when nothing was paused)."""
+    row = conn.execute(_RATE, {"id": broadcast_id}).mappings().first()
+    if row is None or row["status"] != "sending":
+        return None
+    delivered = int(row["delivered"])
+    rate = complaint_rate(int(row["complaints"]), delivered)
+    if delivered < thresholds.complaint_min_sent or rate < thresholds.complaint_pause:
+        return None
+    reason = (f"paused: complaint rate {rate:.2%} ({row['complaints']} of {delivered} "
+              f"delivered) reached the {thresholds.complaint_pause:.2%} limit")
+    paused = conn.execute(_PAUSE_FOR_COMPLAINTS, {"broadcast_id": broadcast_id,
+                                                  "reason": reason}).first()
+    if paused is None:
+        return None
+    conn.execute(_AUDIT, {"action": "campaign.pause", "target": f"campaign:{paused.id}",
+                          "details": json.dumps({"reason": reason, "rate": rate})})
+    return int(paused.id)
+
+
+# Campaigns whose complaint rate is at or above the alarm level (sending or paused ones).
+_ALARMING = sa.text(f"""
+SELECT c.id, c.name, c.status, b.complaints, d.delivered
+  FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
+  CROSS JOIN LATERAL (
+    SELECT coalesce(sum(n), 0) AS delivered FROM broadcast_counts bc
+     WHERE bc.broadcast_id = b.id AND bc.status IN {sql_list((SENT, BOUNCED))}) d
+ WHERE b.complaints > 0 AND b.finished_at IS NULL
+""")
+
+
+def complaint_rates(conn: Connection) -> list[dict[str, Any]]:
+    """Open campaigns with complaints: id, name, status, complaints, delivered, rate."""
+    rows = []
+    for row in conn.execute(_ALARMING).mappings():
+        item = dict(row)
+        item["rate"] = complaint_rate(int(row["complaints"]), int(row["delivered"]))
+        rows.append(item)
+    return rows
+
+
+# --- reading ------------------------------------------------------------------------------
+
+_EVENTS_FOR_JOBS = sa.text("""
+SELECT id, job_id, source, type, bounce, email, reason, status, event_id, effect, created_at
+  FROM job_events WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, created_at, id
+""")
+
+
+def events_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    """The bounce/complaint events of several jobs (oldest first), keyed by job id."""
+    result: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
+    if job_ids:
+        for row in conn.execute(_EVENTS_FOR_JOBS, {"ids": list(job_ids)}).mappings():
+            result[row["job_id"]].append(dict(row))
+    return result
+
+
+def event_raw(conn: Connection, event_id: int) -> str | None:
+    return conn.execute(sa.text("SELECT raw FROM job_events WHERE id = :id"),
+                        {"id": event_id}).scalar()
