@@ -59,6 +59,19 @@ def start_embedded(data_dir: Path) -> str:
     return uri
 
 
+def stop_embedded(data_dir: Path) -> bool:
+    """Stop the embedded PostgreSQL this process started in ``data_dir/pgdata`` (when no
+    other process still uses it). True when it is no longer running."""
+    pgdata = (data_dir / "pgdata").resolve()
+    with _embedded_lock:
+        server = _embedded.pop(pgdata, None)
+    if server is None:
+        return not (pgdata / "postmaster.pid").exists()
+    server.cleanup_mode = "stop"
+    server.cleanup()
+    return not (pgdata / "postmaster.pid").exists()
+
+
 def resolve_url(database_url: str | None, data_dir: Path) -> str:
     """The database URL to use: the configured one, else the embedded server's."""
     if database_url:

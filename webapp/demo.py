@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import sqlalchemy as sa
@@ -165,3 +166,20 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
     finally:
         sink.terminate()
         sink.wait(10)
+        _stop_database(engine, config, data_dir)
+
+
+def _stop_database(engine: Any, config: Any, data_dir: Path) -> None:
+    """The demo's own PostgreSQL stops with it (one configured by URL is left alone)."""
+    if config.database_url:
+        return
+    engine.dispose()
+    from webapp import db
+
+    pgdata = data_dir / "pgdata"
+    if db.stop_embedded(data_dir):
+        click.echo(f"Stopped the demo's PostgreSQL ({pgdata}); its data stays there for "
+                   "the next `senddock demo`.", err=True)
+    else:
+        click.echo("The demo's PostgreSQL is still running (another process uses it). "
+                   f"Stop it with: pg_ctl -D {pgdata} stop", err=True)

@@ -32,6 +32,8 @@ def test_delivers_with_envelope_and_bytes(relay: Postfix) -> None:
     assert got.message["Subject"] == "hi"
     assert got.data.endswith(b"hello\n")
     assert "Date" not in got.message  # nothing added but Received
+    # The pipe has written the message before its agent logs status=sent: wait for it.
+    relay.wait_for_log(rf"{got.queue_id}: to=<bob@example.org>.*status=sent")
     assert relay.count(rf"{got.queue_id}: to=<bob@example.org>.*status=sent") == 1
     assert len(relay.accepted_times()) == 1
 

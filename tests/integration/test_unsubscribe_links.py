@@ -117,3 +117,14 @@ def test_unsubscribing_twice_keeps_first_reason(engine: sa.Engine) -> None:
         unsubscribe_links.unsubscribe(conn, SECRET, token, via="test")
         reason = conn.execute(sa.text("SELECT reason FROM suppressions")).scalar_one()
     assert reason == "bounced"
+
+
+def test_the_unsubscribe_page_names_the_sender_and_the_list(client: Any,
+                                                            engine: sa.Engine) -> None:
+    campaign = make_campaign(engine, ["reader@example.org"], name="Weekly")
+    with engine.connect() as conn:
+        subscriber = conn.execute(sa.text("SELECT id FROM subscribers")).scalar_one()
+    token = make_token(SECRET, subscriber, campaign["id"])
+    page = client.get(f"/u/{token}").get_data(as_text=True)
+    assert "from <strong>news@example.com</strong>" in page
+    assert "on their list “Weekly list”" in page

@@ -14,16 +14,21 @@ from workers.links import read_token
 
 
 def recipient_for(conn: Connection, secret_key: str, token: str) -> dict[str, Any] | None:
-    """The subscriber a genuine link names (id, email, status, suppressed), or None for a
-    forged, broken or stale link (the subscriber no longer exists)."""
+    """The subscriber a genuine link names (id, email, status, suppressed; and the sender,
+    list and campaign it came from, so the page can say what stops), or None for a forged,
+    broken or stale link (the subscriber no longer exists)."""
     read = read_token(secret_key, token)
     if read is None:
         return None
     row = conn.execute(sa.text("""
         SELECT s.id, s.email, s.status,
                EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email))
-                   AS suppressed
-          FROM subscribers s WHERE s.id = :id"""), {"id": read[0]}).mappings().first()
+                   AS suppressed,
+               c.name AS campaign_name, c.from_addr AS sender, l.name AS list_name
+          FROM subscribers s
+          LEFT JOIN campaigns c ON c.id = CAST(:campaign AS bigint)
+          LEFT JOIN lists l ON l.id = c.list_id
+         WHERE s.id = :id"""), {"id": read[0], "campaign": read[1]}).mappings().first()
     return None if row is None else {**row, "campaign_id": read[1]}
 
 
