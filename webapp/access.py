@@ -54,6 +54,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.list_suppressions": ADMIN, "api.add_suppression": ADMIN,
     "api.delete_suppression": ADMIN,
     "ops.metrics": ADMIN,
+    "health.retry_relay": ADMIN,
 }
 
 # Who reads any job through GET /api/v1/jobs/{id}; other roles allowed there see less.

@@ -343,14 +343,48 @@ relay_state = Table(
     Column("failures", Integer, nullable=False, server_default=text("0")),
     Column("next_probe_at", DateTime(timezone=True)),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # 'login' when the relay refused our credentials (probed at most every 5 minutes).
+    Column("reason", Text),
+    # Which SMTP URL was refused (a hash, never the password): a process started with a
+    # different one probes at once instead of inheriting the backoff.
+    Column("smtp_fingerprint", Text),
+    # A recipient whose RCPT got the refusal: the probe asks RCPT for it too, since Postfix
+    # reports client, HELO and relaying refusals only at RCPT.
+    Column("probe_recipient", Text),
+    # The relay is throttling us: nothing is claimed until then (no attempt is used).
+    Column("throttled_until", DateTime(timezone=True)),
+    Column("throttle_reply", Text),
+    Column("throttle_hits", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("id = 1", name="relay_state_single_row"),
     CheckConstraint("status IN ('ok', 'down')", name="relay_state_status_check"),
 )
 
-# Cross-process rate limit (SENDDOCK_RATE_LIMIT): permits handed out per wall-clock second.
-rate_windows = Table(
-    "rate_windows", metadata,
-    Column("second", BigInteger, primary_key=True),
+# A recipient domain that throttles us (Gmail 4.7.28, Outlook 4.7.650...): its jobs wait
+# until `until`; other domains keep flowing.
+domain_throttles = Table(
+    "domain_throttles", metadata,
+    Column("domain", Text, primary_key=True),
+    Column("until", DateTime(timezone=True), nullable=False),
+    Column("last_reply", Text),
+    Column("hits", Integer, nullable=False, server_default=text("1")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Cross-process rate limit on the database clock (one row, id = 1): `tat` is the
+# theoretical arrival time of the next permitted send (GCRA), so SENDDOCK_RATE_LIMIT may be
+# fractional and holds across processes and hosts.
+rate_limiter = Table(
+    "rate_limiter", metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("tat", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("id = 1", name="rate_limiter_single_row"),
+)
+
+# Sends started per minute (database clock): SENDDOCK_RATE_LIMIT_HOUR/_DAY over rolling
+# windows, and what Queue health shows as used.
+rate_minutes = Table(
+    "rate_minutes", metadata,
+    Column("minute", DateTime(timezone=True), primary_key=True),
     Column("used", Integer, nullable=False),
 )
 

@@ -1,50 +1,68 @@
 """Classify an SMTP reply into what the delivery engine must do with the job.
 
-The enhanced status code (RFC 3463) decides when present; the reply text only
-when it is absent. ``stage`` says which step of the SMTP conversation produced
-the reply: ``connect``, ``greeting``, ``ehlo``, ``starttls``, ``auth``,
-``mail``, ``noop`` (relay probe), ``rcpt``, ``data`` (the DATA command),
-``data_end`` (the reply after the final dot) and ``send`` (while the message
-itself was being transmitted). ``code is None`` means no reply at all: a
-refused or timed-out connection, a TLS failure or a disconnect.
+``stage`` says which step of the SMTP conversation produced the reply: ``connect``,
+``greeting``, ``ehlo``, ``starttls``, ``auth``, ``mail``, ``noop`` (relay probe), ``rcpt``,
+``data`` (the DATA command), ``data_end`` (the reply after the final dot) and ``send``
+(while the message itself was being transmitted). ``code is None`` means no reply at all:
+a refused or timed-out connection, a TLS failure or a disconnect.
 
-Rules, first match wins (SPEC section 2):
+Where a refusal is reported says nothing about whom it concerns (SPEC 10): Postfix
+reports client, HELO and sender restrictions at RCPT (``smtpd_delay_reject = yes``), so
+the table first asks *who* a refusal is about -- our relay, our login, our sender, the
+recipient's domain -- and only then what the stage says. The enhanced status code
+(RFC 3463) decides when present; the text when it is not, or when the text names the
+restriction (Postfix's "Sender address rejected", "Relay access denied"...).
 
-=====  ==========================================================  ============
-order  reply                                                       class
-=====  ==========================================================  ============
-1      no reply (code None) at connect/greeting/ehlo/starttls/      relay
-       auth/mail/noop
-2      no reply (code None) at rcpt/data/send/data_end              transient
-       (timeout or disconnect mid-message)
-3      enhanced x.7.23 - x.7.30 or x.7.515 (SPF/DKIM/DMARC           relay
-       alignment: our setup, not the recipient), any stage
-4      421 at any stage (the relay closing the channel:              relay
-       throttling or going down)
-5      any other failure at connect/greeting/ehlo/starttls/auth/     relay
-       mail/noop (incl. 530/534/535/538, MAIL FROM refused)
-6      2xx at data_end (or noop)                                     sent
-7      any other 1xx/2xx/3xx (a protocol violation by the relay)     relay
-8      enhanced 4.2.2 / 5.2.2, or 452 / 552 without an enhanced      transient
-       code or with an x.2.x one (mailbox full), even if 5xx
-9      5xx with enhanced 5.1.1 / 5.1.2 / 5.1.3 / 5.1.6 / 5.1.10      hard_bounce
-10     5xx with enhanced 5.2.1 whose text says disabled/inactive     hard_bounce
-11     5xx without enhanced code whose text says the user or         hard_bounce
-       mailbox does not exist ("user unknown", "no such user", ...)
-12     other 4xx at rcpt/data/data_end                               transient
-13     other 5xx at rcpt/data/data_end (5.7.x policy/spam, 5.3.x,    rejected
-       5.6.x content, 552 5.3.4 too big, no enhanced code)
-=====  ==========================================================  ============
+The table (:data:`RULES`), first match wins:
 
-What the engine does with each class: ``hard_bounce`` -> job ``bounced`` and
-the address suppressed; ``rejected`` -> job ``failed``, address not
-suppressed; ``transient`` -> retry on the schedule; ``relay`` -> job back to
-``pending``, attempt not counted, delivery paused (P6); ``sent`` -> ``sent``.
+====  ==============================================================  ================
+row   reply                                                           class
+====  ==============================================================  ================
+1     no reply at starttls (TLS handshake failed)                       relay
+2     no reply at connect/greeting/ehlo/auth/mail/noop                  relay
+3     no reply at rcpt/data/send/data_end (lost mid-message)            transient
+4     x.7.23-x.7.30, x.7.515 (SPF/DKIM/DMARC alignment of our domain)   relay
+5     4xx/421 "too many ... from <us>", "too much mail from",           relay_throttle
+      "throttling", "sending rate", "quota exceeded"
+6     421 at any stage (the relay closing the channel)                  relay_throttle
+7     4.7.28, 4.7.650, 4.7.651, 4.2.1 "rate", 4xx x.7.x "too many" /    domain_throttle
+      "rate" / "try again later" (the recipient's domain slows us)
+8     530/534/535/538, x.7.8, x.7.9, x.7.57 (login required/refused)    relay (login)
+9     "Must issue a STARTTLS", x.7.10, x.7.11 (encryption required)    relay
+10    "Client host rejected", "Helo command rejected", "Relay access    relay
+      denied", x.7.64 (tenant relay), "not authenticated"
+11    "Sender address rejected", "not owned by user", "send as this      sender
+      sender", x.7.60, x.1.7/x.1.8 (our From, at any stage)
+12    any other failure at connect/greeting/ehlo/starttls/auth/noop     relay
+13    any other 5xx at mail (MAIL FROM refused) / 4xx at mail           sender / relay
+14    2xx at data_end (or noop)                                         sent
+15    any other 1xx/2xx/3xx (a protocol violation by the relay)        relay
+16    4.2.2 / 5.2.2, or 452 / 552 with no or an x.2.x code (full)      transient
+17    5xx 5.1.1 / 5.1.2 / 5.1.3 / 5.1.6 / 5.1.10                        hard_bounce
+18    5xx 5.2.1 whose text says disabled/inactive (not temporarily)     hard_bounce
+19    5xx without enhanced code saying the user/mailbox does not exist  hard_bounce
+20    other 4xx at rcpt/data/data_end                                   transient
+21    other 5xx at rcpt/data/data_end (policy, content, too big)        rejected
+====  ==============================================================  ================
+
+Plus one rule the table cannot see, :class:`RefusalStreak`: the same refusal for many
+different recipients in a row is about us, whatever the text says (it becomes ``relay``).
+
+What the engine does with each class: ``hard_bounce`` -> job ``bounced``, address
+suppressed; ``rejected`` -> job ``failed``, address not suppressed; ``transient`` -> retry
+on the schedule; ``relay`` -> job back to ``pending``, no attempt, delivery paused and
+probed (P6); ``relay_throttle`` -> back to ``pending``, no attempt, the whole relay slowed
+down for a backoff; ``domain_throttle`` -> the same for the recipient's domain only;
+``sender`` -> back to ``pending``, no attempt, that campaign paused with the reason shown
+(transactional mail: delivery paused like ``relay``); ``sent`` -> ``sent``.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections import deque
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -56,39 +74,28 @@ class ReplyClass(StrEnum):
     REJECTED = "rejected"
     TRANSIENT = "transient"
     RELAY = "relay"
+    RELAY_THROTTLE = "relay_throttle"
+    DOMAIN_THROTTLE = "domain_throttle"
+    SENDER = "sender"
 
+
+#: Classes that are not an attempt at the recipient (P6): no attempt is used.
+NOT_ABOUT_RECIPIENT = frozenset({ReplyClass.RELAY, ReplyClass.RELAY_THROTTLE,
+                                 ReplyClass.DOMAIN_THROTTLE, ReplyClass.SENDER})
 
 RELAY_STAGES = frozenset({"connect", "greeting", "ehlo", "starttls", "auth", "mail", "noop"})
 MESSAGE_STAGES = frozenset({"rcpt", "data", "data_end", "send"})
 STAGES = RELAY_STAGES | MESSAGE_STAGES
+SESSION_STAGES = RELAY_STAGES - {"mail"}
 
 _ENHANCED = re.compile(r"\s*([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
-_HARD_ENHANCED = frozenset({"5.1.1", "5.1.2", "5.1.3", "5.1.6", "5.1.10"})
-_FULL_ENHANCED = frozenset({"4.2.2", "5.2.2"})
-_DISABLED_TEXT = re.compile(r"\b(disabled|inactive|deactivated)\b", re.IGNORECASE)
-_TEMPORARY_TEXT = re.compile(r"temporar", re.IGNORECASE)
-_NO_SUCH_USER_TEXT = re.compile(
-    r"\b(?:"
-    r"user\s+unknown|unknown\s+(?:user|recipient|mailbox|address)|recipient\s+unknown"
-    r"|no\s+such\s+(?:user|mailbox|recipient|account|address|person)"
-    r"|(?:mailbox|user|recipient|account|address)\s+(?:not\s+found|not\s+exist)"
-    r"|(?:does\s+not|doesn't|did\s+not)\s+exist"
-    r"|invalid\s+(?:recipient|mailbox|user)"
-    r"|not\s+a\s+valid\s+(?:mailbox|user|recipient)"
-    r")",
-    re.IGNORECASE,
-)
-_POLICY_TEXT = re.compile(
-    r"spam|polic|block|blacklist|denylist|reputation|rbl|spamhaus", re.IGNORECASE
-)
 
 
 def parse_enhanced(text: str) -> str | None:
     """Return the RFC 3463 enhanced status code at the start of a reply text.
 
-    Guarantees: the result is ``"c.s.d"`` with class 2, 4 or 5 and no leading
-    zeros removed or added (as written by the server), or None when the text
-    does not start (after whitespace) with such a code.
+    Guarantees: the result is ``"c.s.d"`` with class 2, 4 or 5 as written by the server,
+    or None when the text does not start (after whitespace) with such a code.
     """
     match = _ENHANCED.match(text)
     if match is None:
@@ -96,123 +103,287 @@ def parse_enhanced(text: str) -> str | None:
     return f"{match[1]}.{match[2]}.{match[3]}"
 
 
-def _is_auth_alignment(enhanced: str | None) -> bool:
-    if enhanced is None:
-        return False
-    _cls, subject, detail = enhanced.split(".")
-    return subject == "7" and (23 <= int(detail) <= 30 or detail == "515")
+def _words(*patterns: str) -> re.Pattern[str]:
+    return re.compile("|".join(patterns), re.IGNORECASE)
 
 
-def _is_mailbox_full(code: int, enhanced: str | None) -> bool:
-    if enhanced in _FULL_ENHANCED:
-        return True
-    if code not in (452, 552):
-        return False
-    return enhanced is None or enhanced.split(".")[1] == "2"
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table. Every condition given must hold; an omitted one always does.
+
+    ``codes``: reply codes as strings, "4xx"/"5xx"/"2xx" wildcards or "none" (no reply);
+    ``detail``: enhanced codes with the class left out ("7.1" matches 4.7.1 and 5.7.1);
+    ``text``: a regex searched in the reply text; ``no_enhanced``: only without a code.
+    """
+
+    row: int
+    cls: ReplyClass
+    why: str  # the short plain phrase shown to people (never the server's own text)
+    stages: frozenset[str] = STAGES
+    codes: frozenset[str] = frozenset()
+    detail: frozenset[str] = frozenset()
+    detail_range: tuple[str, int, int] | None = None
+    text: re.Pattern[str] | None = None
+    no_enhanced: bool = False
+    login: bool = False  # the relay refused our credentials ("login refused")
+
+    def matches(self, code: int | None, enhanced: str | None, text: str, stage: str) -> bool:
+        if stage not in self.stages:
+            return False
+        if self.codes and not _code_in(code, self.codes):
+            return False
+        detail = enhanced.split(".", 1)[1] if enhanced else None
+        if self.detail and detail not in self.detail:
+            return False
+        if self.detail_range is not None:
+            if detail is None:
+                return False
+            subject, number = detail.split(".")
+            prefix, low, high = self.detail_range
+            if subject != prefix or not low <= int(number) <= high:
+                return False
+        if self.no_enhanced and enhanced is not None:
+            return False
+        return self.text is None or bool(self.text.search(text))
 
 
-def _is_hard_bounce(code: int, enhanced: str | None, text: str) -> bool:
-    if code // 100 != 5:
-        return False
-    if enhanced in _HARD_ENHANCED:
-        return True
-    if enhanced == "5.2.1":
-        return bool(_DISABLED_TEXT.search(text)) and not _TEMPORARY_TEXT.search(text)
-    return enhanced is None and bool(_NO_SUCH_USER_TEXT.search(text))
+def _code_in(code: int | None, codes: frozenset[str]) -> bool:
+    if code is None:
+        return "none" in codes
+    return str(code) in codes or f"{code // 100}xx" in codes
+
+
+def _s(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+FAIL = _s("4xx", "5xx")
+_NOT_STARTTLS = RELAY_STAGES - {"starttls"}
+
+RULES: tuple[Rule, ...] = (
+    # --- no reply at all -------------------------------------------------------------
+    Rule(1, ReplyClass.RELAY, "secure connection (TLS) to the mail server failed",
+         stages=_s("starttls"), codes=_s("none")),
+    Rule(2, ReplyClass.RELAY, "mail server unreachable", stages=_NOT_STARTTLS,
+         codes=_s("none")),
+    Rule(3, ReplyClass.TRANSIENT, "connection lost while sending; will retry",
+         stages=MESSAGE_STAGES, codes=_s("none")),
+    # --- our domain's authentication ---------------------------------------------------
+    Rule(4, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
+         codes=FAIL, detail_range=("7", 23, 30)),
+    Rule(4, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
+         codes=FAIL, detail=_s("7.515")),
+    # --- throttling: slow down, never fail ---------------------------------------------
+    Rule(5, ReplyClass.RELAY_THROTTLE, "the relay is throttling us",
+         codes=_s("4xx"), text=_words(r"too (many|much) \w+( \w+)? from", r"throttl",
+                                      r"sending rate", r"quota exceeded",
+                                      r"rate limit(ed)? exceeded")),
+    Rule(6, ReplyClass.RELAY_THROTTLE, "the relay closed the connection (busy or going down)",
+         codes=_s("421")),
+    Rule(7, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+         codes=_s("4xx"), detail=_s("7.28", "7.650", "7.651")),
+    Rule(7, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+         codes=_s("4xx"), detail=_s("2.1"), text=_words(r"\brate\b")),
+    Rule(7, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+         codes=_s("4xx"), detail_range=("7", 0, 999),
+         text=_words(r"too many", r"\brate\b", r"try again later")),
+    # --- our login, our client, our HELO, our TLS: the relay, not the recipient ---------
+    Rule(8, ReplyClass.RELAY, "login refused - check the credentials",
+         codes=_s("535", "534", "538"), login=True),
+    Rule(8, ReplyClass.RELAY, "login refused - check the credentials",
+         codes=FAIL, detail=_s("7.8", "7.9"), login=True),
+    Rule(9, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
+         codes=FAIL, text=_words(r"must issue a starttls", r"starttls (is )?required")),
+    Rule(9, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
+         codes=FAIL, detail=_s("7.10", "7.11")),
+    Rule(8, ReplyClass.RELAY, "the relay requires a login",
+         codes=_s("530"), login=True),
+    Rule(8, ReplyClass.RELAY, "the relay requires a login",
+         codes=FAIL, detail=_s("7.57"), login=True),
+    Rule(10, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
+         codes=FAIL, text=_words(r"client host rejected", r"helo command rejected",
+                                 r"relay access denied", r"relaying denied",
+                                 r"not authenticated", r"authentication required")),
+    Rule(10, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
+         codes=FAIL, detail=_s("7.64")),
+    # --- our sender address --------------------------------------------------------------
+    Rule(11, ReplyClass.SENDER, "the relay refuses this From address",
+         codes=FAIL, text=_words(r"sender address rejected", r"not owned by",
+                                 r"send as this sender", r"sender (address )?(is )?not allowed")),
+    Rule(11, ReplyClass.SENDER, "the relay refuses this From address",
+         codes=FAIL, detail=_s("7.60", "1.7", "1.8")),
+    # --- anything else before RCPT ---------------------------------------------------------
+    Rule(12, ReplyClass.RELAY, "mail server refused our session", stages=SESSION_STAGES,
+         codes=FAIL),
+    Rule(13, ReplyClass.SENDER, "the relay refuses this From address", stages=_s("mail"),
+         codes=_s("5xx")),
+    Rule(13, ReplyClass.RELAY, "mail server temporarily unavailable", stages=_s("mail"),
+         codes=_s("4xx")),
+    # --- success and nonsense ------------------------------------------------------------
+    Rule(14, ReplyClass.SENT, "accepted by the mail server", stages=_s("data_end", "noop"),
+         codes=_s("2xx")),
+    Rule(15, ReplyClass.RELAY, "mail server answered out of turn",
+         codes=_s("1xx", "2xx", "3xx")),
+    # --- about the recipient ---------------------------------------------------------------
+    Rule(16, ReplyClass.TRANSIENT, "mailbox full", codes=FAIL, detail=_s("2.2")),
+    Rule(16, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"), no_enhanced=True),
+    Rule(16, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"),
+         detail_range=("2", 0, 999)),
+    Rule(17, ReplyClass.HARD_BOUNCE, "recipient domain does not accept mail",
+         codes=_s("5xx"), detail=_s("1.2", "1.10")),
+    Rule(17, ReplyClass.HARD_BOUNCE, "invalid address", codes=_s("5xx"), detail=_s("1.3")),
+    Rule(17, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
+         detail=_s("1.1", "1.6")),
+    Rule(18, ReplyClass.HARD_BOUNCE, "mailbox disabled", codes=_s("5xx"), detail=_s("2.1"),
+         text=re.compile(r"^(?!.*temporar).*\b(disabled|inactive|deactivated)\b",
+                         re.IGNORECASE | re.DOTALL)),
+    Rule(19, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
+         no_enhanced=True, text=_words(
+             r"\buser\s+unknown", r"\bunknown\s+(?:user|recipient|mailbox|address)",
+             r"\brecipient\s+unknown", r"\bno\s+such\s+(?:user|mailbox|recipient|account"
+             r"|address|person)", r"\b(?:mailbox|user|recipient|account|address)\s+"
+             r"(?:not\s+found|not\s+exist)", r"\b(?:does\s+not|doesn't|did\s+not)\s+exist",
+             r"\binvalid\s+(?:recipient|mailbox|user)",
+             r"\bnot\s+a\s+valid\s+(?:mailbox|user|recipient)")),
+    Rule(20, ReplyClass.TRANSIENT, "temporarily deferred by the receiving server",
+         codes=_s("4xx")),
+    Rule(21, ReplyClass.REJECTED, "message too large", codes=_s("5xx"), detail=_s("3.4")),
+    Rule(21, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
+         codes=_s("5xx"), detail_range=("7", 0, 999)),
+    Rule(21, ReplyClass.REJECTED, "message content rejected", codes=_s("5xx"),
+         detail_range=("6", 0, 999)),
+    Rule(21, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
+         codes=_s("5xx"), text=_words(r"spam|polic|block|blacklist|denylist|reputation"
+                                      r"|\brbl\b|spamhaus")),
+    Rule(21, ReplyClass.REJECTED, "message too large", codes=_s("552"), no_enhanced=True),
+    Rule(21, ReplyClass.REJECTED, "rejected by the receiving server", codes=_s("5xx")),
+)
+
+_FALLBACK = Rule(0, ReplyClass.RELAY, "mail server misbehaved")
+
+
+def find_rule(code: int | None, text: str, stage: str) -> Rule:
+    """The first row of :data:`RULES` this reply matches.
+
+    Raises ValueError only for an unknown ``stage`` (a programming error).
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown SMTP stage {stage!r}")
+    enhanced = parse_enhanced(text) if code is not None else None
+    for rule in RULES:
+        if rule.matches(code, enhanced, text, stage):
+            return rule
+    return _FALLBACK
 
 
 def classify_reply(code: int | None, text: str, stage: str) -> ReplyClass:
     """Classify one SMTP reply (or the lack of one) per the module table.
 
-    Guarantees: never raises for any ``code``/``text``; HARD_BOUNCE is only
-    returned for a 5xx reply that says the address itself is dead (P5); every
-    failure caused by our relay, credentials or sender is RELAY (P6).
-    Raises ValueError only for an unknown ``stage`` (a programming error).
+    Guarantees: never raises for any ``code``/``text``; HARD_BOUNCE is only returned for a
+    5xx reply that says the address itself is dead (P5); every refusal that concerns our
+    relay, login, client, HELO, TLS or sender -- at whatever stage it is reported -- is
+    one of the classes in :data:`NOT_ABOUT_RECIPIENT` (P6).
     """
-    if stage not in STAGES:
-        raise ValueError(f"unknown SMTP stage {stage!r}")
-    if code is None:
-        return ReplyClass.RELAY if stage in RELAY_STAGES else ReplyClass.TRANSIENT
-    enhanced = parse_enhanced(text)
-    if _is_auth_alignment(enhanced) or code == 421:
-        return ReplyClass.RELAY
-    success = 200 <= code < 300
-    if stage in RELAY_STAGES:
-        return ReplyClass.SENT if success and stage == "noop" else ReplyClass.RELAY
-    if success and stage == "data_end":
-        return ReplyClass.SENT
-    if not 400 <= code < 600:
-        return ReplyClass.RELAY
-    if _is_mailbox_full(code, enhanced):
-        return ReplyClass.TRANSIENT
-    if _is_hard_bounce(code, enhanced, text):
-        return ReplyClass.HARD_BOUNCE
-    if code < 500:
-        return ReplyClass.TRANSIENT
-    return ReplyClass.REJECTED
+    return find_rule(code, text, stage).cls
 
 
-def _humanize_relay(code: int | None, enhanced: str | None, stage: str | None) -> str:
-    if _is_auth_alignment(enhanced):
-        return "sender authentication (SPF/DKIM/DMARC) failed for our domain"
-    if code == 421:
-        return "mail server temporarily unavailable"
-    if stage == "auth" or code in (530, 534, 535, 538):
-        return "mail server refused our login"
-    if stage == "starttls":
-        return "secure connection (TLS) to the mail server failed"
-    if stage == "mail" and code is not None:
-        return "mail server refused our sender address"
-    if code is None:
-        return "mail server unreachable"
-    return "mail server temporarily unavailable"
+def is_login_refusal(code: int | None, text: str, stage: str) -> bool:
+    """True when the relay refused (or demands) our credentials: "login refused"."""
+    return find_rule(code, text, stage).login
 
 
-def _humanize_transient(code: int | None, enhanced: str | None) -> str:
-    if code is None:
-        return "connection lost while sending; will retry"
-    if _is_mailbox_full(code, enhanced):
-        return "mailbox full"
-    if enhanced is not None and enhanced.startswith("4.7."):
-        return "temporarily deferred by the receiving server (greylisting or rate limit)"
-    return "temporarily deferred by the receiving server"
+def humanize(reply_class: ReplyClass, code: int | None, enhanced: str | None, text: str,
+             stage: str | None = None) -> str:
+    """A short plain-English phrase for a classified reply.
 
-
-def _humanize_rejected(code: int | None, enhanced: str | None, text: str) -> str:
-    if (enhanced is not None and enhanced.startswith("5.7.")) or _POLICY_TEXT.search(text):
-        return "rejected by the receiving server as policy/spam"
-    if enhanced == "5.3.4" or (code == 552 and enhanced is None):
-        return "message too large"
-    if enhanced is not None and enhanced.startswith("5.6."):
-        return "message content rejected"
-    return "rejected by the receiving server"
-
-
-def humanize(
-    reply_class: ReplyClass,
-    code: int | None,
-    enhanced: str | None,
-    text: str,
-    stage: str | None = None,
-) -> str:
-    """Return a short plain-English phrase for a classified reply.
-
-    Guarantees: a lower-case phrase of a few words meant for marketers and
-    support staff; it never contains the server's own text, so it is safe to
-    show anywhere and stable enough to group errors by.
+    Guarantees: a lower-case phrase of a few words meant for marketers and support
+    staff; it never contains the server's own text, so it is safe to show anywhere and
+    stable enough to group errors by.
     """
     if reply_class is ReplyClass.SENT:
         return "accepted by the mail server"
-    if reply_class is ReplyClass.HARD_BOUNCE:
-        if enhanced == "5.2.1":
-            return "mailbox disabled"
-        if enhanced in ("5.1.2", "5.1.10"):
-            return "recipient domain does not accept mail"
-        if enhanced == "5.1.3":
-            return "invalid address"
-        return "mailbox does not exist"
-    if reply_class is ReplyClass.TRANSIENT:
-        return _humanize_transient(code, enhanced)
-    if reply_class is ReplyClass.REJECTED:
-        return _humanize_rejected(code, enhanced, text)
-    return _humanize_relay(code, enhanced, stage)
+    rule = find_rule(code, text, stage if stage in STAGES else "rcpt")
+    if rule.cls is reply_class:
+        return rule.why
+    if reply_class is RefusalStreak.CLASS:
+        return RefusalStreak.WHY
+    return {ReplyClass.HARD_BOUNCE: "mailbox does not exist",
+            ReplyClass.REJECTED: "rejected by the receiving server",
+            ReplyClass.TRANSIENT: "temporarily deferred by the receiving server",
+            ReplyClass.RELAY_THROTTLE: "the relay is throttling us",
+            ReplyClass.DOMAIN_THROTTLE: "the recipient's domain is throttling us",
+            ReplyClass.SENDER: "the relay refuses this From address",
+            }.get(reply_class, "mail server temporarily unavailable")
+
+
+# --- the rule the table cannot see -------------------------------------------------------
+
+_ADDRESSES = re.compile(r"<[^<>]*>|[\w.+%=-]+@[\w.-]+")
+_SPACE = re.compile(r"\s+")
+STREAK_CLASSES = frozenset({ReplyClass.REJECTED, ReplyClass.TRANSIENT,
+                            ReplyClass.HARD_BOUNCE})
+
+
+def refusal_key(code: int | None, text: str, recipient: str) -> str:
+    """A refusal with everything recipient-specific taken out (addresses in or out of
+    angle brackets, the recipient's local part and domain), so two recipients' refusals
+    compare equal exactly when the relay said the same thing to both."""
+    local, _, domain = recipient.lower().rpartition("@")
+    normalized = _ADDRESSES.sub("<>", text.lower())
+    for part in (domain, local):
+        if len(part) >= 3:
+            normalized = normalized.replace(part, "*")
+    return f"{code} {_SPACE.sub(' ', normalized).strip()}"
+
+
+class RefusalStreak:
+    """"The same refusal for many different recipients in a row is about us" (SPEC 10).
+
+    Fed every classified outcome of the process (all worker threads: a row is a row
+    whichever thread sent it). When ``threshold`` consecutive refusals carry the same
+    :func:`refusal_key` for as many different recipients (for hard bounces: as many
+    different recipient *domains*, so a dead company domain is still a bounce), the last
+    one is reclassified ``relay`` and the keys of the earlier ones are handed back so
+    the engine can undo what it charged them. Any other outcome breaks the streak.
+    Thread-safe.
+    """
+
+    CLASS = ReplyClass.RELAY
+    WHY = "the relay gives every recipient the same refusal: treated as our problem"
+
+    def __init__(self, threshold: int = 10) -> None:
+        self.threshold = threshold
+        self._lock = threading.Lock()
+        self._row: deque[tuple[object, str, str, str]] = deque()
+
+    def observe(self, job: object, recipient: str, cls: ReplyClass, code: int | None,
+                text: str) -> tuple[ReplyClass, list[object]]:
+        """Feed one outcome; returns (its class, possibly RELAY now; earlier jobs of the
+        streak to reprieve, only when the streak just tripped)."""
+        if self.threshold < 2:
+            return cls, []
+        with self._lock:
+            if cls not in STREAK_CLASSES:
+                if cls is not ReplyClass.SENT and cls in NOT_ABOUT_RECIPIENT:
+                    return cls, []  # the relay's own trouble neither breaks nor extends it
+                self._row.clear()
+                return cls, []
+            key = f"{cls}:{refusal_key(code, text, recipient)}"
+            who = recipient.lower()
+            if cls is ReplyClass.HARD_BOUNCE:
+                who = who.rpartition("@")[2]
+            if self._row and self._row[-1][1] != key:
+                self._row.clear()
+            if any(entry[2] == who for entry in self._row):
+                # the same recipient (or domain) again says nothing new; keep the row
+                return cls, []
+            self._row.append((job, key, who, recipient))
+            if len(self._row) < self.threshold:
+                return cls, []
+            earlier = [entry[0] for entry in list(self._row)[:-1]]
+            self._row.clear()
+            return self.CLASS, earlier
+
+    def reset(self) -> None:
+        with self._lock:
+            self._row.clear()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
-from email.utils import formatdate, parseaddr
+from email.utils import parseaddr
 from importlib import resources
 from typing import Any
 
@@ -16,9 +16,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from workers.dkim import KeyRing, from_domain
+from workers.html_text import html_to_text
 from workers.kinds import KindCatalog, UnknownKind, message_context
 from workers.links import bounce_address, unsubscribe_url
-from workers.message import CampaignTemplate, TemplateError, build_mime, compile_campaign
+from workers.message import (
+    CampaignTemplate,
+    TemplateError,
+    build_mime,
+    compile_campaign,
+    list_id,
+)
 from workers.queue import ClaimedJob
 from workers.settings import Config
 
@@ -33,12 +40,19 @@ class PreparedCampaign:
     from_addr: str
     subject: str
     template: CampaignTemplate
+    list_id: int = 0
+    list_name: str = ""
 
 
 @dataclass(frozen=True)
 class Envelope:
+    """The envelope sender and the bytes for one job. ``campaign_sender``: the envelope
+    sender is the campaign's own From (no bounce address), so a relay refusing it refuses
+    that campaign, not every message (SPEC 10)."""
+
     mail_from: str
     message: bytes
+    campaign_sender: bool = False
 
 
 def domain_of(address: str) -> str:
@@ -85,11 +99,14 @@ class Composer:
         if prepared is None:
             with self.engine.connect() as conn:
                 row = conn.execute(sa.text(
-                    "SELECT name, from_addr, subject, text_body, html_body FROM campaigns "
-                    "WHERE id = :id"), {"id": campaign_id}).one()
+                    "SELECT c.name, c.from_addr, c.subject, c.text_body, c.html_body, "
+                    "c.list_id, l.name AS list_name FROM campaigns c "
+                    "JOIN lists l ON l.id = c.list_id WHERE c.id = :id"),
+                    {"id": campaign_id}).one()
             prepared = PreparedCampaign(
                 name=row.name, from_addr=row.from_addr, subject=row.subject,
-                template=compile_campaign(row.subject, row.text_body, row.html_body))
+                template=compile_campaign(row.subject, row.text_body, row.html_body),
+                list_id=row.list_id, list_name=row.list_name)
             with self._lock:
                 self._campaigns[campaign_id] = prepared
         return prepared
@@ -150,10 +167,17 @@ class Composer:
         subject = rendered.subject
         if job.kind == "test":
             subject = f"[Test] {subject}"
+        from_addr = parseaddr(prepared.from_addr)[1]
+        if prepared.list_id:
+            headers["List-Id"] = list_id(prepared.list_name, prepared.list_id, from_addr)
+        text = rendered.text
+        if text is None and rendered.html is not None:
+            text = html_to_text(rendered.html)  # no HTML-only mail (spam filters score it)
         message = build_mime(from_addr=prepared.from_addr, to_addr=job.email, subject=subject,
-                             text=rendered.text, html=rendered.html, message_id=job.message_id,
-                             headers=headers, date=formatdate(localtime=False, usegmt=True))
-        return Envelope(self._envelope_from(job, prepared.from_addr), message)
+                             text=text, html=rendered.html, message_id=job.message_id,
+                             headers=headers)
+        sender = self._envelope_from(job, from_addr)
+        return Envelope(sender, message, campaign_sender=sender == from_addr)
 
     def _build_kind(self, job: ClaimedJob) -> Envelope:
         """A transactional kind's message (or its test send): the kind's templates, at
@@ -167,10 +191,14 @@ class Composer:
         rendered = prepared.template.render(message_context(
             email=job.email, user_ref=job.user_ref, kind=name, payload=job.payload))
         subject = f"[Test] {rendered.subject}" if job.kind == "test" else rendered.subject
+        headers = self._headers(job)
+        headers["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies to it
+        text = rendered.text
+        if text is None and rendered.html is not None:
+            text = html_to_text(rendered.html)  # no HTML-only mail (spam filters score it)
         message = build_mime(from_addr=self.config.mail_from, to_addr=job.email,
-                             subject=subject, text=rendered.text, html=rendered.html,
-                             message_id=job.message_id, headers=self._headers(job),
-                             date=formatdate(localtime=False, usegmt=True))
+                             subject=subject, text=text, html=rendered.html,
+                             message_id=job.message_id, headers=headers)
         return Envelope(self._envelope_from(job, self.config.mail_from), message)
 
     def _envelope_from(self, job: ClaimedJob, from_addr: str) -> str:

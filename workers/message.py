@@ -46,6 +46,10 @@ _SPECIALS = re.compile(r'[()<>@,;:\\".\[\]]')
 _RISKY_LINE_START = re.compile(rb"\n(?:\.|From )")
 _WHITESPACE = re.compile(r"\s+")
 _ENCODED_WORD_BYTES = 42  # 56 base64 chars: "Subject: =?utf-8?b?...?=" stays within 78
+MAX_LINE = 998  # RFC 5322 2.1.1: no line longer than this, CRLF excluded
+MAX_SUBJECT = 900  # characters; a longer subject is refused (at compose when it is literal)
+_LONG_WORD = 72  # an ASCII word longer than this cannot be folded in place: encode it
+_LIST_PHRASE_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,!?&'()-]+")
 
 
 class TemplateError(Exception):
@@ -191,6 +195,9 @@ class CampaignTemplate:
         TemplateError naming the field (and line when known).
         """
         subject = _WHITESPACE.sub(" ", _render("subject", self.subject, context)).strip()
+        if len(subject) > MAX_SUBJECT:
+            raise TemplateError("subject", None, f"the subject is {len(subject)} characters "
+                                f"long; at most {MAX_SUBJECT} fit in a mail header")
         text = _render("text", self.text, context) if self.text is not None else None
         html = _render("html", self.html, context) if self.html is not None else None
         return RenderedMessage(subject=subject, text=text, html=html)
@@ -203,6 +210,10 @@ def compile_campaign(subject: str, text: str | None, html: str | None) -> Campai
     TemplateError naming the first bad field ("subject", "text", "html") and
     line.
     """
+    literal = _WHITESPACE.sub(" ", re.sub(r"{[{%#].*?[}%#]}", "", subject)).strip()
+    if len(literal) > MAX_SUBJECT:
+        raise TemplateError("subject", None, f"the subject is {len(literal)} characters "
+                            f"long; at most {MAX_SUBJECT} fit in a mail header")
     subject_template = _compile("subject", subject)
     assert subject_template is not None
     return CampaignTemplate(
@@ -210,9 +221,20 @@ def compile_campaign(subject: str, text: str | None, html: str | None) -> Campai
     )
 
 
-def message_id_for(job_id: int, correlation_id: str, domain: str) -> str:
-    """``<job_id.correlation_id@domain>``: the same for every attempt of a job (P3)."""
-    return f"<{job_id}.{correlation_id}@{domain}>"
+def new_message_id(domain: str) -> str:
+    """``<32 random hex digits@domain>``: reveals nothing about volume or order. The queue
+    stores the job's one Message-ID at its first claim, so it is the same for every attempt
+    (P3); this is the same shape, for messages made outside the queue."""
+    return f"<{secrets.token_hex(16)}@{domain}>"
+
+
+def list_id(list_name: str, list_number: int, from_addr: str) -> str:
+    """A ``List-Id`` value (RFC 2919) for a campaign to one list: ``"Name" <list-7.domain>``
+    on the From address's domain; the phrase keeps only characters that need no encoding."""
+    domain = from_addr.rpartition("@")[2].strip().strip(">").lower() or "senddock.local"
+    phrase = _WHITESPACE.sub(" ", _LIST_PHRASE_UNSAFE.sub(" ", list_name)).strip()[:60]
+    ident = f"<list-{list_number}.{domain}>"
+    return f'"{phrase}" {ident}' if phrase else ident
 
 
 # -- headers -----------------------------------------------------------------
@@ -257,7 +279,12 @@ def _unstructured(name: str, value: str) -> str:
         return _fold(name, _encoded_words(value))
     if len(name) + 2 + len(value) <= 78:
         return f"{name}: {value}{CRLF}"
-    return _fold(name, value.split(" "))
+    words = value.split(" ")
+    if name.lower() == "subject" and any(len(w) > _LONG_WORD for w in words):
+        # A word no fold can break (RFC 5322 folds only at whitespace): as encoded words
+        # it can be split anywhere, so every line stays short.
+        return _fold(name, _encoded_words(value))
+    return _fold(name, words)
 
 
 def _split_address(value: str) -> tuple[str, str]:
@@ -382,9 +409,11 @@ def build_mime(
     bodies are given, a single part otherwise; bodies UTF-8 quoted-printable
     with no line starting with '.' or 'From '; non-ASCII Subject, display
     names and extra header values RFC 2047-encoded; line breaks in the
-    subject collapsed. Raises ValueError for a line break in any other header
-    value, an invalid header name, or an extra header that would override one
-    this function writes.
+    subject collapsed; every header line under 998 octets (RFC 5322), a subject
+    word too long to fold sent as encoded words; ``Date`` as ``+0000``. Raises
+    ValueError for a line break in any other header value, an invalid header
+    name, an extra header that would override one this function writes, or a
+    header line that cannot be kept under 998 octets.
     """
     head = [
         _address("From", from_addr),
@@ -395,4 +424,8 @@ def build_mime(
         f"MIME-Version: 1.0{CRLF}",
     ]
     head.extend(_extra_header(name, value) for name, value in headers.items())
-    return "".join(head).encode("utf-8") + _body(text, html)
+    header_block = "".join(head)
+    for line in header_block.split(CRLF):
+        if len(line.encode("utf-8")) > MAX_LINE:
+            raise ValueError(f"header line longer than {MAX_LINE} octets: {line[:40]}...")
+    return header_block.encode("utf-8") + _body(text, html)

@@ -3,10 +3,11 @@ section 2 turn into statuses, retries and suppressions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from workers.classify import ReplyClass
+from workers.classify import MESSAGE_STAGES, ReplyClass
 from workers.queue import ClaimedJob, Outcome
 from workers.retry import next_delay
 
@@ -25,7 +26,9 @@ def outcome_for(job: ClaimedJob, result: SendResult, schedule: tuple[int, ...],
 
     - sent / hard bounce / rejected end the job (the bounce also suppresses the address);
     - transient failures retry on the kind's schedule, then fail;
-    - relay trouble (P6) puts the job back to `pending` without using an attempt.
+    - relay trouble, throttling and a refused sender (P6, SPEC 10) put the job back to
+      `pending` without using an attempt -- except a marketer's test send, which fails
+      visibly with the reason (there is no campaign to pause and nobody else to wait for).
     """
     cls = result.reply_class
     reply = reply_line(result)
@@ -47,7 +50,64 @@ def outcome_for(job: ClaimedJob, result: SendResult, schedule: tuple[int, ...],
     if cls is ReplyClass.TRANSIENT:
         delay = next_delay(schedule, job.attempts + 1, jitter)
         return make("failed") if delay is None else make("retry", delay=delay)
-    return make("pending", counted=False, error=f"relay: {reply}")
+    if cls is ReplyClass.SENDER and job.kind == "test":
+        return make("failed", error=f"the relay refuses this From address: {reply}")
+    label = {ReplyClass.RELAY_THROTTLE: "relay throttling", ReplyClass.SENDER: "sender refused",
+             ReplyClass.DOMAIN_THROTTLE: "domain throttling"}.get(cls, "relay")
+    return make("pending", counted=False, error=f"{label}: {reply}")
+
+
+def recipient_domain(email: str) -> str:
+    return email.rpartition("@")[2].lower()
+
+
+@dataclass
+class Aftermath:
+    """What a batch's replies say about something other than their recipients (SPEC 10):
+    the relay (down, login refused, throttling), a recipient domain (throttling), a
+    campaign's From address (refused). The pool records it with the batch's outcomes."""
+
+    relay_down: str | None = None
+    login_refused: bool = False
+    probe_recipient: str | None = None
+    relay_throttle: str | None = None
+    domain_throttles: dict[str, str] = field(default_factory=dict)
+    paused_campaigns: dict[int, str] = field(default_factory=dict)
+    reprieve: list[int] = field(default_factory=list)
+
+    @property
+    def stops_batch(self) -> bool:
+        """Nothing more goes to the relay in this batch."""
+        return self.relay_down is not None or self.relay_throttle is not None
+
+    def holds(self, job: ClaimedJob) -> bool:
+        """This job must wait: its domain throttles us or its campaign was just paused."""
+        return recipient_domain(job.email) in self.domain_throttles or (
+            job.campaign_id is not None and job.kind == "broadcast"
+            and job.campaign_id in self.paused_campaigns)
+
+    def note(self, job: ClaimedJob, result: SendResult, *, campaign_sender: bool) -> None:
+        """Record what ``result`` (for ``job``) means beyond its recipient.
+        ``campaign_sender``: a refused sender is the campaign's own From (not an envelope
+        sender every message shares), so only that campaign pauses."""
+        cls, reply = result.reply_class, reply_line(result)
+        if cls is ReplyClass.RELAY:
+            self.relay_down = reply
+            self.login_refused = self.login_refused or result.login_refused
+            if result.stage in MESSAGE_STAGES:
+                self.probe_recipient = job.email
+        elif cls is ReplyClass.RELAY_THROTTLE:
+            self.relay_throttle = reply
+        elif cls is ReplyClass.DOMAIN_THROTTLE:
+            self.domain_throttles[recipient_domain(job.email)] = reply
+        elif cls is ReplyClass.SENDER and job.kind != "test":
+            if campaign_sender and job.kind == "broadcast" and job.campaign_id is not None:
+                self.paused_campaigns[job.campaign_id] = (
+                    f"the relay refuses this From address: {reply}")
+            else:
+                self.relay_down = f"the relay refuses our sender address: {reply}"
+                if result.stage in MESSAGE_STAGES:
+                    self.probe_recipient = job.email
 
 
 def skipped(job: ClaimedJob) -> Outcome:

@@ -13,6 +13,9 @@ hands unsent claimed jobs back, within a bounded time.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import hmac
 import logging
 import os
 import random
@@ -31,11 +34,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
 from workers import after_acceptance, outcomes, queue
-from workers.classify import ReplyClass
+from workers.classify import RefusalStreak, ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
 from workers.settings import Config
-from workers.smtp import SmtpTransport, parse_smtp_url
+from workers.smtp import SendResult, SmtpTransport, parse_smtp_url
 
 log = logging.getLogger("senddock.worker")
 
@@ -53,6 +56,10 @@ class Pool:
         self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
         self.lock_key = random.randint(1, 2**62)
         self.smtp = parse_smtp_url(config.smtp_url)
+        # Which SMTP URL this process uses (keyed hash: never the password itself).
+        self.smtp_fingerprint = hmac.new(config.secret_key.encode(), config.smtp_url.encode(),
+                                         hashlib.sha256).hexdigest()[:16]
+        self.streak = RefusalStreak(config.same_refusal_streak)
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self.maintenance = maintenance
@@ -64,7 +71,7 @@ class Pool:
         self._scheduler: BackgroundScheduler | None = None
         self._listener: threading.Thread | None = None
         self.sent = 0
-        self.probe_sender = parseaddr(config.mail_from)[1]
+        self.probe_sender = config.feedback.bounce_address or parseaddr(config.mail_from)[1]
         self._holding: set[int] = set()  # ids of the jobs claimed and not yet finished
         self._holding_lock = threading.Lock()
 
@@ -73,6 +80,9 @@ class Pool:
     def start(self) -> None:
         """Register, take the liveness lock, run the startup hook, start the loops."""
         self._connect_liveness(register=True)
+        with self.engine.begin() as conn:
+            if queue.note_smtp_url(conn, self.smtp_fingerprint):
+                log.info("the relay was marked down with a different SMTP URL: probing at once")
         taken = self._rescue()
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
                  self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
@@ -241,8 +251,14 @@ class Pool:
 
     # --- delivery ----------------------------------------------------------------------
 
+    def _transport(self) -> SmtpTransport:
+        config = self.config
+        return SmtpTransport(self.smtp, timeout=config.smtp_timeout,
+                             local_hostname=config.smtp_helo, ca_file=config.smtp_ca_file,
+                             max_messages=config.smtp_max_messages, max_age=config.smtp_max_age)
+
     def _drain_loop(self) -> None:
-        transport = SmtpTransport(self.smtp, timeout=self.config.smtp_timeout)
+        transport = self._transport()
         backoff = 0.5
         try:
             while not self.stopping.is_set():
@@ -262,34 +278,54 @@ class Pool:
         finally:
             transport.close()
 
-    def _claim(self) -> list[queue.ClaimedJob]:
+    def _rate_limited(self) -> bool:
+        config = self.config
+        return config.rate_limit > 0 or config.rate_limit_hour > 0 or config.rate_limit_day > 0
+
+    def _claim(self) -> tuple[list[queue.ClaimedJob], list[float]]:
+        """Claim a batch; with a rate limit, also the (monotonic) time each job's send may
+        start, from permits granted on the database's clock (SPEC 10)."""
         n = self.config.claim_batch
+        config = self.config
         with self.engine.begin() as conn:
-            if self.config.rate_limit > 0:
-                n = queue.acquire_permits(conn, n, max(1, int(self.config.rate_limit)))
-                if n == 0:
-                    return []
-            jobs = queue.claim_batch(conn, self.worker_id, n, self.domain)
+            if not self._rate_limited():
+                jobs = queue.claim_batch(conn, self.worker_id, n, self.domain)
+                slots = [0.0] * len(jobs)
+            else:
+                permits = queue.acquire_permits(conn, n, config.rate_limit,
+                                                config.rate_limit_hour, config.rate_limit_day)
+                if permits.granted == 0:
+                    return [], []
+                now = time.monotonic()
+                jobs = queue.claim_batch(conn, self.worker_id, permits.granted, self.domain)
+                queue.refund_permits(conn, permits, len(jobs))
+                slots = [now + permits.first_delay + i * permits.interval
+                         for i in range(len(jobs))]
         with self._holding_lock:
             self._holding.update(job.id for job in jobs)
-        return jobs
+        return jobs, slots
 
     def _drain_once(self, transport: SmtpTransport) -> bool:
         """Claim and deliver one batch. Returns False when there was nothing to do."""
-        jobs = self._claim()
+        jobs, slots = self._claim()
         if not jobs:
             self._maybe_probe_relay(transport)
             return False
-        results, relay_error = self._deliver(transport, jobs)
-        self._finish(results, relay_error)
+        results, aftermath = self._deliver(transport, jobs, slots)
+        self._finish(results, aftermath)
         return True
 
-    def _deliver(self, transport: SmtpTransport,
-                 jobs: list[queue.ClaimedJob]) -> tuple[list[queue.Outcome], str | None]:
+    def _wait_for_slot(self, slot: float) -> None:
+        delay = slot - time.monotonic()
+        if delay > 0:
+            self.stopping.wait(delay)
+
+    def _deliver(self, transport: SmtpTransport, jobs: list[queue.ClaimedJob],
+                 slots: list[float]) -> tuple[list[queue.Outcome], outcomes.Aftermath]:
         results: list[queue.Outcome] = []
-        relay_error: str | None = None
-        for job in jobs:
-            if relay_error is not None or self.stopping.is_set():
+        aftermath = outcomes.Aftermath()
+        for job, slot in zip(jobs, slots, strict=True):
+            if aftermath.stops_batch or aftermath.holds(job) or self.stopping.is_set():
                 results.append(outcomes.released(job))
                 continue
             if job.suppressed:
@@ -300,18 +336,57 @@ class Pool:
             except TemplateError as exc:
                 results.append(outcomes.build_failed(job, f"template error: {exc}"))
                 continue
+            self._wait_for_slot(slot)
             started = datetime.now(UTC)
             result = transport.send(envelope.mail_from, job.email, envelope.message)
+            result = self._judge_streak(job, result, aftermath)
             outcome = outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
                                            self.config.retry_jitter, started)
             results.append(outcome)
-            if result.reply_class is ReplyClass.RELAY:
-                relay_error = outcome.reply or "relay unavailable"
-            elif result.reply_class is ReplyClass.SENT:
+            aftermath.note(job, result, campaign_sender=envelope.campaign_sender)
+            if result.reply_class is ReplyClass.SENT:
                 self.sent += 1
-        return results, relay_error
+        return results, aftermath
 
-    def _finish(self, results: list[queue.Outcome], relay_error: str | None) -> None:
+    def _judge_streak(self, job: queue.ClaimedJob, result: SendResult,
+                      aftermath: outcomes.Aftermath) -> SendResult:
+        """The same refusal for many different recipients in a row is about us: this one
+        becomes a relay problem and the earlier ones of the row are given back."""
+        cls, earlier = self.streak.observe(job.id, job.email, result.reply_class,
+                                           result.code, result.text)
+        if cls is result.reply_class:
+            return result
+        aftermath.reprieve.extend(int(i) for i in earlier if isinstance(i, int))
+        log.error("the relay refused %d different recipients in a row the same way; "
+                  "treating it as a problem with our setup: %s", len(earlier) + 1,
+                  outcomes.reply_line(result))
+        return dataclasses.replace(result, reply_class=cls,
+                                   text=f"{RefusalStreak.WHY}: {result.text}")
+
+    def _record_aftermath(self, conn: Connection, aftermath: outcomes.Aftermath) -> None:
+        config = self.config
+        if aftermath.reprieve:
+            n = queue.reprieve_jobs(conn, aftermath.reprieve, f"relay: {RefusalStreak.WHY}")
+            log.warning("gave back %d job(s) charged for a refusal that was about us", n)
+        if aftermath.relay_down is not None:
+            queue.mark_relay_down(conn, aftermath.relay_down, login=aftermath.login_refused,
+                                  fingerprint=self.smtp_fingerprint,
+                                  probe_recipient=aftermath.probe_recipient,
+                                  login_interval=config.login_probe_interval)
+            log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
+        if aftermath.relay_throttle is not None:
+            delay = queue.throttle_relay(conn, aftermath.relay_throttle,
+                                         config.throttle_backoff)
+            log.warning("the relay is throttling us: pausing %.0fs: %s", delay,
+                        aftermath.relay_throttle)
+        for domain, reply in aftermath.domain_throttles.items():
+            delay = queue.throttle_domain(conn, domain, reply, config.throttle_backoff)
+            log.warning("%s is throttling us: its mail waits %.0fs: %s", domain, delay, reply)
+        for campaign_id, reason in aftermath.paused_campaigns.items():
+            if queue.pause_campaign_for_sender(conn, campaign_id, reason):
+                log.error("campaign %d paused: %s", campaign_id, reason)
+
+    def _finish(self, results: list[queue.Outcome], aftermath: outcomes.Aftermath) -> None:
         """Record the batch. If the database is away, keep trying (bounded by shutdown):
         what the relay accepted must be marked, or it will be sent again."""
         backoff = 0.5
@@ -320,9 +395,7 @@ class Pool:
             try:
                 with self.engine.begin() as conn:
                     queue.finish_batch(conn, self.worker_id, results)
-                    if relay_error is not None:
-                        queue.mark_relay_down(conn, relay_error)
-                        log.error("relay unavailable, delivery paused: %s", relay_error)
+                    self._record_aftermath(conn, aftermath)
                 with self._holding_lock:
                     self._holding.difference_update(r.job_id for r in results)
                 return
@@ -339,18 +412,23 @@ class Pool:
                 backoff = min(backoff * 2, 10)
 
     def _maybe_probe_relay(self, transport: SmtpTransport) -> None:
+        interval = self.config.login_probe_interval
         with self.engine.begin() as conn:
             state = queue.relay_status(conn)
-            if state["status"] != "down" or not queue.take_probe_turn(conn):
+            if state["status"] != "down" or not queue.take_probe_turn(conn, interval):
                 return
-        result = transport.probe(self.probe_sender)
+        result = transport.probe(self.probe_sender, state.get("probe_recipient"))
         with self.engine.begin() as conn:
             if result.reply_class is ReplyClass.SENT:
                 queue.mark_relay_ok(conn)
                 queue.notify_new_jobs(conn, "relay")
+                self.streak.reset()
                 log.info("relay is back; delivery resumes")
             else:
-                queue.mark_relay_down(conn, outcomes.reply_line(result))
+                queue.mark_relay_down(conn, outcomes.reply_line(result),
+                                      login=result.login_refused,
+                                      fingerprint=self.smtp_fingerprint,
+                                      login_interval=interval)
                 log.warning("relay still unavailable: %s", outcomes.reply_line(result))
 
     def status(self) -> dict[str, Any]:

@@ -9,7 +9,6 @@ Each statement carries a line saying what it guarantees. The job states are
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,6 +23,7 @@ from workers.states import (
     COUNTED,
     PRIORITY,
     PROBLEM,
+    RETRY,
     TERMINAL,
     WAITING,
     sql_list,
@@ -164,13 +164,19 @@ def notify_new_jobs(conn: Connection, kind: str) -> None:
 # Claim in one statement: due jobs in priority order (transactional kinds first, P7),
 # skipping rows other workers hold (SKIP LOCKED) and paused broadcasts, marked `sending`
 # with this worker's id and a fresh claim token. Nothing is claimed while the relay is
-# marked down (P6). The Message-ID is fixed at the first claim and never changes (P3).
-_CLAIM = sa.text(f"""
+# marked down (P6) or throttling us, nor for a recipient domain that is throttling us
+# (SPEC 10: the other domains keep flowing). The Message-ID is fixed at the first claim
+# and never changes (P3): random (it must not reveal volume) on the campaign's From domain.
+_CLAIM = sa.text(rf"""
 WITH due AS (
     SELECT j.id FROM delivery_jobs j
      WHERE j.status IN {sql_list(CLAIMABLE)} AND j.available_at <= now()
        AND NOT EXISTS (SELECT 1 FROM broadcasts b WHERE b.id = j.broadcast_id AND b.paused)
-       AND NOT EXISTS (SELECT 1 FROM relay_state r WHERE r.status = 'down')
+       AND NOT EXISTS (SELECT 1 FROM relay_state r
+                        WHERE r.status = 'down' OR r.throttled_until > now())
+       AND NOT EXISTS (SELECT 1 FROM domain_throttles t
+                        WHERE t.domain = lower(split_part(j.email, '@', 2))
+                          AND t.until > now())
      ORDER BY j.priority, j.available_at, j.id
      LIMIT :n
        FOR UPDATE OF j SKIP LOCKED
@@ -178,8 +184,10 @@ WITH due AS (
     UPDATE delivery_jobs j
        SET status = 'sending', claimed_by = :worker, claim_token = gen_random_uuid(),
            claimed_at = now(),
-           message_id = coalesce(j.message_id,
-                                 '<' || j.id || '.' || j.correlation_id || '@' || :domain || '>')
+           message_id = coalesce(j.message_id, '<' || replace(gen_random_uuid()::text, '-', '')
+               || '@' || coalesce((SELECT lower(substring(c.from_addr FROM '@([^@>\s]+)>?\s*$'))
+                                     FROM campaigns c WHERE c.id = j.campaign_id), :domain)
+               || '>')
       FROM due WHERE j.id = due.id
     RETURNING j.id, j.kind, j.priority, j.email, j.claim_token, j.attempts, j.correlation_id,
               j.message_id, j.campaign_id, j.subscriber_id, j.broadcast_id, j.user_ref,
@@ -378,26 +386,40 @@ def mark_worker_stopped(conn: Connection, worker_id: str) -> None:
 
 # --- relay state (P6) ------------------------------------------------------------------
 
+# Pause all delivery (every process: the claim reads this row) and probe with backoff:
+# 2, 4, ... 60 s; after a refused login no more often than :login_interval (SPEC 10: a
+# fail2ban jail must never ban us). The refused URL's fingerprint is kept, so a process
+# started with a different one probes at once (note_smtp_url).
 _RELAY_DOWN = sa.text("""
 UPDATE relay_state
    SET status = 'down', since = CASE WHEN status = 'down' THEN since ELSE now() END,
        last_error = :error, failures = failures + 1,
-       next_probe_at = now() + make_interval(secs => least(60, power(2, least(failures, 6))::int)),
+       reason = :reason, smtp_fingerprint = :fingerprint,
+       probe_recipient = coalesce(:probe_recipient, probe_recipient),
+       next_probe_at = now() + make_interval(secs => CASE WHEN :reason = 'login'
+           THEN :login_interval
+           ELSE least(60, power(2, least(failures, 6))::int) END),
        updated_at = now()
  WHERE id = 1
 """)
 
 
-def mark_relay_down(conn: Connection, error: str) -> None:
-    """Pause all delivery (every process: the claim checks this row); probe with backoff."""
-    conn.execute(_RELAY_DOWN, {"error": error[:1000]})
+def mark_relay_down(conn: Connection, error: str, *, login: bool = False,
+                    fingerprint: str | None = None, probe_recipient: str | None = None,
+                    login_interval: float = 300) -> None:
+    """Pause all delivery and probe with backoff (``login``: the relay refused our
+    credentials -- probed at most every ``login_interval`` seconds). ``probe_recipient``:
+    the probe also asks RCPT for this address (a refusal reported only at RCPT)."""
+    conn.execute(_RELAY_DOWN, {"error": error[:1000], "reason": "login" if login else None,
+                               "fingerprint": fingerprint, "probe_recipient": probe_recipient,
+                               "login_interval": float(login_interval)})
 
 
 def mark_relay_ok(conn: Connection) -> bool:
     """Resume delivery. Returns True if the relay had been down."""
     row = conn.execute(sa.text("""
         UPDATE relay_state SET status = 'ok', failures = 0, next_probe_at = NULL,
-               updated_at = now(), since = now()
+               reason = NULL, probe_recipient = NULL, updated_at = now(), since = now()
          WHERE id = 1 AND status = 'down' RETURNING id""")).first()
     return row is not None
 
@@ -405,39 +427,259 @@ def mark_relay_ok(conn: Connection) -> bool:
 # Exactly one process probes a down relay at a time: it moves next_probe_at forward first.
 _TAKE_PROBE = sa.text("""
 UPDATE relay_state
-   SET next_probe_at = now() + make_interval(secs => least(60, power(2, least(failures, 6))::int))
+   SET next_probe_at = now() + make_interval(secs => CASE WHEN reason = 'login'
+           THEN :login_interval ELSE least(60, power(2, least(failures, 6))::int) END)
  WHERE id = 1 AND status = 'down' AND (next_probe_at IS NULL OR next_probe_at <= now())
 RETURNING id
 """)
 
 
-def take_probe_turn(conn: Connection) -> bool:
-    return conn.execute(_TAKE_PROBE).first() is not None
+def take_probe_turn(conn: Connection, login_interval: float = 300) -> bool:
+    return conn.execute(_TAKE_PROBE, {"login_interval": float(login_interval)}).first() \
+        is not None
+
+
+def probe_now(conn: Connection) -> bool:
+    """An admin's "Retry now": the next idle worker probes at once. True if it was down."""
+    row = conn.execute(sa.text("UPDATE relay_state SET next_probe_at = now() "
+                               "WHERE id = 1 AND status = 'down' RETURNING id")).first()
+    return row is not None
+
+
+def note_smtp_url(conn: Connection, fingerprint: str) -> bool:
+    """At start: if the relay is down because of a *different* SMTP URL (say, the password
+    was fixed), probe at once instead of waiting out the old backoff. True if so."""
+    row = conn.execute(sa.text("""
+        UPDATE relay_state SET next_probe_at = now()
+         WHERE id = 1 AND status = 'down' AND smtp_fingerprint IS DISTINCT FROM :fp
+        RETURNING id"""), {"fp": fingerprint}).first()
+    return row is not None
 
 
 def relay_status(conn: Connection) -> dict[str, Any]:
-    row = conn.execute(sa.text("SELECT * FROM relay_state WHERE id = 1")).mappings().first()
+    row = conn.execute(sa.text("""
+        SELECT *, throttled_until > now() AS throttled FROM relay_state WHERE id = 1""")
+                       ).mappings().first()
     return dict(row) if row else {"status": "ok"}
 
 
-# --- rate limit ------------------------------------------------------------------------
+# --- throttling (SPEC 10): slow down, never fail -----------------------------------------
+# The n-th throttle in a row waits backoff[n-1] seconds (the last step repeats). Nothing
+# is claimed for the relay, or for that recipient domain, until then; no attempt is used.
 
-# Permits for the current wall-clock second, shared by every process: never more than
-# `limit` sends start in one second, whatever the number of workers.
-def acquire_permits(conn: Connection, want: int, limit: int) -> int:
-    """How many of ``want`` sends may start now (0 = wait for the next second)."""
-    second = int(time.time())
-    before = conn.execute(sa.text("SELECT used FROM rate_windows WHERE second = :s FOR UPDATE"),
-                          {"s": second}).scalar() or 0
-    if before >= limit:
+_THROTTLE_RELAY = sa.text("""
+UPDATE relay_state
+   SET throttle_hits = CASE WHEN throttled_until > now() - interval '10 minutes'
+                            THEN throttle_hits + 1 ELSE 1 END,
+       throttle_reply = :reply, updated_at = now()
+ WHERE id = 1
+RETURNING throttle_hits
+""")
+
+
+def throttle_relay(conn: Connection, reply: str, backoff: Sequence[int]) -> float:
+    """The relay throttles us: pause every claim for the next backoff step. Returns the
+    seconds paused (a throttle within 10 minutes of the last one escalates)."""
+    hits = conn.execute(_THROTTLE_RELAY, {"reply": reply[:1000]}).scalar_one()
+    delay = float(backoff[min(hits, len(backoff)) - 1])
+    conn.execute(sa.text("UPDATE relay_state SET throttled_until = now() + "
+                         "make_interval(secs => :d) WHERE id = 1"), {"d": delay})
+    return delay
+
+
+_THROTTLE_DOMAIN = sa.text("""
+INSERT INTO domain_throttles AS t (domain, until, last_reply, hits)
+VALUES (:domain, now() + make_interval(secs => :first), :reply, 1)
+ON CONFLICT (domain) DO UPDATE
+   SET hits = CASE WHEN t.until > now() - interval '10 minutes' THEN t.hits + 1 ELSE 1 END,
+       last_reply = excluded.last_reply, updated_at = now()
+RETURNING hits
+""")
+
+
+def throttle_domain(conn: Connection, domain: str, reply: str,
+                    backoff: Sequence[int]) -> float:
+    """A recipient domain throttles us: its jobs wait for the next backoff step while the
+    other domains keep flowing. Returns the seconds that domain is paused."""
+    domain = domain.lower()
+    hits = conn.execute(_THROTTLE_DOMAIN, {"domain": domain, "reply": reply[:1000],
+                                           "first": float(backoff[0])}).scalar_one()
+    delay = float(backoff[min(hits, len(backoff)) - 1])
+    conn.execute(sa.text("UPDATE domain_throttles SET until = now() + make_interval(secs => :d) "
+                         "WHERE domain = :domain"), {"d": delay, "domain": domain})
+    return delay
+
+
+def domain_throttles(conn: Connection) -> list[dict[str, Any]]:
+    """Recipient domains slowed down now or in the last hour (Queue health): domain,
+    until when, the last reply, how many throttles in a row, and whether it is active."""
+    rows = conn.execute(sa.text("""
+        SELECT domain, until, last_reply, hits, until > now() AS active FROM domain_throttles
+         WHERE until > now() - interval '1 hour' ORDER BY until DESC, domain LIMIT 50"""))
+    return [dict(r) for r in rows.mappings()]
+
+
+def prune_domain_throttles(conn: Connection) -> None:
+    conn.execute(sa.text("DELETE FROM domain_throttles WHERE until < now() - interval '1 day'"))
+
+
+# --- the relay refuses one campaign's From (SPEC 10) -------------------------------------
+
+# Pause that campaign only, with the reason on its page; the relay stays open for the
+# others (no relay-wide pause, no flapping). The marketer resumes it once fixed.
+_PAUSE_FOR_SENDER = sa.text("""
+WITH c AS (
+    UPDATE campaigns SET status = 'paused', paused_reason = :reason, updated_at = now()
+     WHERE id = :campaign_id AND status = 'sending'
+    RETURNING id, broadcast_id
+), b AS (
+    UPDATE broadcasts SET paused = true WHERE id IN (SELECT broadcast_id FROM c)
+)
+INSERT INTO audit_log (actor, action, target, details)
+SELECT 'system', 'campaign.pause', 'campaign:' || id, jsonb_build_object('reason', :reason)
+  FROM c
+RETURNING id
+""")
+
+
+def pause_campaign_for_sender(conn: Connection, campaign_id: int, reason: str) -> bool:
+    """Pause a sending campaign because the relay refuses its From address. True if this
+    call paused it (False: not sending any more, or already paused)."""
+    return conn.execute(_PAUSE_FOR_SENDER, {"campaign_id": campaign_id,
+                                            "reason": reason[:1000]}).first() is not None
+
+
+# --- the same refusal for many recipients in a row (SPEC 10) ------------------------------
+
+# Undo what a streak of identical refusals charged to recipients before it was recognized
+# as being about us: the jobs go back to `pending`, their attempt is given back, and a
+# suppression a bounce among them made is lifted. Only jobs still in the state that refusal
+# left them in are touched (an admin or a later attempt may have moved them since).
+_REPRIEVE = sa.text(f"""
+WITH r AS (
+    UPDATE delivery_jobs
+       SET status = 'pending', attempts = greatest(0, attempts - 1), available_at = now(),
+           finished_at = NULL, last_error = :reason, last_error_class = 'relay'
+     WHERE id = ANY(CAST(:ids AS bigint[])) AND status IN {sql_list((*PROBLEM, RETRY))}
+    RETURNING id
+), s AS (
+    DELETE FROM suppressions WHERE reason = 'bounced' AND job_id IN (SELECT id FROM r)
+)
+SELECT count(*) FROM r
+""")
+
+
+def reprieve_jobs(conn: Connection, job_ids: Sequence[int], reason: str) -> int:
+    """Put back jobs wrongly charged for a refusal that was about us; returns how many."""
+    if not job_ids:
         return 0
-    granted = min(want, limit - before)
+    return int(conn.execute(_REPRIEVE, {"ids": list(job_ids), "reason": reason[:1000]})
+               .scalar_one())
+
+
+# --- rate limit ------------------------------------------------------------------------
+# On the database's clock, shared by every process and host (SPEC 10). Per second: a GCRA
+# ("theoretical arrival time") in one row, so sends are spaced 1/rate apart however many
+# workers ask and fractional rates work (0.5/s = one send every 2 s). Per hour and per
+# day: sends counted per minute over rolling windows. The row lock taken first serializes
+# every grant, so two processes can never both take the last permit.
+
+
+@dataclass
+class Permits:
+    """Sends this worker may start: the first ``first_delay`` seconds from now (the
+    database's now), the following ones ``interval`` seconds apart. ``granted == 0``: ask
+    again in ``retry_in`` seconds."""
+
+    granted: int
+    first_delay: float = 0.0
+    interval: float = 0.0
+    retry_in: float = 0.0
+
+
+_RATE_STATE = sa.text("""
+WITH cur AS (
+    SELECT greatest(tat, clock_timestamp()) AS start, clock_timestamp() AS now
+      FROM rate_limiter WHERE id = 1 FOR UPDATE
+)
+SELECT extract(epoch FROM c.start - c.now)::float8 AS ahead,
+       (SELECT coalesce(sum(used), 0) FROM rate_minutes
+         WHERE minute >= date_trunc('minute', c.now - interval '1 hour')) AS hour,
+       (SELECT coalesce(sum(used), 0) FROM rate_minutes
+         WHERE minute >= date_trunc('minute', c.now - interval '1 day')) AS day
+  FROM cur c
+""")
+
+# Take the granted slots: the next free slot moves past them; the minute is counted.
+_RATE_TAKE = sa.text("""
+WITH t AS (
+    UPDATE rate_limiter
+       SET tat = greatest(tat, clock_timestamp()) + make_interval(secs => :advance)
+     WHERE id = 1
+)
+INSERT INTO rate_minutes AS m (minute, used) VALUES (date_trunc('minute', now()), :n)
+ON CONFLICT (minute) DO UPDATE SET used = m.used + :n
+""")
+
+
+def acquire_permits(conn: Connection, want: int, per_second: float, per_hour: int = 0,
+                    per_day: int = 0, horizon: float = 1.0) -> Permits:
+    """Permits for up to ``want`` sends, never more than the limits allow (0 = no limit):
+    at most ``per_second`` sends per second (spaced evenly), ``per_hour`` in any rolling
+    60 minutes and ``per_day`` in any rolling 24 hours, across every process. Slots up to
+    ``horizon`` seconds ahead are handed out; the caller waits for each one. Unused permits
+    go back with :func:`refund_permits` in the same transaction."""
+    state = conn.execute(_RATE_STATE).one()
+    n, retry_in = want, 1.0
+    interval = 1.0 / per_second if per_second > 0 else 0.0
+    if interval:
+        slots = int((horizon - state.ahead) // interval) + 1 if state.ahead <= horizon else 0
+        n = min(n, slots)
+        retry_in = max(0.05, state.ahead - horizon)
+    for limit, used, window in ((per_hour, state.hour, 60.0), (per_day, state.day, 600.0)):
+        if limit > 0 and limit - int(used) < n:
+            n, retry_in = max(0, limit - int(used)), window
+    if n <= 0:
+        return Permits(0, retry_in=retry_in)
+    conn.execute(_RATE_TAKE, {"advance": interval * n, "n": n})
+    return Permits(n, first_delay=max(0.0, state.ahead), interval=interval)
+
+
+def refund_permits(conn: Connection, permits: Permits, used: int) -> None:
+    """Give back the permits a claim did not need (same transaction as the grant, so the
+    rate row is still locked by us and nobody was handed a later slot meanwhile)."""
+    unused = permits.granted - used
+    if unused <= 0:
+        return
     conn.execute(sa.text("""
-        INSERT INTO rate_windows AS w (second, used) VALUES (:s, :g)
-        ON CONFLICT (second) DO UPDATE SET used = w.used + :g"""), {"s": second, "g": granted})
-    if second % 60 == 0:
-        conn.execute(sa.text("DELETE FROM rate_windows WHERE second < :s"), {"s": second - 60})
-    return granted
+        WITH t AS (UPDATE rate_limiter SET tat = tat - make_interval(secs => :back)
+                    WHERE id = 1)
+        UPDATE rate_minutes SET used = greatest(0, used - :n)
+         WHERE minute = date_trunc('minute', now())"""),
+                 {"back": permits.interval * unused, "n": unused})
+
+
+# The limits and what is used of them, for Queue health.
+_RATE_USAGE = sa.text("""
+SELECT (SELECT coalesce(sum(used), 0) FROM rate_minutes
+         WHERE minute >= date_trunc('minute', now() - interval '1 minute')) AS last_minute,
+       (SELECT coalesce(sum(used), 0) FROM rate_minutes
+         WHERE minute >= date_trunc('minute', now() - interval '1 hour')) AS hour,
+       (SELECT coalesce(sum(used), 0) FROM rate_minutes
+         WHERE minute >= date_trunc('minute', now() - interval '1 day')) AS day
+""")
+
+
+def rate_usage(conn: Connection) -> dict[str, int]:
+    """Sends counted against the limits: in the current and last minute, the rolling
+    hour and the rolling day (whole minutes, so slightly more than the exact window)."""
+    row = conn.execute(_RATE_USAGE).one()
+    return {"last_minute": int(row.last_minute), "hour": int(row.hour), "day": int(row.day)}
+
+
+def prune_rate_minutes(conn: Connection) -> None:
+    """Forget minutes older than the longest window (maintenance)."""
+    conn.execute(sa.text("DELETE FROM rate_minutes WHERE minute < now() - interval '25 hours'"))
 
 
 # --- campaign lifecycle ----------------------------------------------------------------

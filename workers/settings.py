@@ -7,6 +7,7 @@ The table in ``docs/configuration.md`` is generated from :data:`SETTINGS`
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +49,40 @@ SETTINGS: list[Setting] = [
     Setting("RETRY_JITTER", "0.1", "Random spread applied to retry delays (0.1 = ±10 %)."),
     Setting("RESEND_COOLDOWN", "60",
             "Seconds a verification resend must wait after the last one."),
-    Setting("RATE_LIMIT", "0", "Messages per second across all processes (0 = no limit)."),
+    Setting("RATE_LIMIT", "0",
+            "Messages per second across all processes and hosts, on the database's clock "
+            "(0 = no limit; fractions allowed: 0.5 = one message every 2 s)."),
+    Setting("RATE_LIMIT_HOUR", "0",
+            "Most messages in any rolling 60 minutes, across all processes (0 = no limit)."),
+    Setting("RATE_LIMIT_DAY", "0",
+            "Most messages in any rolling 24 hours, across all processes (0 = no limit; "
+            "SES's daily sending quota)."),
     Setting("HEARTBEAT_INTERVAL", "5", "Seconds between worker heartbeats."),
     Setting("WORKER_TIMEOUT", "30",
             "Seconds without a heartbeat after which a dead worker's jobs are taken back."),
     Setting("SMTP_TIMEOUT", "30", "Seconds before an SMTP command is given up on."),
+    Setting("SMTP_HELO", None,
+            "The name SendDock gives in EHLO (default: this host's FQDN; an address literal "
+            "such as [192.0.2.1] when the host has no dotted name, never 'localhost')."),
+    Setting("SMTP_CA_FILE", None,
+            "A PEM file of CA certificates to trust for the relay's TLS certificate, in "
+            "addition to the system's (a private CA)."),
+    Setting("SMTP_MAX_MESSAGES", "100",
+            "Messages sent over one kept-open relay connection before it is closed and "
+            "reopened (Postfix's own client: 100)."),
+    Setting("SMTP_MAX_AGE", "300",
+            "Seconds a kept-open relay connection is used before it is closed and reopened "
+            "(so a relay's reload or changed limits are seen)."),
+    Setting("THROTTLE_BACKOFF", "30,60,120,300,900",
+            "Seconds to slow down after successive throttling replies (421, 450 4.7.x 'too "
+            "many'...): the whole relay for a relay throttle, one recipient domain for a "
+            "domain throttle. No attempt is used."),
+    Setting("LOGIN_PROBE_INTERVAL", "300",
+            "After the relay refused our login (535), probe it at most this often in seconds "
+            "(a fail2ban jail must never ban us); an admin's Retry now probes at once."),
+    Setting("SAME_REFUSAL_STREAK", "10",
+            "The same refusal for this many different recipients in a row is treated as "
+            "about us (delivery pauses), whatever its text says (0 = off)."),
     Setting("MAX_BACKLOG", "5000000",
             "Most jobs waiting (pending+retry) before new enqueues are refused with 429/503."),
     Setting("DISPOSABLE_POLICY", "send",
@@ -160,6 +190,57 @@ def _schedule(name: str, raw: str) -> tuple[int, ...]:
     return values
 
 
+def _nonnegative(name: str, value: float) -> Any:
+    if value < 0:
+        raise ConfigError(f"SENDDOCK_{name} cannot be negative")
+    return value
+
+
+def _smtp_url(raw: str) -> str:
+    """The URL as given, once it parses: a bad one is one line naming the variable."""
+    from workers.smtp import parse_smtp_url
+
+    try:
+        parse_smtp_url(raw)
+    except ValueError as exc:
+        message = str(exc)
+        if message.startswith("SMTP URL:"):
+            message = message.removeprefix("SMTP URL:").strip()
+            raise ConfigError(f"SENDDOCK_SMTP_URL: {message}") from None
+        raise ConfigError("SENDDOCK_SMTP_URL " + message.removeprefix("SMTP URL ")
+                          if message.startswith("SMTP URL ")
+                          else f"SENDDOCK_SMTP_URL: {message}") from None
+    return raw
+
+
+def _helo(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    name = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]", name):
+        raise ConfigError(f"SENDDOCK_SMTP_HELO must be a host name or an address literal "
+                          f"such as [192.0.2.1], got {raw!r}")
+    if name.lower() == "localhost" or name.lower().startswith("localhost."):
+        raise ConfigError("SENDDOCK_SMTP_HELO cannot be localhost: relays reject it")
+    return name
+
+
+def _ca_file(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"SENDDOCK_SMTP_CA_FILE: no such file: {raw}")
+    import ssl
+
+    try:
+        ssl.create_default_context(cafile=str(path))
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"SENDDOCK_SMTP_CA_FILE: not a PEM file of CA certificates "
+                          f"({exc})") from None
+    return str(path)
+
+
 @dataclass(frozen=True)
 class FeedbackConfig:
     """Bounces, complaints and event webhooks after acceptance (SPEC 12)."""
@@ -240,9 +321,18 @@ class Config:
     retry_jitter: float
     resend_cooldown: int
     rate_limit: float
+    rate_limit_hour: int
+    rate_limit_day: int
     heartbeat_interval: float
     worker_timeout: float
     smtp_timeout: float
+    smtp_helo: str | None
+    smtp_ca_file: str | None
+    smtp_max_messages: int
+    smtp_max_age: float
+    throttle_backoff: tuple[int, ...]
+    login_probe_interval: float
+    same_refusal_streak: int
     max_backlog: int
     disposable_policy: str
     alarm_oldest_pending: int
@@ -300,7 +390,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
     return Config(
         database_url=get("DATABASE_URL"),
         data_dir=Path(req("DATA_DIR")).expanduser().resolve(),
-        smtp_url=req("SMTP_URL"),
+        smtp_url=_smtp_url(req("SMTP_URL")),
         mail_from=req("FROM"),
         base_url=base_url,
         secret_key=secret,
@@ -314,10 +404,21 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         },
         retry_jitter=_float("RETRY_JITTER", req("RETRY_JITTER")),
         resend_cooldown=_int("RESEND_COOLDOWN", req("RESEND_COOLDOWN")),
-        rate_limit=_float("RATE_LIMIT", req("RATE_LIMIT")),
+        rate_limit=_nonnegative("RATE_LIMIT", _float("RATE_LIMIT", req("RATE_LIMIT"))),
+        rate_limit_hour=_nonnegative("RATE_LIMIT_HOUR",
+                                     _int("RATE_LIMIT_HOUR", req("RATE_LIMIT_HOUR"))),
+        rate_limit_day=_nonnegative("RATE_LIMIT_DAY",
+                                    _int("RATE_LIMIT_DAY", req("RATE_LIMIT_DAY"))),
         heartbeat_interval=_float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL")),
         worker_timeout=_float("WORKER_TIMEOUT", req("WORKER_TIMEOUT")),
         smtp_timeout=_float("SMTP_TIMEOUT", req("SMTP_TIMEOUT")),
+        smtp_helo=_helo(get("SMTP_HELO")),
+        smtp_ca_file=_ca_file(get("SMTP_CA_FILE")),
+        smtp_max_messages=max(1, _int("SMTP_MAX_MESSAGES", req("SMTP_MAX_MESSAGES"))),
+        smtp_max_age=_float("SMTP_MAX_AGE", req("SMTP_MAX_AGE")),
+        throttle_backoff=_schedule("THROTTLE_BACKOFF", req("THROTTLE_BACKOFF")) or (30,),
+        login_probe_interval=_float("LOGIN_PROBE_INTERVAL", req("LOGIN_PROBE_INTERVAL")),
+        same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
         disposable_policy=policy,
         alarm_oldest_pending=_int("ALARM_OLDEST_PENDING", req("ALARM_OLDEST_PENDING")),

@@ -4,6 +4,13 @@
 ``SendResult`` naming the stage it happened at (see ``workers.classify``); it
 never raises for relay, network or TLS problems, so a worker loop only has to
 look at ``result.reply_class``.
+
+What a real relay needs (SPEC 10): the EHLO name is ``SENDDOCK_SMTP_HELO`` or this host's
+FQDN, never ``localhost`` (an address literal when the host has no dotted name); one AUTH
+mechanism per connection (the best the relay offers), never a cascade of failed logins;
+a private CA trusted with ``SENDDOCK_SMTP_CA_FILE``; a kept-open connection is recycled
+(QUIT and reconnect) after ``max_messages`` transactions or ``max_age`` seconds, as
+Postfix's own client does, so a relay's reload is seen.
 """
 
 from __future__ import annotations
@@ -18,9 +25,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from workers.classify import ReplyClass, classify_reply, parse_enhanced
+from workers.classify import (
+    NOT_ABOUT_RECIPIENT,
+    ReplyClass,
+    classify_reply,
+    is_login_refusal,
+    parse_enhanced,
+)
 
 TLS_MODES = ("none", "starttls", "ssl")
+#: AUTH mechanisms smtplib can speak, best first; exactly one is tried per connection.
+AUTH_PREFERENCE = ("CRAM-MD5", "PLAIN", "LOGIN")
+#: Classes after which the connection is closed rather than RSET (the relay's trouble).
+_DROP_AFTER = frozenset({ReplyClass.RELAY, ReplyClass.RELAY_THROTTLE})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -37,6 +54,7 @@ class SmtpConfig:
     password: str | None = field(default=None, repr=False)
     tls: str = "none"
     verify: bool = True
+    tls_explicit: bool = field(default=False, compare=False)  # ?tls=... or smtps:// given
 
     def redacted(self) -> str:
         """The config as a URL that is safe to log: the password is masked."""
@@ -56,11 +74,13 @@ def _parse_bool(name: str, value: str) -> bool:
     raise ValueError(f"SMTP URL: {name}={value!r} must be true or false")
 
 
-def _parse_query(query: str, scheme: str) -> tuple[str, bool]:
+def _parse_query(query: str, scheme: str) -> tuple[str, bool, bool]:
     tls = "ssl" if scheme == "smtps" else "none"
     verify = True
+    explicit = scheme == "smtps"
     for name, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
         if name == "tls":
+            explicit = True
             if value not in TLS_MODES:
                 raise ValueError(f"SMTP URL: tls={value!r} must be one of {', '.join(TLS_MODES)}")
             if scheme == "smtps" and value != "ssl":
@@ -69,19 +89,26 @@ def _parse_query(query: str, scheme: str) -> tuple[str, bool]:
         elif name == "verify":
             verify = _parse_bool(name, value)
         else:
-            raise ValueError(f"SMTP URL: unknown parameter {name!r} (known: tls, verify)")
-    return tls, verify
+            raise ValueError(f"SMTP URL: unknown parameter {name!r} (known: tls, verify; "
+                             "a private CA is SENDDOCK_SMTP_CA_FILE)")
+    return tls, verify, explicit
 
 
 def parse_smtp_url(url: str) -> SmtpConfig:
     """Parse ``smtp://[user:password@]host[:port][?tls=none|starttls|ssl&verify=false]``.
 
     Guarantees: credentials are percent-decoded; ``smtps://`` means tls=ssl;
-    the port defaults to 465 for ssl and 25 otherwise; tls defaults to none.
-    Raises ValueError with a message naming the problem (never echoing the
-    password) for anything else.
+    the port defaults to 465 for ssl and 25 otherwise; tls defaults to none, but
+    credentials are never sent over an unencrypted connection unless the URL says
+    ``tls=none`` itself. Raises ValueError with a one-line message naming the problem
+    (never echoing the password) for anything else.
     """
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 -- raises ValueError for a bad port
+    except ValueError:
+        raise ValueError("SMTP URL is not a valid URL (is the port a number? are special "
+                         "characters in the password percent-encoded?)") from None
     if parts.scheme not in ("smtp", "smtps"):
         raise ValueError(f"SMTP URL must start with smtp:// or smtps://, got {parts.scheme!r}")
     if not parts.hostname:
@@ -92,11 +119,14 @@ def parse_smtp_url(url: str) -> SmtpConfig:
         port = parts.port
     except ValueError:
         raise ValueError("SMTP URL port must be a number from 1 to 65535") from None
-    tls, verify = _parse_query(parts.query, parts.scheme)
+    tls, verify, explicit = _parse_query(parts.query, parts.scheme)
     username = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
     if password is not None and username is None:
         raise ValueError("SMTP URL has a password but no user name")
+    if username is not None and tls == "none" and not explicit:
+        raise ValueError("SMTP URL has credentials but no encryption: add ?tls=starttls "
+                         "(or ?tls=ssl), or ?tls=none to send them in the clear on purpose")
     if port == 0:
         raise ValueError("SMTP URL port must be a number from 1 to 65535")
     return SmtpConfig(
@@ -106,6 +136,7 @@ def parse_smtp_url(url: str) -> SmtpConfig:
         password=password,
         tls=tls,
         verify=verify,
+        tls_explicit=explicit,
     )
 
 
@@ -124,12 +155,21 @@ class SendResult:
     def ok(self) -> bool:
         return self.reply_class is ReplyClass.SENT
 
+    @property
+    def login_refused(self) -> bool:
+        """The relay refused (or demands) our credentials: "login refused"."""
+        return is_login_refusal(self.code, self.text, self.stage)
+
 
 @functools.cache
-def _default_local_hostname() -> str:
-    # smtplib calls getfqdn() on every new connection; a slow resolver would
-    # make every reconnect slow, so resolve once per process.
-    return socket.getfqdn()
+def default_helo() -> str | None:
+    """This host's FQDN for EHLO, or None when it has no dotted, non-localhost name (then
+    the connection's own address literal is used). Resolved once per process: smtplib
+    would call getfqdn() on every new connection."""
+    name = socket.getfqdn()
+    if "." not in name or name.startswith("localhost") or name.endswith(".localdomain"):
+        return None
+    return name
 
 
 def _smtp_data(message: bytes) -> bytes:
@@ -166,20 +206,32 @@ class SmtpTransport:
         timeout: float = 30.0,
         local_hostname: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        *,
+        ca_file: str | None = None,
+        max_messages: int = 100,
+        max_age: float = 300.0,
     ) -> None:
         self.config = config
         self.timeout = timeout
         self.local_hostname = local_hostname
+        self.ca_file = ca_file
+        self.max_messages = max_messages
+        self.max_age = max_age
         self.connects = 0
+        self.auth_attempts = 0  # AUTH commands sent (one per connection at most)
         self._ssl_context = ssl_context
         self._smtp: smtplib.SMTP | None = None
         self._stage = "connect"
+        self._opened_at = 0.0
+        self._transactions = 0
 
     # -- connection --------------------------------------------------------
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._ssl_context is None:
             context = ssl.create_default_context()
+            if self.ca_file:
+                context.load_verify_locations(cafile=self.ca_file)
             if not self.config.verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
@@ -192,27 +244,26 @@ class SmtpTransport:
         Network errors propagate; ``self._stage`` tells the caller where.
         """
         config = self.config
-        hostname = self.local_hostname or _default_local_hostname()
+        hostname = self.local_hostname or default_helo()
         self._stage = "connect"
         smtp: smtplib.SMTP
-        # Connecting in the constructor also records the host name that
-        # STARTTLS and implicit TLS check the certificate against.
-        try:
-            if config.tls == "ssl":
-                smtp = smtplib.SMTP_SSL(
-                    config.host,
-                    config.port,
-                    local_hostname=hostname,
-                    timeout=self.timeout,
-                    context=self._tls_context(),
-                )
-            else:
-                smtp = smtplib.SMTP(
-                    config.host, config.port, local_hostname=hostname, timeout=self.timeout
-                )
-        except smtplib.SMTPConnectError as exc:  # the greeting was not 220
+        # A placeholder name keeps smtplib from calling getfqdn(); the real one is set
+        # below, once the connection's own address is known.
+        if config.tls == "ssl":
+            smtp = smtplib.SMTP_SSL(local_hostname="pending", timeout=self.timeout,
+                                    context=self._tls_context())
+        else:
+            smtp = smtplib.SMTP(local_hostname="pending", timeout=self.timeout)
+        # The host name STARTTLS and implicit TLS check the certificate against (the
+        # constructor would set it, but only when it connects itself).
+        smtp._host = config.host  # type: ignore[attr-defined]
+        code, reply = smtp.connect(config.host, config.port)
+        if code != 220:  # the greeting was not 220
             self._stage = "greeting"
-            return exc
+            smtp.close()
+            return smtplib.SMTPResponseException(code, reply)
+        assert smtp.sock is not None
+        smtp.local_hostname = hostname or f"[{smtp.sock.getsockname()[0]}]"
         self._smtp = smtp
         refusal = self._ehlo(smtp)
         if refusal is None and config.tls == "starttls":
@@ -221,11 +272,32 @@ class SmtpTransport:
             refusal = self._ehlo(smtp)
         if refusal is None and config.username:
             self._stage = "auth"
-            smtp.login(config.username, config.password or "")
+            self._login(smtp)
         if refusal is None:
             self.connects += 1
+            self._opened_at = time.monotonic()
+            self._transactions = 0
             return smtp
         return refusal
+
+    def _login(self, smtp: smtplib.SMTP) -> None:
+        """AUTH with the one best mechanism the relay offers: a wrong password costs one
+        failed login per connection, never smtplib's cascade of three (a fail2ban jail
+        counts each). Raises SMTPAuthenticationError for a refusal."""
+        offered = (smtp.esmtp_features.get("auth") or "").upper().split()
+        mechanism = next((m for m in AUTH_PREFERENCE if m in offered), None)
+        if mechanism is None:
+            raise smtplib.SMTPNotSupportedError(
+                "the relay offers no AUTH mechanism we can use "
+                f"(offered: {' '.join(offered) or 'none'})")
+        smtp.user, smtp.password = self.config.username or "", self.config.password or ""
+        authobject = getattr(smtp, "auth_" + mechanism.lower().replace("-", "_"))
+        self.auth_attempts += 1
+        smtp.auth(mechanism, authobject)
+
+    def _worn_out(self) -> bool:
+        return (self._transactions >= self.max_messages
+                or time.monotonic() - self._opened_at >= self.max_age)
 
     def _ehlo(self, smtp: smtplib.SMTP) -> smtplib.SMTPResponseException | None:
         self._stage = "ehlo"
@@ -274,7 +346,7 @@ class SmtpTransport:
         reply_class = classify_reply(code, text, stage)
         if self._smtp is not None and self._smtp.sock is None:
             self._smtp = None  # smtplib closed it itself (EOF, line too long)
-        if code is None or reply_class is ReplyClass.RELAY:
+        if code is None or reply_class in _DROP_AFTER:
             self._drop()
         elif reply_class is not ReplyClass.SENT and stage in ("rcpt", "data"):
             self._reset()
@@ -329,6 +401,8 @@ class SmtpTransport:
             return SendResult(
                 ReplyClass.REJECTED, None, None, "invalid recipient address", "rcpt", 0.0
             )
+        if self._smtp is not None and self._worn_out():
+            self.close()  # recycle: QUIT and reconnect, as Postfix's own client does
         return self._with_retry_on_stale(
             lambda: self._transaction(envelope_from, recipient, message)
         )
@@ -340,6 +414,7 @@ class SmtpTransport:
             return self._result(opened.smtp_code, opened.smtp_error, started)
         smtp = opened
         self._stage = "mail"
+        self._transactions += 1
         options: list[str] = []
         if not (envelope_from.isascii() and recipient.isascii()):
             if not smtp.has_extn("smtputf8"):
@@ -407,18 +482,24 @@ class SmtpTransport:
         code, reply = smtp.getreply()
         return self._result(code, reply, started)
 
-    def probe(self, envelope_from: str | None = None) -> SendResult:
+    def probe(self, envelope_from: str | None = None,
+              recipient: str | None = None) -> SendResult:
         """Check the relay: connect, EHLO, STARTTLS, AUTH (as configured), NOOP and, with
-        ``envelope_from``, MAIL FROM followed by RSET (a relay that refuses our sender or
-        answers 421 only at MAIL is not healthy).
+        ``envelope_from``, MAIL FROM (and with ``recipient`` RCPT TO) followed by RSET: a
+        relay that refuses our sender, or reports our client/HELO/relaying refusal only at
+        RCPT (Postfix's ``smtpd_delay_reject``), is not healthy. A refusal at RCPT that is
+        about that recipient itself does not make the relay unhealthy.
 
         Guarantees: never raises for SMTP/network/TLS errors; SENT means the
         relay is healthy and the connection is kept for the next send.
         """
+        if self._smtp is not None and self._worn_out():
+            self.close()
         result = self._with_retry_on_stale(self._noop)
         if result.reply_class is not ReplyClass.SENT or envelope_from is None:
             return result
-        return self._guarded(lambda: self._mail_then_rset(envelope_from), time.perf_counter())
+        return self._guarded(lambda: self._mail_then_rset(envelope_from, recipient),
+                             time.perf_counter())
 
     def _noop(self) -> SendResult:
         started = time.perf_counter()
@@ -429,13 +510,23 @@ class SmtpTransport:
         code, reply = opened.noop()
         return self._result(code, reply, started)
 
-    def _mail_then_rset(self, envelope_from: str) -> SendResult:
+    def _mail_then_rset(self, envelope_from: str, recipient: str | None) -> SendResult:
         started = time.perf_counter()
         assert self._smtp is not None
         self._stage = "mail"
+        self._transactions += 1
         code, reply = self._smtp.mail(envelope_from)
         if code != 250:
             return self._result(code, reply, started)
+        if recipient is not None:
+            self._stage = "rcpt"
+            code, reply = self._smtp.rcpt(recipient)
+            if code not in (250, 251):
+                refused = self._result(code, reply, started)
+                if refused.reply_class in NOT_ABOUT_RECIPIENT:
+                    return refused
+                if self._smtp is None:
+                    return refused
         self._stage = "noop"
         code, reply = self._smtp.rset()
         return self._result(code, reply, started)

@@ -133,21 +133,30 @@ def test_relay_trouble_uses_no_attempt_and_heals(trouble: str, engine: sa.Engine
     sink.set_rules(rules)
     emails = [f"r{i}@example.org" for i in range(12)]
     campaign = make_campaign(engine, emails)
-    config = config_for(sink.port, SMTP_URL=f"smtp://u:old@127.0.0.1:{sink.port}?tls=none")
+    # Short backoffs so the test sees several rounds: a relay throttle (421) pauses the
+    # relay for the backoff step; a refused login probes every LOGIN_PROBE_INTERVAL.
+    config = config_for(sink.port, SMTP_URL=f"smtp://u:old@127.0.0.1:{sink.port}?tls=none",
+                        THROTTLE_BACKOFF="1,1,8", LOGIN_PROBE_INTERVAL="1")
     pool = Pool(engine, config, node="test-node")
     pool.start()
+    throttling = code == "421"
     try:
-        wait_for(lambda: _relay(engine)["status"] == "down", timeout=20, message="alarm")
-        wait_for(lambda: len(sink.rejections()) >= 3 or _relay(engine)["failures"] >= 3,
-                 timeout=30, message="several refused rounds")
+        if throttling:
+            wait_for(lambda: (_relay(engine)["throttle_hits"] or 0) >= 3, timeout=30,
+                     message="several throttled rounds")
+        else:
+            wait_for(lambda: _relay(engine)["status"] == "down", timeout=20, message="alarm")
+            wait_for(lambda: len(sink.rejections()) >= 3 or _relay(engine)["failures"] >= 3,
+                     timeout=30, message="several refused rounds")
         relay = _relay(engine)
-        assert code in (relay["last_error"] or "")
+        assert code in ((relay["throttle_reply"] if throttling else relay["last_error"]) or "")
         jobs = jobs_by_email(engine, campaign["id"])
         assert {j["status"] for j in jobs.values()} <= {"pending", "sending"}
         assert all(j["attempts"] == 0 for j in jobs.values())
         assert all(attempts_of(engine, j["id"]) == [] for j in jobs.values())
         assert suppressed(engine) == set()
-        _assert_banner(client, make_user, code)
+        _assert_banner(client, make_user, code,
+                       "relay_throttled" if throttling else "relay_down")
 
         # The relay is fixed (the 421s stop; the password is rotated back): no one acts.
         sink.set_rules({"rules": [], "auth": {"username": "u", "password": "old"}})
@@ -161,7 +170,7 @@ def test_relay_trouble_uses_no_attempt_and_heals(trouble: str, engine: sa.Engine
     assert sorted(r["rcpt_tos"][0] for r in sink.records()) == sorted(emails)
 
 
-def _assert_banner(client: Any, make_user: Any, code: str) -> None:
+def _assert_banner(client: Any, make_user: Any, code: str, alarm: str = "relay_down") -> None:
     """The alarm banner on every page names the relay trouble (partials/_alarms.html)."""
     user = make_user("marketer")
     page = client.get("/login").get_data(as_text=True)
@@ -169,7 +178,7 @@ def _assert_banner(client: Any, make_user: Any, code: str) -> None:
     client.post("/login", data={"email": user["email"], "password": user["password"],
                                 "csrf_token": token})
     home = client.get("/").get_data(as_text=True)
-    assert 'data-alarm="relay_down"' in home and code in home
+    assert f'data-alarm="{alarm}"' in home and code in home
 
 
 def _relay(engine: sa.Engine) -> dict[str, Any]:

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from workers.classify import ReplyClass, classify_reply, humanize, parse_enhanced
+from workers.classify import (
+    NOT_ABOUT_RECIPIENT,
+    ReplyClass,
+    classify_reply,
+    humanize,
+    parse_enhanced,
+)
 
 HARD = ReplyClass.HARD_BOUNCE
 REJECTED = ReplyClass.REJECTED
 TRANSIENT = ReplyClass.TRANSIENT
 RELAY = ReplyClass.RELAY
 SENT = ReplyClass.SENT
+SENDER = ReplyClass.SENDER
+RELAY_THROTTLE = ReplyClass.RELAY_THROTTLE
 
 
 @pytest.mark.parametrize(
@@ -57,7 +65,7 @@ def test_parse_enhanced(text: str, expected: str | None) -> None:
         # rejected: policy, content, everything else 5xx at rcpt/data
         (550, "5.7.1 Message rejected as spam", "rcpt", REJECTED),
         (554, "5.7.1 Service unavailable; client host blocked using Spamhaus", "rcpt", REJECTED),
-        (550, "5.7.1 Relay access denied", "rcpt", REJECTED),
+        (550, "5.7.1 Relay access denied", "rcpt", RELAY),  # about us (SPEC 10)
         (554, "5.3.0 Other mail system problem", "data_end", REJECTED),
         (554, "5.6.0 Message content rejected", "data_end", REJECTED),
         (552, "5.3.4 Message size exceeds fixed limit", "data_end", REJECTED),
@@ -90,14 +98,14 @@ def test_parse_enhanced(text: str, expected: str | None) -> None:
         (534, "5.7.9 Authentication mechanism is too weak", "auth", RELAY),
         (535, "5.7.8 Authentication credentials invalid", "auth", RELAY),
         (538, "5.7.11 Encryption required", "auth", RELAY),
-        (550, "5.1.8 Sender address rejected", "mail", RELAY),
-        (553, "5.1.1 Sender unknown", "mail", RELAY),
+        (550, "5.1.8 Sender address rejected", "mail", SENDER),
+        (553, "5.1.1 Sender unknown", "mail", SENDER),
         (451, "4.3.0 Try later", "mail", RELAY),
         (None, "Connection unexpectedly closed", "mail", RELAY),
-        (421, "4.7.0 Going down", "connect", RELAY),
-        (421, "4.7.0 Too many messages, slow down", "rcpt", RELAY),
-        (421, "4.4.2 Timeout", "data", RELAY),
-        (421, "Service not available", "data_end", RELAY),
+        (421, "4.7.0 Going down", "connect", RELAY_THROTTLE),
+        (421, "4.7.0 Too many messages, slow down", "rcpt", RELAY_THROTTLE),
+        (421, "4.4.2 Timeout", "data", RELAY_THROTTLE),
+        (421, "Service not available", "data_end", RELAY_THROTTLE),
         (550, "5.7.26 Unauthenticated email is not accepted (DMARC)", "data_end", RELAY),
         (550, "5.7.23 SPF validation failed", "rcpt", RELAY),
         (550, "5.7.30 DKIM required", "data_end", RELAY),
@@ -123,7 +131,8 @@ def test_classify_reply(code: int | None, text: str, stage: str, expected: Reply
 @pytest.mark.parametrize("stage", ["connect", "greeting", "ehlo", "starttls", "auth", "mail"])
 @pytest.mark.parametrize("code", [None, 421, 450, 454, 500, 530, 534, 535, 538, 550, 554])
 def test_every_failure_before_rcpt_is_relay(code: int | None, stage: str) -> None:
-    assert classify_reply(code, "5.1.1 User unknown", stage) is RELAY
+    # Never about the recipient: relay, throttle or (at MAIL) our sender (P6).
+    assert classify_reply(code, "5.1.1 User unknown", stage) in NOT_ABOUT_RECIPIENT
 
 
 def test_unknown_stage_is_a_programming_error() -> None:
@@ -149,10 +158,11 @@ def test_unknown_stage_is_a_programming_error() -> None:
             "rejected by the receiving server as policy/spam",
         ),
         (REJECTED, 552, "5.3.4 too big", "data_end", "message too large"),
-        (RELAY, 421, "4.7.0 Going down", "mail", "mail server temporarily unavailable"),
+        (RELAY_THROTTLE, 421, "4.7.0 Going down", "mail",
+         "the relay closed the connection (busy or going down)"),
         (RELAY, None, "Connection refused", "connect", "mail server unreachable"),
-        (RELAY, 535, "5.7.8 bad credentials", "auth", "mail server refused our login"),
-        (RELAY, 550, "5.1.8 bad sender", "mail", "mail server refused our sender address"),
+        (RELAY, 535, "5.7.8 bad credentials", "auth", "login refused - check the credentials"),
+        (SENDER, 550, "5.1.8 bad sender", "mail", "the relay refuses this From address"),
         (SENT, 250, "2.0.0 OK", "data_end", "accepted by the mail server"),
     ],
 )

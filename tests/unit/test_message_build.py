@@ -13,9 +13,12 @@ from workers.message import (
     TemplateError,
     build_mime,
     compile_campaign,
-    message_id_for,
+    list_id,
+    new_message_id,
     template_env,
 )
+
+_WS = re.compile(r"\s+")
 
 CONTEXT = {
     "subscriber": {"email": "zoe@example.com", "name": "Zoë", "attributes": {"plan": "pro"}},
@@ -199,11 +202,36 @@ def test_template_env_is_shared_and_sandboxed() -> None:
 # -- MIME --------------------------------------------------------------------
 
 
-def test_message_id_is_stable() -> None:
-    assert message_id_for(42, "c0ffee", "mail.example.com") == "<42.c0ffee@mail.example.com>"
-    assert message_id_for(42, "c0ffee", "mail.example.com") == message_id_for(
-        42, "c0ffee", "mail.example.com"
-    )
+def test_message_id_is_random_on_the_domain() -> None:
+    first, second = new_message_id("mail.example.com"), new_message_id("mail.example.com")
+    assert re.fullmatch(r"<[0-9a-f]{32}@mail\.example\.com>", first)
+    assert first != second  # reveals no order or volume
+
+
+def test_every_header_line_stays_under_998_octets() -> None:
+    for subject in ("x" * 900, " ".join(["word"] * 300), "é" * 400, "a " + "b" * 899):
+        raw = build(subject=subject[:900])
+        head = raw.split(b"\r\n\r\n", 1)[0]
+        assert max(len(line) for line in head.split(b"\r\n")) <= 78, subject[:20]
+        parsed = email.message_from_bytes(raw, policy=email.policy.default)
+        assert str(parsed["Subject"]) == _WS.sub(" ", subject[:900]).strip()
+
+
+def test_a_subject_too_long_is_refused_at_compose() -> None:
+    with pytest.raises(TemplateError) as refused:
+        compile_campaign("x" * 901, "body", None)
+    assert refused.value.field == "subject" and "at most 900" in refused.value.message
+    long_when_rendered = compile_campaign("{{ name * 1000 }}", "body", None)
+    with pytest.raises(TemplateError, match="at most 900"):
+        long_when_rendered.render({"name": "ab"})
+
+
+def test_list_id_and_date() -> None:
+    assert list_id("Newsletter (FR) ünïcode", 7, "news@Example.com") == (
+        '"Newsletter (FR) n code" <list-7.example.com>')
+    raw = build()
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert str(parsed["Date"]).endswith("+0000") or "+0000" in raw.decode()
 
 
 def test_text_only_message() -> None:

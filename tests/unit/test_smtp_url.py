@@ -29,7 +29,8 @@ from workers.smtp import SmtpConfig, parse_smtp_url
                 "email-smtp.eu-west-1.amazonaws.com", 587, "AKIA/x", "p@ss:w/o%rd", "starttls"
             ),
         ),
-        ("smtp://apikey@smtp.example.com", SmtpConfig("smtp.example.com", 25, "apikey", None)),
+        ("smtp://apikey@smtp.example.com?tls=none",
+         SmtpConfig("smtp.example.com", 25, "apikey", None)),
         (
             "smtp://h:25?tls=starttls&verify=false",
             SmtpConfig("h", 25, tls="starttls", verify=False),
@@ -57,6 +58,9 @@ def test_parse_smtp_url(url: str, expected: SmtpConfig) -> None:
         ("smtp://mail.example.com/path", "path"),
         ("smtp://:secret@mail.example.com", "no user name"),
         ("smtp://h?verify=perhaps", "verify"),
+        # credentials are never sent in the clear unless the URL says so itself
+        ("smtp://user:secret@mail.example.com:587", "no encryption"),
+        ("smtp://h?cafile=/etc/ca.pem", "SENDDOCK_SMTP_CA_FILE"),
     ],
 )
 def test_bad_urls_get_a_clear_error(url: str, message: str) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, render_template, request
+from flask import Blueprint, current_app, flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
 
 from webapp import dbhealth
-from webapp.context import config, engine
-from webapp.domain import health
+from webapp.context import actor, config, engine
+from webapp.domain import audit, health
+from workers import queue
 
 bp = Blueprint("health", __name__, url_prefix="/health")
 
@@ -23,6 +25,20 @@ def index() -> str:
     template = "partials/_health_status.html" if request.args.get("fragment") == "status" \
         else "health/index.html"
     return render_template(template, stats=stats, chart=health.chart_bars(stats["chart"]))
+
+
+@bp.post("/relay/retry")
+def retry_relay() -> Response:
+    """An admin's "Retry now": the relay is probed at once, whatever its backoff (after
+    fixing the credentials, say). Nothing else changes."""
+    with engine().begin() as conn:
+        probing = queue.probe_now(conn)
+        if probing:
+            queue.notify_new_jobs(conn, "relay")
+            audit.record(conn, actor(), "relay.retry", "relay")
+    flash("The relay is probed now." if probing else "The relay is not down.",
+          "success" if probing else "error")
+    return redirect(url_for("health.index"))
 
 
 @bp.app_context_processor

@@ -20,7 +20,7 @@ from workers.message import TemplateError, compile_campaign
 EDITABLE = ("draft", "scheduled")
 FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
           "scheduled_at", "broadcast_id", "created_at", "updated_at", "started_at",
-          "finished_at")
+          "finished_at", "paused_reason")
 
 
 def validate_templates(subject: str, text: str | None, html: str | None) -> None:
@@ -177,8 +177,11 @@ def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> 
         raise Conflict(f"only a {before} campaign can be {verb}; this one is "
                        f"{campaign['status']}")
     queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
-    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now() "
-                         "WHERE id = :id"), {"status": after, "id": campaign_id})
+    # Resuming clears the reason the engine paused it for (e.g. a refused From address).
+    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now(), "
+                         "paused_reason = CASE WHEN :paused THEN paused_reason END "
+                         "WHERE id = :id"), {"status": after, "id": campaign_id,
+                                             "paused": paused})
     if not paused:
         queue.notify_new_jobs(conn, "broadcast")
     audit.record(conn, actor, "campaign.pause" if paused else "campaign.resume",

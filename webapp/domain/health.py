@@ -137,9 +137,21 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
     if relay.get("status") == "down":
         since = relay.get("since")
         when = f" since {since:%Y-%m-%d %H:%M:%S} UTC" if since else ""
-        alarms.append(Alarm("relay_down", f"The SMTP relay is down{when}: delivery is "
-                            f"paused and resumes by itself. Last error: "
-                            f"{relay.get('last_error') or 'unknown'}"))
+        last = relay.get("last_error") or "unknown"
+        if relay.get("reason") == "login":
+            # A 535 never heals by itself: say what to do (SPEC 10).
+            alarms.append(Alarm("relay_down", f"Login refused — check the credentials "
+                                f"(SENDDOCK_SMTP_URL){when}. Delivery is paused; the relay "
+                                f"is probed at most every {_age(config.login_probe_interval)}"
+                                f" (Queue health: Retry now). Last error: {last}"))
+        else:
+            alarms.append(Alarm("relay_down", f"The SMTP relay is down{when}: delivery is "
+                                f"paused and resumes by itself. Last error: {last}"))
+    if relay.get("throttled"):
+        until = relay["throttled_until"]
+        alarms.append(Alarm("relay_throttled", f"The relay is throttling us: delivery is "
+                            f"slowed down until {until:%H:%M:%S} UTC (no attempt is used). "
+                            f"Last reply: {relay.get('throttle_reply') or 'unknown'}", "warn"))
     oldest = queue_reads.oldest_due_age(conn)
     if config.alarm_oldest_pending > 0 and oldest > config.alarm_oldest_pending:
         alarms.append(Alarm("oldest_pending", f"The oldest waiting message has waited "
@@ -157,7 +169,8 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
     return alarms
 
 
-ALARM_NAMES = ("relay_down", "oldest_pending", "failure_rate", "no_workers")
+ALARM_NAMES = ("relay_down", "relay_throttled", "oldest_pending", "failure_rate",
+               "no_workers")
 _ALARM_TTL = 5.0
 _alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}
 _alarm_lock = threading.Lock()
@@ -203,10 +216,22 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
         "chart": sent_per_minute(conn),
         "workers": queue_reads.running_workers(conn, config.worker_timeout),
         "relay": queue.relay_status(conn),
+        "domain_throttles": queue.domain_throttles(conn),
+        "rate": rate_limits(conn, config),
+        "login_probe_interval": config.login_probe_interval,
         "alarms": compute_alarms(conn, config),
         "thresholds": {"oldest_pending": config.alarm_oldest_pending,
                        "failure_rate": config.alarm_failure_rate},
     }
+
+
+def rate_limits(conn: Connection, config: Config) -> dict[str, Any]:
+    """The configured rate limits (0 = none) and what is used of them, on the database's
+    clock: sends in the last minute, the rolling hour and the rolling day."""
+    limited = config.rate_limit > 0 or config.rate_limit_hour > 0 or config.rate_limit_day > 0
+    return {"per_second": config.rate_limit, "per_hour": config.rate_limit_hour,
+            "per_day": config.rate_limit_day, "limited": limited,
+            "used": queue.rate_usage(conn) if limited else None}
 
 
 def chart_bars(chart: Sequence[dict[str, Any]], width: int = 1100,
