@@ -33,9 +33,11 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "admin": ADMIN,
     "inbox": frozenset({"admin", "support"}),
     "jobs": ADMIN,
+    "domains": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
     "transactional": ADMIN,
+    "event_webhooks": ADMIN,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import sqlalchemy as sa
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -28,7 +29,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.engine import Connection, Engine
 
 from webapp.domain import health
-from workers import queue, queue_reads
+from workers import event_queue, feedback, queue, queue_reads
 from workers.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
 from workers.settings import Config
 
@@ -44,6 +45,7 @@ class QueueCollector(Collector):
             yield from self._attempts(conn)
             yield from self._time_to_sent(conn)
             yield from self._liveness(conn)
+            yield from self._after_acceptance(conn)
 
     def _jobs(self, conn: Connection) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("senddock_jobs", "Delivery jobs by kind and state.",
@@ -117,6 +119,35 @@ class QueueCollector(Collector):
         for name in health.ALARM_NAMES:
             alarm.add_metric([name], 1 if name in raised else 0)
         yield alarm
+
+
+    def _after_acceptance(self, conn: Connection) -> Iterator[Metric]:
+        """SPEC 12: bounce/complaint events by source, type and effect; complaint rate per
+        open campaign; outgoing event-webhook deliveries by state."""
+        events = GaugeMetricFamily("senddock_feedback_events",
+                                   "Bounces and complaints reported after acceptance.",
+                                   labels=["source", "type", "effect"])
+        for row in conn.execute(sa.text("SELECT source, type, effect, count(*) AS n "
+                                        "FROM job_events GROUP BY 1, 2, 3")):
+            events.add_metric([row.source, row.type, row.effect], int(row.n))
+        yield events
+        rate = GaugeMetricFamily("senddock_campaign_complaint_rate",
+                                 "Complaints per delivered message of an open campaign.",
+                                 labels=["campaign_id"])
+        complaints = GaugeMetricFamily("senddock_campaign_complaints",
+                                       "Messages of an open campaign with a complaint.",
+                                       labels=["campaign_id"])
+        for c in feedback.complaint_rates(conn):
+            rate.add_metric([str(c["id"])], c["rate"])
+            complaints.add_metric([str(c["id"])], int(c["complaints"]))
+        yield rate
+        yield complaints
+        deliveries = GaugeMetricFamily("senddock_event_webhook_deliveries",
+                                       "Outgoing event webhook deliveries by state.",
+                                       labels=["state"])
+        for state, n in event_queue.delivery_counts(conn).items():
+            deliveries.add_metric([state], n)
+        yield deliveries
 
 
 def registry_for(engine: Engine, config: Config) -> CollectorRegistry:

@@ -18,7 +18,9 @@ ITEMS = [
     ("jobs.index", "Jobs"),
     ("inbox.index", "Failed jobs"),
     ("admin.suppressions", "Suppressions"),
+    ("domains.index", "Sending domains"),
     ("health.index", "Queue health"),
+    ("event_webhooks.index", "Event webhooks"),
     ("admin.audit", "Audit log"),
     ("admin.users", "Users & tokens"),
 ]

@@ -100,12 +100,9 @@ def dovecot(dovecot_proc: _dovecot.DovecotServer) -> _dovecot.Mailbox:
 
 @pytest.fixture(scope="session")
 def dns_proc() -> Iterator[dns.DnsServer]:
-    """dnslib's server on 127.0.0.1 (UDP and TCP, one free port) for the whole session."""
-    server = dns.DnsServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    """dnslib's server on 127.0.0.1 (UDP and TCP, one free port) for the whole session:
+    the process's shared one (see :func:`tests.real.dns.shared_server`)."""
+    yield dns.shared_server()
 
 
 @pytest.fixture()

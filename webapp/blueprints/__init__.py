@@ -27,6 +27,10 @@ def register_all(app: Flask) -> None:
     app.register_blueprint(health.bp)
     app.register_blueprint(ops.bp)
     app.register_blueprint(transactional.bp)
-    from webapp.blueprints import webhooks
+    from webapp.blueprints import event_webhooks, webhooks
 
     app.register_blueprint(webhooks.bp)
+    app.register_blueprint(event_webhooks.bp)
+    from webapp.blueprints import domains
+
+    app.register_blueprint(domains.bp)

@@ -20,16 +20,16 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from disposable_email_domains import allowlist, blocklist
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, limits
+from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
-from workers import queue, queue_reads
+from workers import feedback, queue, queue_reads
 from workers.classify import ReplyClass, humanize
 from workers.kinds import load_kind
 from workers.settings import Config
@@ -38,6 +38,7 @@ KIND = "verification"
 FLAG_DISPOSABLE = "disposable_domain"
 FLAG_SUPPRESSED = "suppressed"
 MAX_USER_ID = 255
+MIN_INT_USER_ID, MAX_INT_USER_ID = -(2**63), 2**63 - 1
 MAX_URL = 2048
 MAX_IDEMPOTENCY_KEY = 255
 
@@ -56,23 +57,25 @@ def check_user_id(raw: Any) -> str:
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         message = "required" if raw is None else "must be a string or an integer"
         raise Invalid(f"user_id {message}", fields={"user_id": message})
-    text = str(raw).strip()
-    if not text:
+    if isinstance(raw, int) and not MIN_INT_USER_ID <= raw <= MAX_INT_USER_ID:
+        problem = "an integer user_id must fit in 64 bits"
+        raise Invalid(f"user_id: {problem}", fields={"user_id": problem})
+    text = str(raw)
+    if not text.strip():
         raise Invalid("user_id is required", fields={"user_id": "required"})
-    if len(text) > MAX_USER_ID or not text.isprintable():
-        problem = f"at most {MAX_USER_ID} printable characters"
+    if len(text) > MAX_USER_ID or rules.control_character(text):
+        problem = f"at most {MAX_USER_ID} characters, no control characters"
         raise Invalid(f"user_id must be {problem}", fields={"user_id": problem})
-    return text
+    return text.strip()
 
 
 def check_verify_url(raw: Any) -> str:
     """An absolute http(s) URL without spaces, else :class:`Invalid`."""
     if not isinstance(raw, str) or not raw.strip():
         raise Invalid("verify_url is required", fields={"verify_url": "required"})
-    url = raw.strip()
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc \
-            or len(url) > MAX_URL or not url.isprintable() or " " in url:
+    url = raw
+    # The pattern (published in the OpenAPI document) requires the scheme and a host part.
+    if not rules.matches(rules.HTTP_URL, url) or len(url) > MAX_URL:
         problem = f"must be an absolute http:// or https:// URL (at most {MAX_URL} characters)"
         raise Invalid(f"verify_url {problem}", fields={"verify_url": problem})
     return url
@@ -363,6 +366,10 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
     latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
     attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
+    # Bounces and complaints reported after acceptance (SPEC 12), shown with the attempts.
+    events = feedback.events_for_jobs(conn, [j["id"] for j in jobs])
+    for job in jobs:
+        job["events"] = events[job["id"]]
     if max_attempts is None:
         max_attempts = len(config.retry_schedule[KIND]) + 1
     now = datetime.now(UTC)
