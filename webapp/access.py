@@ -27,6 +27,7 @@ PUBLIC: frozenset[str] = frozenset({
 # Blueprint-wide rules: endpoint prefix -> roles. More specific entries in ENDPOINTS win.
 BLUEPRINTS: dict[str, frozenset[str]] = {
     "home": ALL_ROLES,
+    "account": ALL_ROLES,
     "campaigns": MARKETING,
     "lists": MARKETING,
     "support": SUPPORT,

@@ -62,6 +62,8 @@ users = Table(
     Column("failed_logins", Integer, nullable=False, server_default=text("0")),
     Column("locked_until", DateTime(timezone=True)),
     Column("last_login_at", DateTime(timezone=True)),
+    # The UI language the user chose (None: the browser's Accept-Language decides).
+    Column("locale", Text),
     _now(),
     CheckConstraint(_in("role", ROLES), name="users_role_check"),
     Index("users_email_key", text("lower(email)"), unique=True),
@@ -76,6 +78,8 @@ api_tokens = Table(
     Column("token_hash", Text, nullable=False, unique=True),
     Column("last_used_at", DateTime(timezone=True)),
     Column("revoked_at", DateTime(timezone=True)),
+    # After this the token answers 401 (None: it never expires).
+    Column("expires_at", DateTime(timezone=True)),
     _now(),
 )
 
@@ -231,6 +235,12 @@ delivery_jobs = Table(
     # Queue health and /metrics count the (few) non-campaign jobs per state from this;
     # campaign jobs are counted by broadcast_counts.
     Index("delivery_jobs_transactional_idx", "kind", "status",
+          postgresql_where=text("kind <> 'broadcast'")),
+    # Support finds users by any part of an address or user id (pg_trgm).
+    Index("delivery_jobs_transactional_search_idx",
+          literal_column("lower((email || ' '::text) || COALESCE(user_ref, ''::text))")
+          .label("search"), postgresql_using="gin",
+          postgresql_ops={"search": "gin_trgm_ops"},
           postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_email_idx", text("lower(email)"),
           postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),

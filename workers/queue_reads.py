@@ -117,6 +117,42 @@ def search_users(conn: Connection, kind: str | None, *, email: str | None = None
     return [dict(r) for r in rows.mappings()]
 
 
+# Users whose transactional jobs' address or user id contains `pattern` (a LIKE pattern),
+# through the trigram index delivery_jobs_transactional_search_idx (the expression and the
+# predicate repeat the index's), each with their newest job.
+_SEARCH_USERS_LIKE = """
+WITH hits AS (
+    SELECT DISTINCT user_ref FROM delivery_jobs
+     WHERE kind <> 'broadcast' AND {kind} AND user_ref IS NOT NULL
+       AND lower(email || ' ' || coalesce(user_ref, '')) LIKE :pattern
+     LIMIT :limit
+)
+SELECT h.user_ref, last.email, last.status, last.created_at, last.kind AS last_kind,
+       (SELECT count(*) FROM delivery_jobs c
+         WHERE {c_kind} AND c.user_ref = h.user_ref) AS jobs
+  FROM hits h
+ CROSS JOIN LATERAL (
+    SELECT j.email, j.status, j.created_at, j.kind FROM delivery_jobs j
+     WHERE {j_kind} AND j.user_ref = h.user_ref
+     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
+ ORDER BY last.created_at DESC
+"""
+_LIKE_ONE_KIND = sa.text(_SEARCH_USERS_LIKE.format(
+    kind="kind = :kind", c_kind="c.kind = :kind", j_kind="j.kind = :kind"))
+_LIKE_ALL_KINDS = sa.text(_SEARCH_USERS_LIKE.format(
+    kind="kind <> 'test'", c_kind="c.kind NOT IN ('broadcast', 'test')",
+    j_kind="j.kind NOT IN ('broadcast', 'test')"))
+
+
+def search_users_like(conn: Connection, kind: str | None, pattern: str,
+                      limit: int = 50) -> list[dict[str, Any]]:
+    """Users with a ``kind`` job (None: of any transactional kind) whose lower-cased
+    "email user_id" matches the LIKE ``pattern`` (the caller escapes it)."""
+    rows = conn.execute(_LIKE_ONE_KIND if kind else _LIKE_ALL_KINDS, {
+        "kind": kind, "pattern": pattern, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
 # --- inbox and health ------------------------------------------------------------------
 # The failed-jobs inbox (failed and bounced jobs not dismissed) and the queue's vital signs.
 # Every list is keyset-paged on an index; nothing counts a million rows per page view.

@@ -6,9 +6,10 @@ from flask import Flask
 
 
 def register_all(app: Flask) -> None:
-    from webapp.blueprints import api, auth, home
+    from webapp.blueprints import account, api, auth, home
 
     app.register_blueprint(auth.bp)
+    app.register_blueprint(account.bp)
     app.register_blueprint(home.bp)
     app.register_blueprint(api.bp, url_prefix="/api/v1")
     from webapp.blueprints import campaigns, lists, public

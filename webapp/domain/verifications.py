@@ -320,7 +320,8 @@ def as_json(job: dict[str, Any]) -> dict[str, Any]:
 # --- the support console ---------------------------------------------------------------
 
 def search(conn: Connection, q: str) -> list[dict[str, Any]]:
-    """Users matching ``q`` as an email address (any case), a correlation ID or a user id."""
+    """Users matching ``q`` exactly as an email address (any case), a correlation ID or a
+    user id; failing that, users whose address or user id contains ``q`` (3+ characters)."""
     q = q.strip()
     if not q:
         return []
@@ -328,8 +329,16 @@ def search(conn: Connection, q: str) -> list[dict[str, Any]]:
         correlation_id: str | None = str(uuid.UUID(q))
     except ValueError:
         correlation_id = None
-    return queue_reads.search_users(conn, None, email=q if "@" in q else None,
-                              correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
+    exact = queue_reads.search_users(conn, None, email=q if "@" in q else None,
+                                     correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
+    if exact or correlation_id or len(q) < MIN_PARTIAL:
+        return exact
+    # Nothing exact: any address or user id containing what was typed (a prefix too).
+    escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return queue_reads.search_users_like(conn, None, f"%{escaped[:MAX_USER_ID]}%")
+
+
+MIN_PARTIAL = 3  # a trigram search needs three characters
 
 
 @dataclass
