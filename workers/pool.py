@@ -1,9 +1,9 @@
 """The worker pool, hosted by APScheduler inside the process (SPEC 2).
 
-- N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection
-  and its own database connection, claim a batch and commit each message's outcome the
-  moment the relay has answered it (SPEC 10: a crash resends at most one message per
-  thread);
+- N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
+  claim a batch and commit each message's outcome (one prepared statement in autocommit)
+  the moment the relay has answered it, before the next message goes out (SPEC 10: a
+  crash resends at most one message per thread);
 - a liveness session holding the worker's advisory lock, and a heartbeat (P4);
 - the startup hook and a periodic rescuer that take back dead workers' jobs (P2, P4);
 - maintenance: enqueue accepted broadcasts, fire scheduled campaigns, complete finished ones;
@@ -70,6 +70,7 @@ class Pool:
         self.streak = RefusalStreak(config.same_refusal_streak)
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
+        self._db = StatementDb(engine)  # claims and outcomes, one statement at a time
         self.maintenance = maintenance
         self.stopping = threading.Event()
         self._wake = threading.Condition()
@@ -310,7 +311,7 @@ class Pool:
 
     def _drain_loop(self) -> None:
         transport = self._transport()
-        db = ThreadDb(self.engine)
+        db = self._db
         backoff = 0.5
         try:
             while not self.stopping.is_set():
@@ -321,28 +322,26 @@ class Pool:
                         self._idle(1.0)
                 except DB_ERRORS as exc:
                     self.outage.failed(exc, retrying="delivery retries")
-                    db.drop()
                     self.stopping.wait(backoff)
                     backoff = min(backoff * 2, 30)
                 except Exception:
                     log.exception("drain loop error; continuing")
-                    db.drop()
                     self.stopping.wait(1.0)
         finally:
             transport.close()
-            db.drop()
 
     def _rate_limited(self) -> bool:
         config = self.config
         return config.rate_limit > 0 or config.rate_limit_hour > 0 or config.rate_limit_day > 0
 
-    def _claim(self, db: ThreadDb, token: str) -> tuple[list[queue.ClaimedJob], list[float]]:
+    def _claim(self, db: StatementDb, token: str) -> tuple[list[queue.ClaimedJob], list[float]]:
         """Claim a batch under ``token``; with a rate limit, also the (monotonic) time each
         job's send may start, from permits granted on the database's clock (SPEC 10)."""
         n = self.config.claim_batch
         config = self.config
         if not self._rate_limited():
-            jobs = queue.claim_batch(db.conn, self.worker_id, n, self.domain, token)
+            with db.connect() as conn:
+                jobs = queue.claim_batch(conn, self.worker_id, n, self.domain, token)
             return jobs, [0.0] * len(jobs)
         with self.engine.begin() as conn:
             permits = queue.acquire_permits(conn, n, config.rate_limit,
@@ -355,7 +354,7 @@ class Pool:
         return jobs, [now + permits.first_delay + i * permits.interval
                       for i in range(len(jobs))]
 
-    def _drain_once(self, transport: SmtpTransport, db: ThreadDb) -> bool:
+    def _drain_once(self, transport: SmtpTransport, db: StatementDb) -> bool:
         """Claim one batch and deliver it message by message. Returns False when there was
         nothing to do. Every job of the batch leaves `sending`: marked with its outcome,
         handed back unsent, or (if the database is lost meanwhile) put back by the
@@ -382,7 +381,7 @@ class Pool:
         if delay > 0:
             self.stopping.wait(delay)
 
-    def _deliver(self, transport: SmtpTransport, db: ThreadDb, jobs: list[queue.ClaimedJob],
+    def _deliver(self, transport: SmtpTransport, db: StatementDb, jobs: list[queue.ClaimedJob],
                  slots: list[float]) -> None:
         """Send the batch one message at a time, each outcome committed before the next
         message goes out (SPEC 10), with what the reply says beyond its recipient
@@ -392,7 +391,8 @@ class Pool:
         batch = outcomes.Aftermath()
         for index, (job, slot) in enumerate(zip(jobs, slots, strict=True)):
             if batch.stops_batch or self.stopping.is_set():
-                queue.release(db.conn, jobs[index:])
+                with db.connect() as conn:
+                    queue.release(conn, jobs[index:])
                 return
             if batch.holds(job):
                 self._record(db, job, outcomes.released(job))
@@ -476,7 +476,7 @@ class Pool:
             if queue.pause_campaign_for_sender(conn, campaign_id, reason):
                 log.error("campaign %d paused: %s", campaign_id, reason)
 
-    def _record(self, db: ThreadDb, job: queue.ClaimedJob, outcome: queue.Outcome,
+    def _record(self, db: StatementDb, job: queue.ClaimedJob, outcome: queue.Outcome,
                 aftermath: outcomes.Aftermath | None = None) -> None:
         """Commit the outcome now (and the aftermath with it, in one transaction). If the
         database is away, keep trying (bounded by shutdown): what the relay accepted must
@@ -486,7 +486,8 @@ class Pool:
         while True:
             try:
                 if aftermath is None or aftermath.empty:
-                    accepted = queue.finish_one(db.conn, self.worker_id, outcome)
+                    with db.connect() as conn:
+                        accepted = queue.finish_one(conn, self.worker_id, outcome)
                 else:
                     with db.transaction() as conn:
                         accepted = queue.finish_one(conn, self.worker_id, outcome)
@@ -498,7 +499,6 @@ class Pool:
                                 outcome.reply or outcome.error or "no reply")
                 return
             except DB_ERRORS as exc:
-                db.drop()
                 if self.stopping.is_set():
                     deadline = deadline or time.monotonic() + 15
                     if time.monotonic() > deadline:
@@ -535,36 +535,31 @@ class Pool:
                 "running": self._scheduler is not None and not self.stopping.is_set()}
 
 
-class ThreadDb:
-    """A drain thread's own database connection, in autocommit: a claim is one statement,
-    and so is each outcome (one round trip, one commit). After an error it is dropped
-    whole and the next use opens a fresh one, set up the same way, so nothing ever runs
-    on a silently reconnected session outside autocommit."""
+class StatementDb:
+    """The delivery engine's connections in autocommit, held for one statement (a claim,
+    one outcome) and never across SMTP, so the drain threads share DB_DELIVERY_POOL
+    connections. A statement is its own transaction: committed when it returns. A
+    connection that failed is invalidated, never handed out again."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._conn: Connection | None = None
+        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    @property
-    def conn(self) -> Connection:
-        if self._conn is None:
-            self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        return self._conn
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            try:
+                yield conn
+            except DB_ERRORS:
+                # The driver may have raised past SQLAlchemy (a prepared statement):
+                # make sure the pool drops this session.
+                conn.invalidate()
+                raise
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """Several statements committed together (BEGIN … COMMIT on this session)."""
-        conn = self.conn
-        driver = conn.connection.driver_connection
-        assert isinstance(driver, psycopg.Connection)
-        with driver.transaction():
-            yield conn
-
-    def drop(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.invalidate()
-                self._conn.close()
-            except Exception:  # already gone with the server
-                pass
-        self._conn = None
+        """Several statements committed together (BEGIN … COMMIT on one session)."""
+        with self.connect() as conn:
+            driver = conn.connection.driver_connection
+            assert isinstance(driver, psycopg.Connection)
+            with driver.transaction():
+                yield conn

@@ -46,8 +46,11 @@ def test_table_lock_longer_than_worker_timeout_sends_nobody_twice(
         time.sleep(9)
         # Every claim, finish, heartbeat and rescue statement waited on the lock meanwhile.
         lock.commit()
-    wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=120,
-             message="the campaign to finish after the lock")
+    try:
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=120,
+                 message="the campaign to finish after the lock")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{a.output()[-4000:]}\n{b.output()[-4000:]}") from None
     assert a.terminate() == 0 and b.terminate() == 0
     received = check_final(engine, sink, campaign, emails)
     twice = sorted(e for e, n in received.items() if n > 1)
