@@ -423,6 +423,8 @@ class Pool:
             return outcomes.build_failed(job, f"could not build the message: "
                                               f"{type(exc).__name__}: {exc}")
         self._wait_for_slot(slot)
+        if self.stopping.is_set():  # stopped while it was built or waited: not sent
+            return outcomes.released(job)
         started = datetime.now(UTC)
         try:
             result = transport.send(envelope.mail_from, job.email, envelope.message)
