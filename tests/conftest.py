@@ -19,6 +19,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.real.dns import shared_server as shared_dns_server
 from webapp import create_app, db
 from workers.settings import Config, load
 
@@ -116,6 +117,9 @@ def settings(db_url: str, sink_port: int | None = None, **overrides: str) -> dic
         "SMTP_TIMEOUT": "5",
         "HEARTBEAT_INTERVAL": "1",
         "WORKER_TIMEOUT": "5",
+        # DNS checks (review page, senddock check) ask the tests' own server, never a
+        # public resolver; tests publish records with the dns_server fixture.
+        "DNS_RESOLVER": shared_dns_server().resolver_setting,
     }
     values.update(overrides)
     return values

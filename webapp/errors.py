@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, current_app, g, jsonify, render_template, request
+from flask import Flask, current_app, g, jsonify, make_response, render_template, request
 from flask_wtf.csrf import CSRFError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
 
 from webapp.db import DatabaseUnavailable
@@ -103,9 +103,12 @@ def init_app(app: Flask) -> None:
             403: "Your role does not allow this.",
         }
         message = messages.get(status, exc.description or exc.name)
-        if _wants_json():
-            return api_error(status, message)
-        return _page(status, exc.name, message)
+        response = api_error(status, message) if _wants_json() else make_response(
+            _page(status, exc.name, message))
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            # RFC 9110: a 405 lists the methods the resource supports.
+            response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        return response
 
     def bad_value(exc: Exception) -> Response | tuple[str, int]:
         # A value the database refused (out of range, malformed): the input's fault, not

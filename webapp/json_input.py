@@ -39,11 +39,19 @@ def depth_over(value: Any, limit: int) -> bool:
     return False
 
 
+def _number(text: str) -> float | int:
+    """A JSON number with a fraction or exponent: an int when it is a whole number
+    (JSON Schema's "integer" includes 5.0, so an id sent as 5.0 is the id 5)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 class JSONProvider(DefaultJSONProvider):
     """Flask's JSON, whose ``loads`` raises ``ValueError`` (bad JSON) for input nested too
     deeply instead of ``RecursionError`` or a value too deep to walk."""
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        kwargs.setdefault("parse_float", _number)
         try:
             value = super().loads(s, **kwargs)
         except RecursionError:

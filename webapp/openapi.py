@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from webapp.domain import fields as rules
+from webapp.domain import lists, suppressions, verifications
+from webapp.models import SUPPRESSION_REASONS
+
+BIGINT_MAX = 2**63 - 1
+
 ERROR = {"$ref": "#/components/schemas/Error"}
 COUNTS = {"type": "object", "properties": {s: {"type": "integer"} for s in (
     "pending", "sending", "retry", "sent", "failed", "bounced", "skipped", "cancelled")}}
@@ -43,7 +49,9 @@ SUPPRESSION: dict[str, Any] = {"type": "object", "required": ["email", "reason"]
     "created_at": {"type": "string", "format": "date-time"}}}
 SUPPRESSION_ADDED = {**SUPPRESSION, "required": ["email", "reason", "created"], "properties": {
     **SUPPRESSION["properties"], "created": {"type": "boolean"}}}
-ID_PARAM = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}]
+# Ids are PostgreSQL bigints; Flask's int converter takes no sign.
+ID_SCHEMA = {"type": "integer", "minimum": 0, "maximum": BIGINT_MAX}
+ID_PARAM = [{"name": "id", "in": "path", "required": True, "schema": ID_SCHEMA}]
 VERIFICATION = {"type": "object", "required": ["id", "status", "correlation_id", "flags"],
                 "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
                                "correlation_id": {"type": "string"},
@@ -52,101 +60,280 @@ VERIFICATION = {"type": "object", "required": ["id", "status", "correlation_id",
                                "created_at": {"type": "string"},
                                "existing": {"type": "boolean"}, "reused": {"type": "boolean"}}}
 
+# Any JSON value PostgreSQL can store (no NUL in any text, keys included).
+STORABLE_REF = "#/components/schemas/Storable"
+STORABLE = {"anyOf": [
+    {"type": "string", "pattern": rules.NO_NUL}, {"type": ["number", "boolean", "null"]},
+    {"type": "array", "items": {"$ref": STORABLE_REF}},
+    {"type": "object", "propertyNames": {"pattern": rules.NO_NUL},
+     "additionalProperties": {"$ref": STORABLE_REF}}]}
+
+# Request fields, each as strict as the server's own check (webapp.domain.fields).
+TEXT = {"type": "string", "pattern": rules.NO_NUL}
+EMAIL = {"type": "string", "format": "email", "maxLength": 254, "pattern": rules.EMAIL}
+USER_ID = {"oneOf": [
+    {"type": "string", "maxLength": verifications.MAX_USER_ID,
+     "pattern": rules.PLAIN_NOT_BLANK},
+    {"type": "integer", "minimum": verifications.MIN_INT_USER_ID,
+     "maximum": verifications.MAX_INT_USER_ID}],
+    "description": "the SaaS's user id: text without control characters, or an integer"}
+SUBSCRIBER = {"type": "object", "required": ["email"], "additionalProperties": False,
+              "properties": {
+                  "email": EMAIL,
+                  "name": {"type": ["string", "null"], "maxLength": lists.MAX_NAME,
+                           "pattern": rules.NO_NUL},
+                  "attributes": {"type": ["object", "null"],
+                                 "propertyNames": {"pattern": rules.NO_NUL},
+                                 "additionalProperties": {"$ref": STORABLE_REF}}}}
+
+
+def _request(required: list[str], properties: dict[str, Any], **more: Any
+             ) -> dict[str, Any]:
+    """A request body object: unknown fields are refused (422 naming them)."""
+    return {"type": "object", "required": required, "properties": properties,
+            "additionalProperties": False, **more}
+
+
+def _links(**targets: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """OpenAPI links from an answer to the operations that take what it returns."""
+    return {name: {"operationId": op, **spec} for name, (op, spec) in targets.items()}
+
+
+def _with_links(op: dict[str, Any], status: int, links: dict[str, Any]) -> dict[str, Any]:
+    op["responses"][str(status)]["links"] = links
+    return op
+
+
+def _id(op_id: str, op: dict[str, Any]) -> dict[str, Any]:
+    return {"operationId": op_id, **op}
+
+
+BY_ID = {"parameters": {"id": "$response.body#/id"}}
+
 PATHS: dict[str, Any] = {
     "/lists": {
-        "get": _op("All lists", 200, {"type": "object", "required": ["lists"],
-                                      "properties": {"lists": {"type": "array"}}}),
-        "post": _op("Create a list", 201, {"type": "object", "required": ["id", "name"],
-                                           "properties": {"id": {"type": "integer"},
-                                                          "name": {"type": "string"}}},
-                    400, 413, 422, request={"type": "object", "required": ["name"],
-                                            "properties": {"name": {"type": "string"}}}),
+        "get": _id("listLists", _op("All lists", 200, {
+            "type": "object", "required": ["lists"],
+            "properties": {"lists": {"type": "array"}}})),
+        "post": _id("createList", _with_links(_op(
+            "Create a list", 201, {"type": "object", "required": ["id", "name"],
+                                   "properties": {"id": {"type": "integer"},
+                                                  "name": {"type": "string"}}},
+            400, 413, 422, request=_request(["name"], {"name": {
+                "type": "string", "maxLength": lists.MAX_NAME, "pattern": rules.NOT_BLANK}})),
+            201, _links(AddSubscribers=("addSubscribers", BY_ID),
+                        CreateCampaign=("createCampaign", {
+                            "requestBody": {"name": "Linked", "subject": "Hello",
+                                            "text": "Hi {{ name }}",
+                                            "list_id": "$response.body#/id"}})))),
     },
     "/lists/{id}/subscribers": {
         "parameters": ID_PARAM,
-        "post": _op("Add or update subscribers", 200, {
-            "type": "object", "required": ["added", "updated", "errors"],
-            "properties": {"added": {"type": "integer"}, "updated": {"type": "integer"},
-                           "errors": {"type": "array"}}}, 400, 404, 413, 422,
-            request={"type": "object", "required": ["subscribers"], "properties": {
-                "subscribers": {"type": "array", "items": {
-                    "type": "object", "required": ["email"], "properties": {
-                        "email": {"type": "string"}, "name": {"type": "string"},
-                        "attributes": {"type": "object"}}}}}}),
+        "post": _id("addSubscribers", _op(
+            "Add or update subscribers (each one is checked on its own: an invalid one is "
+            "reported in errors with its index, the rest are saved)", 200, {
+                "type": "object", "required": ["added", "updated", "errors"],
+                "properties": {"added": {"type": "integer"}, "updated": {"type": "integer"},
+                               "errors": {"type": "array"}}}, 400, 404, 413, 422,
+            request=_request(["subscribers"], {"subscribers": {
+                "type": "array", "maxItems": 10_000,
+                # Any item is accepted and reported on by itself (P9), so the item schema
+                # says what a useful one looks like without refusing the others.
+                "items": {"anyOf": [SUBSCRIBER, {"$ref": STORABLE_REF}]}}}))),
     },
     "/campaigns": {
-        "post": _op("Create a campaign (draft)", 201, CAMPAIGN, 400, 404, 413, 422, request={
-            "type": "object", "required": ["name", "list_id", "subject"], "properties": {
-                "name": {"type": "string"}, "list_id": {"type": "integer"},
-                "subject": {"type": "string"}, "text": {"type": "string"},
-                "html": {"type": "string"}, "from": {"type": "string"}}}),
+        "post": _id("createCampaign", _with_links(_op(
+            "Create a campaign (draft). Its templates are compiled at once: one the "
+            "sandbox refuses is 422 naming the field", 201, CAMPAIGN, 400, 404, 413, 422,
+            request=_request(["name", "list_id", "subject"], {
+                "name": {"type": "string", "pattern": rules.NOT_BLANK},
+                "list_id": {"type": "integer", "minimum": -BIGINT_MAX - 1,
+                            "maximum": BIGINT_MAX},
+                "subject": {"type": "string", "pattern": rules.NOT_BLANK},
+                "text": {"type": ["string", "null"], "pattern": rules.NO_NUL},
+                "html": {"type": ["string", "null"], "pattern": rules.NO_NUL},
+                "from": {"type": ["string", "null"], "pattern": rules.NO_NUL,
+                         "description": "an address or Name <address>; no CR, LF or other "
+                                        "control characters"}}, anyOf=[
+                # A text or an HTML body, at least one of them not blank.
+                {"required": [body], "properties": {body: {
+                    "type": "string", "pattern": rules.NOT_BLANK}}} for body in ("text",
+                                                                              "html")])),
+            201, _links(GetCampaign=("getCampaign", BY_ID),
+                        **{f"{a.capitalize()}Campaign": (f"{a}Campaign", BY_ID)
+                           for a in ("send", "pause", "resume", "cancel")}))),
     },
     "/campaigns/{id}": {"parameters": ID_PARAM,
-                        "get": _op("A campaign with exact counts", 200, CAMPAIGN, 404)},
+                        "get": _id("getCampaign", _op("A campaign with exact counts", 200,
+                                                      CAMPAIGN, 400, 404))},
     **{f"/campaigns/{{id}}/{action}": {
         "parameters": ID_PARAM,
-        "post": _op(f"{action.capitalize()} the campaign", 202, CAMPAIGN, 400, 404, 409, 422)}
+        "post": _id(f"{action}Campaign", _op(f"{action.capitalize()} the campaign", 202,
+                                             CAMPAIGN, 400, 404, 409, 422))}
        for action in ("send", "pause", "resume", "cancel")},
     "/jobs/{id}": {"parameters": ID_PARAM,
-                   "get": _op("A delivery job with its attempts", 200, JOB, 404)},
+                   "get": _id("getJob", _op(
+                       "A delivery job with its attempts (support and admins: any job; "
+                       "marketers: only a campaign's jobs, without payload)", 200, JOB,
+                       400, 404))},
     "/suppressions": {
-        "get": {**_op("Suppressed addresses, newest first (or by address with q), keyset-paged",
-                      200, {"type": "object", "required": ["suppressions", "next"],
-                            "properties": {"suppressions": {"type": "array",
-                                                            "items": SUPPRESSION},
-                                           "next": {"type": ["string", "null"]}}}, 422),
-                "parameters": [
-                    {"name": n, "in": "query", "required": False, "schema": {"type": t},
-                     "description": d} for n, t, d in (
-                        ("email", "string", "exactly this address"),
-                        ("q", "string", "addresses starting with this"),
-                        ("reason", "string", "bounced, unsubscribed, complaint or manual"),
-                        ("after", "string", "the previous page's next"),
-                        ("limit", "integer", "1 to 1000 (default 50)"))]},
-        "post": _also(_op("Suppress an address (200 with created=false if it already is)",
-                          201, SUPPRESSION_ADDED, 400, 413, 422, request={
-                              "type": "object", "required": ["email"], "properties": {
-                                  "email": {"type": "string"},
-                                  "reason": {"type": "string", "enum": [
-                                      "manual", "bounced", "unsubscribed", "complaint"]},
-                                  "note": {"type": "string"}}}),
-                      200, "already suppressed: nothing changed", SUPPRESSION_ADDED),
+        "get": _id("listSuppressions", {**_op(
+            "Suppressed addresses, newest first (or by address with q), keyset-paged",
+            200, {"type": "object", "required": ["suppressions", "next"],
+                  "properties": {"suppressions": {"type": "array", "items": SUPPRESSION},
+                                 "next": {"type": ["string", "null"]}}}, 422),
+            "parameters": [
+                {"name": n, "in": "query", "required": False, "schema": schema,
+                 "description": d} for n, schema, d in (
+                    ("email", TEXT, "exactly this address"),
+                    ("q", TEXT, "addresses starting with this"),
+                    ("reason", {"type": "string", "enum": ["", *SUPPRESSION_REASONS]},
+                     "bounced, unsubscribed, complaint or manual (empty: any)"),
+                    ("after", {"type": "string", "pattern": f"^$|{suppressions.CURSOR}"},
+                     "the previous page's next"),
+                    ("limit", {"type": "integer", "minimum": 1, "maximum": 1000},
+                     "1 to 1000 (default 50)"))]}),
+        "post": _id("addSuppression", _with_links(_also(_op(
+            "Suppress an address (200 with created=false if it already is)",
+            201, SUPPRESSION_ADDED, 400, 413, 422, request=_request(["email"], {
+                "email": EMAIL,
+                "reason": {"type": ["string", "null"], "enum": [*SUPPRESSION_REASONS, None]},
+                "note": TEXT})),
+            200, "already suppressed: nothing changed", SUPPRESSION_ADDED),
+            201, _links(DeleteSuppression=("deleteSuppression", {
+                "parameters": {"email": "$response.body#/email"}})))),
     },
     "/suppressions/{email}": {
-        "parameters": [{"name": "email", "in": "path", "required": True,
-                        "schema": {"type": "string"}},
-                       {"name": "note", "in": "query", "required": False,
-                        "schema": {"type": "string"}, "description": "why (audit log)"}],
-        "delete": {"summary": "Clear the address: the next campaign includes it again",
+        "parameters": [{"name": "email", "in": "path", "required": True, "schema": TEXT},
+                       {"name": "note", "in": "query", "required": False, "schema": TEXT,
+                        "description": "why (audit log)"}],
+        "delete": {"operationId": "deleteSuppression",
+                   "summary": "Clear the address: the next campaign includes it again",
                    "responses": {"204": {"description": "cleared"},
                                  **_errors(401, 403, 404, 422)}},
     },
-    "/verifications": {"post": _op(
+    "/verifications": {"post": _id("createVerification", _with_links(_op(
         "Enqueue a verification email (202 at once; an Idempotency-Key header or a live job "
         "for the same user returns that job with existing=true)", 202, VERIFICATION,
-        400, 409, 413, 422, 503, request={
-            "type": "object", "required": ["user_id", "email", "verify_url"], "properties": {
-                "user_id": {"type": ["string", "integer"]}, "email": {"type": "string"},
-                "verify_url": {"type": "string", "format": "uri"}}})},
-    "/verifications/resend": {"post": _op(
+        400, 409, 413, 422, 503, request=_request(["user_id", "email", "verify_url"], {
+            "user_id": USER_ID, "email": EMAIL,
+            "verify_url": {"type": "string", "maxLength": verifications.MAX_URL,
+                           "pattern": rules.HTTP_URL,
+                           "description": "an absolute http:// or https:// URL"}})),
+        202, _links(GetJob=("getJob", BY_ID), Resend=("resendVerification", {
+            "requestBody": {"user_id": "$request.body#/user_id"}}))))},
+    "/verifications/resend": {"post": _id("resendVerification", _op(
         "Resend the user's verification email (429 + Retry-After inside the cooldown; a "
         "still-waiting job is reused, reused=true)", 202, VERIFICATION,
-        400, 404, 409, 422, 429, 503, request={
-            "type": "object", "required": ["user_id"],
-            "properties": {"user_id": {"type": ["string", "integer"]}}})},
+        400, 404, 409, 422, 429, 503, request=_request(["user_id"], {"user_id": USER_ID})))},
 }
+
+KIND_EXAMPLE = {
+    "class": "lifecycle", "description": "Day-3 onboarding reminder",
+    "subject": "{{ data.first_name }}, your workspace is waiting",
+    "text": "Hi {{ data.first_name }},\nyou signed up on {{ event.at }}: finish setting up at "
+            "{{ data.setup_url }}\n",
+    "html": "<p>Hi {{ data.first_name }}, <a href=\"{{ data.setup_url }}\">finish setting "
+            "up</a>.</p>",
+    "retry_schedule": [300, 1800, 7200], "resend_cooldown": 3600, "dedupe_window": 86400,
+    "sample_data": {"first_name": "Ada", "setup_url": "https://app.example/setup"}}
+KIND: dict[str, Any] = {"type": "object",
+                        "required": ["name", "class", "subject", "active", "version"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$"},
+            "class": {"type": "string", "enum": ["critical", "lifecycle"]},
+            "description": {"type": "string"}, "subject": {"type": "string"},
+            "text": {"type": ["string", "null"]}, "html": {"type": ["string", "null"]},
+            "retry_schedule": {"type": ["array", "null"], "items": {"type": "integer"},
+                               "description": "seconds between attempts; null: the "
+                                              "setting's default (built-in kind)"},
+            "resend_cooldown": {"type": ["integer", "null"]},
+            "dedupe_window": {"type": "integer",
+                              "description": "seconds; 0 = no window"},
+            "active": {"type": "boolean"}, "builtin": {"type": "boolean"},
+            "version": {"type": "integer"}, "priority": {"type": "integer"},
+            "sample_data": {"type": "object"}, "sample_event": {"type": "object"}}}
+KIND_BODY = {"type": "object", "properties": {
+    k: v for k, v in KIND["properties"].items()
+    if k not in ("name", "builtin", "version", "priority")}, "example": KIND_EXAMPLE}
+EVENT = {"type": "object", "required": ["name"], "properties": {
+    "name": {"type": "string"}, "id": {"type": ["string", "integer"]},
+    "at": {"type": "string", "format": "date-time"}},
+    "additionalProperties": True, "description": "what caused the message (at most 64 KB)"}
+MESSAGE = {"type": "object", "required": ["id", "status", "kind", "correlation_id", "flags"],
+           "properties": {
+               "id": {"type": "integer"}, "status": {"type": "string"},
+               "kind": {"type": "string"}, "correlation_id": {"type": "string"},
+               "flags": {"type": "array", "items": {"type": "string"}},
+               "email": {"type": "string"}, "user_id": {"type": "string"},
+               "created_at": {"type": "string"},
+               "send_at": {"type": ["string", "null"], "format": "date-time"},
+               "data": {"type": "object"}, "event": {"anyOf": [EVENT, {"type": "null"}]},
+               "existing": {"type": "boolean"},
+               "existing_because": {"type": ["string", "null"], "enum": [
+                   "idempotency_key", "dedupe_window", "live", None]},
+               "reused": {"type": "boolean"}}}
+MESSAGE_BODY = {"type": "object", "required": ["kind", "user_id", "email"], "properties": {
+    "kind": {"type": "string"}, "user_id": {"type": ["string", "integer"]},
+    "email": {"type": "string"},
+    "data": {"type": "object", "description": "what the template sees as data (≤ 64 KB)"},
+    "event": EVENT,
+    "send_at": {"type": "string", "format": "date-time",
+                "description": "schedule it: not in the past, at most a year ahead"}},
+    "example": {"kind": "onboarding", "user_id": "u-42", "email": "ada@example.com",
+                "data": {"first_name": "Ada", "setup_url": "https://app.example/setup"},
+                "event": {"name": "signup", "id": "evt_9f2", "at": "2026-12-01T09:00:00Z"},
+                "send_at": "2026-12-04T09:00:00Z"}}
+IDEMPOTENCY = [{"name": "Idempotency-Key", "in": "header", "required": False,
+                "schema": {"type": "string", "maxLength": 255},
+                "description": "the same key returns the same message, whatever its state"}]
+PATHS["/kinds"] = {"get": _op("Every transactional kind", 200, {
+    "type": "object", "required": ["kinds"],
+    "properties": {"kinds": {"type": "array", "items": KIND}}})}
+PATHS["/kinds/{name}"] = {
+    "parameters": [{"name": "name", "in": "path", "required": True,
+                    "schema": {"type": "string"}}],
+    "get": _op("One kind", 200, KIND, 404, 422),
+    "put": _also(_op("Create (201) or edit (200) a kind; fields left out keep their value "
+                     "(a new kind's: its class's defaults). Template errors answer 422 with "
+                     "the template and line", 201, KIND, 400, 413, 422, request=KIND_BODY),
+                 200, "edited", KIND)}
+PATHS["/messages"] = {
+    "post": {**_op("Enqueue a message of a kind (202 at once). One message per user, kind "
+                   "and dedupe window: asking again inside it returns that message with "
+                   "existing=true; unknown kind: 404 listing the known kinds", 202, MESSAGE,
+                   400, 404, 409, 413, 422, 503, request=MESSAGE_BODY),
+             "parameters": IDEMPOTENCY},
+    "delete": {**_op("Cancel the user's messages of the kind that are still waiting (the "
+                     "user did the thing); answers how many", 200, {
+                         "type": "object", "required": ["cancelled", "ids", "in_flight"],
+                         "properties": {"kind": {"type": "string"},
+                                        "user_id": {"type": "string"},
+                                        "cancelled": {"type": "integer"},
+                                        "ids": {"type": "array", "items": {"type": "integer"}},
+                                        "in_flight": {"type": "integer"}}}, 404, 422),
+               "parameters": [{"name": n, "in": "query", "required": True,
+                               "schema": {"type": "string"}} for n in ("kind", "user_id")]}}
+PATHS["/messages/resend"] = {"post": _op(
+    "Resend the user's latest message of the kind (429 + Retry-After inside the kind's "
+    "cooldown; a still-waiting one is reused, reused=true)", 202, MESSAGE,
+    400, 404, 409, 422, 429, 503, request={
+        "type": "object", "required": ["kind", "user_id"],
+        "properties": {"kind": {"type": "string"},
+                       "user_id": {"type": ["string", "integer"]}}})}
 
 PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     "required": False, "description": "optional: schedule for a later time instead of now",
-    **_json({"type": "object", "properties": {
-        "at": {"type": "string", "format": "date-time",
+    **_json({"type": "object", "additionalProperties": False, "properties": {
+        "at": {"type": ["string", "null"], "format": "date-time",
                "description": "ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z"}}})}
 PATHS["/openapi.json"] = {"get": {
-    "summary": "This document (public: no token needed)", "security": [],
+    "operationId": "openapi", "summary": "This document (public: no token needed)", "security": [],
     "responses": {"200": {"description": "the OpenAPI document",
                           **_json({"type": "object", "required": ["openapi", "paths"]})}}}}
 
 SCHEMAS: dict[str, Any] = {
+    "Storable": STORABLE,
     "Error": {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["message", "fields"],
         "properties": {"message": {"type": "string"}, "fields": {"type": "object"}}}}},
@@ -162,7 +349,14 @@ SCHEMAS: dict[str, Any] = {
             "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
                            "kind": {"type": "string"}, "email": {"type": "string"},
                            "correlation_id": {"type": "string"},
-                           "attempts": {"type": "array"}}},
+                           "event": {"type": ["object", "null"],
+                                     "description": "what caused it (transactional kinds)"},
+                           "data": {"type": ["object", "null"],
+                                    "description": "what its template saw as data"},
+                           "attempts": {"type": "array"},
+                           "events": {"type": "array", "description":
+                                      "Bounces and complaints reported after acceptance "
+                                      "(source, type, bounce, reason, effect)"}}},
 }
 
 

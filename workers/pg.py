@@ -214,6 +214,7 @@ def engine_conninfo(engine: Engine) -> str:
 _WATCHED: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 _REAPER: list[threading.Thread] = []
 _REAPER_LOCK = threading.Lock()
+_REAPER_WAKE = threading.Event()  # a new engine: recompute how long to sleep
 
 
 def _watch_idle(engine: Engine, idle_timeout: float) -> None:
@@ -226,6 +227,7 @@ def _watch_idle(engine: Engine, idle_timeout: float) -> None:
 
     with _REAPER_LOCK:
         _WATCHED[engine] = idle_timeout
+        _REAPER_WAKE.set()
         if not _REAPER:
             thread = threading.Thread(target=_reap_forever, name="pg-idle-reaper",
                                       daemon=True)
@@ -235,7 +237,8 @@ def _watch_idle(engine: Engine, idle_timeout: float) -> None:
 
 def _reap_forever() -> None:
     while True:
-        time.sleep(min([5.0, *(t / 2 for t in list(_WATCHED.values()))]))
+        _REAPER_WAKE.wait(min([5.0, *(t / 2 for t in list(_WATCHED.values()))]))
+        _REAPER_WAKE.clear()
         for engine, idle_timeout in list(_WATCHED.items()):
             try:
                 reap_idle(engine, idle_timeout)
@@ -330,6 +333,10 @@ _BY_CLASS = {"08": UNREACHABLE, "53": DISK_FULL, "58": UNREACHABLE}
 # from); the server's FATAL message is all there is. These are PostgreSQL's own texts
 # (src/backend) and libpq's for target_session_attrs.
 _BY_CONNECT_MESSAGE = (
+    # First: with several hosts the message lists every host's failure, and "the only
+    # one up is a standby" says more than "the old primary is down".
+    ("session is read-only", READ_ONLY),
+    ("server is in hot standby mode", READ_ONLY),
     ("too many clients already", TOO_MANY_CONNECTIONS),
     ("remaining connection slots are reserved", TOO_MANY_CONNECTIONS),
     ("too many connections for", TOO_MANY_CONNECTIONS),
@@ -338,8 +345,6 @@ _BY_CONNECT_MESSAGE = (
     ("the database system is in recovery mode", SHUTDOWN),
     ("the database system is not yet accepting connections", SHUTDOWN),
     ("terminating connection due to administrator command", SHUTDOWN),
-    ("session is read-only", READ_ONLY),
-    ("server is in hot standby mode", READ_ONLY),
     ("no space left on device", DISK_FULL),
 )
 

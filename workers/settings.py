@@ -27,8 +27,9 @@ class Setting:
 
 SETTINGS: list[Setting] = [
     Setting("DATABASE_URL", None,
-            "PostgreSQL URL (postgresql://user:pass@host:5432/db). Unset: an embedded "
-            "PostgreSQL is started in SENDDOCK_DATA_DIR."),
+            "PostgreSQL URL as libpq reads it (postgresql://user:pass@host:5432/db; with a "
+            "standby: postgresql://user:pass@h1:5432,h2:5432/db?target_session_attrs="
+            "read-write). Unset: an embedded PostgreSQL is started in SENDDOCK_DATA_DIR."),
     Setting("DATA_DIR", "./.senddock",
             "Where the embedded PostgreSQL and the demo keep their files."),
     Setting("SMTP_URL", "smtp://127.0.0.1:2525?tls=none",
@@ -103,6 +104,24 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
+    Setting("DB_WEB_POOL", "4",
+            "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
+            "opens; requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
+            "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
+            "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
+    Setting("DB_DELIVERY_POOL", "3",
+            "Most PostgreSQL connections the delivery threads of one serve/worker process "
+            "share (claim and finish transactions; SMTP runs without one). The liveness "
+            "session, the LISTEN connection and /healthz's check come on top, one each."),
+    Setting("DB_STATEMENT_TIMEOUT", "5",
+            "Seconds a web request's SQL statement may run before it is cancelled and the "
+            "request answered 503 \"the database is busy\" (0 = no limit)."),
+    Setting("DB_LOCK_TIMEOUT", "3",
+            "Seconds a web request waits for a table or row lock before it gives up with a "
+            "503 \"the database is busy\" (0 = no limit)."),
+    Setting("DB_IDLE_TIMEOUT", "60",
+            "Seconds a pooled PostgreSQL connection may sit idle before it is closed and "
+            "its slot handed back to the server (0 = keep them)."),
     Setting("PROXY_FIX", "0",
             "1 behind a reverse proxy that terminates TLS: trust one hop of X-Forwarded-For, "
             "-Proto, -Host and -Port (never enable without such a proxy: clients could "
@@ -180,6 +199,12 @@ def _float(name: str, raw: str) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"SENDDOCK_{name} must be a number, got {raw!r}") from None
+
+
+def _at_least(name: str, value: Any, low: float) -> Any:
+    if value < low:
+        raise ConfigError(f"SENDDOCK_{name} must be at least {low:g}, got {value}")
+    return value
 
 
 def _schedule(name: str, raw: str) -> tuple[int, ...]:
@@ -347,6 +372,11 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
+    db_web_pool: int = 4
+    db_delivery_pool: int = 3
+    db_statement_timeout: float = 5.0
+    db_lock_timeout: float = 3.0
+    db_idle_timeout: float = 60.0
     dns_resolver: str | None = None
     spf_include: str | None = None
     secret_key_generated: bool = False
@@ -434,6 +464,16 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         secure_cookies=secure,
         proxy_fix=req("PROXY_FIX").lower() in {"1", "on", "true", "yes"},
         node=get("NODE"),
+        db_web_pool=_at_least("DB_WEB_POOL", _int("DB_WEB_POOL", req("DB_WEB_POOL")), 1),
+        db_delivery_pool=_at_least("DB_DELIVERY_POOL",
+                                   _int("DB_DELIVERY_POOL", req("DB_DELIVERY_POOL")), 1),
+        db_statement_timeout=_at_least(
+            "DB_STATEMENT_TIMEOUT",
+            _float("DB_STATEMENT_TIMEOUT", req("DB_STATEMENT_TIMEOUT")), 0),
+        db_lock_timeout=_at_least("DB_LOCK_TIMEOUT",
+                                  _float("DB_LOCK_TIMEOUT", req("DB_LOCK_TIMEOUT")), 0),
+        db_idle_timeout=_at_least("DB_IDLE_TIMEOUT",
+                                  _float("DB_IDLE_TIMEOUT", req("DB_IDLE_TIMEOUT")), 0),
         feedback=_feedback(get),
         dns_resolver=get("DNS_RESOLVER"),
         spf_include=get("SPF_INCLUDE"),

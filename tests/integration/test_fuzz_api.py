@@ -38,15 +38,19 @@ HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 
 # --- the document ------------------------------------------------------------------------
 
-def resolve(schema: Any) -> Any:
-    """The schema with every ``#/components/schemas/...`` reference inlined."""
+def resolve(schema: Any, _open: frozenset[str] = frozenset()) -> Any:
+    """The schema with every ``#/components/schemas/...`` reference inlined (a recursive
+    one, such as Storable inside itself, becomes ``{}`` below its first level)."""
     if isinstance(schema, dict):
         ref = schema.get("$ref")
         if isinstance(ref, str):
-            return resolve(DOC["components"]["schemas"][ref.rsplit("/", 1)[1]])
-        return {key: resolve(value) for key, value in schema.items()}
+            name = ref.rsplit("/", 1)[1]
+            if name in _open:
+                return {}
+            return resolve(DOC["components"]["schemas"][name], _open | {name})
+        return {key: resolve(value, _open) for key, value in schema.items()}
     if isinstance(schema, list):
-        return [resolve(item) for item in schema]
+        return [resolve(item, _open) for item in schema]
     return schema
 
 

@@ -169,3 +169,19 @@ def _free_udp_port(host: str) -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+_shared: DnsServer | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_server() -> DnsServer:
+    """The one DNS server of this test process, started on first use (its threads are
+    daemons and end with the process). The ``dns_proc`` fixture is this server, and
+    ``tests.conftest.settings`` points every test's SENDDOCK_DNS_RESOLVER at it, so no
+    test ever asks a public resolver: a zone nobody wrote answers NXDOMAIN at once."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = DnsServer().start()
+        return _shared

@@ -18,8 +18,9 @@ from tests.real import dovecot as _dovecot
 
 @pytest.fixture(scope="session")
 def pg_template() -> Iterator[Path]:
-    """A stopped, initdb'd data dir with a migrated ``senddock`` database (copied per
-    test). Skips when Debian's server binaries are absent or we are not root."""
+    """A stopped, initdb'd data dir with a migrated ``senddock`` database owned by the
+    ordinary role ``senddock`` (copied per test). Skips when Debian's server binaries
+    are absent or we are not root."""
     reason = pgcluster.unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -100,12 +101,9 @@ def dovecot(dovecot_proc: _dovecot.DovecotServer) -> _dovecot.Mailbox:
 
 @pytest.fixture(scope="session")
 def dns_proc() -> Iterator[dns.DnsServer]:
-    """dnslib's server on 127.0.0.1 (UDP and TCP, one free port) for the whole session."""
-    server = dns.DnsServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    """dnslib's server on 127.0.0.1 (UDP and TCP, one free port) for the whole session:
+    the process's shared one (see :func:`tests.real.dns.shared_server`)."""
+    yield dns.shared_server()
 
 
 @pytest.fixture()

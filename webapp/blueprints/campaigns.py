@@ -11,7 +11,7 @@ from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
-from webapp.domain import campaigns, composer, inbox, lists, progress
+from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
 from webapp.nav import can_open
 from webapp.redirects import local_path
@@ -165,7 +165,8 @@ def detail(campaign_id: int) -> str:
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
                            inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
-                           test_email=_test_email())
+                           test_email=_test_email(),
+                           complaint_alarm=config().feedback.complaint_alarm_rate)
 
 
 @bp.get("/<int:campaign_id>/failures")
@@ -263,8 +264,9 @@ def review(campaign_id: int) -> str:
         the_list = lists.get_list(conn, campaign["list_id"])
         warnings = composer.warnings_for(conn, composer.campaign_values(campaign),
                                          campaign["list_id"])
+        deliverability = sending_domains.review_checks(conn, config(), campaign)
     return render_template("campaigns/review.html", c=campaign, audience=audience,
-                           the_list=the_list, warnings=warnings)
+                           the_list=the_list, warnings=warnings, deliverability=deliverability)
 
 
 def _schedule_time() -> datetime | None:

@@ -30,10 +30,11 @@ def check_email(raw: Any) -> str:
 
 
 def _check_list_name(name: str, description: str) -> tuple[str, str]:
-    name = (name or "").strip()
+    raw = name or ""
+    name = raw.strip()
     if not name:
         raise Invalid("a list needs a name", fields={"name": "required"})
-    if len(name) > MAX_NAME:
+    if len(raw) > MAX_NAME:
         raise Invalid("list name too long", fields={"name": f"at most {MAX_NAME} characters"})
     return name, (description or "").strip()[:2000]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,7 +27,7 @@ PAGE_SIZE = 50
 MAX_PASTE = 10_000
 
 
-def _check_reason(reason: str) -> str:
+def check_reason(reason: str) -> str:
     if reason not in SUPPRESSION_REASONS:
         raise Invalid(f"reason must be one of {', '.join(SUPPRESSION_REASONS)}",
                       fields={"reason": "unknown reason"})
@@ -39,7 +39,7 @@ def suppress(conn: Connection, email: str, reason: str, *, job_id: int | None = 
     """Put ``email`` on the list (lower-cased). Returns False, changing nothing, when it is
     already there: the first reason, job and reply are kept."""
     address = check_email(email).lower()
-    _check_reason(reason)
+    check_reason(reason)
     row = conn.execute(sa.text("""
         INSERT INTO suppressions (email, reason, job_id, reply, note, created_by)
         VALUES (:email, :reason, :job_id, :reply, :note, :actor)
@@ -69,25 +69,35 @@ class Page:
     next_cursor: str | None
 
 
+# A page cursor: the last entry's creation time (microseconds since 1970, UTC) and address.
+# One shape for both orders (newest first uses both parts, by address only the address),
+# so any cursor of this shape is a valid place to continue from.
+CURSOR = "^-?[0-9]{1,16}\\|[^\\x00]*$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _cursor(row: dict[str, Any], by_email: bool) -> str:
-    return f"e|{row['email']}" if by_email else f"t|{row['created_at'].isoformat()}|{row['email']}"
+    micros = (row["created_at"] - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}|{row['email']}"
+
+
+def check_cursor(cursor: str | None) -> None:
+    """Refuse (422) a page cursor that :func:`_cursor` cannot have made."""
+    if cursor and not re.search(CURSOR, cursor):
+        raise Invalid("that page link is broken; start again from the first page",
+                      fields={"after": "invalid cursor"})
 
 
 def _after(cursor: str | None, by_email: bool) -> tuple[str, dict[str, Any]]:
-    """The keyset condition for ``cursor`` (made by :func:`_cursor` for the same mode)."""
+    """The keyset condition for ``cursor`` (made by :func:`_cursor`)."""
     if not cursor:
         return "", {}
-    parts = cursor.split("|", 2)
-    try:
-        if by_email and parts[0] == "e" and len(parts) == 2:
-            return " AND s.email ~>~ :after_email", {"after_email": parts[1]}
-        if not by_email and parts[0] == "t" and len(parts) == 3:
-            return (" AND (s.created_at, s.email) < (:after_at, :after_email)",
-                    {"after_at": datetime.fromisoformat(parts[1]), "after_email": parts[2]})
-    except ValueError:
-        pass
-    raise Invalid("that page link is broken; start again from the first page",
-                  fields={"after": "invalid cursor"})
+    check_cursor(cursor)
+    micros, email = cursor.split("|", 1)
+    if by_email:
+        return " AND s.email ~>~ :after_email", {"after_email": email}
+    return (" AND (s.created_at, s.email) < (:after_at, :after_email)",
+            {"after_at": _EPOCH + timedelta(microseconds=int(micros)), "after_email": email})
 
 
 def search(conn: Connection, *, query: str | None = None, reason: str | None = None,
@@ -101,7 +111,7 @@ def search(conn: Connection, *, query: str | None = None, reason: str | None = N
     params: dict[str, Any] = {"limit": limit + 1}
     if reason:
         clauses.append("s.reason = :reason")
-        params["reason"] = _check_reason(reason)
+        params["reason"] = check_reason(reason)
     if by_email:
         clauses.append("s.email LIKE :pattern")
         params["pattern"] = _contains(query)
@@ -133,7 +143,7 @@ def count(conn: Connection, *, query: str | None = None, reason: str | None = No
     clauses, params = [], {}
     if reason:
         clauses.append("reason = :reason")
-        params["reason"] = _check_reason(reason)
+        params["reason"] = check_reason(reason)
     if query:
         clauses.append("email LIKE :pattern")
         params["pattern"] = _contains(query)
@@ -204,7 +214,7 @@ def add_many(conn: Connection, text: str, *, reason: str = "manual", note: str =
     """Suppress every valid address in ``text``. Returns ``added`` (new entries),
     ``already`` (were on the list) and ``errors`` (line, value, error): bad lines are
     reported and the rest are saved (P9)."""
-    _check_reason(reason)
+    check_reason(reason)
     emails, errors = parse_addresses(text)
     if not emails and not errors:
         raise Invalid("paste at least one address", fields={"emails": "required"})

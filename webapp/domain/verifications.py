@@ -20,23 +20,25 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from disposable_email_domains import allowlist, blocklist
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, limits
+from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
-from workers import queue, queue_reads
+from workers import feedback, queue, queue_reads
 from workers.classify import ReplyClass, humanize
+from workers.kinds import load_kind
 from workers.settings import Config
 
 KIND = "verification"
 FLAG_DISPOSABLE = "disposable_domain"
 FLAG_SUPPRESSED = "suppressed"
 MAX_USER_ID = 255
+MIN_INT_USER_ID, MAX_INT_USER_ID = -(2**63), 2**63 - 1
 MAX_URL = 2048
 MAX_IDEMPOTENCY_KEY = 255
 
@@ -55,23 +57,25 @@ def check_user_id(raw: Any) -> str:
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         message = "required" if raw is None else "must be a string or an integer"
         raise Invalid(f"user_id {message}", fields={"user_id": message})
-    text = str(raw).strip()
-    if not text:
+    if isinstance(raw, int) and not MIN_INT_USER_ID <= raw <= MAX_INT_USER_ID:
+        problem = "an integer user_id must fit in 64 bits"
+        raise Invalid(f"user_id: {problem}", fields={"user_id": problem})
+    text = str(raw)
+    if not text.strip():
         raise Invalid("user_id is required", fields={"user_id": "required"})
-    if len(text) > MAX_USER_ID or not text.isprintable():
-        problem = f"at most {MAX_USER_ID} printable characters"
+    if len(text) > MAX_USER_ID or rules.control_character(text):
+        problem = f"at most {MAX_USER_ID} characters, no control characters"
         raise Invalid(f"user_id must be {problem}", fields={"user_id": problem})
-    return text
+    return text.strip()
 
 
 def check_verify_url(raw: Any) -> str:
     """An absolute http(s) URL without spaces, else :class:`Invalid`."""
     if not isinstance(raw, str) or not raw.strip():
         raise Invalid("verify_url is required", fields={"verify_url": "required"})
-    url = raw.strip()
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc \
-            or len(url) > MAX_URL or not url.isprintable() or " " in url:
+    url = raw
+    # The pattern (published in the OpenAPI document) requires the scheme and a host part.
+    if not rules.matches(rules.HTTP_URL, url) or len(url) > MAX_URL:
         problem = f"must be an absolute http:// or https:// URL (at most {MAX_URL} characters)"
         raise Invalid(f"verify_url {problem}", fields={"verify_url": problem})
     return url
@@ -238,6 +242,13 @@ def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref:
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
 
 
+def resend_cooldown(conn: Connection, config: Config) -> int:
+    """The verification kind's resend cooldown: its row's, else SENDDOCK_RESEND_COOLDOWN."""
+    spec = load_kind(conn, KIND)
+    return config.resend_cooldown if spec is None or spec.resend_cooldown is None \
+        else spec.resend_cooldown
+
+
 def resend(conn: Connection, config: Config, user_ref: str, *,
            actor: str) -> tuple[dict[str, Any], bool]:
     """Send the user's verification email again. Returns (job, reused): a job still waiting
@@ -245,7 +256,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
     cooldown, :class:`NotFound` for a user without verification mail, :class:`Conflict` for
     a held job or a suppressed address. Every resend is in the audit log with ``actor``."""
     queue.lock_user(conn, KIND, user_ref)
-    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+    latest = queue.latest_job_for_user(conn, KIND, user_ref, resend_cooldown(conn, config))
     _check_resendable(conn, latest, user_ref)
     assert latest is not None
     if latest["status"] in ("pending", "sending", "retry"):
@@ -309,7 +320,8 @@ def as_json(job: dict[str, Any]) -> dict[str, Any]:
 # --- the support console ---------------------------------------------------------------
 
 def search(conn: Connection, q: str) -> list[dict[str, Any]]:
-    """Users matching ``q`` as an email address (any case), a correlation ID or a user id."""
+    """Users matching ``q`` exactly as an email address (any case), a correlation ID or a
+    user id; failing that, users whose address or user id contains ``q`` (3+ characters)."""
     q = q.strip()
     if not q:
         return []
@@ -317,8 +329,16 @@ def search(conn: Connection, q: str) -> list[dict[str, Any]]:
         correlation_id: str | None = str(uuid.UUID(q))
     except ValueError:
         correlation_id = None
-    return queue_reads.search_users(conn, KIND, email=q if "@" in q else None,
-                              correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
+    exact = queue_reads.search_users(conn, None, email=q if "@" in q else None,
+                                     correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
+    if exact or correlation_id or len(q) < MIN_PARTIAL:
+        return exact
+    # Nothing exact: any address or user id containing what was typed (a prefix too).
+    escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return queue_reads.search_users_like(conn, None, f"%{escaped[:MAX_USER_ID]}%")
+
+
+MIN_PARTIAL = 3  # a trigram search needs three characters
 
 
 @dataclass
@@ -343,16 +363,24 @@ class UserHistory:
     latest_status: str = ""
 
 
-def user_history(conn: Connection, config: Config, user_ref: str) -> UserHistory:
-    """Every verification job of the user with its attempts, explained; :class:`NotFound`
-    when the user has none."""
-    jobs = queue_reads.jobs_for_user(conn, KIND, user_ref)
+def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str = KIND,
+                 cooldown: int | None = None, max_attempts: int | None = None) -> UserHistory:
+    """Every job of the kind (verification unless told) for the user with its attempts,
+    explained; :class:`NotFound` when the user has none. ``cooldown`` and ``max_attempts``
+    are the kind's (default: the settings')."""
+    jobs = queue_reads.jobs_for_user(conn, kind, user_ref)
     if not jobs:
-        raise NotFound(f"no verification emails for user {user_ref}")
-    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+        raise NotFound(f"no {kind} emails for user {user_ref}")
+    cooldown = config.resend_cooldown if cooldown is None else cooldown
+    latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
     attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
-    max_attempts = len(config.retry_schedule[KIND]) + 1
+    # Bounces and complaints reported after acceptance (SPEC 12), shown with the attempts.
+    events = feedback.events_for_jobs(conn, [j["id"] for j in jobs])
+    for job in jobs:
+        job["events"] = events[job["id"]]
+    if max_attempts is None:
+        max_attempts = len(config.retry_schedule[KIND]) + 1
     now = datetime.now(UTC)
     views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),
                      [dict(a, phrase=reply_phrase(a)) for a in attempts[job["id"]]],

@@ -10,13 +10,15 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from werkzeug.wrappers import Response
 
-from webapp.domain.errors import DomainError
+from webapp.domain.errors import DomainError, Invalid
 
 bp = Blueprint("api", __name__)
 
 
-def body() -> dict[str, Any]:
-    """The request's JSON object, or a 400 that says what is wrong with it."""
+def body(*allowed: str) -> dict[str, Any]:
+    """The request's JSON object, or a 400 that says what is wrong with it; with
+    ``allowed``, a field outside it is a 422 naming it (a misspelt field is not silently
+    ignored, and the OpenAPI document's ``additionalProperties: false`` is true)."""
     if not request.data:
         raise DomainError("the request body must be a JSON object")
     if not request.is_json:
@@ -25,6 +27,10 @@ def body() -> dict[str, Any]:
     data = request.get_json()  # bad or too deeply nested JSON: a 400 saying why
     if not isinstance(data, dict):
         raise DomainError("the request body must be a JSON object")
+    unknown = sorted(set(data) - set(allowed)) if allowed else []
+    if unknown:
+        raise Invalid(f"unknown field{'s' if len(unknown) > 1 else ''}: "
+                      f"{', '.join(unknown)}", fields={k: "unknown field" for k in unknown})
     return data
 
 
@@ -50,3 +56,5 @@ def answer(payload: dict[str, Any], status: int = 200) -> Response:
 from webapp.blueprints.api import core  # noqa: E402, F401, I001
 from webapp.blueprints.api import suppressions  # noqa: E402, F401
 from webapp.blueprints.api import verifications  # noqa: E402, F401
+from webapp.blueprints.api import kinds  # noqa: E402, F401
+from webapp.blueprints.api import messages  # noqa: E402, F401

@@ -11,9 +11,9 @@ from werkzeug.wrappers import Response
 from webapp import access
 from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine, role
-from webapp.domain import campaigns, lists
+from webapp.domain import campaigns, lists, messages
 from webapp.domain.errors import Invalid, NotFound
-from workers import queue_reads
+from workers import feedback, queue_reads
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def list_lists() -> Response:
 
 @bp.post("/lists")
 def create_list() -> Response:
-    data = body()
+    data = body("name")
     name = data.get("name")
     if not isinstance(name, str):
         raise Invalid("name is required", fields={"name": "required string"})
@@ -46,7 +46,7 @@ def create_list() -> Response:
 
 @bp.post("/lists/<int:list_id>/subscribers")
 def add_subscribers(list_id: int) -> Response:
-    items = body().get("subscribers")
+    items = body("subscribers").get("subscribers")
     if not isinstance(items, list):
         raise Invalid("subscribers must be a list", fields={"subscribers": "required list"})
     if len(items) > 10_000:
@@ -56,9 +56,12 @@ def add_subscribers(list_id: int) -> Response:
         return answer(lists.add_subscribers(conn, list_id, items))
 
 
+CAMPAIGN_FIELDS = ("name", "list_id", "subject", "text", "html", "from")
+
+
 @bp.post("/campaigns")
 def create_campaign() -> Response:
-    data = body()
+    data = body(*CAMPAIGN_FIELDS)
     with engine().begin() as conn:
         campaign = campaigns.create(conn, data, default_from=config().mail_from,
                                     actor=actor())
@@ -79,7 +82,7 @@ ACTIONS = {"send": campaigns.send, "pause": campaigns.pause, "resume": campaigns
 def campaign_action(campaign_id: int, action: str) -> Response:
     kwargs: dict[str, Any] = {"actor": actor()}
     if action == "send" and request.data:
-        at = body().get("at")
+        at = body("at").get("at")
         if at is not None:
             try:
                 kwargs["at"] = datetime.fromisoformat(str(at))
@@ -113,8 +116,14 @@ def get_job(job_id: int) -> Response:
         if marketer:
             for key in MARKETER_HIDDEN:
                 job.pop(key, None)
+        else:
+            view = messages.as_json(job) if job["kind"] != "broadcast" else {}
+            job["event"], job["data"] = view.get("event"), view.get("data")
         job["attempts_made"] = job.pop("attempts")
         job["attempts"] = queue_reads.job_attempts(conn, job_id)
+        # Bounces and complaints after acceptance (SPEC 12), without their raw source.
+        job["events"] = [{k: v for k, v in e.items() if k not in ("raw", "raw_truncated")}
+                         for e in feedback.events_for_jobs(conn, [job_id])[job_id]]
     return answer(job)
 
 

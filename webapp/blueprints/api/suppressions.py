@@ -24,6 +24,9 @@ def list_suppressions() -> Response:
     """``email`` matches one address exactly, ``q`` the start of addresses, ``reason``
     filters; pages of ``limit`` (≤ 1000) continue from ``after`` (the previous ``next``)."""
     email, reason = request.args.get("email"), request.args.get("reason") or None
+    if reason is not None:
+        suppressions.check_reason(reason)
+    suppressions.check_cursor(request.args.get("after"))
     limit = request.args.get("limit", str(suppressions.PAGE_SIZE))
     if not limit.isdigit() or not 1 <= int(limit) <= 1000:
         raise Invalid("limit must be a whole number from 1 to 1000",
@@ -40,15 +43,18 @@ def list_suppressions() -> Response:
 
 @bp.post("/suppressions")
 def add_suppression() -> Response:
-    data = body()
+    data = body("email", "reason", "note")
     note = data.get("note", "")
+    reason = data.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise Invalid("reason must be a string", fields={"reason": "must be a string"})
     if not isinstance(note, str):
         raise Invalid("note must be a string", fields={"note": "must be a string"})
     with engine().begin() as conn:
         email = data.get("email")
         if not isinstance(email, str) or not email.strip():
             raise Invalid("email is required", fields={"email": "required string"})
-        created = suppressions.suppress(conn, email, str(data.get("reason") or "manual"),
+        created = suppressions.suppress(conn, email, "manual" if reason is None else reason,
                                         note=note, actor=actor())
         row = suppressions.get(conn, email)
     assert row is not None

@@ -12,7 +12,7 @@ from webapp.domain import verifications
 
 @bp.post("/verifications")
 def create_verification() -> Response:
-    req = verifications.parse_request(body())
+    req = verifications.parse_request(body("user_id", "email", "verify_url"))
     key = verifications.check_idempotency_key(request.headers.get("Idempotency-Key"))
     with engine().begin() as conn:
         job, existing = verifications.request(conn, config(), req, idempotency_key=key,
@@ -22,7 +22,7 @@ def create_verification() -> Response:
 
 @bp.post("/verifications/resend")
 def resend_verification() -> Response:
-    user_ref = verifications.check_user_id(body().get("user_id"))
+    user_ref = verifications.check_user_id(body("user_id").get("user_id"))
     with engine().begin() as conn:
         job, reused = verifications.resend(conn, config(), user_ref, actor=actor())
     return answer({**verifications.as_json(job), "reused": reused}, 202)
