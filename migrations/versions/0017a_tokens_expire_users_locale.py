@@ -2,7 +2,7 @@
 any part of an address or user id (a trigram index on transactional jobs).
 
 Revision ID: 0017a
-Revises: 0014
+Revises: 0011
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017a"
-down_revision = "0014"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
