@@ -1,7 +1,7 @@
 """transactional kinds: the kinds table, per-kind dedupe windows, outcome counters
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0017a
 Create Date: 2026-12-01 10:05:00
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0014'
-down_revision = '0011'
+down_revision = '0017a'
 branch_labels = None
 depends_on = None
 
