@@ -12,7 +12,7 @@ import dkim
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import wait_for
+from tests.conftest import Api, wait_for
 from tests.real import opendkim
 from tests.real.dns import DnsServer
 from webapp.domain import campaigns, domain_checks, lists, verifications
@@ -54,7 +54,7 @@ def publish(engine: sa.Engine, dns_server: DnsServer, domain: str) -> list[sd.Ke
 
 def test_every_path_is_signed_and_verifies_through_dns(
         engine: sa.Engine, sink: Any, dns_server: DnsServer,
-        config_for: Callable[..., Config], tmp_path: Path) -> None:
+        config_for: Callable[..., Config], tmp_path: Path, api: Api) -> None:
     keys = publish(engine, dns_server, "example.com")
     assert {k.status for k in keys} == {"active"}
     config = config_for(sink.port)
@@ -73,10 +73,18 @@ def test_every_path_is_signed_and_verifies_through_dns(
         verifications.request(conn, config, verifications.parse_request({
             "user_id": "u1", "email": "new@example.org",
             "verify_url": "https://app.example.com/v?t=1"}), actor="test")
+    # A transactional kind (SPEC 11) through the public API, its subject non-ASCII too.
+    kind = api.client.put("/api/v1/kinds/onboarding", headers=api.headers, json={
+        "class": "lifecycle", "subject": "Día 3, {{ data.first_name }}: términos y más",
+        "text": "Hola {{ data.first_name }}", "sample_data": {"first_name": "Ada"}})
+    assert kind.status_code in (200, 201), kind.get_json()
+    sent = api.post("/messages", {"kind": "onboarding", "user_id": "u-9",
+                                  "email": "ada@example.org", "data": {"first_name": "Añá"}})
+    assert sent.status_code == 202, sent.get_json()
     pool = Pool(engine, config, node="dkim-node")
     pool.start()
     try:
-        wait_for(lambda: len(sink.raw_messages()) == 4, timeout=60, message="4 messages")
+        wait_for(lambda: len(sink.raw_messages()) == 5, timeout=60, message="5 messages")
     finally:
         pool.stop()
     dnsfunc = receiver(dns_server)
@@ -90,6 +98,7 @@ def test_every_path_is_signed_and_verifies_through_dns(
         assert all(b"d=example.com" in s for s in signatures)
         subjects.append(raw)
     assert any(b"List-Unsubscribe-Post" in raw for raw in subjects)
+    assert any(b"Auto-Submitted" in raw for raw in subjects)  # transactional mail
     assert dns_server.asked("sd1._domainkey.example.com", "TXT")
     assert dns_server.asked("ed-sd1._domainkey.example.com", "TXT")
 
