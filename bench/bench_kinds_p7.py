@@ -185,14 +185,18 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             final = counts(engine, broadcast_id)
             with engine.connect() as conn:
                 onboarding_tts = [float(v) for v in conn.execute(sa.text(
-                    "SELECT extract(epoch FROM finished_at - created_at) FROM delivery_jobs "
-                    "WHERE kind = 'onboarding' AND status = 'sent'")).scalars()]
+                    "SELECT extract(epoch FROM finished_at - to_timestamp(:visible)) "
+                    "FROM delivery_jobs WHERE kind = 'onboarding' AND status = 'sent'"),
+                    {"visible": burst_times["end"]}).scalars()]
+                # From the burst's commit (when its rows became visible to the claim) to
+                # the last onboarding message sent: campaign mail sent meanwhile can only be
+                # the batches already claimed at that moment.
                 sent_while_onboarding = conn.execute(sa.text("""
                     SELECT count(*) FROM delivery_jobs WHERE kind = 'broadcast'
-                       AND status = 'sent' AND finished_at BETWEEN
-                           (SELECT min(created_at) FROM delivery_jobs WHERE kind = 'onboarding')
+                       AND status = 'sent' AND finished_at BETWEEN to_timestamp(:visible)
                        AND (SELECT max(finished_at) FROM delivery_jobs
-                             WHERE kind = 'onboarding')""")).scalar_one()
+                             WHERE kind = 'onboarding')"""),
+                    {"visible": burst_times["end"]}).scalar_one()
         finally:
             server.terminate()
             server.wait(60)
@@ -223,7 +227,7 @@ def summarize(run: dict[str, Any], onboarding: int) -> dict[str, Any]:
                                   "max": max(lat_both, default=float("nan"))},
         "api_202_ms_p95": percentile([(r["t_202"] - r["t_request"]) * 1000 for r in behind],
                                      95),
-        "burst_msgs_per_s": onboarding / (burst["end"] - burst["start"]) if burst else 0,
+        "burst_insert_s": burst["end"] - burst["start"] if burst else 0,
         "onboarding_sent": len(tts),
         "onboarding_tts_s": {"p50": percentile(tts, 50), "p95": percentile(tts, 95)},
         "campaign_sent_while_onboarding_drained": run["campaign_sent_while_onboarding_drained"],
@@ -263,10 +267,11 @@ def main() -> None:
     tts = result["onboarding_tts_s"]
     print(table(
         "Classes: the onboarding burst (lifecycle) and the campaign",
-        ["API-path enqueue msgs/s (1 thread)", "onboarding sent",
+        ["burst insert s", "API-path enqueue msgs/s (1 thread)", "onboarding sent",
          "onboarding time to sent p50 / p95 s",
-         "campaign msgs sent while onboarding drained", "left waiting (campaign, onboarding)"],
-        [[f"{result['api_enqueue_per_s']:,.0f}", f"{result['onboarding_sent']:,}",
+         "campaign msgs sent while onboarding waited", "left waiting (campaign, onboarding)"],
+        [[f"{result['burst_insert_s']:.1f}", f"{result['api_enqueue_per_s']:,.0f}",
+          f"{result['onboarding_sent']:,}",
           f"{tts['p50']:.1f} / {tts['p95']:.1f}",
           f"{result['campaign_sent_while_onboarding_drained']:,}",
           f"{result['final']['campaign_waiting']:,}, "
