@@ -4,9 +4,11 @@ ends) and, once translations exist, the UI language."""
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 from flask_login import current_user, login_user
 from werkzeug.wrappers import Response
 
+from webapp import i18n
 from webapp.auth import User
 from webapp.context import actor, engine
 from webapp.domain import users
@@ -42,4 +44,19 @@ def change_password() -> Response | tuple[str, int]:
     # set_password ended every session of this user; this one goes on with the new version.
     login_user(User(fresh))
     flash("Password changed. Your other sessions have ended.", "success")
+    return redirect(url_for("account.index"), 303)
+
+
+@bp.post("/language")
+def change_language() -> Response:
+    chosen = request.form.get("locale") or None
+    try:
+        with engine().begin() as conn:
+            users.set_locale(conn, int(current_user.id), chosen, allowed=i18n.LANGUAGES,
+                             actor=actor())
+    except Invalid as exc:
+        flash(exc.message, "error")
+    else:
+        current_user.locale = chosen
+        flash(_("Language saved."), "success")
     return redirect(url_for("account.index"), 303)
