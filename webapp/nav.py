@@ -14,6 +14,7 @@ ITEMS = [
     ("campaigns.index", "Campaigns"),
     ("lists.index", "Lists"),
     ("support.index", "Support"),
+    ("transactional.index", "Transactional"),
     ("jobs.index", "Jobs"),
     ("inbox.index", "Failed jobs"),
     ("admin.suppressions", "Suppressions"),

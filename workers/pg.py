@@ -192,8 +192,12 @@ def make_engine(info: str, *, process: str, role: str, size: int,
         return connect(info, application_name=name, connect_timeout=connect_timeout,
                        options=options)
 
+    # The URL is never used to connect (the creator does, with libpq's own parsing, so
+    # multi-host URLs work); it names the database, without credentials, so caches keyed
+    # by ``str(engine.url)`` tell databases apart and logs say where we connect.
+    label = sa.URL.create("postgresql+psycopg", database=describe(info))
     engine = sa.create_engine(
-        "postgresql+psycopg://", creator=creator, poolclass=QueuePool,
+        label, creator=creator, poolclass=QueuePool,
         pool_size=max(1, size), max_overflow=0, pool_timeout=checkout_timeout,
         pool_pre_ping=pre_ping, pool_use_lifo=True, pool_recycle=1800)
     engine.info = info  # type: ignore[attr-defined]

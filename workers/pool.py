@@ -359,7 +359,7 @@ class Pool:
             started = datetime.now(UTC)
             result = transport.send(envelope.mail_from, job.email, envelope.message)
             result = self._judge_streak(job, result, aftermath)
-            outcome = outcomes.outcome_for(job, result, self.config.retry_schedule[job.kind],
+            outcome = outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
                                            self.config.retry_jitter, started)
             results.append(outcome)
             aftermath.note(job, result, campaign_sender=envelope.campaign_sender)

@@ -25,6 +25,7 @@ from workers.states import (
     PROBLEM,
     RETRY,
     TERMINAL,
+    WAITING,
     sql_list,
 )
 
@@ -46,6 +47,7 @@ class ClaimedJob:
     suppressed: bool
     name: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0  # from the kind's class at enqueue (workers.states.CLASS_PRIORITY)
 
 
 @dataclass
@@ -187,7 +189,7 @@ WITH due AS (
                                      FROM campaigns c WHERE c.id = j.campaign_id), :domain)
                || '>')
       FROM due WHERE j.id = due.id
-    RETURNING j.id, j.kind, j.email, j.claim_token, j.attempts, j.correlation_id,
+    RETURNING j.id, j.kind, j.priority, j.email, j.claim_token, j.attempts, j.correlation_id,
               j.message_id, j.campaign_id, j.subscriber_id, j.broadcast_id, j.user_ref,
               j.payload,
               EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
@@ -206,7 +208,7 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[C
     """Claim up to ``n`` due jobs for ``worker_id``. No two workers ever get the same job."""
     rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain}).scalar_one()
     jobs = [ClaimedJob(**row) for row in rows]
-    jobs.sort(key=lambda j: (PRIORITY[j.kind], j.id))
+    jobs.sort(key=lambda j: (j.priority, j.id))
     return jobs
 
 
@@ -1065,3 +1067,79 @@ RETURNING id, email, status
 def dismiss_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
     row = conn.execute(_DISMISS, {"id": job_id}).mappings().first()
     return dict(row) if row else None
+
+
+# --- transactional kinds (SPEC 11) -----------------------------------------------------
+# One message of a kind for one user. Its priority comes from the kind's class (the claim
+# serves critical → lifecycle → campaigns), `available_at` is its send_at (scheduled mail
+# waits in the claim index like a retry does), and `dedupe_until` opens the kind's dedupe
+# window: the exclusion constraint delivery_jobs_dedupe_excl lets no two live-or-finished
+# (not cancelled) messages of one (kind, user) have overlapping windows, so two concurrent
+# requests cannot both be sent; the loser inserts nothing (ON CONFLICT DO NOTHING).
+_ENQUEUE_MESSAGE = sa.text("""
+INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key, payload,
+                           flags, requested_by, available_at, dedupe_until)
+VALUES (:kind, :priority, :status, :email, :user_ref, :idempotency_key,
+        CAST(:payload AS jsonb), CAST(:flags AS jsonb), :requested_by,
+        coalesce(CAST(:send_at AS timestamptz), now()),
+        CASE WHEN :dedupe_window > 0 THEN now() + make_interval(secs => :dedupe_window) END)
+ON CONFLICT DO NOTHING
+RETURNING id
+""")
+
+
+def enqueue_message(conn: Connection, *, kind: str, priority: int, email: str,
+                    user_ref: str, payload: str, flags: str = "[]", status: str = "pending",
+                    idempotency_key: str | None = None, requested_by: str | None = None,
+                    send_at: datetime | None = None, dedupe_window: int = 0) -> int | None:
+    """Insert one message of a transactional kind; None when it would break the kind's
+    dedupe window, its Idempotency-Key, or (verification) the one-live-job rule."""
+    row = conn.execute(_ENQUEUE_MESSAGE, {
+        "kind": kind, "priority": priority, "status": status, "email": email,
+        "user_ref": user_ref, "idempotency_key": idempotency_key, "payload": payload,
+        "flags": flags, "requested_by": requested_by, "send_at": send_at,
+        "dedupe_window": dedupe_window}).first()
+    return None if row is None else int(row.id)
+
+
+# The message whose dedupe window is still open for this (kind, user): the same predicate
+# as delivery_jobs_dedupe_excl (a window overlaps one opened now iff it ends after now).
+_DEDUPED_BY = sa.text(f"""
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND dedupe_until > now() AND status <> 'cancelled'
+ ORDER BY created_at DESC, id DESC LIMIT 1
+""")
+
+
+def deduped_by(conn: Connection, kind: str, user_ref: str) -> dict[str, Any] | None:
+    row = conn.execute(_DEDUPED_BY, {"kind": kind, "user_ref": user_ref}).mappings().first()
+    return dict(row) if row else None
+
+
+# Cancel what is still waiting for one (kind, user): pending (scheduled or due), retry and
+# held messages end `cancelled`; a message being sent right now is left to finish. The
+# status guard makes two concurrent cancels cancel each message once.
+_CANCEL_WAITING = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+       last_error_class = 'cancelled'
+ WHERE kind = :kind AND user_ref = :user_ref AND status IN {sql_list(WAITING)}
+RETURNING id
+""")
+
+
+def cancel_waiting(conn: Connection, kind: str, user_ref: str, reason: str) -> list[int]:
+    """Ids of the messages cancelled (oldest first)."""
+    return sorted(int(r.id) for r in conn.execute(_CANCEL_WAITING, {
+        "kind": kind, "user_ref": user_ref, "reason": reason[:500]}))
+
+
+_IN_FLIGHT_FOR_USER = sa.text("""
+SELECT count(*) FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND status = 'sending'
+""")
+
+
+def in_flight_for_user(conn: Connection, kind: str, user_ref: str) -> int:
+    return int(conn.execute(_IN_FLIGHT_FOR_USER, {"kind": kind, "user_ref": user_ref})
+               .scalar_one())

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import free_port, wait_for
-from tests.helpers import make_campaign
-from workers import event_queue, feedback, queue
+from tests.helpers import accepted_campaign, make_campaign
+from workers import event_queue, feedback
 from workers.event_webhooks import EventDeliverer, new_secret
 from workers.pool import Pool
 from workers.reports import Feedback
@@ -90,13 +90,9 @@ def test_down_then_disabled_then_back_delivers_everything(engine: sa.Engine,
     with engine.begin() as conn:
         endpoint = event_queue.create_endpoint(conn, url=receiver.url, secret=secret,
                                                events=list(event_queue.EVENTS))
-    campaign = make_campaign(engine, [f"e{i}@example.com" for i in range(5)])
+    _campaign, jobs = accepted_campaign(engine, [f"e{i}@example.com" for i in range(5)])
+    ids = {email: job["id"] for email, job in jobs.items()}
     with engine.begin() as conn:
-        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now(), "
-                             "message_id = '<' || id || '@x>' WHERE broadcast_id = :b"),
-                     {"b": campaign["broadcast_id"]})
-        ids = dict(conn.execute(sa.text("SELECT email, id FROM delivery_jobs")).all())
         feedback.apply_event(conn, "generic", Feedback("bounce", "e0@example.com", "hard",
                                                        "550 5.1.1 gone"), ids["e0@example.com"],
                              {}, feedback.Thresholds())

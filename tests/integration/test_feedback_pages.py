@@ -11,22 +11,16 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.conftest import Api
-from tests.helpers import Browser, make_campaign
-from workers import event_queue, feedback, queue
+from tests.helpers import Browser, accepted_campaign
+from workers import event_queue, feedback
 from workers.reports import Feedback
 
 T = feedback.Thresholds(complaint_min_sent=1)
 
 
 def sent(engine: sa.Engine, emails: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
-    campaign = make_campaign(engine, emails)
-    with engine.begin() as conn:
-        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now(), "
-                             "message_id = '<' || id || '@x>' WHERE broadcast_id = :b"),
-                     {"b": campaign["broadcast_id"]})
-        ids = dict(conn.execute(sa.text("SELECT email, id FROM delivery_jobs")).all())
-    return campaign, ids
+    campaign, jobs = accepted_campaign(engine, emails)
+    return campaign, {email: job["id"] for email, job in jobs.items()}
 
 
 def test_bounce_shows_on_the_inbox_job_and_the_api(client: Any, engine: sa.Engine,

@@ -20,13 +20,14 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import support
 
     app.register_blueprint(support.bp)
-    from webapp.blueprints import admin, health, inbox, jobs, ops
+    from webapp.blueprints import admin, health, inbox, jobs, ops, transactional
 
     app.register_blueprint(admin.bp)
     app.register_blueprint(inbox.bp)
     app.register_blueprint(jobs.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(ops.bp)
+    app.register_blueprint(transactional.bp)
     from webapp.blueprints import event_webhooks, webhooks
 
     app.register_blueprint(webhooks.bp)
