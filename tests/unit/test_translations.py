@@ -37,17 +37,36 @@ def _templates() -> list[Path]:
 
 
 def _segments(source: str) -> list[tuple[bool, str]]:
-    """The source as (is_literal_text, text) pieces, in order."""
-    out, pos = [], 0
-    for _line, token, value in ENV.lexer.tokeniter(source, "t"):
-        if token == "data":
-            i = source.find(value, pos)
-            if i > pos:
-                out.append((False, source[pos:i]))
-            out.append((True, value))
-            pos = i + len(value)
-    if pos < len(source):
-        out.append((False, source[pos:]))
+    """The source as (is_literal_text, text) pieces: Jinja constructs ({{ }}, {% %}, {# #},
+    quoted strings inside them skipped) and the literal text between them."""
+    out: list[tuple[bool, str]] = []
+    pos, n = 0, len(source)
+    closers = {"{{": "}}", "{%": "%}", "{#": "#}"}
+    while pos < n:
+        starts = [i for i in (source.find(o, pos) for o in closers) if i >= 0]
+        if not starts:
+            out.append((True, source[pos:]))
+            break
+        start = min(starts)
+        if start > pos:
+            out.append((True, source[pos:start]))
+        close = closers[source[start:start + 2]]
+        j, quote = start + 2, ""
+        while j < n:
+            c = source[j]
+            if quote:
+                if c == "\\":
+                    j += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "'\"" and close != "#}":
+                quote = c
+            elif source.startswith(close, j):
+                j += 2
+                break
+            j += 1
+        out.append((False, source[start:j]))
+        pos = j
     return out
 
 
@@ -71,7 +90,7 @@ def _literal_text(source: str) -> list[str]:
             else:
                 j = text.find("<", i)
                 chunk = text[i:] if j < 0 else text[i:j]
-                if LETTER.search(chunk):
+                if LETTER.search(re.sub(r"&#?\w+;", "", chunk)):  # entities are not words
                     found.append(chunk.strip())
                 if j < 0:
                     break
@@ -95,8 +114,8 @@ def _prose_literals(source: str) -> list[str]:
                 or text.startswith(("#", ".", "/")) or "{{" in text or "{%" in text:
             continue
         before = [t[2] for t in tokens[max(0, k - 2):k]]
-        if len(before) == 2 and before[1] == "(" and before[0] in GETTEXT:
-            continue
+        if len(before) == 2 and before[1] == "(" and before[0] in GETTEXT | {"startswith"}:
+            continue  # translated, or compared with data (not shown)
         found.append(text)
     return found
 
@@ -113,7 +132,15 @@ def test_no_template_text_is_left_unwrapped() -> None:
 def _catalog() -> dict[str, str]:
     with (CATALOG / "messages.po").open("rb") as f:
         catalog = read_po(f, locale="es")
-    return {str(m.id): str(m.string) for m in catalog if m.id and "fuzzy" not in m.flags}
+    found: dict[str, str] = {}
+    for m in catalog:
+        if not m.id or "fuzzy" in m.flags:
+            continue
+        ids = m.id if isinstance(m.id, tuple) else (m.id,)
+        strings = m.string if isinstance(m.string, tuple) else (m.string,)
+        for i, one in enumerate(ids):  # a plural: every form must be translated
+            found[str(one)] = "" if not all(strings) else str(strings[min(i, len(strings) - 1)])
+    return found
 
 
 def _marked() -> set[str]:

@@ -30,20 +30,20 @@ def change_password() -> Response | tuple[str, int]:
     with engine().begin() as conn:
         me = users.get_user(conn, int(current_user.id))
         if not users.verify_password(me["password_hash"], current):
-            error = "Your current password is not that one: nothing changed."
+            error = _("Your current password is not that one: nothing changed.")
         elif new != request.form.get("confirm", ""):
-            error = "The new password and its confirmation differ: nothing changed."
+            error = _("The new password and its confirmation differ: nothing changed.")
         else:
             try:
                 users.set_password(conn, me["id"], new, actor=actor())
             except Invalid as exc:
-                error = f"Not changed: {exc.message}."
+                error = _("Not changed: %(why)s.", why=exc.message)
         fresh = users.get_user(conn, me["id"])
     if error:
         return render_template("account/index.html", error=error), 422
     # set_password ended every session of this user; this one goes on with the new version.
     login_user(User(fresh))
-    flash("Password changed. Your other sessions have ended.", "success")
+    flash(_("Password changed. Your other sessions have ended."), "success")
     return redirect(url_for("account.index"), 303)
 
 
