@@ -113,7 +113,8 @@ class Pool:
         scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
         if self.maintenance:
             scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
-            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id)
+            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id,
+                                      self.outage)
         scheduler.start()
         self._scheduler = scheduler
         self._listener = threading.Thread(target=self._listen, name="listen", daemon=True)
@@ -391,7 +392,8 @@ class Pool:
             queue.mark_relay_down(conn, aftermath.relay_down, login=aftermath.login_refused,
                                   fingerprint=self.smtp_fingerprint,
                                   probe_recipient=aftermath.probe_recipient,
-                                  login_interval=config.login_probe_interval)
+                                  login_interval=config.login_probe_interval,
+                                  probe_max=config.relay_probe_max)
             log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
         if aftermath.relay_throttle is not None:
             delay = queue.throttle_relay(conn, aftermath.relay_throttle,
@@ -434,7 +436,8 @@ class Pool:
         interval = self.config.login_probe_interval
         with self.engine.begin() as conn:
             state = queue.relay_status(conn)
-            if state["status"] != "down" or not queue.take_probe_turn(conn, interval):
+            if state["status"] != "down" or not queue.take_probe_turn(
+                    conn, interval, self.config.relay_probe_max):
                 return
         result = transport.probe(self.probe_sender, state.get("probe_recipient"))
         with self.engine.begin() as conn:
@@ -447,7 +450,8 @@ class Pool:
                 queue.mark_relay_down(conn, outcomes.reply_line(result),
                                       login=result.login_refused,
                                       fingerprint=self.smtp_fingerprint,
-                                      login_interval=interval)
+                                      login_interval=interval,
+                                      probe_max=self.config.relay_probe_max)
                 log.warning("relay still unavailable: %s", outcomes.reply_line(result))
 
     def status(self) -> dict[str, Any]:

@@ -78,6 +78,9 @@ SETTINGS: list[Setting] = [
             "Seconds to slow down after successive throttling replies (421, 450 4.7.x 'too "
             "many'...): the whole relay for a relay throttle, one recipient domain for a "
             "domain throttle. No attempt is used."),
+    Setting("RELAY_PROBE_MAX", "60",
+            "Longest wait in seconds between probes of a relay that is down (the probes "
+            "back off 2, 4, 8 ... s up to this)."),
     Setting("LOGIN_PROBE_INTERVAL", "300",
             "After the relay refused our login (535), probe it at most this often in seconds "
             "(a fail2ban jail must never ban us); an admin's Retry now probes at once."),
@@ -357,6 +360,7 @@ class Config:
     smtp_max_age: float
     throttle_backoff: tuple[int, ...]
     login_probe_interval: float
+    relay_probe_max: float
     same_refusal_streak: int
     max_backlog: int
     disposable_policy: str
@@ -448,6 +452,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         smtp_max_age=_float("SMTP_MAX_AGE", req("SMTP_MAX_AGE")),
         throttle_backoff=_schedule("THROTTLE_BACKOFF", req("THROTTLE_BACKOFF")) or (30,),
         login_probe_interval=_float("LOGIN_PROBE_INTERVAL", req("LOGIN_PROBE_INTERVAL")),
+        relay_probe_max=max(1.0, _float("RELAY_PROBE_MAX", req("RELAY_PROBE_MAX"))),
         same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
         disposable_policy=policy,
