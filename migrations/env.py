@@ -19,7 +19,10 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    from webapp.db import make_engine
+
+    engine = make_engine(url, pool_size=1, process="migrate", role="migrations",
+                         idle_timeout=None)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():

@@ -113,3 +113,21 @@ def check_final(engine: sa.Engine, sink: Any, campaign: dict[str, Any],
     assert counts["sent"] == len(received) == len(emails)
     assert sum(counts.values()) == len(emails)
     return received
+
+
+def accepted_campaign(engine: sa.Engine, emails: list[str], *,
+                      domain: str = "example.com") -> tuple[dict[str, Any],
+                                                            dict[str, dict[str, Any]]]:
+    """A campaign whose jobs the relay accepted: enqueued and marked ``sent`` with their
+    Message-IDs (what a report after acceptance is about). Returns the campaign and its
+    jobs by address."""
+    campaign = make_campaign(engine, emails)
+    with engine.begin() as conn:
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        conn.execute(sa.text(f"""
+            UPDATE delivery_jobs SET status = 'sent', finished_at = now(),
+                   message_id = '<' || id || '.' || correlation_id || '@{domain}>'
+             WHERE broadcast_id = :b"""), {"b": campaign["broadcast_id"]})
+        rows = conn.execute(sa.text("SELECT * FROM delivery_jobs WHERE broadcast_id = :b"),
+                            {"b": campaign["broadcast_id"]}).mappings()
+        return campaign, {r["email"]: dict(r) for r in rows}

@@ -68,7 +68,7 @@ def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     )
     if engine is None:
         url = db.resolve_url(config.database_url, config.data_dir)
-        engine = db.make_engine(url, pool_size=max(5, config.workers + 2))
+        engine = db.web_engine(url, config, config.extra.get("process", "web"))
     app.extensions["senddock"] = SendDock(config, engine)
 
     auth.init_app(app)

@@ -27,6 +27,7 @@ PUBLIC: frozenset[str] = frozenset({
 # Blueprint-wide rules: endpoint prefix -> roles. More specific entries in ENDPOINTS win.
 BLUEPRINTS: dict[str, frozenset[str]] = {
     "home": ALL_ROLES,
+    "account": ALL_ROLES,
     "campaigns": MARKETING,
     "lists": MARKETING,
     "support": SUPPORT,
@@ -36,6 +37,8 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "domains": ADMIN,
     "health": ALL_ROLES,
     "ops": ADMIN,
+    "transactional": ADMIN,
+    "event_webhooks": ADMIN,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {
@@ -48,6 +51,9 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     # Marketers reach it, but the view shows them only campaign jobs, without payloads.
     "api.get_job": ALL_ROLES,
     "api.create_verification": SUPPORT, "api.resend_verification": SUPPORT,
+    "api.list_kinds": SUPPORT, "api.get_kind": SUPPORT, "api.put_kind": ADMIN,
+    "api.create_message": SUPPORT, "api.cancel_messages": SUPPORT,
+    "api.resend_message": SUPPORT,
     "api.list_suppressions": ADMIN, "api.add_suppression": ADMIN,
     "api.delete_suppression": ADMIN,
     "ops.metrics": ADMIN,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import signal
 import sys
 import threading
@@ -13,7 +14,14 @@ from typing import Any
 import click
 
 from webapp import db
-from webapp.runtime import delivery_engine, load_config, open_engine, serve_app
+from webapp.runtime import (
+    database_url,
+    delivery_engine,
+    load_config,
+    open_engine,
+    serve_app,
+    wait_for_database,
+)
 from workers.settings import markdown_table, with_table
 
 
@@ -54,8 +62,7 @@ def db_group() -> None:
 def db_upgrade() -> None:
     """Apply the migrations (also done by serve, web, worker and demo at start)."""
     config = load_config()
-    url = db.resolve_url(config.database_url, config.data_dir)
-    db.upgrade(url)
+    wait_for_database(database_url(config), "migrate")
     click.echo("database is up to date")
 
 
@@ -150,9 +157,11 @@ def serve(host: str, port: int, threads: int) -> None:
     from workers.pool import Pool
 
     config = load_config(require_secret=True)
-    engine = open_engine(config)
+    config.extra["process"] = "serve"
+    engine = open_engine(config, process="serve")
+    logging.getLogger("senddock").info("%s", db.budget(config).line("serve"))
     app = create_app(config, engine=engine)
-    pool = Pool(delivery_engine(engine, config), config)
+    pool = Pool(delivery_engine(engine, config, "serve"), config)
     app.extensions["senddock"].pool = pool
     if config.workers:
         pool.start()
@@ -168,7 +177,9 @@ def web(host: str, port: int, threads: int) -> None:
     from webapp import create_app
 
     config = load_config(require_secret=True)
-    engine = open_engine(config)
+    config.extra["process"] = "web"
+    engine = open_engine(config, process="web")
+    logging.getLogger("senddock").info("%s", db.budget(config).line("web"))
     serve_app(create_app(config, engine=engine), host, port, threads)
 
 
@@ -178,7 +189,11 @@ def worker() -> None:
     from workers.pool import Pool
 
     config = load_config(require_secret=True)
-    engine = open_engine(config, pre_ping=False)
+    config.extra["process"] = "worker"
+    web_side = open_engine(config, process="worker")
+    engine = delivery_engine(web_side, config, "worker")
+    web_side.dispose()
+    logging.getLogger("senddock").info("%s", db.budget(config).line("worker"))
     pool = Pool(engine, config)
 
     stop_requested = threading.Event()

@@ -15,6 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from workers import pg
+
 log = logging.getLogger(__name__)
 
 _embedded_lock = threading.Lock()
@@ -73,26 +75,54 @@ def stop_embedded(data_dir: Path) -> bool:
 
 
 def resolve_url(database_url: str | None, data_dir: Path) -> str:
-    """The database URL to use: the configured one, else the embedded server's."""
+    """The connection string to use (libpq's, multi-host URLs included): the configured
+    one, else the embedded server's. A bad URL raises :class:`workers.pg.DatabaseUrlError`
+    (a ``ValueError``) whose one line names SENDDOCK_DATABASE_URL."""
     if database_url:
-        return normalize_url(database_url)
-    return normalize_url(start_embedded(data_dir))
+        return pg.conninfo(database_url)
+    return pg.conninfo(start_embedded(data_dir))
 
 
 def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock",
-                pre_ping: bool = True) -> Engine:
-    """An engine whose connections are checked before use (``pre_ping``), so a restarted
+                pre_ping: bool = True, process: str | None = None, role: str = "web",
+                statement_timeout: float | None = None, lock_timeout: float | None = None,
+                checkout_timeout: float = 30.0, idle_timeout: float | None = 60.0) -> Engine:
+    """An engine of at most ``pool_size`` connections (a hard cap: see
+    :func:`workers.pg.make_engine`), checked before use (``pre_ping``) so a restarted
     PostgreSQL costs a failed request or two, not a process restart. The delivery pool
     turns the check off: it retries database errors itself, and the extra round trip per
-    transaction cost about 10 % of its throughput."""
-    return sa.create_engine(
-        normalize_url(url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=pre_ping,
-        pool_recycle=1800,
-        connect_args={"application_name": app_name, "connect_timeout": 5},
-    )
+    transaction cost about 10 % of its throughput. ``application_name`` is
+    ``senddock-<process>/<role>`` (``process`` defaults to ``app_name``'s)."""
+    if process is None:
+        process = app_name.removeprefix("senddock-").removeprefix("senddock") or "app"
+    return pg.make_engine(pg.conninfo(url), process=process, role=role, size=pool_size,
+                          pre_ping=pre_ping, statement_timeout=statement_timeout,
+                          lock_timeout=lock_timeout, checkout_timeout=checkout_timeout,
+                          idle_timeout=idle_timeout)
+
+
+def budget(config: Any) -> pg.Budget:
+    """This configuration's connection budget (docs/scale-out.md has the formula)."""
+    return pg.Budget(web=config.db_web_pool, delivery=config.db_delivery_pool)
+
+
+def web_engine(url: str, config: Any, process: str) -> Engine:
+    """The web side's engine: DB_WEB_POOL connections with the request timeouts; a
+    request waits for a free connection at most the statement timeout."""
+    return make_engine(url, pool_size=config.db_web_pool, process=process, role="web",
+                       statement_timeout=config.db_statement_timeout or None,
+                       lock_timeout=config.db_lock_timeout or None,
+                       checkout_timeout=config.db_statement_timeout or 30.0,
+                       idle_timeout=config.db_idle_timeout or None)
+
+
+def delivery_engine(url: str, config: Any, process: str) -> Engine:
+    """The delivery pool's engine: DB_DELIVERY_POOL connections for the drain threads,
+    maintenance and the rescuer, plus the one the liveness session holds for good.
+    No request timeouts (claims and finishes must complete), no pre-ping."""
+    return make_engine(url, pool_size=config.db_delivery_pool + 1, process=process,
+                       role="delivery", pre_ping=False,
+                       idle_timeout=config.db_idle_timeout or None)
 
 
 def _is_connection_error(exc: sa.exc.DBAPIError) -> bool:
@@ -112,12 +142,27 @@ def alembic_config(url: str) -> Any:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(resource_dir("migrations")))
-    cfg.attributes["url"] = normalize_url(url)
+    cfg.attributes["url"] = url
     return cfg
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Apply the Alembic migrations up to ``revision``."""
+    """Apply the Alembic migrations up to ``revision`` (any libpq URL, multi-host too)."""
     from alembic import command
 
-    command.upgrade(alembic_config(url), revision)
+    engine = make_engine(url, pool_size=1, process="migrate", role="migrations",
+                         idle_timeout=None)
+    try:
+        with engine.connect() as connection:
+            # Several processes may start at once: one migrates, the others wait.
+            connection.execute(sa.text("SELECT pg_advisory_lock(7361001)"))
+            try:
+                cfg = alembic_config(url)
+                cfg.attributes["connection"] = connection
+                command.upgrade(cfg, revision)
+                connection.commit()
+            finally:
+                connection.execute(sa.text("SELECT pg_advisory_unlock(7361001)"))
+                connection.commit()
+    finally:
+        engine.dispose()

@@ -1,25 +1,36 @@
 """``/metrics``: a Prometheus collector that reads the database at scrape time, so every
 process reports the same numbers (the queue's, not one process's memory).
 
-Families (all gauges: they describe the queue now or over a recent window):
-``senddock_jobs{kind,state}``, ``senddock_oldest_pending_seconds``,
-``senddock_backlog`` / ``senddock_max_backlog``,
-``senddock_attempts_15m{kind,class}`` (sends and failures by class),
-``senddock_retries_15m{kind}``, ``senddock_time_to_sent_seconds{kind}`` (a gauge
-histogram over the last 15 minutes), ``senddock_workers_live``, ``senddock_in_flight``,
-``senddock_relay_up``, ``senddock_alarm{name}``.
+Gauges (the queue now): ``senddock_jobs{kind,state}``, ``senddock_oldest_pending_seconds``,
+``senddock_backlog`` / ``senddock_max_backlog``, ``senddock_workers_live``,
+``senddock_in_flight``, ``senddock_relay_up``, ``senddock_alarm{name}``.
+
+Counters and a histogram (cumulative since the database was created, kept by a trigger in
+the same transaction as each job's change, so they only grow and ``rate()`` works, and
+every process reports the same numbers): ``senddock_messages_total{kind,class,outcome}``
+(terminal outcomes: sent, failed, bounced, skipped, cancelled),
+``senddock_retries_total{kind,class}`` (transient failures retried on the schedule),
+``senddock_time_to_sent_seconds{kind,class}`` (from when a message was due to sent). Per
+kind, so onboarding is never averaged into verification (SPEC 11).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
+import sqlalchemy as sa
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.engine import Connection, Engine
 
 from webapp.domain import health
-from workers import queue, queue_reads
+from workers import event_queue, feedback, queue, queue_reads
+from workers.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
 from workers.settings import Config
 
 
@@ -34,6 +45,7 @@ class QueueCollector(Collector):
             yield from self._attempts(conn)
             yield from self._time_to_sent(conn)
             yield from self._liveness(conn)
+            yield from self._after_acceptance(conn)
 
     def _jobs(self, conn: Connection) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("senddock_jobs", "Delivery jobs by kind and state.",
@@ -51,35 +63,44 @@ class QueueCollector(Collector):
                                 "Backlog above which enqueues are refused (SENDDOCK_MAX_BACKLOG).",
                                 value=self.config.max_backlog)
 
+    def _known_series(self, conn: Connection) -> set[tuple[str, str]]:
+        """(kind, class) of every kind, so a kind shows zeros before its first message."""
+        return {("broadcast", "campaign")} | {(k.name, k.kind_class) for k in all_kinds(conn)}
+
     def _attempts(self, conn: Connection) -> Iterator[Metric]:
-        attempts = GaugeMetricFamily(
-            "senddock_attempts_15m",
-            "Delivery attempts in the last 15 minutes by kind and outcome class "
-            "(sent, hard_bounce, rejected, transient, build).", labels=["kind", "class"])
-        retries = GaugeMetricFamily(
-            "senddock_retries_15m",
-            "Transient failures (retried on the schedule) in the last 15 minutes.",
-            labels=["kind"])
-        window = health.attempts_in_window(conn)
-        for (kind, outcome), n in sorted(window.items()):
-            attempts.add_metric([kind, outcome], n)
-        for kind in sorted({k for k, _ in window}):
-            retries.add_metric([kind], window.get((kind, "transient"), 0))
-        yield attempts
+        messages = CounterMetricFamily(
+            "senddock_messages_total",
+            "Messages that reached an outcome (sent, failed, bounced, skipped, cancelled), "
+            "by kind and class.", labels=["kind", "class", "outcome"])
+        retries = CounterMetricFamily(
+            "senddock_retries_total",
+            "Transient failures retried on the kind's schedule.", labels=["kind", "class"])
+        counts = queue_reads.outcome_counts(conn)
+        series = self._known_series(conn) | {(k, c) for k, c, _ in counts}
+        for kind, kind_class in sorted(series):
+            for outcome in OUTCOMES:
+                messages.add_metric([kind, kind_class, outcome],
+                                    counts.get((kind, kind_class, outcome), 0))
+            retries.add_metric([kind, kind_class], counts.get((kind, kind_class, "retry"), 0))
+        yield messages
         yield retries
 
     def _time_to_sent(self, conn: Connection) -> Iterator[Metric]:
-        family = GaugeHistogramMetricFamily(
+        family = HistogramMetricFamily(
             "senddock_time_to_sent_seconds",
-            "Seconds from enqueue to sent, for jobs sent in the last 15 minutes.",
-            labels=["kind"])
-        bounds = [*map(str, health.TIME_TO_SENT_BOUNDS), "+Inf"]
-        for kind, (counts, total) in sorted(health.time_to_sent(conn).items()):
-            cumulative, buckets = 0, []
-            for le, n in zip(bounds, counts, strict=True):
+            "Seconds from when a message was due (enqueued, or its send_at) to accepted by "
+            "the relay.", labels=["kind", "class"])
+        counts = queue_reads.time_to_sent_counts(conn)
+        bounds = [*map(str, TIME_TO_SENT_BOUNDS), "+Inf"]
+        for key in sorted(self._known_series(conn) | set(counts)):
+            per_bucket = counts.get(key, {})
+            cumulative, buckets, total = 0, [], 0.0
+            for i, le in enumerate(bounds):
+                n, seconds = per_bucket.get(i, (0, 0.0))
                 cumulative += n
+                total += seconds
                 buckets.append((le, cumulative))
-            family.add_metric([kind], buckets, gsum_value=total)
+            family.add_metric(list(key), buckets, sum_value=total)
         yield family
 
     def _liveness(self, conn: Connection) -> Iterator[Metric]:
@@ -98,6 +119,35 @@ class QueueCollector(Collector):
         for name in health.ALARM_NAMES:
             alarm.add_metric([name], 1 if name in raised else 0)
         yield alarm
+
+
+    def _after_acceptance(self, conn: Connection) -> Iterator[Metric]:
+        """SPEC 12: bounce/complaint events by source, type and effect; complaint rate per
+        open campaign; outgoing event-webhook deliveries by state."""
+        events = GaugeMetricFamily("senddock_feedback_events",
+                                   "Bounces and complaints reported after acceptance.",
+                                   labels=["source", "type", "effect"])
+        for row in conn.execute(sa.text("SELECT source, type, effect, count(*) AS n "
+                                        "FROM job_events GROUP BY 1, 2, 3")):
+            events.add_metric([row.source, row.type, row.effect], int(row.n))
+        yield events
+        rate = GaugeMetricFamily("senddock_campaign_complaint_rate",
+                                 "Complaints per delivered message of an open campaign.",
+                                 labels=["campaign_id"])
+        complaints = GaugeMetricFamily("senddock_campaign_complaints",
+                                       "Messages of an open campaign with a complaint.",
+                                       labels=["campaign_id"])
+        for c in feedback.complaint_rates(conn):
+            rate.add_metric([str(c["id"])], c["rate"])
+            complaints.add_metric([str(c["id"])], int(c["complaints"]))
+        yield rate
+        yield complaints
+        deliveries = GaugeMetricFamily("senddock_event_webhook_deliveries",
+                                       "Outgoing event webhook deliveries by state.",
+                                       labels=["state"])
+        for state, n in event_queue.delivery_counts(conn).items():
+            deliveries.add_metric([state], n)
+        yield deliveries
 
 
 def registry_for(engine: Engine, config: Config) -> CollectorRegistry:

@@ -26,7 +26,7 @@ from sqlalchemy import (
     literal_column,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, ExcludeConstraint
 
 from workers import event_queue, states
 from workers.states import sql_list
@@ -62,6 +62,8 @@ users = Table(
     Column("failed_logins", Integer, nullable=False, server_default=text("0")),
     Column("locked_until", DateTime(timezone=True)),
     Column("last_login_at", DateTime(timezone=True)),
+    # The UI language the user chose (None: the browser's Accept-Language decides).
+    Column("locale", Text),
     _now(),
     CheckConstraint(_in("role", ROLES), name="users_role_check"),
     Index("users_email_key", text("lower(email)"), unique=True),
@@ -76,6 +78,8 @@ api_tokens = Table(
     Column("token_hash", Text, nullable=False, unique=True),
     Column("last_used_at", DateTime(timezone=True)),
     Column("revoked_at", DateTime(timezone=True)),
+    # After this the token answers 401 (None: it never expires).
+    Column("expires_at", DateTime(timezone=True)),
     _now(),
 )
 
@@ -203,8 +207,18 @@ delivery_jobs = Table(
     _now(),
     Column("finished_at", DateTime(timezone=True)),
     Column("dismissed_at", DateTime(timezone=True)),
+    # The end of the message's dedupe window (its kind's, from created_at); NULL: none.
+    Column("dedupe_until", DateTime(timezone=True)),
     CheckConstraint(_in("status", JOB_STATUSES), name="delivery_jobs_status_check"),
-    CheckConstraint(_in("kind", JOB_KINDS), name="delivery_jobs_kind_check"),
+    # The engine's own kinds and the admins' (rows of `kinds`, no foreign key: it would
+    # cost the set-based broadcast enqueue a lookup per row).
+    CheckConstraint(f"kind ~ '{states.KIND_NAME}'", name="delivery_jobs_kind_check"),
+    # One message per user, kind and dedupe window (SPEC 11), under any concurrency: no two
+    # not-cancelled messages of one (kind, user) have overlapping windows.
+    ExcludeConstraint(("kind", "="), ("user_ref", "="),
+                      (text("tstzrange(created_at, dedupe_until)"), "&&"),
+                      name="delivery_jobs_dedupe_excl", using="gist",
+                      where=text("dedupe_until IS NOT NULL AND status <> 'cancelled'")),
     # The claim: priority first (verification before campaigns, P7), then due time.
     Index("delivery_jobs_claim_idx", "priority", "available_at", "id",
           postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)}")),
@@ -222,16 +236,27 @@ delivery_jobs = Table(
     # campaign jobs are counted by broadcast_counts.
     Index("delivery_jobs_transactional_idx", "kind", "status",
           postgresql_where=text("kind <> 'broadcast'")),
+    # Support finds users by any part of an address or user id (pg_trgm).
+    Index("delivery_jobs_transactional_search_idx",
+          literal_column("lower((email || ' '::text) || COALESCE(user_ref, ''::text))")
+          .label("search"), postgresql_using="gin",
+          postgresql_ops={"search": "gin_trgm_ops"},
+          postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_email_idx", text("lower(email)"),
           postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_correlation_idx", "correlation_id",
           postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_user_idx", "user_ref", "created_at",
           postgresql_where=text("user_ref IS NOT NULL")),
-    # One live verification job per user and kind (SPEC 4: asking again returns it).
+    # One live verification job per user (SPEC 4: asking again returns it). Other kinds
+    # dedupe by their window (delivery_jobs_dedupe_excl).
     Index("delivery_jobs_one_active_idx", "kind", "user_ref", unique=True,
           postgresql_where=text(
-              f"user_ref IS NOT NULL AND status IN {sql_list(states.ACTIVE)}")),
+              "kind = 'verification' AND user_ref IS NOT NULL AND status IN "
+              f"{sql_list(states.ACTIVE)}")),
+    # The Transactional page: one kind's jobs requested in the last 24 hours.
+    Index("delivery_jobs_kind_created_idx", "kind", "created_at",
+          postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
           postgresql_where=text("idempotency_key IS NOT NULL")),
     Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
@@ -384,6 +409,63 @@ audit_log = Table(
     Index("audit_log_at_idx", "at"),
     Index("audit_log_action_idx", "action", "at"),
     Index("audit_log_target_idx", "target", "id"),
+)
+
+# Transactional kinds (SPEC 11): the built-in `verification` and the admins' own kinds.
+# A kind's class fixes the priority of its jobs at enqueue (workers.kinds.CLASS_PRIORITY).
+# NULL retry_schedule / resend_cooldown: the settings' defaults (the built-in kind only).
+kinds = Table(
+    "kinds", metadata,
+    Column("name", Text, primary_key=True),
+    Column("class", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("subject", Text, nullable=False),
+    Column("text_body", Text),
+    Column("html_body", Text),
+    Column("retry_schedule", ARRAY(Integer)),
+    Column("resend_cooldown", Integer),
+    Column("dedupe_window", Integer, nullable=False, server_default=text("0")),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("builtin", Boolean, nullable=False, server_default=text("false")),
+    # Bumped by every edit; jobs carry the version they were enqueued with, so a worker
+    # never renders them with an older template.
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("sample_data", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("sample_event", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("updated_by", Text),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(f"name ~ '{states.KIND_NAME}'", name="kinds_name_check"),
+    CheckConstraint("class IN ('critical', 'lifecycle')", name="kinds_class_check"),
+    CheckConstraint("text_body IS NOT NULL OR html_body IS NOT NULL", name="kinds_body_check"),
+    CheckConstraint("dedupe_window >= 0", name="kinds_dedupe_window_check"),
+)
+
+# Cumulative outcome counters for /metrics, kept by a statement-level trigger on
+# delivery_jobs status changes (migration 0014), slotted like broadcast_counts.
+job_outcome_counts = Table(
+    "job_outcome_counts", metadata,
+    Column("kind", Text, nullable=False),
+    Column("class", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("kind", "class", "outcome", "slot"),
+    postgresql_with={"fillfactor": "50"},
+)
+
+# The cumulative time-to-sent histogram: jobs per bucket of TIME_TO_SENT_BOUNDS and their
+# summed seconds, kept by the same trigger.
+time_to_sent_counts = Table(
+    "time_to_sent_counts", metadata,
+    Column("kind", Text, nullable=False),
+    Column("class", Text, nullable=False),
+    Column("bucket", SmallInteger, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    Column("seconds", Float, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("kind", "class", "bucket", "slot"),
+    postgresql_with={"fillfactor": "50"},
 )
 
 

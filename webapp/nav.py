@@ -14,11 +14,13 @@ ITEMS = [
     ("campaigns.index", "Campaigns"),
     ("lists.index", "Lists"),
     ("support.index", "Support"),
+    ("transactional.index", "Transactional"),
     ("jobs.index", "Jobs"),
     ("inbox.index", "Failed jobs"),
     ("admin.suppressions", "Suppressions"),
     ("domains.index", "Sending domains"),
     ("health.index", "Queue health"),
+    ("event_webhooks.index", "Event webhooks"),
     ("admin.audit", "Audit log"),
     ("admin.users", "Users & tokens"),
 ]

@@ -228,6 +228,100 @@ PATHS: dict[str, Any] = {
         400, 404, 409, 422, 429, 503, request=_request(["user_id"], {"user_id": USER_ID})))},
 }
 
+KIND_EXAMPLE = {
+    "class": "lifecycle", "description": "Day-3 onboarding reminder",
+    "subject": "{{ data.first_name }}, your workspace is waiting",
+    "text": "Hi {{ data.first_name }},\nyou signed up on {{ event.at }}: finish setting up at "
+            "{{ data.setup_url }}\n",
+    "html": "<p>Hi {{ data.first_name }}, <a href=\"{{ data.setup_url }}\">finish setting "
+            "up</a>.</p>",
+    "retry_schedule": [300, 1800, 7200], "resend_cooldown": 3600, "dedupe_window": 86400,
+    "sample_data": {"first_name": "Ada", "setup_url": "https://app.example/setup"}}
+KIND: dict[str, Any] = {"type": "object",
+                        "required": ["name", "class", "subject", "active", "version"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$"},
+            "class": {"type": "string", "enum": ["critical", "lifecycle"]},
+            "description": {"type": "string"}, "subject": {"type": "string"},
+            "text": {"type": ["string", "null"]}, "html": {"type": ["string", "null"]},
+            "retry_schedule": {"type": ["array", "null"], "items": {"type": "integer"},
+                               "description": "seconds between attempts; null: the "
+                                              "setting's default (built-in kind)"},
+            "resend_cooldown": {"type": ["integer", "null"]},
+            "dedupe_window": {"type": "integer",
+                              "description": "seconds; 0 = no window"},
+            "active": {"type": "boolean"}, "builtin": {"type": "boolean"},
+            "version": {"type": "integer"}, "priority": {"type": "integer"},
+            "sample_data": {"type": "object"}, "sample_event": {"type": "object"}}}
+KIND_BODY = {"type": "object", "properties": {
+    k: v for k, v in KIND["properties"].items()
+    if k not in ("name", "builtin", "version", "priority")}, "example": KIND_EXAMPLE}
+EVENT = {"type": "object", "required": ["name"], "properties": {
+    "name": {"type": "string"}, "id": {"type": ["string", "integer"]},
+    "at": {"type": "string", "format": "date-time"}},
+    "additionalProperties": True, "description": "what caused the message (at most 64 KB)"}
+MESSAGE = {"type": "object", "required": ["id", "status", "kind", "correlation_id", "flags"],
+           "properties": {
+               "id": {"type": "integer"}, "status": {"type": "string"},
+               "kind": {"type": "string"}, "correlation_id": {"type": "string"},
+               "flags": {"type": "array", "items": {"type": "string"}},
+               "email": {"type": "string"}, "user_id": {"type": "string"},
+               "created_at": {"type": "string"},
+               "send_at": {"type": ["string", "null"], "format": "date-time"},
+               "data": {"type": "object"}, "event": {"anyOf": [EVENT, {"type": "null"}]},
+               "existing": {"type": "boolean"},
+               "existing_because": {"type": ["string", "null"], "enum": [
+                   "idempotency_key", "dedupe_window", "live", None]},
+               "reused": {"type": "boolean"}}}
+MESSAGE_BODY = {"type": "object", "required": ["kind", "user_id", "email"], "properties": {
+    "kind": {"type": "string"}, "user_id": {"type": ["string", "integer"]},
+    "email": {"type": "string"},
+    "data": {"type": "object", "description": "what the template sees as data (≤ 64 KB)"},
+    "event": EVENT,
+    "send_at": {"type": "string", "format": "date-time",
+                "description": "schedule it: not in the past, at most a year ahead"}},
+    "example": {"kind": "onboarding", "user_id": "u-42", "email": "ada@example.com",
+                "data": {"first_name": "Ada", "setup_url": "https://app.example/setup"},
+                "event": {"name": "signup", "id": "evt_9f2", "at": "2026-12-01T09:00:00Z"},
+                "send_at": "2026-12-04T09:00:00Z"}}
+IDEMPOTENCY = [{"name": "Idempotency-Key", "in": "header", "required": False,
+                "schema": {"type": "string", "maxLength": 255},
+                "description": "the same key returns the same message, whatever its state"}]
+PATHS["/kinds"] = {"get": _op("Every transactional kind", 200, {
+    "type": "object", "required": ["kinds"],
+    "properties": {"kinds": {"type": "array", "items": KIND}}})}
+PATHS["/kinds/{name}"] = {
+    "parameters": [{"name": "name", "in": "path", "required": True,
+                    "schema": {"type": "string"}}],
+    "get": _op("One kind", 200, KIND, 404, 422),
+    "put": _also(_op("Create (201) or edit (200) a kind; fields left out keep their value "
+                     "(a new kind's: its class's defaults). Template errors answer 422 with "
+                     "the template and line", 201, KIND, 400, 413, 422, request=KIND_BODY),
+                 200, "edited", KIND)}
+PATHS["/messages"] = {
+    "post": {**_op("Enqueue a message of a kind (202 at once). One message per user, kind "
+                   "and dedupe window: asking again inside it returns that message with "
+                   "existing=true; unknown kind: 404 listing the known kinds", 202, MESSAGE,
+                   400, 404, 409, 413, 422, 503, request=MESSAGE_BODY),
+             "parameters": IDEMPOTENCY},
+    "delete": {**_op("Cancel the user's messages of the kind that are still waiting (the "
+                     "user did the thing); answers how many", 200, {
+                         "type": "object", "required": ["cancelled", "ids", "in_flight"],
+                         "properties": {"kind": {"type": "string"},
+                                        "user_id": {"type": "string"},
+                                        "cancelled": {"type": "integer"},
+                                        "ids": {"type": "array", "items": {"type": "integer"}},
+                                        "in_flight": {"type": "integer"}}}, 404, 422),
+               "parameters": [{"name": n, "in": "query", "required": True,
+                               "schema": {"type": "string"}} for n in ("kind", "user_id")]}}
+PATHS["/messages/resend"] = {"post": _op(
+    "Resend the user's latest message of the kind (429 + Retry-After inside the kind's "
+    "cooldown; a still-waiting one is reused, reused=true)", 202, MESSAGE,
+    400, 404, 409, 422, 429, 503, request={
+        "type": "object", "required": ["kind", "user_id"],
+        "properties": {"kind": {"type": "string"},
+                       "user_id": {"type": ["string", "integer"]}}})}
+
 PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     "required": False, "description": "optional: schedule for a later time instead of now",
     **_json({"type": "object", "additionalProperties": False, "properties": {
@@ -255,7 +349,14 @@ SCHEMAS: dict[str, Any] = {
             "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
                            "kind": {"type": "string"}, "email": {"type": "string"},
                            "correlation_id": {"type": "string"},
-                           "attempts": {"type": "array"}}},
+                           "event": {"type": ["object", "null"],
+                                     "description": "what caused it (transactional kinds)"},
+                           "data": {"type": ["object", "null"],
+                                    "description": "what its template saw as data"},
+                           "attempts": {"type": "array"},
+                           "events": {"type": "array", "description":
+                                      "Bounces and complaints reported after acceptance "
+                                      "(source, type, bounce, reason, effect)"}}},
 }
 
 

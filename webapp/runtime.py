@@ -29,23 +29,63 @@ def load_config(require_secret: bool = False) -> Config:
     return config
 
 
-def open_engine(config: Config, migrate: bool = True, pre_ping: bool = True) -> Any:
-    """The web side's engine (migrating the schema first unless told not to)."""
+def database_url(config: Config) -> str:
+    """The libpq connection string; a bad SENDDOCK_DATABASE_URL is a one-line error."""
     try:
-        url = db.resolve_url(config.database_url, config.data_dir)
+        return db.resolve_url(config.database_url, config.data_dir)
     except ValueError as exc:
-        raise click.ClickException(f"SENDDOCK_DATABASE_URL: {exc}") from None
-    if migrate:
-        db.upgrade(url)
-    return db.make_engine(url, pool_size=max(5, config.workers + 3), pre_ping=pre_ping)
+        raise click.ClickException(str(exc)) from None
 
 
-def delivery_engine(web_engine: Any, config: Config) -> Any:
-    """The delivery pool's own engine (no pre-ping; sized for its threads), so a busy pool
-    never takes the web side's connections."""
-    url = web_engine.url.render_as_string(hide_password=False)
-    return db.make_engine(url, pool_size=config.workers + 3, pre_ping=False,
-                          app_name="senddock-worker")
+def wait_for_database(url: str, process: str, migrate: bool = True) -> None:
+    """Return once the database answers (and, with ``migrate``, the schema is migrated).
+    While it is down, full or out of connections: one log line per change of state, a
+    retry with backoff, never a traceback. Ctrl-C / SIGTERM ends the wait."""
+    import threading
+
+    from workers import pg
+
+    outage = pg.Outage(f"{process} starting", logging.getLogger("senddock"))
+
+    def attempt() -> None:
+        if migrate:
+            db.upgrade(url)
+        else:
+            with pg.connect(url, application_name=pg.application_name(process, "startup")):
+                pass
+
+    stopping = threading.Event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+        pg.wait_until(attempt, outage, stopping, what="waiting for the database")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopping.is_set():
+        raise SystemExit(0)
+
+
+def open_engine(config: Config, migrate: bool = True, pre_ping: bool = True,
+                process: str = "cli") -> Any:
+    """The web side's engine (DB_WEB_POOL connections with the request timeouts), once
+    the database answers and the schema is migrated (unless told not to)."""
+    url = database_url(config)
+    wait_for_database(url, process, migrate)
+    return db.web_engine(url, config, process)
+
+
+def delivery_engine(web_engine: Any, config: Config, process: str = "serve") -> Any:
+    """The delivery pool's own engine (DB_DELIVERY_POOL + the liveness session; no
+    pre-ping), so a busy pool never takes the web side's connections."""
+    from workers import pg
+
+    return db.delivery_engine(pg.engine_conninfo(web_engine), config, process)
 
 
 def serve_app(app: Any, host: str, port: int, threads: int, pool: Any = None) -> None:

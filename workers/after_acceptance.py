@@ -20,6 +20,7 @@ from workers.settings import Config
 
 log = logging.getLogger("senddock.worker")
 
+RECEIPT_DAYS = 30
 DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, psycopg.OperationalError)
 
 
@@ -61,6 +62,19 @@ def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str) -> 
             log.warning("event webhooks: database unreachable: %s", str(exc).splitlines()[0])
 
     scheduler.add_job(deliver_events, "interval", seconds=1, id="event-webhooks")
+
+    def forget_old_receipts() -> None:
+        # A replayed signed request older than SENDDOCK_WEBHOOK_MAX_AGE is refused as stale
+        # anyway, and provider event ids stay unique in job_events: receipts can go after
+        # RECEIPT_DAYS (a bounce-mailbox message is moved long before that).
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DELETE FROM feedback_receipts WHERE received_at < "
+                                     "now() - make_interval(days => :d)"), {"d": RECEIPT_DAYS})
+        except DB_ERRORS as exc:
+            log.warning("receipt cleanup: database unreachable: %s", str(exc).splitlines()[0])
+
+    scheduler.add_job(forget_old_receipts, "interval", seconds=3600, id="receipt-cleanup")
     mailbox = poller(engine, config)
     if mailbox is None:
         return

@@ -17,12 +17,20 @@ from sqlalchemy.engine import Engine
 
 from workers.dkim import KeyRing, from_domain
 from workers.html_text import html_to_text
+from workers.kinds import KindCatalog, UnknownKind, message_context
 from workers.links import bounce_address, unsubscribe_url
-from workers.message import CampaignTemplate, build_mime, compile_campaign, list_id
+from workers.message import (
+    CampaignTemplate,
+    TemplateError,
+    build_mime,
+    compile_campaign,
+    list_id,
+)
 from workers.queue import ClaimedJob
 from workers.settings import Config
 
-# The built-in messages (verification), shipped inside the engine package.
+# The built-in verification message as shipped (migration 0014 seeded the `verification`
+# kind with it; a test keeps the two equal). Transactional mail renders from `kinds`.
 MAIL_TEMPLATES = resources.files("workers") / "mail_templates"
 
 
@@ -53,12 +61,13 @@ def domain_of(address: str) -> str:
     return addr.rsplit("@", 1)[-1] if "@" in addr else "senddock.local"
 
 
-def _verification_template() -> CampaignTemplate:
+def builtin_verification() -> tuple[str, str, str]:
+    """(subject, text, html) of the built-in verification message as shipped."""
     def read(name: str) -> str:
         return (MAIL_TEMPLATES / name).read_text(encoding="utf-8")
 
-    return compile_campaign(read("verification_subject.txt").strip(),
-                            read("verification.txt"), read("verification.html"))
+    return (read("verification_subject.txt").strip(), read("verification.txt"),
+            read("verification.html"))
 
 
 def recipient_context(*, email: str, name: str, attributes: dict[str, Any],
@@ -82,7 +91,7 @@ class Composer:
         self.config = config
         self._campaigns: dict[int, PreparedCampaign] = {}
         self._lock = threading.Lock()
-        self._verification = _verification_template()
+        self.kinds = KindCatalog(engine)
         self.keys = KeyRing(engine, config.secret_key)
 
     def campaign(self, campaign_id: int) -> PreparedCampaign:
@@ -106,11 +115,16 @@ class Composer:
         """The envelope sender and message bytes for ``job``, DKIM-signed with the From
         domain's active keys (every kind goes through here). Raises
         ``workers.message.TemplateError`` if a template cannot render for this recipient."""
-        if job.kind == "verification":
-            envelope = self._build_verification(job)
-        else:
+        if job.kind == "broadcast" or (job.kind == "test" and "kind" not in job.payload):
             envelope = self._build_campaign(job)
+        else:
+            envelope = self._build_kind(job)
         return self._signed(envelope)
+
+    def retry_schedule(self, kind: str) -> tuple[int, ...]:
+        """The delays between attempts for ``kind``: the kind's own (SPEC 11), else the
+        settings' (campaigns, tests, and the built-in kind unless an admin set one)."""
+        return self.kinds.retry_schedule(kind, self.config.retry_schedule)
 
     def _signed(self, envelope: Envelope) -> Envelope:
         domain = from_domain(envelope.message)
@@ -165,14 +179,25 @@ class Composer:
         sender = self._envelope_from(job, from_addr)
         return Envelope(sender, message, campaign_sender=sender == from_addr)
 
-    def _build_verification(self, job: ClaimedJob) -> Envelope:
-        context = {"email": job.email, "verify_url": job.payload.get("verify_url", ""),
-                   "user_id": job.user_ref, "subscriber": {"email": job.email}}
-        rendered = self._verification.render(context)
+    def _build_kind(self, job: ClaimedJob) -> Envelope:
+        """A transactional kind's message (or its test send): the kind's templates, at
+        least as new as the version the job was enqueued with, seeing its data and event."""
+        name = str(job.payload.get("kind")) if job.kind == "test" else job.kind
+        version = job.payload.get("kind_version")
+        try:
+            prepared = self.kinds.get(name, int(version) if version is not None else None)
+        except UnknownKind:
+            raise TemplateError("kind", None, f"there is no kind {name!r}") from None
+        rendered = prepared.template.render(message_context(
+            email=job.email, user_ref=job.user_ref, kind=name, payload=job.payload))
+        subject = f"[Test] {rendered.subject}" if job.kind == "test" else rendered.subject
         headers = self._headers(job)
         headers["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies to it
+        text = rendered.text
+        if text is None and rendered.html is not None:
+            text = html_to_text(rendered.html)  # no HTML-only mail (spam filters score it)
         message = build_mime(from_addr=self.config.mail_from, to_addr=job.email,
-                             subject=rendered.subject, text=rendered.text, html=rendered.html,
+                             subject=subject, text=text, html=rendered.html,
                              message_id=job.message_id, headers=headers)
         return Envelope(self._envelope_from(job, self.config.mail_from), message)
 

@@ -281,7 +281,7 @@ def check_complaint_rate(conn: Connection, broadcast_id: int,
     rate = complaint_rate(int(row["complaints"]), delivered)
     if delivered < thresholds.complaint_min_sent or rate < thresholds.complaint_pause:
         return None
-    reason = (f"paused: complaint rate {rate:.2%} ({row['complaints']} of {delivered} "
+    reason = (f"the complaint rate {rate:.2%} ({row['complaints']} of {delivered} "
               f"delivered) reached the {thresholds.complaint_pause:.2%} limit")
     paused = conn.execute(_PAUSE_FOR_COMPLAINTS, {"broadcast_id": broadcast_id,
                                                   "reason": reason}).first()
@@ -316,7 +316,8 @@ def complaint_rates(conn: Connection) -> list[dict[str, Any]]:
 # --- reading ------------------------------------------------------------------------------
 
 _EVENTS_FOR_JOBS = sa.text("""
-SELECT id, job_id, source, type, bounce, email, reason, status, event_id, effect, created_at
+SELECT id, job_id, source, type, bounce, email, reason, status, event_id, effect, created_at,
+       left(raw, 20000) AS raw, length(raw) > 20000 AS raw_truncated
   FROM job_events WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, created_at, id
 """)
 

@@ -192,8 +192,12 @@ def make_engine(info: str, *, process: str, role: str, size: int,
         return connect(info, application_name=name, connect_timeout=connect_timeout,
                        options=options)
 
+    # The URL is never used to connect (the creator does, with libpq's own parsing, so
+    # multi-host URLs work); it names the database, without credentials, so caches keyed
+    # by ``str(engine.url)`` tell databases apart and logs say where we connect.
+    label = sa.URL.create("postgresql+psycopg", database=describe(info))
     engine = sa.create_engine(
-        "postgresql+psycopg://", creator=creator, poolclass=QueuePool,
+        label, creator=creator, poolclass=QueuePool,
         pool_size=max(1, size), max_overflow=0, pool_timeout=checkout_timeout,
         pool_pre_ping=pre_ping, pool_use_lifo=True, pool_recycle=1800)
     engine.info = info  # type: ignore[attr-defined]
@@ -214,6 +218,7 @@ def engine_conninfo(engine: Engine) -> str:
 _WATCHED: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 _REAPER: list[threading.Thread] = []
 _REAPER_LOCK = threading.Lock()
+_REAPER_WAKE = threading.Event()  # a new engine: recompute how long to sleep
 
 
 def _watch_idle(engine: Engine, idle_timeout: float) -> None:
@@ -226,6 +231,7 @@ def _watch_idle(engine: Engine, idle_timeout: float) -> None:
 
     with _REAPER_LOCK:
         _WATCHED[engine] = idle_timeout
+        _REAPER_WAKE.set()
         if not _REAPER:
             thread = threading.Thread(target=_reap_forever, name="pg-idle-reaper",
                                       daemon=True)
@@ -235,7 +241,8 @@ def _watch_idle(engine: Engine, idle_timeout: float) -> None:
 
 def _reap_forever() -> None:
     while True:
-        time.sleep(min([5.0, *(t / 2 for t in list(_WATCHED.values()))]))
+        _REAPER_WAKE.wait(min([5.0, *(t / 2 for t in list(_WATCHED.values()))]))
+        _REAPER_WAKE.clear()
         for engine, idle_timeout in list(_WATCHED.items()):
             try:
                 reap_idle(engine, idle_timeout)
@@ -330,6 +337,10 @@ _BY_CLASS = {"08": UNREACHABLE, "53": DISK_FULL, "58": UNREACHABLE}
 # from); the server's FATAL message is all there is. These are PostgreSQL's own texts
 # (src/backend) and libpq's for target_session_attrs.
 _BY_CONNECT_MESSAGE = (
+    # First: with several hosts the message lists every host's failure, and "the only
+    # one up is a standby" says more than "the old primary is down".
+    ("session is read-only", READ_ONLY),
+    ("server is in hot standby mode", READ_ONLY),
     ("too many clients already", TOO_MANY_CONNECTIONS),
     ("remaining connection slots are reserved", TOO_MANY_CONNECTIONS),
     ("too many connections for", TOO_MANY_CONNECTIONS),
@@ -338,8 +349,6 @@ _BY_CONNECT_MESSAGE = (
     ("the database system is in recovery mode", SHUTDOWN),
     ("the database system is not yet accepting connections", SHUTDOWN),
     ("terminating connection due to administrator command", SHUTDOWN),
-    ("session is read-only", READ_ONLY),
-    ("server is in hot standby mode", READ_ONLY),
     ("no space left on device", DISK_FULL),
 )
 

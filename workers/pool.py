@@ -33,7 +33,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
-from workers import after_acceptance, outcomes, queue
+from workers import after_acceptance, outcomes, pg, queue
 from workers.classify import RefusalStreak, ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
@@ -42,7 +42,8 @@ from workers.smtp import SendResult, SmtpTransport, parse_smtp_url
 
 log = logging.getLogger("senddock.worker")
 
-DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, psycopg.OperationalError)
+DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError,
+             psycopg.OperationalError)
 
 
 class Pool:
@@ -74,16 +75,31 @@ class Pool:
         self.probe_sender = config.feedback.bounce_address or parseaddr(config.mail_from)[1]
         self._holding: set[int] = set()  # ids of the jobs claimed and not yet finished
         self._holding_lock = threading.Lock()
+        self.process = str(config.extra.get("process", "worker"))
+        # One line when the database becomes unusable, one when it is back (workers.pg).
+        self.outage = pg.Outage(f"delivery {self.worker_id}", log)
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Register, take the liveness lock, run the startup hook, start the loops."""
-        self._connect_liveness(register=True)
-        with self.engine.begin() as conn:
-            if queue.note_smtp_url(conn, self.smtp_fingerprint):
-                log.info("the relay was marked down with a different SMTP URL: probing at once")
-        taken = self._rescue()
+        """Register, take the liveness lock, run the startup hook, start the loops. While
+        the database is down, full or out of connections, wait and retry (one log line per
+        change of state, see :func:`workers.pg.wait_until`); a stop() ends the wait."""
+
+        def register_and_rescue() -> dict[str, int]:
+            with self._live_lock:
+                if self._live is None:
+                    self._connect_liveness(register=True)
+            with self.engine.begin() as conn:
+                if queue.note_smtp_url(conn, self.smtp_fingerprint):
+                    log.info("the relay was marked down with a different SMTP URL: "
+                             "probing at once")
+            return self._rescue()
+
+        taken = pg.wait_until(register_and_rescue, self.outage, self.stopping,
+                              what="delivery is starting")
+        if taken is None:
+            return
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
                  self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
         scheduler = BackgroundScheduler(
@@ -140,6 +156,8 @@ class Pool:
 
     def _connect_liveness(self, register: bool = False) -> None:
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(sa.text("SELECT set_config('application_name', :name, false)"),
+                     {"name": pg.application_name(self.process, "liveness")})
         if register:
             queue.register_worker(conn, worker_id=self.worker_id, lock_key=self.lock_key,
                                   node=self.node, hostname=socket.gethostname(),
@@ -163,9 +181,9 @@ class Pool:
                 lost = queue.release_lost_claims(self._live, self.worker_id, holding)
                 if lost:
                     log.warning("put back %d job(s) whose claim reply was lost", lost)
+                self.outage.ok()
             except DB_ERRORS as exc:
-                log.warning("heartbeat failed (database unreachable?): %s",
-                            str(exc).splitlines()[0])
+                self.outage.failed(exc, retrying="heartbeat retries")
                 if self._live is not None:
                     self._live.invalidate()
                     self._live.close()
@@ -198,7 +216,7 @@ class Pool:
         try:
             self._rescue(startup=False)
         except DB_ERRORS as exc:
-            log.warning("rescuer: database unreachable: %s", str(exc).splitlines()[0])
+            self.outage.failed(exc)
 
     # --- maintenance -------------------------------------------------------------------
 
@@ -215,8 +233,9 @@ class Pool:
             with self.engine.begin() as conn:
                 for campaign_id in queue.complete_finished_campaigns(conn):
                     log.info("campaign %d finished", campaign_id)
+            self.outage.ok()
         except DB_ERRORS as exc:
-            log.warning("maintenance: database unreachable: %s", str(exc).splitlines()[0])
+            self.outage.failed(exc)
 
     def _broadcasts_to_enqueue(self) -> list[int]:
         with self.engine.connect() as conn:
@@ -225,11 +244,12 @@ class Pool:
     # --- wake-ups ----------------------------------------------------------------------
 
     def _listen(self) -> None:
-        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        info = pg.engine_conninfo(self.engine)  # the same URL, multi-host included
+        name = pg.application_name(self.process, "listener")
         backoff = 0.5
         while not self.stopping.is_set():
             try:
-                with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+                with pg.connect(info, application_name=name, autocommit=True) as conn:
                     conn.execute("LISTEN senddock_jobs")
                     if backoff > 0.5:
                         log.info("listening for new jobs again")
@@ -268,8 +288,7 @@ class Pool:
                     if not worked:
                         self._idle(1.0)
                 except DB_ERRORS as exc:
-                    log.warning("database unreachable, retrying in %.1fs: %s", backoff,
-                                str(exc).splitlines()[0])
+                    self.outage.failed(exc, retrying="delivery retries")
                     self.stopping.wait(backoff)
                     backoff = min(backoff * 2, 30)
                 except Exception:
@@ -340,7 +359,7 @@ class Pool:
             started = datetime.now(UTC)
             result = transport.send(envelope.mail_from, job.email, envelope.message)
             result = self._judge_streak(job, result, aftermath)
-            outcome = outcomes.outcome_for(job, result, self.config.retry_schedule[job.kind],
+            outcome = outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
                                            self.config.retry_jitter, started)
             results.append(outcome)
             aftermath.note(job, result, campaign_sender=envelope.campaign_sender)
@@ -372,7 +391,8 @@ class Pool:
             queue.mark_relay_down(conn, aftermath.relay_down, login=aftermath.login_refused,
                                   fingerprint=self.smtp_fingerprint,
                                   probe_recipient=aftermath.probe_recipient,
-                                  login_interval=config.login_probe_interval)
+                                  login_interval=config.login_probe_interval,
+                                  probe_max=config.relay_probe_max)
             log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
         if aftermath.relay_throttle is not None:
             delay = queue.throttle_relay(conn, aftermath.relay_throttle,
@@ -406,8 +426,8 @@ class Pool:
                         log.error("giving up marking %d job(s): database unreachable; they "
                                   "will be taken back after restart", len(results))
                         return
-                log.warning("could not record %d outcome(s), retrying in %.1fs: %s",
-                            len(results), backoff, str(exc).splitlines()[0])
+                self.outage.failed(exc, retrying=f"recording {len(results)} outcome(s) "
+                                   "retries")
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10)
 
@@ -415,7 +435,8 @@ class Pool:
         interval = self.config.login_probe_interval
         with self.engine.begin() as conn:
             state = queue.relay_status(conn)
-            if state["status"] != "down" or not queue.take_probe_turn(conn, interval):
+            if state["status"] != "down" or not queue.take_probe_turn(
+                    conn, interval, self.config.relay_probe_max):
                 return
         result = transport.probe(self.probe_sender, state.get("probe_recipient"))
         with self.engine.begin() as conn:
@@ -428,7 +449,8 @@ class Pool:
                 queue.mark_relay_down(conn, outcomes.reply_line(result),
                                       login=result.login_refused,
                                       fingerprint=self.smtp_fingerprint,
-                                      login_interval=interval)
+                                      login_interval=interval,
+                                      probe_max=self.config.relay_probe_max)
                 log.warning("relay still unavailable: %s", outcomes.reply_line(result))
 
     def status(self) -> dict[str, Any]:

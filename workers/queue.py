@@ -25,6 +25,7 @@ from workers.states import (
     PROBLEM,
     RETRY,
     TERMINAL,
+    WAITING,
     sql_list,
 )
 
@@ -46,6 +47,7 @@ class ClaimedJob:
     suppressed: bool
     name: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0  # from the kind's class at enqueue (workers.states.CLASS_PRIORITY)
 
 
 @dataclass
@@ -187,7 +189,7 @@ WITH due AS (
                                      FROM campaigns c WHERE c.id = j.campaign_id), :domain)
                || '>')
       FROM due WHERE j.id = due.id
-    RETURNING j.id, j.kind, j.email, j.claim_token, j.attempts, j.correlation_id,
+    RETURNING j.id, j.kind, j.priority, j.email, j.claim_token, j.attempts, j.correlation_id,
               j.message_id, j.campaign_id, j.subscriber_id, j.broadcast_id, j.user_ref,
               j.payload,
               EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
@@ -206,7 +208,7 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str) -> list[C
     """Claim up to ``n`` due jobs for ``worker_id``. No two workers ever get the same job."""
     rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain}).scalar_one()
     jobs = [ClaimedJob(**row) for row in rows]
-    jobs.sort(key=lambda j: (PRIORITY[j.kind], j.id))
+    jobs.sort(key=lambda j: (j.priority, j.id))
     return jobs
 
 
@@ -385,9 +387,9 @@ def mark_worker_stopped(conn: Connection, worker_id: str) -> None:
 # --- relay state (P6) ------------------------------------------------------------------
 
 # Pause all delivery (every process: the claim reads this row) and probe with backoff:
-# 2, 4, ... 60 s; after a refused login no more often than :login_interval (SPEC 10: a
-# fail2ban jail must never ban us). The refused URL's fingerprint is kept, so a process
-# started with a different one probes at once (note_smtp_url).
+# 2, 4, ... s up to :probe_max (SENDDOCK_RELAY_PROBE_MAX); after a refused login no more
+# often than :login_interval (SPEC 10: a fail2ban jail must never ban us). The refused
+# URL's fingerprint is kept, so a process started with a different one probes at once.
 _RELAY_DOWN = sa.text("""
 UPDATE relay_state
    SET status = 'down', since = CASE WHEN status = 'down' THEN since ELSE now() END,
@@ -396,7 +398,7 @@ UPDATE relay_state
        probe_recipient = coalesce(:probe_recipient, probe_recipient),
        next_probe_at = now() + make_interval(secs => CASE WHEN :reason = 'login'
            THEN :login_interval
-           ELSE least(60, power(2, least(failures, 6))::int) END),
+           ELSE least(:probe_max, power(2, least(failures, 10))) END),
        updated_at = now()
  WHERE id = 1
 """)
@@ -404,13 +406,14 @@ UPDATE relay_state
 
 def mark_relay_down(conn: Connection, error: str, *, login: bool = False,
                     fingerprint: str | None = None, probe_recipient: str | None = None,
-                    login_interval: float = 300) -> None:
+                    login_interval: float = 300, probe_max: float = 60) -> None:
     """Pause all delivery and probe with backoff (``login``: the relay refused our
     credentials -- probed at most every ``login_interval`` seconds). ``probe_recipient``:
     the probe also asks RCPT for this address (a refusal reported only at RCPT)."""
     conn.execute(_RELAY_DOWN, {"error": error[:1000], "reason": "login" if login else None,
                                "fingerprint": fingerprint, "probe_recipient": probe_recipient,
-                               "login_interval": float(login_interval)})
+                               "login_interval": float(login_interval),
+                               "probe_max": float(probe_max)})
 
 
 def mark_relay_ok(conn: Connection) -> bool:
@@ -426,15 +429,16 @@ def mark_relay_ok(conn: Connection) -> bool:
 _TAKE_PROBE = sa.text("""
 UPDATE relay_state
    SET next_probe_at = now() + make_interval(secs => CASE WHEN reason = 'login'
-           THEN :login_interval ELSE least(60, power(2, least(failures, 6))::int) END)
+           THEN :login_interval ELSE least(:probe_max, power(2, least(failures, 10))) END)
  WHERE id = 1 AND status = 'down' AND (next_probe_at IS NULL OR next_probe_at <= now())
 RETURNING id
 """)
 
 
-def take_probe_turn(conn: Connection, login_interval: float = 300) -> bool:
-    return conn.execute(_TAKE_PROBE, {"login_interval": float(login_interval)}).first() \
-        is not None
+def take_probe_turn(conn: Connection, login_interval: float = 300,
+                    probe_max: float = 60) -> bool:
+    return conn.execute(_TAKE_PROBE, {"login_interval": float(login_interval),
+                                      "probe_max": float(probe_max)}).first() is not None
 
 
 def probe_now(conn: Connection) -> bool:
@@ -1065,3 +1069,79 @@ RETURNING id, email, status
 def dismiss_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
     row = conn.execute(_DISMISS, {"id": job_id}).mappings().first()
     return dict(row) if row else None
+
+
+# --- transactional kinds (SPEC 11) -----------------------------------------------------
+# One message of a kind for one user. Its priority comes from the kind's class (the claim
+# serves critical → lifecycle → campaigns), `available_at` is its send_at (scheduled mail
+# waits in the claim index like a retry does), and `dedupe_until` opens the kind's dedupe
+# window: the exclusion constraint delivery_jobs_dedupe_excl lets no two live-or-finished
+# (not cancelled) messages of one (kind, user) have overlapping windows, so two concurrent
+# requests cannot both be sent; the loser inserts nothing (ON CONFLICT DO NOTHING).
+_ENQUEUE_MESSAGE = sa.text("""
+INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key, payload,
+                           flags, requested_by, available_at, dedupe_until)
+VALUES (:kind, :priority, :status, :email, :user_ref, :idempotency_key,
+        CAST(:payload AS jsonb), CAST(:flags AS jsonb), :requested_by,
+        coalesce(CAST(:send_at AS timestamptz), now()),
+        CASE WHEN :dedupe_window > 0 THEN now() + make_interval(secs => :dedupe_window) END)
+ON CONFLICT DO NOTHING
+RETURNING id
+""")
+
+
+def enqueue_message(conn: Connection, *, kind: str, priority: int, email: str,
+                    user_ref: str, payload: str, flags: str = "[]", status: str = "pending",
+                    idempotency_key: str | None = None, requested_by: str | None = None,
+                    send_at: datetime | None = None, dedupe_window: int = 0) -> int | None:
+    """Insert one message of a transactional kind; None when it would break the kind's
+    dedupe window, its Idempotency-Key, or (verification) the one-live-job rule."""
+    row = conn.execute(_ENQUEUE_MESSAGE, {
+        "kind": kind, "priority": priority, "status": status, "email": email,
+        "user_ref": user_ref, "idempotency_key": idempotency_key, "payload": payload,
+        "flags": flags, "requested_by": requested_by, "send_at": send_at,
+        "dedupe_window": dedupe_window}).first()
+    return None if row is None else int(row.id)
+
+
+# The message whose dedupe window is still open for this (kind, user): the same predicate
+# as delivery_jobs_dedupe_excl (a window overlaps one opened now iff it ends after now).
+_DEDUPED_BY = sa.text(f"""
+SELECT {JOB_COLUMNS} FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND dedupe_until > now() AND status <> 'cancelled'
+ ORDER BY created_at DESC, id DESC LIMIT 1
+""")
+
+
+def deduped_by(conn: Connection, kind: str, user_ref: str) -> dict[str, Any] | None:
+    row = conn.execute(_DEDUPED_BY, {"kind": kind, "user_ref": user_ref}).mappings().first()
+    return dict(row) if row else None
+
+
+# Cancel what is still waiting for one (kind, user): pending (scheduled or due), retry and
+# held messages end `cancelled`; a message being sent right now is left to finish. The
+# status guard makes two concurrent cancels cancel each message once.
+_CANCEL_WAITING = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+       last_error_class = 'cancelled'
+ WHERE kind = :kind AND user_ref = :user_ref AND status IN {sql_list(WAITING)}
+RETURNING id
+""")
+
+
+def cancel_waiting(conn: Connection, kind: str, user_ref: str, reason: str) -> list[int]:
+    """Ids of the messages cancelled (oldest first)."""
+    return sorted(int(r.id) for r in conn.execute(_CANCEL_WAITING, {
+        "kind": kind, "user_ref": user_ref, "reason": reason[:500]}))
+
+
+_IN_FLIGHT_FOR_USER = sa.text("""
+SELECT count(*) FROM delivery_jobs
+ WHERE kind = :kind AND user_ref = :user_ref AND status = 'sending'
+""")
+
+
+def in_flight_for_user(conn: Connection, kind: str, user_ref: str) -> int:
+    return int(conn.execute(_IN_FLIGHT_FOR_USER, {"kind": kind, "user_ref": user_ref})
+               .scalar_one())

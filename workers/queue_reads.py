@@ -16,7 +16,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from workers.queue import JOB_COLUMNS, ProblemFilter
-from workers.states import CLAIMABLE, KINDS, PRIORITY, PROBLEM, STATES, sql_list
+from workers.states import (
+    ACTIVE,
+    CLAIMABLE,
+    CLASS_PRIORITY,
+    KINDS,
+    PRIORITY,
+    PROBLEM,
+    STATES,
+    sql_list,
+)
 
 # --- reading jobs ----------------------------------------------------------------------
 
@@ -69,35 +78,78 @@ def attempts_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, lis
 # Users whose jobs match an address (case-insensitive), a correlation ID or a user id, each
 # with their newest job. Each arm has its own index (email, correlation, user), so the
 # search stays an index lookup however large the table grows.
-_SEARCH_USERS = sa.text("""
+_SEARCH_USERS = """
 WITH hits AS (
     SELECT DISTINCT user_ref FROM delivery_jobs
-     WHERE kind = :kind AND user_ref IS NOT NULL
+     WHERE {kind} AND user_ref IS NOT NULL
        AND (lower(email) = lower(CAST(:email AS text))
             OR correlation_id = CAST(:correlation_id AS uuid)
             OR user_ref = CAST(:user_ref AS text))
      LIMIT :limit
 )
-SELECT h.user_ref, last.email, last.status, last.created_at,
+SELECT h.user_ref, last.email, last.status, last.created_at, last.kind AS last_kind,
        (SELECT count(*) FROM delivery_jobs c
-         WHERE c.kind = :kind AND c.user_ref = h.user_ref) AS jobs
+         WHERE {c_kind} AND c.user_ref = h.user_ref) AS jobs
   FROM hits h
  CROSS JOIN LATERAL (
-    SELECT j.email, j.status, j.created_at FROM delivery_jobs j
-     WHERE j.kind = :kind AND j.user_ref = h.user_ref
+    SELECT j.email, j.status, j.created_at, j.kind FROM delivery_jobs j
+     WHERE {j_kind} AND j.user_ref = h.user_ref
      ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
  ORDER BY last.created_at DESC
-""")
+"""
+# One kind, or every transactional kind (the support page shows them all, SPEC 11).
+_SEARCH_ONE_KIND = sa.text(_SEARCH_USERS.format(kind="kind = :kind", c_kind="c.kind = :kind",
+                                                j_kind="j.kind = :kind"))
+_SEARCH_ALL_KINDS = sa.text(_SEARCH_USERS.format(
+    kind="kind NOT IN ('broadcast', 'test')", c_kind="c.kind NOT IN ('broadcast', 'test')",
+    j_kind="j.kind NOT IN ('broadcast', 'test')"))
 
 
-def search_users(conn: Connection, kind: str, *, email: str | None = None,
+def search_users(conn: Connection, kind: str | None, *, email: str | None = None,
                  correlation_id: str | None = None, user_ref: str | None = None,
                  limit: int = 50) -> list[dict[str, Any]]:
-    """Users (``user_ref``) with a ``kind`` job matching any of the given keys; None keys
-    match nothing. ``correlation_id`` must be a valid UUID or None."""
-    rows = conn.execute(_SEARCH_USERS, {"kind": kind, "email": email,
-                                        "correlation_id": correlation_id,
-                                        "user_ref": user_ref, "limit": limit})
+    """Users (``user_ref``) with a ``kind`` job (None: of any transactional kind) matching
+    any of the given keys; None keys match nothing. ``correlation_id`` must be a valid
+    UUID or None."""
+    rows = conn.execute(_SEARCH_ONE_KIND if kind else _SEARCH_ALL_KINDS, {
+        "kind": kind, "email": email, "correlation_id": correlation_id,
+        "user_ref": user_ref, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+# Users whose transactional jobs' address or user id contains `pattern` (a LIKE pattern),
+# through the trigram index delivery_jobs_transactional_search_idx (the expression and the
+# predicate repeat the index's), each with their newest job.
+_SEARCH_USERS_LIKE = """
+WITH hits AS (
+    SELECT DISTINCT user_ref FROM delivery_jobs
+     WHERE kind <> 'broadcast' AND {kind} AND user_ref IS NOT NULL
+       AND lower(email || ' ' || coalesce(user_ref, '')) LIKE :pattern
+     LIMIT :limit
+)
+SELECT h.user_ref, last.email, last.status, last.created_at, last.kind AS last_kind,
+       (SELECT count(*) FROM delivery_jobs c
+         WHERE {c_kind} AND c.user_ref = h.user_ref) AS jobs
+  FROM hits h
+ CROSS JOIN LATERAL (
+    SELECT j.email, j.status, j.created_at, j.kind FROM delivery_jobs j
+     WHERE {j_kind} AND j.user_ref = h.user_ref
+     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
+ ORDER BY last.created_at DESC
+"""
+_LIKE_ONE_KIND = sa.text(_SEARCH_USERS_LIKE.format(
+    kind="kind = :kind", c_kind="c.kind = :kind", j_kind="j.kind = :kind"))
+_LIKE_ALL_KINDS = sa.text(_SEARCH_USERS_LIKE.format(
+    kind="kind <> 'test'", c_kind="c.kind NOT IN ('broadcast', 'test')",
+    j_kind="j.kind NOT IN ('broadcast', 'test')"))
+
+
+def search_users_like(conn: Connection, kind: str | None, pattern: str,
+                      limit: int = 50) -> list[dict[str, Any]]:
+    """Users with a ``kind`` job (None: of any transactional kind) whose lower-cased
+    "email user_id" matches the LIKE ``pattern`` (the caller escapes it)."""
+    rows = conn.execute(_LIKE_ONE_KIND if kind else _LIKE_ALL_KINDS, {
+        "kind": kind, "pattern": pattern, "limit": limit})
     return [dict(r) for r in rows.mappings()]
 
 
@@ -189,7 +241,8 @@ SELECT extract(epoch FROM now() - min(t.available_at)) FROM unnest(CAST(:priorit
 
 def oldest_due_age(conn: Connection) -> float:
     """Seconds the oldest due (pending or retry) job has been waiting; 0 when none is."""
-    value = conn.execute(_OLDEST_DUE, {"priorities": sorted(set(PRIORITY.values()))}).scalar()
+    value = conn.execute(_OLDEST_DUE, {"priorities": sorted(set(CLASS_PRIORITY.values()))}
+                         ).scalar()
     return max(0.0, float(value or 0))
 
 
@@ -314,6 +367,84 @@ def retry_due(conn: Connection, broadcast_id: int) -> tuple[datetime | None, dat
     row = conn.execute(_RETRY_DUE, {"broadcast_id": broadcast_id,
                                     "priority": PRIORITY["broadcast"]}).one()
     return row.next_at, row.last_at
+
+
+# --- transactional kinds (SPEC 11) -----------------------------------------------------
+
+# Cumulative outcomes per kind and class (senddock_messages_total, senddock_retries_total):
+# the trigger-kept slots of job_outcome_counts summed; a few dozen rows however many jobs.
+_OUTCOME_COUNTS = sa.text("""
+SELECT kind, class AS class_, outcome, sum(n)::bigint AS n FROM job_outcome_counts
+ GROUP BY kind, class, outcome
+""")
+
+
+def outcome_counts(conn: Connection) -> dict[tuple[str, str, str], int]:
+    """{(kind, class, outcome): n} since the database was created; outcome is a terminal
+    status or ``retry``. Only ever grows."""
+    return {(r.kind, r.class_, r.outcome): int(r.n) for r in conn.execute(_OUTCOME_COUNTS)}
+
+
+# The cumulative time-to-sent histogram: jobs and seconds per bucket, kind and class.
+_TIME_TO_SENT_COUNTS = sa.text("""
+SELECT kind, class AS class_, bucket, sum(n)::bigint AS n, sum(seconds)::float8 AS seconds
+  FROM time_to_sent_counts GROUP BY kind, class, bucket
+""")
+
+
+def time_to_sent_counts(conn: Connection) -> dict[tuple[str, str], dict[int, tuple[int,
+                                                                                  float]]]:
+    """{(kind, class): {bucket: (jobs, seconds)}}; bucket i holds the jobs whose time to
+    sent was above bound i-1 and at most bound i (the last: above every bound)."""
+    result: dict[tuple[str, str], dict[int, tuple[int, float]]] = {}
+    for r in conn.execute(_TIME_TO_SENT_COUNTS):
+        result.setdefault((r.kind, r.class_), {})[int(r.bucket)] = (int(r.n), float(r.seconds))
+    return result
+
+
+# What the Transactional page shows per kind over the last 24 hours, from
+# delivery_jobs_kind_created_idx: requested, sent, failed, waiting, retries (transient
+# failures retried), and time to sent (from when the message was due) p50/p95.
+_KIND_STATS = sa.text(f"""
+SELECT kind, count(*) AS requested,
+       count(*) FILTER (WHERE status = 'sent') AS sent,
+       count(*) FILTER (WHERE status IN {sql_list(PROBLEM)}) AS failed,
+       count(*) FILTER (WHERE status IN {sql_list(ACTIVE)}) AS waiting,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       coalesce(sum(CASE WHEN status = 'retry' THEN attempts
+                         ELSE greatest(attempts - 1, 0) END), 0)::bigint AS retries,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds) AS p95
+  FROM (SELECT kind, status, attempts,
+               CASE WHEN status = 'sent' THEN extract(epoch FROM finished_at - greatest(
+                   created_at, CAST(payload ->> 'send_at' AS timestamptz))) END AS seconds
+          FROM delivery_jobs
+         WHERE kind <> 'broadcast' AND kind = ANY(CAST(:kinds AS text[]))
+           AND created_at >= now() - make_interval(secs => :window)) j
+ GROUP BY kind
+""")
+
+
+def kind_stats(conn: Connection, kinds: Sequence[str],
+               window: float = 86400) -> dict[str, dict[str, Any]]:
+    """Per kind, over jobs requested in the last ``window`` seconds (zeros for none)."""
+    empty = {"requested": 0, "sent": 0, "failed": 0, "waiting": 0, "cancelled": 0,
+             "retries": 0, "p50": None, "p95": None}
+    result = {k: dict(empty) for k in kinds}
+    for row in conn.execute(_KIND_STATS, {"kinds": list(kinds), "window": window}).mappings():
+        result[row["kind"]] = {k: row[k] for k in empty}
+    return result
+
+
+# The kinds a user has mail of (support): one probe of delivery_jobs_user_idx.
+_KINDS_FOR_USER = sa.text("""
+SELECT DISTINCT kind FROM delivery_jobs
+ WHERE user_ref = :user_ref AND kind NOT IN ('broadcast', 'test') ORDER BY kind
+""")
+
+
+def kinds_for_user(conn: Connection, user_ref: str) -> list[str]:
+    return list(conn.execute(_KINDS_FOR_USER, {"user_ref": user_ref}).scalars())
 
 
 # --- the jobs browser (admins) ---------------------------------------------------------

@@ -27,8 +27,9 @@ class Setting:
 
 SETTINGS: list[Setting] = [
     Setting("DATABASE_URL", None,
-            "PostgreSQL URL (postgresql://user:pass@host:5432/db). Unset: an embedded "
-            "PostgreSQL is started in SENDDOCK_DATA_DIR."),
+            "PostgreSQL URL as libpq reads it (postgresql://user:pass@host:5432/db; with a "
+            "standby: postgresql://user:pass@h1:5432,h2:5432/db?target_session_attrs="
+            "read-write). Unset: an embedded PostgreSQL is started in SENDDOCK_DATA_DIR."),
     Setting("DATA_DIR", "./.senddock",
             "Where the embedded PostgreSQL and the demo keep their files."),
     Setting("SMTP_URL", "smtp://127.0.0.1:2525?tls=none",
@@ -77,6 +78,9 @@ SETTINGS: list[Setting] = [
             "Seconds to slow down after successive throttling replies (421, 450 4.7.x 'too "
             "many'...): the whole relay for a relay throttle, one recipient domain for a "
             "domain throttle. No attempt is used."),
+    Setting("RELAY_PROBE_MAX", "60",
+            "Longest wait in seconds between probes of a relay that is down (the probes "
+            "back off 2, 4, 8 ... s up to this)."),
     Setting("LOGIN_PROBE_INTERVAL", "300",
             "After the relay refused our login (535), probe it at most this often in seconds "
             "(a fail2ban jail must never ban us); an admin's Retry now probes at once."),
@@ -100,6 +104,24 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
+    Setting("DB_WEB_POOL", "4",
+            "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
+            "opens; requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
+            "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
+            "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
+    Setting("DB_DELIVERY_POOL", "3",
+            "Most PostgreSQL connections the delivery threads of one serve/worker process "
+            "share (claim and finish transactions; SMTP runs without one). The liveness "
+            "session, the LISTEN connection and /healthz's check come on top, one each."),
+    Setting("DB_STATEMENT_TIMEOUT", "5",
+            "Seconds a web request's SQL statement may run before it is cancelled and the "
+            "request answered 503 \"the database is busy\" (0 = no limit)."),
+    Setting("DB_LOCK_TIMEOUT", "3",
+            "Seconds a web request waits for a table or row lock before it gives up with a "
+            "503 \"the database is busy\" (0 = no limit)."),
+    Setting("DB_IDLE_TIMEOUT", "60",
+            "Seconds a pooled PostgreSQL connection may sit idle before it is closed and "
+            "its slot handed back to the server (0 = keep them)."),
     Setting("PROXY_FIX", "0",
             "1 behind a reverse proxy that terminates TLS: trust one hop of X-Forwarded-For, "
             "-Proto, -Host and -Port (never enable without such a proxy: clients could "
@@ -177,6 +199,12 @@ def _float(name: str, raw: str) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"SENDDOCK_{name} must be a number, got {raw!r}") from None
+
+
+def _at_least(name: str, value: Any, low: float) -> Any:
+    if value < low:
+        raise ConfigError(f"SENDDOCK_{name} must be at least {low:g}, got {value}")
+    return value
 
 
 def _schedule(name: str, raw: str) -> tuple[int, ...]:
@@ -332,6 +360,7 @@ class Config:
     smtp_max_age: float
     throttle_backoff: tuple[int, ...]
     login_probe_interval: float
+    relay_probe_max: float
     same_refusal_streak: int
     max_backlog: int
     disposable_policy: str
@@ -343,6 +372,11 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
+    db_web_pool: int = 4
+    db_delivery_pool: int = 3
+    db_statement_timeout: float = 5.0
+    db_lock_timeout: float = 3.0
+    db_idle_timeout: float = 60.0
     dns_resolver: str | None = None
     spf_include: str | None = None
     secret_key_generated: bool = False
@@ -418,6 +452,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         smtp_max_age=_float("SMTP_MAX_AGE", req("SMTP_MAX_AGE")),
         throttle_backoff=_schedule("THROTTLE_BACKOFF", req("THROTTLE_BACKOFF")) or (30,),
         login_probe_interval=_float("LOGIN_PROBE_INTERVAL", req("LOGIN_PROBE_INTERVAL")),
+        relay_probe_max=max(1.0, _float("RELAY_PROBE_MAX", req("RELAY_PROBE_MAX"))),
         same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
         disposable_policy=policy,
@@ -429,6 +464,16 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         secure_cookies=secure,
         proxy_fix=req("PROXY_FIX").lower() in {"1", "on", "true", "yes"},
         node=get("NODE"),
+        db_web_pool=_at_least("DB_WEB_POOL", _int("DB_WEB_POOL", req("DB_WEB_POOL")), 1),
+        db_delivery_pool=_at_least("DB_DELIVERY_POOL",
+                                   _int("DB_DELIVERY_POOL", req("DB_DELIVERY_POOL")), 1),
+        db_statement_timeout=_at_least(
+            "DB_STATEMENT_TIMEOUT",
+            _float("DB_STATEMENT_TIMEOUT", req("DB_STATEMENT_TIMEOUT")), 0),
+        db_lock_timeout=_at_least("DB_LOCK_TIMEOUT",
+                                  _float("DB_LOCK_TIMEOUT", req("DB_LOCK_TIMEOUT")), 0),
+        db_idle_timeout=_at_least("DB_IDLE_TIMEOUT",
+                                  _float("DB_IDLE_TIMEOUT", req("DB_IDLE_TIMEOUT")), 0),
         feedback=_feedback(get),
         dns_resolver=get("DNS_RESOLVER"),
         spf_include=get("SPF_INCLUDE"),

@@ -28,6 +28,8 @@ TERMINAL: tuple[str, ...] = (SENT, FAILED, BOUNCED, SKIPPED, CANCELLED)
 ACTIVE: tuple[str, ...] = (PENDING, SENDING, RETRY, HELD)
 #: Waiting for a worker (the claim reads only these).
 CLAIMABLE: tuple[str, ...] = (PENDING, RETRY)
+#: Not yet handed to a worker: what cancelling a user's messages can still end.
+WAITING: tuple[str, ...] = (PENDING, RETRY, HELD)
 #: What the failed-jobs inbox lists and an admin may retry.
 PROBLEM: tuple[str, ...] = (FAILED, BOUNCED)
 #: The per-broadcast counters kept by the count triggers (campaigns never hold jobs).
@@ -47,10 +49,17 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     CANCELLED: frozenset(),
 }
 
-#: Kinds of job. ``test`` is a marketer's test send of a campaign.
+#: Kinds of job the engine itself knows. ``test`` is a test send (of a campaign or a
+#: kind); admins add transactional kinds as rows of ``kinds`` (SPEC 11), named like this:
 KINDS: tuple[str, ...] = ("broadcast", "verification", "test")
-#: Claim order: lower is served first (P7: transactional mail never waits behind a campaign).
-PRIORITY: dict[str, int] = {"verification": 0, "test": 0, "broadcast": 10}
+KIND_NAME = "^[a-z][a-z0-9_-]{0,39}$"
+#: Claim order by class: lower is served first. Critical kinds (verification) first, then
+#: lifecycle kinds (onboarding, churn), then campaigns (P7: transactional mail never waits
+#: behind a campaign). A job's priority is fixed at enqueue from its kind's class.
+CLASS_PRIORITY: dict[str, int] = {"critical": 0, "lifecycle": 5, "campaign": 10}
+PRIORITY: dict[str, int] = {"verification": CLASS_PRIORITY["critical"],
+                            "test": CLASS_PRIORITY["critical"],
+                            "broadcast": CLASS_PRIORITY["campaign"]}
 
 
 def can_move(old: str, new: str) -> bool:

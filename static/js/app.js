@@ -61,6 +61,16 @@
       offset.value = String(new Date(at.value).getTimezoneOffset());
     }
   }, true);
+  // Copy buttons: <button data-copy="#selector"> copies that element's text.
+  document.addEventListener("click", function (event) {
+    var btn = event.target && event.target.closest ? event.target.closest("[data-copy]") : null;
+    if (!btn) { return; }
+    var source = document.querySelector(btn.getAttribute("data-copy"));
+    if (!source || !navigator.clipboard) { return; }
+    navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+      btn.textContent = btn.getAttribute("data-copied") || "Copied";
+    });
+  });
   // Confirm dangerous actions: <form data-confirm="Really?">.
   document.addEventListener("submit", function (event) {
     var form = event.target;

@@ -13,9 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import settings, wait_for
-from tests.helpers import make_campaign
+from tests.helpers import accepted_campaign
 from tests.real.dovecot import Mailbox
-from workers import queue
 from workers.feedback import Thresholds
 from workers.links import bounce_address
 from workers.mailbox import BouncePoller
@@ -26,16 +25,7 @@ REPORTS = Path(__file__).resolve().parents[1] / "unit" / "reports"
 
 
 def sent_jobs(engine: sa.Engine, emails: list[str]) -> dict[str, dict[str, Any]]:
-    campaign = make_campaign(engine, emails)
-    with engine.begin() as conn:
-        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text("""
-            UPDATE delivery_jobs SET status = 'sent', finished_at = now(),
-                   message_id = '<' || id || '.' || correlation_id || '@senddock.test>'
-             WHERE broadcast_id = :b"""), {"b": campaign["broadcast_id"]})
-        rows = conn.execute(sa.text("SELECT * FROM delivery_jobs WHERE broadcast_id = :b"),
-                            {"b": campaign["broadcast_id"]}).mappings()
-        return {r["email"]: dict(r) for r in rows}
+    return accepted_campaign(engine, emails, domain="senddock.test")[1]
 
 
 def dsn(job: dict[str, Any], *, verp: str | None, status: str = "5.1.1",
@@ -182,4 +172,7 @@ def test_worker_killed_mid_poll_loses_nothing_and_applies_nothing_twice(
         suppressed = conn.execute(sa.text("SELECT count(*) FROM suppressions")).scalar()
     assert len(per_job) == n and all(c == 1 for _j, c in per_job)  # each once
     assert bounced == suppressed == n
-    assert dovecot.count("Processed") == n
+    # Dovecot's record: nothing left behind. A kill in the middle of the IMAP MOVE can
+    # leave one extra copy in Processed (the server copied it, then the expunge of the
+    # original was lost with the session); it was still applied once, as checked above.
+    assert n <= dovecot.count("Processed") <= n + 1

@@ -4,7 +4,6 @@ there was one."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -152,8 +151,11 @@ def test_relay_problems(relay: postfix.Postfix, dns_server: DnsServer,
     assert named(refused, "relay EHLO").ok
 
     relay.write_map("sender_access", {})
-    relay.write_map("helo_access", {socket.getfqdn(): "554 5.7.1 bad helo"})
-    helo = relay_checks(config_for, relay, dns_server, relay.smtp_url())
+    relay.write_map("helo_access", {"check.senddock.test": "554 5.7.1 bad helo"})
+    assert named(relay_checks(config_for, relay, dns_server, relay.smtp_url(),
+                              SMTP_HELO="other.senddock.test"), "relay EHLO").ok
+    helo = relay_checks(config_for, relay, dns_server, relay.smtp_url(),
+                        SMTP_HELO="check.senddock.test")
     assert [c.status for c in helo if c.name.startswith("relay")][-1] == PROBLEM
     assert "bad helo" in helo[-1].verdict and "SENDDOCK_SMTP_HELO" in (helo[-1].fix or "")
 

@@ -24,7 +24,7 @@ def test_count_triggers_installed(engine: sa.Engine) -> None:
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'delivery_jobs'::regclass "
             "AND NOT tgisinternal")).scalars())
     assert names == {"delivery_jobs_count_insert", "delivery_jobs_count_update",
-                     "delivery_jobs_count_delete",
+                     "delivery_jobs_count_delete", "delivery_jobs_outcomes",
                      # outgoing event webhooks (migration 0015)
                      "delivery_jobs_event_webhooks"}
 
@@ -42,7 +42,37 @@ def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> N
         return set(re.findall(r"'([a-z_]+)'::text", defs[constraint]))
 
     assert names("delivery_jobs_status_check") == set(states.STATES)
-    assert names("delivery_jobs_kind_check") == set(states.KINDS)
+    # Kinds are data (SPEC 11): the check holds the name pattern every kind follows.
+    assert states.KIND_NAME in defs["delivery_jobs_kind_check"]
+    assert all(re.fullmatch(states.KIND_NAME, kind) for kind in states.KINDS)
+
+
+def test_dedupe_exclusion_constraint_is_the_models(engine: sa.Engine) -> None:
+    """Alembic does not compare EXCLUDE constraints: check the one the dedupe window relies
+    on by hand, against the model's."""
+    from sqlalchemy.dialects.postgresql import ExcludeConstraint
+
+    from webapp.models import delivery_jobs
+
+    [model] = [c for c in delivery_jobs.constraints if isinstance(c, ExcludeConstraint)]
+    with engine.connect() as conn:
+        definition = conn.execute(sa.text(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conname = :name AND contype = 'x'"), {"name": model.name}).scalar_one()
+    assert definition.startswith("EXCLUDE USING gist (kind WITH =, user_ref WITH =, "
+                                 "tstzrange(created_at, dedupe_until) WITH &&)")
+    assert "dedupe_until IS NOT NULL" in definition and "'cancelled'" in definition
+    assert model.using == "gist"
+
+
+def test_builtin_verification_kind_is_the_shipped_template(engine: sa.Engine) -> None:
+    from workers.compose import builtin_verification
+
+    with engine.connect() as conn:
+        row = conn.execute(sa.text("SELECT class, subject, text_body, html_body, builtin "
+                                   "FROM kinds WHERE name = 'verification'")).one()
+    assert (row.subject, row.text_body, row.html_body) == builtin_verification()
+    assert row.builtin and row[0] == "critical"
 
 
 def test_one_migration_head() -> None:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tests import webhook_payloads as wp
 from tests.conftest import settings
-from tests.helpers import make_campaign
+from tests.helpers import accepted_campaign, make_campaign
 from webapp import create_app
 from webapp.blueprints.webhooks import SnsClient
 from webapp.domain import feedback_intake
@@ -57,14 +57,7 @@ def hc(hook_app: Any) -> Any:
 
 def sent_campaign(engine: sa.Engine, emails: list[str]) -> dict[str, Any]:
     """A campaign whose jobs the relay accepted (sent, with their Message-IDs)."""
-    campaign = make_campaign(engine, emails)
-    with engine.begin() as conn:
-        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text("""
-            UPDATE delivery_jobs SET status = 'sent', finished_at = now(),
-                   message_id = '<' || id || '.' || correlation_id || '@example.com>'
-             WHERE broadcast_id = :b"""), {"b": campaign["broadcast_id"]})
-    return campaign
+    return accepted_campaign(engine, emails)[0]
 
 
 def jobs(engine: sa.Engine, broadcast_id: int) -> dict[str, dict[str, Any]]:

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.real.tls import ServerCert, make_server_cert
+from tests.real.postfix import make_certificates
 
 DOVECOT = shutil.which("dovecot", path="/usr/sbin:/usr/bin:" + os.environ.get("PATH", ""))
 LDA = "/usr/lib/dovecot/dovecot-lda"
@@ -50,6 +50,13 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+@dataclass(frozen=True)
+class ServerCert:
+    ca_file: Path    # the CA to trust (SENDDOCK_BOUNCE_MAILBOX_CA_FILE)
+    cert_file: Path
+    key_file: Path
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,8 @@ class DovecotServer:
             self.uid, self.gid = me.pw_uid, me.pw_gid
             internal = login = me.pw_name
             internal_group = str(me.pw_gid)
-        self.tls: ServerCert = make_server_cert(self.root / "tls")
+        (self.root / "tls").mkdir()
+        self.tls = ServerCert(*make_certificates(self.root / "tls", "localhost"))
         self.users: dict[str, str] = {}
         self._passwd = self.root / "passwd"
         self._passwd.write_text("")

@@ -18,8 +18,9 @@ from tests.real import dovecot as _dovecot
 
 @pytest.fixture(scope="session")
 def pg_template() -> Iterator[Path]:
-    """A stopped, initdb'd data dir with a migrated ``senddock`` database (copied per
-    test). Skips when Debian's server binaries are absent or we are not root."""
+    """A stopped, initdb'd data dir with a migrated ``senddock`` database owned by the
+    ordinary role ``senddock`` (copied per test). Skips when Debian's server binaries
+    are absent or we are not root."""
     reason = pgcluster.unavailable_reason()
     if reason:
         pytest.skip(reason)

@@ -34,6 +34,9 @@ import psycopg
 INSTALL_HINT = "apt-get install postgresql (Debian's server binaries, /usr/lib/postgresql/*/bin)"
 OS_USER = "postgres"
 DATABASE = "senddock"
+# SendDock connects as an ordinary role (owner of its database), as in production: a
+# superuser could use the slots superuser_reserved_connections keeps back.
+APP_ROLE = "senddock"
 
 # For every cluster: loopback only, small, quick to start and stop. fsync is off because
 # the faults these tests make are process-level (kill, stop -m immediate, ENOSPC): the
@@ -227,15 +230,16 @@ class PgCluster:
 
     # --- talking to it -----------------------------------------------------------------
 
-    def url(self, database: str = DATABASE, **params: str) -> str:
+    def url(self, database: str = DATABASE, user: str = APP_ROLE, **params: str) -> str:
+        """A URL to this cluster: by default SendDock's own (non-superuser) role."""
         query = "&".join(f"{k}={v}" for k, v in params.items())
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}" + (
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}" + (
             f"?{query}" if query else "")
 
     def execute(self, sql: str, params: Any = None, database: str = DATABASE,
                 connect_timeout: int = 5) -> list[tuple[Any, ...]]:
         """Run one statement in autocommit; its rows (empty for commands)."""
-        with psycopg.connect(self.url(database), autocommit=True,
+        with psycopg.connect(self.url(database, user="postgres"), autocommit=True,
                              connect_timeout=connect_timeout,
                              application_name="tests-pgcluster") as conn:
             cur = conn.execute(sql, params)  # type: ignore[arg-type]
@@ -384,7 +388,9 @@ def template_cluster(bindir: Path, migrate: Any = None) -> Iterator[Path]:
         cluster.initdb()
         cluster.start()
         try:
-            cluster.execute(f"CREATE DATABASE {DATABASE}", database="postgres")
+            cluster.execute(f"CREATE ROLE {APP_ROLE} LOGIN", database="postgres")
+            cluster.execute(f"CREATE DATABASE {DATABASE} OWNER {APP_ROLE}",
+                            database="postgres")
             if migrate is not None:
                 migrate(cluster.url())
         finally:

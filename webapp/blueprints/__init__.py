@@ -6,9 +6,10 @@ from flask import Flask
 
 
 def register_all(app: Flask) -> None:
-    from webapp.blueprints import api, auth, home
+    from webapp.blueprints import account, api, auth, home
 
     app.register_blueprint(auth.bp)
+    app.register_blueprint(account.bp)
     app.register_blueprint(home.bp)
     app.register_blueprint(api.bp, url_prefix="/api/v1")
     from webapp.blueprints import campaigns, lists, public
@@ -19,16 +20,18 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import support
 
     app.register_blueprint(support.bp)
-    from webapp.blueprints import admin, health, inbox, jobs, ops
+    from webapp.blueprints import admin, health, inbox, jobs, ops, transactional
 
     app.register_blueprint(admin.bp)
     app.register_blueprint(inbox.bp)
     app.register_blueprint(jobs.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(ops.bp)
-    from webapp.blueprints import webhooks
+    app.register_blueprint(transactional.bp)
+    from webapp.blueprints import event_webhooks, webhooks
 
     app.register_blueprint(webhooks.bp)
+    app.register_blueprint(event_webhooks.bp)
     from webapp.blueprints import domains
 
     app.register_blueprint(domains.bp)

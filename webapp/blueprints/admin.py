@@ -19,7 +19,12 @@ from webapp.models import ROLES, SUPPRESSION_REASONS
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
 
-AUDIT_ACTIONS = ("suppression.", "job.", "user.", "token.", "campaign.", "verification.")
+# The audit log's "What" filter: an exact action or a prefix ending in ".".
+AUDIT_ACTIONS = {"user.login": "logins", "user.login_failed": "failed logins",
+                 "suppression.": "suppression changes", "job.": "job retries and dismissals",
+                 "user.": "user changes (and logins)", "token.": "API token changes",
+                 "campaign.": "campaign actions", "verification.": "verification emails",
+                 "list.": "list changes"}
 
 
 # --- suppressions ------------------------------------------------------------------------
@@ -197,6 +202,17 @@ def set_active(user_id: int) -> Response:
                 users.set_active, user_id, active, actor=actor())
 
 
+@bp.post("/users/<int:user_id>/password")
+def reset_password(user_id: int) -> Response:
+    """An admin sets a new password for someone who lost theirs; their sessions end."""
+    return _act("Password reset: their sessions ended; tell them the new password "
+                "privately.", users.set_password, user_id, request.form.get("password", ""),
+                actor=actor())
+
+
+EXPIRY_CHOICES = {"30": 30, "90": 90, "365": 365, "never": None}
+
+
 @bp.post("/tokens/create")
 def create_token() -> str | Response:
     user_id = request.form.get("user_id", "")
@@ -205,8 +221,11 @@ def create_token() -> str | Response:
             if not user_id.isdigit():
                 raise Invalid("choose the user the token acts as", fields={"user_id": "required"})
             owner = users.get_user(conn, int(user_id))
+            expires = request.form.get("expires", "90")
+            if expires not in EXPIRY_CHOICES:
+                raise Invalid("choose when the token expires", fields={"expires": "unknown"})
             token = users.create_token(conn, owner["id"], request.form.get("name", "").strip(),
-                                       actor=actor())
+                                       actor=actor(), expires_in_days=EXPIRY_CHOICES[expires])
     except DomainError as exc:
         flash(exc.message, "error")
         return redirect(url_for("admin.users"))

@@ -165,7 +165,8 @@ def detail(campaign_id: int) -> str:
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
                            inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
-                           test_email=_test_email())
+                           test_email=_test_email(),
+                           complaint_alarm=config().feedback.complaint_alarm_rate)
 
 
 @bp.get("/<int:campaign_id>/failures")

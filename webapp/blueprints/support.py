@@ -1,5 +1,6 @@
-"""The support console (SPEC 4): find a user, see every verification email with its
-attempts and why it failed, resend it within the cooldown, release or drop held ones."""
+"""The support console (SPEC 4, 11): find a user, see every transactional email of every
+kind with its attempts, why it failed and the event that caused it, resend per kind within
+that kind's cooldown, release or drop held ones."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
-from webapp.domain import verifications
+from webapp.domain import messages, verifications
 from webapp.domain.errors import Conflict, NotFound, TooMany
 
 bp = Blueprint("support", __name__, url_prefix="/support")
@@ -26,21 +27,21 @@ def index() -> str | Response:
 @bp.get("/users/<path:user_ref>")
 def user(user_ref: str) -> str:
     with engine().connect() as conn:
-        history = verifications.user_history(conn, config(), user_ref)
+        sections = messages.user_overview(conn, config(), user_ref)
     template = "partials/_support_jobs.html" if request.args.get("fragment") == "jobs" \
         else "support/user.html"
-    return render_template(template, history=history, cooldown=config().resend_cooldown,
-                           max_attempts=len(config().retry_schedule["verification"]) + 1,
+    return render_template(template, sections=sections, user_ref=user_ref,
                            labels=verifications.STATUS_LABELS,
                            timestamp=verifications.timestamp)
 
 
 @bp.post("/users/<path:user_ref>/resend")
 def resend(user_ref: str) -> Response:
+    kind = request.form.get("kind", "").strip() or verifications.KIND
     try:
         with engine().begin() as conn:
-            job, reused = verifications.resend(conn, config(), user_ref, actor=actor())
-    except (TooMany, Conflict) as exc:
+            job, reused = messages.resend(conn, config(), kind, user_ref, actor=actor())
+    except (TooMany, Conflict, NotFound) as exc:
         flash(exc.message, "error")
     else:
         flash(f"Resent to {job['email']}." if not reused else

@@ -141,7 +141,7 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
     if ids:
         for b in conn.execute(sa.text(
                 "SELECT id, total, skipped_suppressed, skipped_inactive, enqueued_at, paused, "
-                "finished_at "
+                "finished_at, complaints "
                 "FROM broadcasts WHERE id = ANY(:ids)"), {"ids": ids}).mappings():
             summaries[b["id"]] = dict(b)
     for r in rows:
@@ -204,7 +204,8 @@ def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> 
         raise Conflict(f"only a {before} campaign can be {verb}; this one is "
                        f"{campaign['status']}")
     queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
-    # Resuming clears the reason the engine paused it for (e.g. a refused From address).
+    # Resuming clears the reason the engine paused it for (a refused From address, the
+    # complaint rate).
     conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now(), "
                          "paused_reason = CASE WHEN :paused THEN paused_reason END "
                          "WHERE id = :id"), {"status": after, "id": campaign_id,

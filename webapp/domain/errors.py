@@ -31,6 +31,12 @@ class Invalid(DomainError):
     status = 422
 
 
+class TooLarge(DomainError):
+    """A value within the request is over its size limit (the whole body: Flask's 413)."""
+
+    status = 413
+
+
 class TooMany(DomainError):
     """Cooldown or rate limit: ``retry_after`` seconds."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from workers import pg, queue, queue_reads
+from workers import event_queue, feedback, pg, queue, queue_reads
 from workers.settings import Config
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
@@ -166,11 +166,32 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
                               queue_reads.running_workers(conn, config.worker_timeout)):
         alarms.append(Alarm("no_workers", "No delivery worker is running: messages are "
                             "waiting. Start `senddock worker` or `senddock serve`."))
+    alarms.extend(feedback_alarms(conn, config))
+    return alarms
+
+
+def feedback_alarms(conn: Connection, config: Config) -> list[Alarm]:
+    """SPEC 12: a campaign whose complaint rate reached SENDDOCK_COMPLAINT_ALARM_RATE, and
+    an event-webhook endpoint disabled because it keeps failing."""
+    alarms: list[Alarm] = []
+    level = config.feedback.complaint_alarm_rate
+    for c in feedback.complaint_rates(conn):
+        if level > 0 and c["rate"] >= level:
+            verb = "paused" if c["status"] == "paused" else "is sending"
+            alarms.append(Alarm("complaint_rate", f"Campaign “{c['name']}” {verb} with a "
+                                f"complaint rate of {c['rate']:.2%} ({c['complaints']} of "
+                                f"{c['delivered']:,} delivered; alarm at {level:.1%}, "
+                                f"pause at {config.feedback.complaint_pause_rate:.1%}).",
+                                "warn"))
+    for e in event_queue.disabled_endpoints(conn):
+        alarms.append(Alarm("event_webhook_disabled", f"Event webhook {e['url']} was "
+                            f"disabled: {e['disabled_reason']}. Its events wait until an "
+                            "admin enables it again."))
     return alarms
 
 
 ALARM_NAMES = ("relay_down", "relay_throttled", "oldest_pending", "failure_rate",
-               "no_workers")
+               "no_workers", "complaint_rate", "event_webhook_disabled")
 _ALARM_TTL = 5.0
 _alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}
 _alarm_lock = threading.Lock()

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.models import JOB_KINDS
-from workers import queue, queue_reads
+from workers import feedback, queue, queue_reads
 
 PAGE_SIZE = 50
 ERROR_CLASSES = ("hard_bounce", "rejected", "transient", "build")
@@ -108,6 +108,7 @@ def detail(conn: Connection, job_id: int) -> dict[str, Any]:
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     job["timeline"] = queue_reads.job_attempts(conn, job_id)
+    job["events"] = feedback.events_for_jobs(conn, [job_id])[job_id]
     job["suppression"] = suppressions.get(conn, job["email"])
     job["audit"] = audit.entries(conn, target=f"job:{job_id}", limit=20)
     job["campaign_name"] = conn.execute(sa.text("SELECT name FROM campaigns WHERE id = :id"),

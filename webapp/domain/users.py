@@ -77,16 +77,22 @@ def _token_hash(token: str) -> str:
 
 
 def create_token(conn: Connection, user_id: int, name: str = "", *,
-                 actor: str = "system") -> str:
-    """A new API token for the user; returned once, only its hash is stored."""
+                 actor: str = "system", expires_in_days: int | None = None) -> str:
+    """A new API token for the user; returned once, only its hash is stored. With
+    ``expires_in_days`` it answers 401 from then on."""
     user = get_user(conn, user_id)
+    if expires_in_days is not None and not 1 <= expires_in_days <= 3650:
+        raise Invalid("a token expires after 1 to 3650 days (or never)",
+                      fields={"expires": "out of range"})
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     conn.execute(sa.text("""
-        INSERT INTO api_tokens (user_id, name, prefix, token_hash)
-        VALUES (:u, :n, :p, :h)"""),
-        {"u": user_id, "n": name, "p": token[:10], "h": _token_hash(token)})
+        INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at)
+        VALUES (:u, :n, :p, :h, CASE WHEN CAST(:days AS int) IS NULL THEN NULL
+                                     ELSE now() + make_interval(days => :days) END)"""),
+        {"u": user_id, "n": name, "p": token[:10], "h": _token_hash(token),
+         "days": expires_in_days})
     audit.record(conn, actor, "token.create", f"user:{user_id}", email=user["email"],
-                 name=name)
+                 name=name, expires_in_days=expires_in_days)
     return token
 
 
@@ -96,6 +102,7 @@ def user_for_token(conn: Connection, token: str) -> dict[str, Any] | None:
         UPDATE api_tokens t SET last_used_at = now()
           FROM users u
          WHERE t.token_hash = :h AND t.revoked_at IS NULL AND u.id = t.user_id AND u.active
+           AND (t.expires_at IS NULL OR t.expires_at > now())
         RETURNING u.id, u.email, u.role, t.id AS token_id"""),
         {"h": _token_hash(token)}).mappings().first()
     return dict(row) if row else None
@@ -132,6 +139,8 @@ def authenticate(conn: Connection, email: str, password: str,
         {"e": email, "a": remote_addr, "w": LOGIN_WINDOW_MINUTES}).one()
     if counts.per_account >= MAX_FAILED_PER_ACCOUNT or counts.per_address >= \
             MAX_FAILED_PER_ADDRESS:
+        audit.record(conn, "anonymous", "user.login_failed", email.lower()[:320],
+                     remote_addr=remote_addr, reason="too many failed attempts")
         raise LoginRefused(f"Too many failed attempts. Try again in {LOGIN_WINDOW_MINUTES} "
                            "minutes.")
     user = find_user(conn, email)
@@ -143,9 +152,15 @@ def authenticate(conn: Connection, email: str, password: str,
     conn.execute(sa.text("INSERT INTO login_attempts (email, remote_addr, succeeded) "
                          "VALUES (:e, :a, :s)"), {"e": email[:320], "a": remote_addr, "s": ok})
     if not ok or user is None:
+        # Logged with the address typed (an unknown one too: a guessing attempt is news).
+        audit.record(conn, "anonymous", "user.login_failed", email.lower()[:320],
+                     remote_addr=remote_addr, reason="wrong email or password"
+                     if user is None or user["active"] else "account disabled")
         raise LoginRefused("Wrong email or password.")
     conn.execute(sa.text("UPDATE users SET last_login_at = now() WHERE id = :id"),
                  {"id": user["id"]})
+    audit.record(conn, user["email"], "user.login", f"user:{user['id']}",
+                 remote_addr=remote_addr)
     return user
 
 
@@ -182,6 +197,7 @@ def list_tokens(conn: Connection, *, include_revoked: bool = True) -> list[dict[
     """Tokens (never their secret: only the first characters) with owner and last use."""
     rows = conn.execute(sa.text("""
         SELECT t.id, t.name, t.prefix, t.created_at, t.last_used_at, t.revoked_at,
+               t.expires_at, t.expires_at <= now() AS expired,
                u.id AS user_id, u.email, u.role, u.active AS user_active
           FROM api_tokens t JOIN users u ON u.id = t.user_id
          WHERE CAST(:all AS boolean) OR t.revoked_at IS NULL

@@ -29,8 +29,9 @@ from webapp.domain import audit, limits
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
-from workers import queue, queue_reads
+from workers import feedback, queue, queue_reads
 from workers.classify import ReplyClass, humanize
+from workers.kinds import load_kind
 from workers.settings import Config
 
 KIND = "verification"
@@ -241,6 +242,13 @@ def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref:
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
 
 
+def resend_cooldown(conn: Connection, config: Config) -> int:
+    """The verification kind's resend cooldown: its row's, else SENDDOCK_RESEND_COOLDOWN."""
+    spec = load_kind(conn, KIND)
+    return config.resend_cooldown if spec is None or spec.resend_cooldown is None \
+        else spec.resend_cooldown
+
+
 def resend(conn: Connection, config: Config, user_ref: str, *,
            actor: str) -> tuple[dict[str, Any], bool]:
     """Send the user's verification email again. Returns (job, reused): a job still waiting
@@ -248,7 +256,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
     cooldown, :class:`NotFound` for a user without verification mail, :class:`Conflict` for
     a held job or a suppressed address. Every resend is in the audit log with ``actor``."""
     queue.lock_user(conn, KIND, user_ref)
-    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+    latest = queue.latest_job_for_user(conn, KIND, user_ref, resend_cooldown(conn, config))
     _check_resendable(conn, latest, user_ref)
     assert latest is not None
     if latest["status"] in ("pending", "sending", "retry"):
@@ -312,7 +320,8 @@ def as_json(job: dict[str, Any]) -> dict[str, Any]:
 # --- the support console ---------------------------------------------------------------
 
 def search(conn: Connection, q: str) -> list[dict[str, Any]]:
-    """Users matching ``q`` as an email address (any case), a correlation ID or a user id."""
+    """Users matching ``q`` exactly as an email address (any case), a correlation ID or a
+    user id; failing that, users whose address or user id contains ``q`` (3+ characters)."""
     q = q.strip()
     if not q:
         return []
@@ -320,8 +329,16 @@ def search(conn: Connection, q: str) -> list[dict[str, Any]]:
         correlation_id: str | None = str(uuid.UUID(q))
     except ValueError:
         correlation_id = None
-    return queue_reads.search_users(conn, KIND, email=q if "@" in q else None,
-                              correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
+    exact = queue_reads.search_users(conn, None, email=q if "@" in q else None,
+                                     correlation_id=correlation_id, user_ref=q[:MAX_USER_ID])
+    if exact or correlation_id or len(q) < MIN_PARTIAL:
+        return exact
+    # Nothing exact: any address or user id containing what was typed (a prefix too).
+    escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return queue_reads.search_users_like(conn, None, f"%{escaped[:MAX_USER_ID]}%")
+
+
+MIN_PARTIAL = 3  # a trigram search needs three characters
 
 
 @dataclass
@@ -346,16 +363,24 @@ class UserHistory:
     latest_status: str = ""
 
 
-def user_history(conn: Connection, config: Config, user_ref: str) -> UserHistory:
-    """Every verification job of the user with its attempts, explained; :class:`NotFound`
-    when the user has none."""
-    jobs = queue_reads.jobs_for_user(conn, KIND, user_ref)
+def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str = KIND,
+                 cooldown: int | None = None, max_attempts: int | None = None) -> UserHistory:
+    """Every job of the kind (verification unless told) for the user with its attempts,
+    explained; :class:`NotFound` when the user has none. ``cooldown`` and ``max_attempts``
+    are the kind's (default: the settings')."""
+    jobs = queue_reads.jobs_for_user(conn, kind, user_ref)
     if not jobs:
-        raise NotFound(f"no verification emails for user {user_ref}")
-    latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+        raise NotFound(f"no {kind} emails for user {user_ref}")
+    cooldown = config.resend_cooldown if cooldown is None else cooldown
+    latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
     attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
-    max_attempts = len(config.retry_schedule[KIND]) + 1
+    # Bounces and complaints reported after acceptance (SPEC 12), shown with the attempts.
+    events = feedback.events_for_jobs(conn, [j["id"] for j in jobs])
+    for job in jobs:
+        job["events"] = events[job["id"]]
+    if max_attempts is None:
+        max_attempts = len(config.retry_schedule[KIND]) + 1
     now = datetime.now(UTC)
     views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),
                      [dict(a, phrase=reply_phrase(a)) for a in attempts[job["id"]]],

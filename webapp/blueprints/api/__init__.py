@@ -56,3 +56,5 @@ def answer(payload: dict[str, Any], status: int = 200) -> Response:
 from webapp.blueprints.api import core  # noqa: E402, F401, I001
 from webapp.blueprints.api import suppressions  # noqa: E402, F401
 from webapp.blueprints.api import verifications  # noqa: E402, F401
+from webapp.blueprints.api import kinds  # noqa: E402, F401
+from webapp.blueprints.api import messages  # noqa: E402, F401

@@ -11,9 +11,9 @@ from werkzeug.wrappers import Response
 from webapp import access
 from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine, role
-from webapp.domain import campaigns, lists
+from webapp.domain import campaigns, lists, messages
 from webapp.domain.errors import Invalid, NotFound
-from workers import queue_reads
+from workers import feedback, queue_reads
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:
@@ -116,8 +116,14 @@ def get_job(job_id: int) -> Response:
         if marketer:
             for key in MARKETER_HIDDEN:
                 job.pop(key, None)
+        else:
+            view = messages.as_json(job) if job["kind"] != "broadcast" else {}
+            job["event"], job["data"] = view.get("event"), view.get("data")
         job["attempts_made"] = job.pop("attempts")
         job["attempts"] = queue_reads.job_attempts(conn, job_id)
+        # Bounces and complaints after acceptance (SPEC 12), without their raw source.
+        job["events"] = [{k: v for k, v in e.items() if k not in ("raw", "raw_truncated")}
+                         for e in feedback.events_for_jobs(conn, [job_id])[job_id]]
     return answer(job)
 
 

@@ -1,0 +1,45 @@
+"""The signed-in user's own account: change the password (every other session of theirs
+ends) and, once translations exist, the UI language."""
+
+from __future__ import annotations
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_user
+from werkzeug.wrappers import Response
+
+from webapp.auth import User
+from webapp.context import actor, engine
+from webapp.domain import users
+from webapp.domain.errors import Invalid
+
+bp = Blueprint("account", __name__, url_prefix="/account")
+
+
+@bp.get("/")
+def index() -> str:
+    return render_template("account/index.html")
+
+
+@bp.post("/password")
+def change_password() -> Response | tuple[str, int]:
+    current = request.form.get("current", "")
+    new = request.form.get("password", "")
+    error = None
+    with engine().begin() as conn:
+        me = users.get_user(conn, int(current_user.id))
+        if not users.verify_password(me["password_hash"], current):
+            error = "Your current password is not that one: nothing changed."
+        elif new != request.form.get("confirm", ""):
+            error = "The new password and its confirmation differ: nothing changed."
+        else:
+            try:
+                users.set_password(conn, me["id"], new, actor=actor())
+            except Invalid as exc:
+                error = f"Not changed: {exc.message}."
+        fresh = users.get_user(conn, me["id"])
+    if error:
+        return render_template("account/index.html", error=error), 422
+    # set_password ended every session of this user; this one goes on with the new version.
+    login_user(User(fresh))
+    flash("Password changed. Your other sessions have ended.", "success")
+    return redirect(url_for("account.index"), 303)

@@ -1,0 +1,42 @@
+"""API: messages of any transactional kind (SPEC 11). ``202`` at once; never waits for the
+relay. ``POST /verifications`` stays as it was (see verifications.py)."""
+
+from __future__ import annotations
+
+from flask import request
+from werkzeug.wrappers import Response
+
+from webapp.blueprints.api import answer, body, bp
+from webapp.context import actor, config, engine
+from webapp.domain import messages, verifications
+
+
+@bp.post("/messages")
+def create_message() -> Response:
+    data = body()
+    key = verifications.check_idempotency_key(request.headers.get("Idempotency-Key"))
+    with engine().begin() as conn:
+        req = messages.parse_request(conn, data)
+        job, why = messages.request(conn, config(), req, idempotency_key=key, actor=actor())
+    return answer({**messages.as_json(job), "existing": bool(why),
+                   "existing_because": why or None}, 202)
+
+
+@bp.delete("/messages")
+def cancel_messages() -> Response:
+    with engine().begin() as conn:
+        result = messages.cancel(conn, request.args.get("kind"), request.args.get("user_id"),
+                                 actor=actor())
+    return answer(result)
+
+
+@bp.post("/messages/resend")
+def resend_message() -> Response:
+    data = body()
+    user_ref = verifications.check_user_id(data.get("user_id"))
+    kind = data.get("kind")
+    with engine().begin() as conn:
+        job, reused = messages.resend(conn, config(), kind if isinstance(kind, str) else "",
+                                      user_ref, actor=actor())
+    return answer({**messages.as_json({**job, "kind": job.get("kind", kind)}),
+                   "reused": reused}, 202)

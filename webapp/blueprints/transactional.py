@@ -1,0 +1,181 @@
+"""The *Transactional* page (SPEC 11, admins): every kind with its class and last-24 h
+numbers, a kind editor (sandboxed templates, checked when saved), a preview with sample
+``data``/``event`` shown in a sandboxed frame, and a test send."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from webapp.blueprints.campaigns import PREVIEW_CSP
+from webapp.context import actor, config, engine
+from webapp.domain import kinds
+from webapp.domain.errors import DomainError, Invalid
+from workers import queue_reads
+from workers.kinds import CLASSES, all_kinds
+
+bp = Blueprint("transactional", __name__, url_prefix="/transactional")
+
+
+@bp.get("/")
+def index() -> str:
+    with engine().connect() as conn:
+        specs = all_kinds(conn)
+        stats = queue_reads.kind_stats(conn, [k.name for k in specs])
+    return render_template("transactional/index.html", kinds=specs, stats=stats,
+                           config=config())
+
+
+def _json_field(name: str, raw: str) -> Any:
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise Invalid(f"{name} is not valid JSON: {exc}",
+                      fields={name: f"not valid JSON: {exc}"}) from None
+
+
+def _schedule_field(raw: str) -> list[int] | str | None:
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        return text  # refused with a clear message by parse_kind
+
+
+def _int_field(raw: str) -> int | str | None:
+    text = raw.strip()
+    if not text:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+def _form_body(builtin: bool) -> dict[str, Any]:
+    """The editor's form as a ``PUT /kinds`` body (so both validate the same way)."""
+    form = request.form
+    body: dict[str, Any] = {
+        "class": form.get("class", ""), "description": form.get("description", ""),
+        "subject": form.get("subject", ""), "text": form.get("text", ""),
+        "html": form.get("html", ""), "active": builtin or form.get("active") == "on",
+        "retry_schedule": _schedule_field(form.get("retry_schedule", "")),
+        "resend_cooldown": _int_field(form.get("resend_cooldown", "")),
+        "dedupe_window": _int_field(form.get("dedupe_window", "")) or 0,
+    }
+    errors: dict[str, str] = {}
+    for field in ("sample_data", "sample_event"):
+        try:
+            body[field] = _json_field(field, form.get(field, ""))
+        except Invalid as exc:
+            errors.update(exc.fields)
+    if errors:
+        raise Invalid("the sample data is not valid JSON", fields=errors)
+    if not builtin:
+        for field in ("retry_schedule", "resend_cooldown"):
+            if body[field] is None:
+                body.pop(field)  # keep the current value (or the class default)
+    return body
+
+
+def _values(conn: Any, name: str) -> dict[str, Any]:
+    spec = kinds.get(conn, name)
+    view = kinds.as_json(conn, spec)
+    return {**view, "retry_schedule": ", ".join(map(str, view["retry_schedule"] or [])),
+            "resend_cooldown": "" if view["resend_cooldown"] is None
+            else view["resend_cooldown"],
+            "sample_data": json.dumps(view["sample_data"], indent=2),
+            "sample_event": json.dumps(view["sample_event"], indent=2)}
+
+
+def _editor(values: dict[str, Any], *, name: str | None, error: DomainError | None = None,
+            status: int = 200) -> tuple[str, int]:
+    return render_template("transactional/edit.html", values=values, name=name,
+                           error=error, classes=CLASSES, config=config()), status
+
+
+@bp.get("/new")
+def new() -> tuple[str, int]:
+    defaults = kinds.DEFAULTS["lifecycle"]
+    return _editor({"class": "lifecycle", "active": True, "builtin": False,
+                    "retry_schedule": ", ".join(map(str, defaults["retry_schedule"])),
+                    "resend_cooldown": defaults["resend_cooldown"],
+                    "dedupe_window": defaults["dedupe_window"],
+                    "sample_event": json.dumps(kinds.SAMPLE_EVENT, indent=2),
+                    "sample_data": "{}"}, name=None)
+
+
+@bp.get("/kinds/<name>")
+def edit(name: str) -> tuple[str, int]:
+    with engine().connect() as conn:
+        return _editor(_values(conn, name), name=name)
+
+
+@bp.post("/kinds")
+@bp.post("/kinds/<name>")
+def save(name: str | None = None) -> Response | tuple[str, int]:
+    target = name or request.form.get("name", "").strip()
+    values = {**request.form.to_dict(), "name": target, "active":
+              request.form.get("active") == "on", "builtin": False}
+    try:
+        with engine().begin() as conn:
+            builtin = bool(name) and kinds.get(conn, target).builtin
+            values["builtin"] = builtin
+            kind, created = kinds.parse_kind(conn, target, _form_body(builtin))
+            if name is None and not created:
+                raise Invalid(f"a kind called {target} already exists",
+                              fields={"name": "already exists"})
+            kinds.save(conn, kind, actor=actor(), created=created)
+    except DomainError as exc:
+        return _editor(values, name=name, error=exc, status=exc.status)
+    flash(f"Saved kind {target}.", "success")
+    return redirect(url_for("transactional.edit", name=target), 303)
+
+
+def _preview_document(rendered: Any, error: DomainError | None) -> Response:
+    page = render_template("transactional/preview.html", rendered=rendered, error=error)
+    response = Response(page, mimetype="text/html")
+    response.headers["Content-Security-Policy"] = PREVIEW_CSP
+    response.headers["X-Frame-Options"] = "SAMEORIGIN"
+    return response
+
+
+# The preview renders in a sandboxed frame (unique origin, no scripts): the saved kind with
+# its sample data (GET), or the editor's unsaved templates and samples (POST from the
+# editor's Preview button, targeted at the frame).
+@bp.route("/kinds/<name>/preview", methods=["GET", "POST"])
+def preview(name: str) -> Response:
+    error: DomainError | None = None
+    rendered = None
+    try:
+        with engine().connect() as conn:
+            spec = kinds.get(conn, name)
+            if request.method == "POST":
+                body = _form_body(spec.builtin)
+                kind, _created = kinds.parse_kind(conn, name, body)
+                rendered = kinds.render(kind, kind.sample_data, kind.sample_event)
+            else:
+                data, event = kinds.sample_of(conn, name)
+                rendered = kinds.render(spec, data, event)
+    except DomainError as exc:
+        error = exc
+    return _preview_document(rendered, error)
+
+
+@bp.post("/kinds/<name>/test")
+def test_send(name: str) -> Response:
+    email = request.form.get("email", "")
+    try:
+        with engine().begin() as conn:
+            data, event = kinds.sample_of(conn, name)
+            kinds.test_send(conn, name, email, data, event, actor=actor())
+    except DomainError as exc:
+        flash(f"No test was sent: {exc.message}", "error")
+    else:
+        flash(f"Test message of {name} queued to {email.strip()}, with the sample data; it "
+              "arrives with “[Test]” before the subject.", "success")
+    return redirect(url_for("transactional.edit", name=name), 303)

@@ -1,0 +1,337 @@
+"""Transactional kinds as data (SPEC 11): define and edit them (API ``PUT /kinds/{name}``
+and the *Transactional* page), preview them with sample data, send a test, and read what
+the page shows per kind.
+
+Guarantees kept here:
+
+- a kind is stored only when its three templates compile in the sandbox *and* render with
+  its sample ``data``/``event``; otherwise :class:`Invalid` names the field and the line
+  (P9: a template error is shown when the kind is defined, not discovered mid-send);
+- ``verification`` is built in: it can be edited but not renamed, deactivated or moved out
+  of the critical class (P7 is a promise about it);
+- every change bumps the kind's ``version`` and is written to the audit log in the same
+  transaction, so workers render new messages with the new templates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit
+from webapp.domain.errors import Invalid, NotFound
+from webapp.domain.lists import check_email
+from workers import kinds as engine_kinds
+from workers import queue
+from workers.kinds import CLASSES, KindSpec, message_context
+from workers.message import RenderedMessage, TemplateError, compile_campaign
+
+MAX_TEMPLATE = 100_000  # characters per template
+MAX_SCHEDULE = 10  # retry delays
+MAX_DELAY = 7 * 86400  # one retry delay
+MAX_COOLDOWN = 30 * 86400
+MAX_WINDOW = 366 * 86400
+MAX_DESCRIPTION = 500
+MAX_SAMPLE_BYTES = 64 * 1024
+# A new kind's defaults per class: critical mail retries fast and briefly, lifecycle mail
+# patiently (a reminder an hour late is fine; one lost is not).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "critical": {"retry_schedule": [30, 120, 600], "resend_cooldown": 60, "dedupe_window": 0},
+    "lifecycle": {"retry_schedule": [300, 1800, 7200, 21600], "resend_cooldown": 3600,
+                  "dedupe_window": 86400},
+}
+SAMPLE_EVENT = {"name": "signup", "id": "evt_123", "at": "2026-12-01T09:00:00Z"}
+
+
+def check_name(raw: Any) -> str:
+    """A kind name: lower-case letters, digits, ``_`` and ``-``, starting with a letter,
+    at most 40 characters, not a reserved engine kind; else :class:`Invalid`."""
+    name = raw.strip() if isinstance(raw, str) else ""
+    if not re.fullmatch(engine_kinds.NAME_PATTERN, name):
+        problem = ("1 to 40 lower-case letters, digits, '_' or '-', starting with a letter")
+        raise Invalid(f"kind name must be {problem}", fields={"name": problem})
+    if name in engine_kinds.RESERVED:
+        raise Invalid(f"{name!r} is reserved for SendDock's own mail",
+                      fields={"name": "reserved"})
+    return name
+
+
+def known_names(conn: Connection, *, active_only: bool = True) -> list[str]:
+    sql = "SELECT name FROM kinds" + (" WHERE active" if active_only else "") + \
+          " ORDER BY builtin DESC, name"
+    return list(conn.execute(sa.text(sql)).scalars())
+
+
+def get(conn: Connection, name: str) -> KindSpec:
+    """The kind, or :class:`NotFound` (404) listing the kinds that exist."""
+    spec = engine_kinds.load_kind(conn, name)
+    if spec is None:
+        known = known_names(conn, active_only=False)
+        raise NotFound(f"there is no kind {name!r}; known kinds: {', '.join(known)}",
+                       fields={"kind": f"unknown; known kinds: {', '.join(known)}"},
+                       known_kinds=known)
+    return spec
+
+
+def sample_of(conn: Connection, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The sample ``data`` and ``event`` stored with the kind (for preview and tests)."""
+    row = conn.execute(sa.text("SELECT sample_data, sample_event FROM kinds WHERE name = :n"),
+                       {"n": name}).first()
+    return (dict(row.sample_data), dict(row.sample_event)) if row else ({}, {})
+
+
+# --- input -------------------------------------------------------------------------------
+
+def _seconds(field: str, raw: Any, most: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= most:
+        problem = f"a whole number of seconds from 0 to {most}"
+        raise Invalid(f"{field} must be {problem}", fields={field: problem})
+    return raw
+
+
+def _schedule(raw: Any) -> list[int]:
+    if not isinstance(raw, list) or len(raw) > MAX_SCHEDULE or any(
+            isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DELAY
+            for v in raw):
+        problem = (f"a list of at most {MAX_SCHEDULE} delays in seconds (0 to {MAX_DELAY}); "
+                   "[] means never retry")
+        raise Invalid(f"retry_schedule must be {problem}", fields={"retry_schedule": problem})
+    return list(raw)
+
+
+def _template(field: str, raw: Any, required: bool) -> str | None:
+    if raw is None or (isinstance(raw, str) and not raw.strip() and not required):
+        if required:
+            raise Invalid(f"{field} is required", fields={field: "required"})
+        return None
+    if not isinstance(raw, str) or len(raw) > MAX_TEMPLATE:
+        problem = f"a template of at most {MAX_TEMPLATE} characters"
+        raise Invalid(f"{field} must be {problem}", fields={field: problem})
+    if required and not raw.strip():
+        raise Invalid(f"{field} is required", fields={field: "required"})
+    return raw
+
+
+def check_object(field: str, raw: Any, *, limit: int = MAX_SAMPLE_BYTES) -> dict[str, Any]:
+    """A JSON object of at most ``limit`` bytes (as compact JSON), else :class:`Invalid`
+    (413 :class:`TooLarge` when it is only too big)."""
+    from webapp.domain.errors import TooLarge
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise Invalid(f"{field} must be a JSON object", fields={field: "must be an object"})
+    size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > limit:
+        problem = f"at most {limit // 1024} KB as JSON (got {size} bytes)"
+        raise TooLarge(f"{field} must be {problem}", fields={field: problem})
+    return raw
+
+
+@dataclass
+class KindInput:
+    """A validated kind, ready to store."""
+
+    name: str
+    kind_class: str
+    subject: str
+    text_body: str | None
+    html_body: str | None
+    retry_schedule: list[int] | None
+    resend_cooldown: int | None
+    dedupe_window: int
+    active: bool
+    description: str
+    sample_data: dict[str, Any]
+    sample_event: dict[str, Any]
+
+
+_FIELDS = ("class", "subject", "text", "html", "retry_schedule", "resend_cooldown",
+           "dedupe_window", "active", "description", "sample_data", "sample_event")
+
+
+def _current(conn: Connection, name: str) -> dict[str, Any] | None:
+    spec = engine_kinds.load_kind(conn, name)
+    if spec is None:
+        return None
+    data, event = sample_of(conn, name)
+    return {"class": spec.kind_class, "subject": spec.subject, "text": spec.text_body,
+            "html": spec.html_body, "retry_schedule": None if spec.retry_schedule is None
+            else list(spec.retry_schedule), "resend_cooldown": spec.resend_cooldown,
+            "dedupe_window": spec.dedupe_window, "active": spec.active,
+            "description": spec.description, "sample_data": data, "sample_event": event,
+            "builtin": spec.builtin}
+
+
+def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
+    """The body over the kind's current values (or the class defaults for a new kind)."""
+    unknown = sorted(set(body) - set(_FIELDS) - {"name"})
+    if unknown:
+        raise Invalid(f"unknown field(s): {', '.join(unknown)}",
+                      fields=dict.fromkeys(unknown, "unknown field"))
+    if current is None:
+        kind_class = body.get("class")
+        if kind_class not in CLASSES:
+            problem = "required: critical or lifecycle"
+            raise Invalid(f"class is {problem}", fields={"class": problem})
+        base: dict[str, Any] = {**DEFAULTS[kind_class], "active": True, "description": "",
+                                "sample_data": {}, "sample_event": SAMPLE_EVENT,
+                                "text": None, "html": None, "builtin": False}
+    else:
+        base = current
+    merged = {**base, **body}
+    if current is not None and current["builtin"]:
+        if merged["class"] != "critical" or merged["active"] is not True:
+            raise Invalid(f"{name} is built in: it stays active and critical (P7)",
+                          fields={"class" if merged["class"] != "critical" else "active":
+                                  "cannot change for the built-in kind"})
+    return merged
+
+
+def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindInput, bool]:
+    """Validate a ``PUT /kinds/{name}`` body; fields left out keep their current value (a
+    new kind's: its class's defaults). Returns (kind, created). Raises :class:`Invalid`
+    naming every offending field (templates: with the line)."""
+    name = check_name(name)
+    if "name" in body and body["name"] != name:
+        raise Invalid("the name in the body differs from the one in the URL",
+                      fields={"name": "differs from the URL"})
+    current = _current(conn, name)
+    merged = _merged(name, body, current)
+    fields: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    builtin = bool(current and current["builtin"])
+    checks = {
+        "class": lambda v: v if v in CLASSES else _bad("class", "critical or lifecycle"),
+        "subject": lambda v: _template("subject", v, required=True),
+        "text": lambda v: _template("text", v, required=False),
+        "html": lambda v: _template("html", v, required=False),
+        "retry_schedule": lambda v: None if v is None and builtin else _schedule(v),
+        "resend_cooldown": lambda v: None if v is None and builtin
+        else _seconds("resend_cooldown", v, MAX_COOLDOWN),
+        "dedupe_window": lambda v: _seconds("dedupe_window", v, MAX_WINDOW),
+        "active": lambda v: v if isinstance(v, bool) else _bad("active", "true or false"),
+        "description": lambda v: v if isinstance(v, str) and len(v) <= MAX_DESCRIPTION
+        else _bad("description", f"text of at most {MAX_DESCRIPTION} characters"),
+        "sample_data": lambda v: check_object("sample_data", v),
+        "sample_event": lambda v: check_object("sample_event", v),
+    }
+    for field, check in checks.items():
+        try:
+            values[field] = check(merged.get(field))
+        except Invalid as exc:
+            fields.update(exc.fields or {field: exc.message})
+    if not fields and values["text"] is None and values["html"] is None:
+        fields["text"] = "give a text or an HTML template (or both)"
+    if fields:
+        raise Invalid("invalid kind: " + "; ".join(f"{k}: {v}" for k, v in fields.items()),
+                      fields=fields)
+    kind = KindInput(name, values["class"], values["subject"], values["text"], values["html"],
+                     values["retry_schedule"], values["resend_cooldown"],
+                     values["dedupe_window"], values["active"], values["description"],
+                     values["sample_data"], values["sample_event"])
+    render(kind, kind.sample_data, kind.sample_event)  # refuses what cannot render
+    return kind, current is None
+
+
+def _bad(field: str, problem: str) -> Any:
+    raise Invalid(f"{field} must be {problem}", fields={field: problem})
+
+
+def template_problem(exc: TemplateError) -> Invalid:
+    """A template error as P9 wants it: the field, and the line when known."""
+    where = f"line {exc.line}: " if exc.line is not None else ""
+    return Invalid(f"the {exc.field} template has an error: {where}{exc.message}",
+                   fields={exc.field: f"{where}{exc.message}"},
+                   line=exc.line)
+
+
+def render(kind: KindInput | KindSpec, data: dict[str, Any], event: dict[str, Any],
+           email: str = "ada@example.com", user_ref: str = "user-123") -> RenderedMessage:
+    """Render the kind as a worker would for this ``data``/``event`` (the same context);
+    :class:`Invalid` naming the template and line when it cannot."""
+    try:
+        template = compile_campaign(kind.subject, kind.text_body, kind.html_body)
+        return template.render(message_context(email=email, user_ref=user_ref,
+                                               kind=kind.name,
+                                               payload={"data": data, "event": event}))
+    except TemplateError as exc:
+        raise template_problem(exc) from None
+
+
+# --- store -------------------------------------------------------------------------------
+
+_UPSERT = sa.text("""
+INSERT INTO kinds AS k (name, class, subject, text_body, html_body, retry_schedule,
+                        resend_cooldown, dedupe_window, active, description, sample_data,
+                        sample_event, updated_by)
+VALUES (:name, :class, :subject, :text_body, :html_body, CAST(:retry_schedule AS int[]),
+        :resend_cooldown, :dedupe_window, :active, :description, CAST(:sample_data AS jsonb),
+        CAST(:sample_event AS jsonb), :actor)
+ON CONFLICT (name) DO UPDATE SET
+    class = EXCLUDED.class, subject = EXCLUDED.subject, text_body = EXCLUDED.text_body,
+    html_body = EXCLUDED.html_body, retry_schedule = EXCLUDED.retry_schedule,
+    resend_cooldown = EXCLUDED.resend_cooldown, dedupe_window = EXCLUDED.dedupe_window,
+    active = EXCLUDED.active, description = EXCLUDED.description,
+    sample_data = EXCLUDED.sample_data, sample_event = EXCLUDED.sample_event,
+    updated_by = EXCLUDED.updated_by, updated_at = now(), version = k.version + 1
+RETURNING version
+""")
+
+
+def save(conn: Connection, kind: KindInput, *, actor: str, created: bool) -> dict[str, Any]:
+    """Store the validated kind (a new version), audit it, and return it as JSON."""
+    version = conn.execute(_UPSERT, {
+        "name": kind.name, "class": kind.kind_class, "subject": kind.subject,
+        "text_body": kind.text_body, "html_body": kind.html_body,
+        "retry_schedule": kind.retry_schedule, "resend_cooldown": kind.resend_cooldown,
+        "dedupe_window": kind.dedupe_window, "active": kind.active,
+        "description": kind.description, "sample_data": json.dumps(kind.sample_data),
+        "sample_event": json.dumps(kind.sample_event), "actor": actor}).scalar_one()
+    audit.record(conn, actor, "kind.create" if created else "kind.update",
+                 f"kind:{kind.name}", version=version, kind_class=kind.kind_class,
+                 active=kind.active, dedupe_window=kind.dedupe_window,
+                 retry_schedule=kind.retry_schedule, resend_cooldown=kind.resend_cooldown)
+    return as_json(conn, get(conn, kind.name))
+
+
+def as_json(conn: Connection, spec: KindSpec) -> dict[str, Any]:
+    """The API's view of a kind (``null`` schedule/cooldown: the setting's default)."""
+    data, event = sample_of(conn, spec.name)
+    return {"name": spec.name, "class": spec.kind_class, "description": spec.description,
+            "subject": spec.subject, "text": spec.text_body, "html": spec.html_body,
+            "retry_schedule": None if spec.retry_schedule is None
+            else list(spec.retry_schedule),
+            "resend_cooldown": spec.resend_cooldown, "dedupe_window": spec.dedupe_window,
+            "active": spec.active, "builtin": spec.builtin, "version": spec.version,
+            "priority": spec.priority, "sample_data": data, "sample_event": event}
+
+
+def all_as_json(conn: Connection) -> list[dict[str, Any]]:
+    return [as_json(conn, spec) for spec in engine_kinds.all_kinds(conn)]
+
+
+# --- test send ---------------------------------------------------------------------------
+
+def test_send(conn: Connection, name: str, email: Any, data: dict[str, Any],
+              event: dict[str, Any], *, actor: str) -> int:
+    """Queue one ``[Test]`` message of the kind to ``email``, rendered with ``data`` and
+    ``event``. It is a ``test`` job (served first), so it never counts as the kind's mail
+    in the metrics, the dedupe window or the user's history."""
+    spec = get(conn, name)
+    address = check_email(email)
+    render(spec, data, event, email=address)
+    payload = json.dumps({"kind": spec.name, "kind_version": spec.version, "data": data,
+                          "event": event})
+    job_id = queue.enqueue_single(conn, kind="test", email=address, user_ref=None,
+                                  payload=payload, requested_by=actor)
+    assert job_id is not None  # no user and no key: nothing to conflict with
+    queue.notify_new_jobs(conn, "test")
+    audit.record(conn, actor, "kind.test_send", f"kind:{spec.name}", job_id=job_id,
+                 email=address)
+    return job_id

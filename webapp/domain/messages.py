@@ -1,0 +1,334 @@
+"""Messages of any transactional kind (SPEC 11): ``POST /messages``, ``DELETE /messages``,
+resend per kind, and what support reads per user. Verification mail keeps its own module
+(:mod:`webapp.domain.verifications`, SPEC 4), which this one reuses.
+
+Guarantees kept here:
+
+- one message per user, kind and dedupe window, in the database: requests for one
+  (kind, user) are serialized by a transaction-scoped advisory lock, and the exclusion
+  constraint ``delivery_jobs_dedupe_excl`` refuses overlapping windows whatever the code
+  path; a request inside the window returns the message that opened it
+  (``existing=true``); an ``Idempotency-Key`` returns its message whatever its state;
+- ``send_at`` is never in the past (beyond a minute of clock skew) nor over a year ahead;
+  ``data`` and ``event`` are JSON objects of at most 64 KB each (P9, naming the field);
+- the event is stored with the job (``payload.event``) and shown to support as it came;
+- cancelling ends only what is still waiting, and says how many it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from webapp.domain import audit, kinds, limits, verifications
+from webapp.domain.errors import Conflict, Invalid, NotFound, TooLarge, TooMany
+from webapp.domain.lists import check_email
+from workers import queue, queue_reads
+from workers.kinds import BUILTIN, KindSpec
+from workers.settings import Config
+
+MAX_JSON_BYTES = 64 * 1024
+MAX_AHEAD = timedelta(days=365)
+CLOCK_SKEW = timedelta(seconds=60)
+MAX_EVENT_NAME = 200
+
+
+@dataclass(frozen=True)
+class MessageRequest:
+    kind: KindSpec
+    user_ref: str
+    email: str
+    data: dict[str, Any]
+    event: dict[str, Any] | None
+    send_at: datetime | None
+
+
+# --- input -------------------------------------------------------------------------------
+
+def check_send_at(raw: Any, now: datetime) -> datetime | None:
+    """An ISO 8601 time with a zone, not in the past and at most a year ahead (None: now).
+    A time up to a minute in the past (clock skew) means now."""
+    if raw is None:
+        return None
+    try:
+        at = datetime.fromisoformat(raw.replace("Z", "+00:00")) if isinstance(raw, str) \
+            else None
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        problem = "an ISO 8601 time with a zone, e.g. 2026-12-04T09:00:00Z"
+        raise Invalid(f"send_at must be {problem}", fields={"send_at": problem})
+    if at < now - CLOCK_SKEW:
+        raise Invalid(f"send_at {raw} is in the past", fields={"send_at": "in the past"})
+    if at > now + MAX_AHEAD:
+        raise Invalid(f"send_at {raw} is more than a year ahead",
+                      fields={"send_at": "more than a year ahead"})
+    return None if at <= now else at.astimezone(UTC)
+
+
+def check_event(raw: Any) -> dict[str, Any] | None:
+    """The event that caused the message: an object with a ``name`` (and usually ``id``,
+    ``at`` and fields of its own), at most 64 KB."""
+    if raw is None:
+        return None
+    event = kinds.check_object("event", raw, limit=MAX_JSON_BYTES)
+    name = event.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_EVENT_NAME:
+        problem = f"needs a name (text of 1 to {MAX_EVENT_NAME} characters)"
+        raise Invalid(f"event {problem}", fields={"event.name": problem})
+    if "id" in event and (isinstance(event["id"], bool)
+                          or not isinstance(event["id"], str | int)):
+        raise Invalid("event.id must be a string or an integer",
+                      fields={"event.id": "must be a string or an integer"})
+    if "at" in event:
+        try:
+            datetime.fromisoformat(str(event["at"]).replace("Z", "+00:00"))
+        except ValueError:
+            raise Invalid("event.at must be an ISO 8601 time",
+                          fields={"event.at": "must be an ISO 8601 time"}) from None
+    return event
+
+
+def parse_request(conn: Connection, body: dict[str, Any]) -> MessageRequest:
+    """Validate a ``POST /messages`` body. An unknown kind is a 404 listing the known ones;
+    an inactive one a 409; every other bad field is named in one :class:`Invalid` (413
+    when the only problem is the size of ``data``/``event``)."""
+    name = body.get("kind")
+    if not isinstance(name, str) or not name.strip():
+        raise Invalid("kind is required", fields={"kind": "required"})
+    spec = kinds.get(conn, name.strip())
+    if not spec.active:
+        raise Conflict(f"kind {spec.name} is inactive; an admin can activate it on the "
+                       "Transactional page", fields={"kind": "inactive"})
+    now = datetime.now(UTC)
+    fields: dict[str, str] = {}
+    errors: list[TooLarge] = []
+    values: dict[str, Any] = {}
+    checks: dict[str, Any] = {
+        "user_id": verifications.check_user_id, "email": check_email,
+        "data": lambda v: kinds.check_object("data", v, limit=MAX_JSON_BYTES),
+        "event": check_event, "send_at": lambda v: check_send_at(v, now)}
+    for key, check in checks.items():
+        try:
+            values[key] = check(body.get(key))
+        except Invalid as exc:
+            fields.update(exc.fields or {key: exc.message})
+        except TooLarge as exc:  # answered 413 when nothing else is wrong
+            errors.append(exc)
+    if spec.name == BUILTIN and not fields and not errors:
+        try:
+            values["data"]["verify_url"] = verifications.check_verify_url(
+                values["data"].get("verify_url"))
+        except Invalid:
+            fields["data.verify_url"] = "required for verification mail: an http(s) URL"
+    unknown = sorted(set(body) - {"kind", *checks})
+    fields.update(dict.fromkeys(unknown, "unknown field"))
+    if fields:
+        raise Invalid("invalid message: " + "; ".join(f"{k}: {v}" for k, v in fields.items()),
+                      fields=fields)
+    if errors:
+        raise errors[0]
+    return MessageRequest(spec, values["user_id"], values["email"], values["data"],
+                          values["event"], values["send_at"])
+
+
+# --- request -----------------------------------------------------------------------------
+
+def _same_request(job: dict[str, Any], req: MessageRequest) -> None:
+    if job["user_ref"] != req.user_ref or job["email"].lower() != req.email.lower():
+        raise Conflict("this Idempotency-Key was already used for a different request "
+                       f"(user {job['user_ref']}, job {job['id']})",
+                       fields={"Idempotency-Key": "already used for another request"})
+
+
+def _earlier(conn: Connection, req: MessageRequest, key: str | None) -> tuple[
+        dict[str, Any] | None, str]:
+    """The message that already answers this request, and why (under the user lock)."""
+    if key is not None:
+        earlier = queue.job_by_idempotency_key(conn, req.kind.name, key)
+        if earlier is not None:
+            _same_request(earlier, req)
+            return earlier, "idempotency_key"
+    if req.kind.name == BUILTIN:
+        live = queue.live_job_for_user(conn, BUILTIN, req.user_ref)
+        if live is not None:
+            return live, "live"
+    # A message opens no window when its kind has none (0), and then none can overlap it.
+    window = queue.deduped_by(conn, req.kind.name, req.user_ref) \
+        if req.kind.dedupe_window > 0 else None
+    if window is not None:
+        return window, "dedupe_window"
+    return None, ""
+
+
+def request(conn: Connection, config: Config, req: MessageRequest, *,
+            idempotency_key: str | None = None, actor: str) -> tuple[dict[str, Any], str]:
+    """Enqueue the message, or return the one that already answers it. Returns (job,
+    why_existing) where why_existing is "" for a new message, else ``idempotency_key``,
+    ``dedupe_window`` or ``live`` (verification: a job still on its way)."""
+    queue.lock_user(conn, req.kind.name, req.user_ref)
+    earlier, why = _earlier(conn, req, idempotency_key)
+    if earlier is not None:
+        return earlier, why
+    limits.check_backlog(conn, config)
+    flags = verifications.flags_for(conn, req.email)
+    held = req.kind.name == BUILTIN and verifications.FLAG_DISPOSABLE in flags \
+        and config.disposable_policy == "hold"
+    payload: dict[str, Any] = {"data": req.data, "kind_version": req.kind.version}
+    if req.kind.name == BUILTIN:
+        payload["verify_url"] = req.data["verify_url"]
+    if req.event is not None:
+        payload["event"] = req.event
+    if req.send_at is not None:
+        payload["send_at"] = req.send_at.isoformat()
+    job_id = queue.enqueue_message(
+        conn, kind=req.kind.name, priority=req.kind.priority, email=req.email,
+        user_ref=req.user_ref, payload=json.dumps(payload), flags=json.dumps(flags),
+        status="held" if held else "pending", idempotency_key=idempotency_key,
+        requested_by=actor, send_at=req.send_at, dedupe_window=req.kind.dedupe_window)
+    if job_id is None:  # the same key, used at this instant for another user
+        earlier, why = _earlier(conn, req, idempotency_key)
+        if earlier is None:
+            raise Conflict("another request for this user is in progress; try again",
+                           fields={"user_id": "busy"})
+        return earlier, why
+    if not held and req.send_at is None:
+        queue.notify_new_jobs(conn, req.kind.name)
+    job = queue.single_job(conn, job_id)
+    audit.record(conn, actor, "message.request", f"user:{req.user_ref}", job_id=job_id,
+                 kind=req.kind.name, email=req.email, status=job["status"],
+                 send_at=payload.get("send_at"),
+                 event=(req.event or {}).get("name"), event_id=(req.event or {}).get("id"))
+    return job, ""
+
+
+def as_json(job: dict[str, Any]) -> dict[str, Any]:
+    """The API's view of a message: what was asked, and what caused it."""
+    payload = job.get("payload") or {}
+    data = payload.get("data")
+    if data is None and "verify_url" in payload:
+        data = {"verify_url": payload["verify_url"]}
+    return {"id": job["id"], "status": job["status"], "kind": job["kind"],
+            "correlation_id": job["correlation_id"], "flags": job["flags"],
+            "email": job["email"], "user_id": job["user_ref"],
+            "created_at": job["created_at"], "send_at": payload.get("send_at"),
+            "data": data or {}, "event": payload.get("event")}
+
+
+# --- cancel ------------------------------------------------------------------------------
+
+def cancel(conn: Connection, kind_name: Any, user_ref: Any, *, actor: str) -> dict[str, Any]:
+    """Cancel every message of the kind still waiting for the user (the user did the
+    thing): ``{"cancelled": n, "ids": [...], "in_flight": m}``; messages being handed to
+    the relay at this instant cannot be called back and are counted in ``in_flight``."""
+    fields = {}
+    if not isinstance(kind_name, str) or not kind_name.strip():
+        fields["kind"] = "required"
+    try:
+        user = verifications.check_user_id(user_ref)
+    except Invalid as exc:
+        fields.update(exc.fields)
+    if fields:
+        raise Invalid("DELETE /messages needs kind and user_id: " + ", ".join(fields),
+                      fields=fields)
+    spec = kinds.get(conn, str(kind_name).strip())
+    queue.lock_user(conn, spec.name, user)
+    ids = queue.cancel_waiting(conn, spec.name, user, f"cancelled by {actor}")
+    in_flight = queue.in_flight_for_user(conn, spec.name, user)
+    if ids:
+        audit.record(conn, actor, "message.cancel", f"user:{user}", kind=spec.name,
+                     job_ids=ids, cancelled=len(ids))
+    return {"kind": spec.name, "user_id": user, "cancelled": len(ids), "ids": ids,
+            "in_flight": in_flight}
+
+
+# --- resend ------------------------------------------------------------------------------
+
+def cooldown_of(spec: KindSpec, config: Config) -> int:
+    return config.resend_cooldown if spec.resend_cooldown is None else spec.resend_cooldown
+
+
+def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
+           actor: str) -> tuple[dict[str, Any], bool]:
+    """Send the user's latest message of the kind again (verification: exactly as SPEC 4).
+    A waiting one is made due now instead of adding a row; otherwise a copy with the same
+    data and event is queued. :class:`TooMany` inside the kind's cooldown."""
+    spec = kinds.get(conn, kind_name)
+    if spec.name == BUILTIN:
+        return verifications.resend(conn, config, user_ref, actor=actor)
+    queue.lock_user(conn, spec.name, user_ref)
+    cooldown = cooldown_of(spec, config)
+    latest = queue.latest_job_for_user(conn, spec.name, user_ref, cooldown)
+    if latest is None:
+        raise NotFound(f"no {spec.name} email was ever requested for user {user_ref}",
+                       fields={"user_id": "unknown user"})
+    suppression = verifications._suppression(conn, latest["email"])
+    if suppression is not None:
+        raise Conflict(f"{latest['email']} is on the suppression list "
+                       f"({suppression['reason']}); an admin must remove it first",
+                       fields={"user_id": "address suppressed"}, job_id=latest["id"])
+    left = float(latest["cooldown_left"])
+    if left > 0:
+        wait = math.ceil(left)
+        raise TooMany(f"an email of kind {spec.name} was sent to this user moments ago; you can "
+                      f"resend in {wait} s", retry_after=wait,
+                      retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
+    if latest["status"] in ("pending", "sending", "retry"):
+        job = queue.mark_resent(conn, latest["id"])
+        assert job is not None
+        reused = True
+    else:
+        limits.check_backlog(conn, config)
+        payload = {k: v for k, v in (latest["payload"] or {}).items()
+                   if k not in ("resent_at", "resends", "send_at")}
+        payload["kind_version"] = spec.version
+        job_id = queue.enqueue_message(
+            conn, kind=spec.name, priority=spec.priority, email=latest["email"],
+            user_ref=user_ref, payload=json.dumps(payload),
+            flags=json.dumps(verifications.flags_for(conn, latest["email"])),
+            requested_by=actor)
+        assert job_id is not None  # no window, no key: nothing to conflict with
+        job, reused = queue.single_job(conn, job_id), False
+    queue.notify_new_jobs(conn, spec.name)
+    audit.record(conn, actor, "message.resend", f"user:{user_ref}", kind=spec.name,
+                 job_id=job["id"], reused=reused, previous_job_id=latest["id"])
+    return job, reused
+
+
+# --- support: every kind for one user ----------------------------------------------------
+
+@dataclass
+class KindHistory:
+    """One kind's messages for one user, as support sees them."""
+
+    spec: KindSpec
+    history: verifications.UserHistory
+    cooldown: int
+    max_attempts: int
+    events: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+def user_overview(conn: Connection, config: Config, user_ref: str) -> list[KindHistory]:
+    """Every kind the user has mail of (the built-in first), each with its messages, the
+    event that caused each one, and its own resend cooldown; :class:`NotFound` when the
+    user has none."""
+    sections = []
+    for spec in [kinds.get(conn, name) for name in queue_reads.kinds_for_user(conn, user_ref)]:
+        cooldown = cooldown_of(spec, config)
+        schedule = spec.retry_schedule if spec.retry_schedule is not None \
+            else config.retry_schedule.get(spec.name, config.retry_schedule[BUILTIN])
+        history = verifications.user_history(conn, config, user_ref, kind=spec.name,
+                                             cooldown=cooldown,
+                                             max_attempts=len(schedule) + 1)
+        events = {v.job["id"]: (v.job["payload"] or {}).get("event") or {}
+                  for v in history.jobs}
+        sections.append(KindHistory(spec, history, cooldown, len(schedule) + 1, events))
+    if not sections:
+        raise NotFound(f"no emails for user {user_ref}")
+    sections.sort(key=lambda s: (not s.spec.builtin, s.spec.name))
+    return sections
