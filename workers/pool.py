@@ -114,7 +114,8 @@ class Pool:
         scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
         if self.maintenance:
             scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
-            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id)
+            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id,
+                                      self.outage)
         scheduler.start()
         self._scheduler = scheduler
         self._listener = threading.Thread(target=self._listen, name="listen", daemon=True)

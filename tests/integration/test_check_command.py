@@ -169,3 +169,27 @@ def test_a_key_the_secret_key_cannot_open(engine: sa.Engine, db_url: str, sink: 
     key = named(checks, "DKIM key")
     assert key.status == PROBLEM and "SENDDOCK_SECRET_KEY" in key.verdict
     assert named(checks, "bounce address").status == WARNING
+
+
+def test_dkim_create_activate_and_list_commands(engine: sa.Engine, db_url: str) -> None:
+    def senddock(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "webapp", "dkim", *args],
+                              capture_output=True, text=True, env=process_env(settings(db_url)),
+                              cwd=ROOT, timeout=60)
+
+    made = senddock("create", "Example.com")
+    assert made.returncode == 0, made.stderr
+    with engine.connect() as conn:
+        (key,) = dkim.list_keys(conn, "example.com")
+    assert made.stdout.strip() == key.zone_line  # the record alone on stdout
+    assert "publish this TXT record at sd1._domainkey.example.com" in made.stderr
+    ed = senddock("create", "example.com", "--algorithm", "ed25519", "--selector", "ed2026")
+    assert ed.returncode == 0 and "k=ed25519" in ed.stdout
+    nxt = senddock("create", "example.com")
+    assert nxt.returncode == 0 and "(rsa, next)" in nxt.stderr
+    assert senddock("activate", "example.com", "sd2").returncode == 0
+    listed = senddock("list").stdout.splitlines()
+    assert [line.split()[:2] for line in listed] == [
+        ["active", "ed25519"], ["active", "rsa"], ["retired", "rsa"]]
+    bad = senddock("create", "not a domain")
+    assert bad.returncode != 0 and "not a valid domain name" in bad.stderr

@@ -366,7 +366,12 @@ def test_failover_to_a_synchronous_standby_loses_nothing(
     assert duplicates <= bound
     assert delivered - accepted < 5
     assert "Traceback" not in out, out
-    assert "usable again after" in out, out
+    # The outage in the worker's log: a line when it started (or its kind changed: gone,
+    # then read-only while only the standby was up), one when it ended — not one a second.
+    started_lines = [line for line in out.splitlines()
+                     if "WARNING senddock.worker: delivery " in line]
+    assert 1 <= len(started_lines) <= 3, started_lines
+    assert out.count("usable again after") == 1, out
 
 
 class _CampaignOnly:
