@@ -12,10 +12,10 @@ from webapp import access
 from webapp.context import actor, engine, role
 from webapp.domain import inbox, jobs
 from webapp.domain.errors import DomainError, Invalid
-from webapp.models import JOB_KINDS
 from webapp.nav import can_open
 from webapp.redirects import local_path
 from workers import queue_reads
+from workers.kinds import job_kinds
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -44,6 +44,7 @@ def index() -> str:
         where = inbox.parse_filter(args)
         page = inbox.page(conn, where, request.args.get("after"))
         campaigns = inbox.campaign_choices(conn)
+        kind_names = job_kinds(conn)
         matching = queue_reads.count_problems(conn, where, as_of)
         if can_open("jobs.index"):  # the jobs browser's tabs, with this page's filters
             tab_filters = jobs.parse_filters(conn, {
@@ -53,7 +54,7 @@ def index() -> str:
                     "counts": jobs.counts(conn, tab_filters),
                     "filter_args": tab_filters.args()}
     return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
-                           kinds=JOB_KINDS, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
+                           kinds=kind_names, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
                            as_of=as_of.isoformat(), matching=matching, job_tabs=tabs,
                            first_page=not request.args.get("after"))
 

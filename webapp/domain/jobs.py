@@ -15,8 +15,8 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Invalid
 from workers import queue, queue_reads
+from workers.kinds import is_kind_name
 from workers.queue import ProblemFilter
-from workers.states import KINDS
 
 PAGE_SIZE = 50
 TABS = ("waiting", "retrying", "sending", "held", "scheduled", "failed")
@@ -47,8 +47,9 @@ class Filters:
 
 def parse_filters(conn: Connection, args: Any) -> Filters:
     kind = (args.get("kind") or "").strip() or None
-    if kind is not None and kind not in KINDS:
-        raise Invalid(f"kind must be one of {', '.join(KINDS)}", fields={"kind": "unknown"})
+    if kind is not None and not is_kind_name(kind):  # kinds are data (SPEC 11)
+        raise Invalid("kind must be a kind's name, e.g. broadcast, verification, onboarding",
+                      fields={"kind": "unknown"})
     found = Filters(kind=kind)
     campaign = (args.get("campaign") or "").strip()
     if campaign:
