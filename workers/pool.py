@@ -40,6 +40,8 @@ from workers.message import TemplateError
 from workers.settings import Config
 from workers.smtp import SendResult, SmtpTransport, parse_smtp_url
 
+BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
+
 log = logging.getLogger("senddock.worker")
 
 DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError,
@@ -344,8 +346,13 @@ class Pool:
                  slots: list[float]) -> tuple[list[queue.Outcome], outcomes.Aftermath]:
         results: list[queue.Outcome] = []
         aftermath = outcomes.Aftermath()
+        # A batch of campaign mail yields after BATCH_SLICE seconds (slow templates, a slow
+        # relay): its unstarted jobs go back, and the next claim takes verification mail
+        # first (P7). Not under a rate limit, whose permits already pace the batch.
+        yield_at = time.monotonic() + BATCH_SLICE if not any(slots) else float("inf")
         for job, slot in zip(jobs, slots, strict=True):
-            if aftermath.stops_batch or aftermath.holds(job) or self.stopping.is_set():
+            if aftermath.stops_batch or aftermath.holds(job) or self.stopping.is_set() or (
+                    job.kind == "broadcast" and time.monotonic() > yield_at):
                 results.append(outcomes.released(job))
                 continue
             if job.suppressed:
