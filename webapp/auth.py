@@ -28,6 +28,7 @@ class User(UserMixin):
         self.email = row["email"]
         self.role = row["role"]
         self.session_version = row["session_version"]
+        self.locale = row.get("locale")  # the UI language they chose (None: the browser's)
 
     def get_id(self) -> str:
         # The session names the user *and* the session version: a password change or a
@@ -43,7 +44,8 @@ def load_user(user_key: str) -> User | None:
         return None
     with engine().connect() as conn:
         row = conn.execute(sa.text(
-            "SELECT id, email, role, session_version FROM users WHERE id = :id AND active"),
+            "SELECT id, email, role, session_version, locale FROM users "
+            "WHERE id = :id AND active"),
             {"id": user_id}).mappings().first()
     if row is None or row["session_version"] != version:
         return None
