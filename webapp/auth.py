@@ -28,6 +28,7 @@ class User(UserMixin):
         self.role = row["role"]
         self.session_version = row["session_version"]
         self.session_token = session_token
+        self.locale = row.get("locale")  # the UI language they chose (None: the browser's)
 
     def get_id(self) -> str:
         # The cookie names the user, the session version and the server-side session: a

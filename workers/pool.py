@@ -38,7 +38,7 @@ from workers.classify import RefusalStreak, ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
 from workers.settings import Config
-from workers.smtp import SendResult, SmtpTransport, parse_smtp_url
+from workers.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
 
 BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
 
@@ -63,6 +63,7 @@ class Pool:
         self.smtp_fingerprint = hmac.new(config.secret_key.encode(), config.smtp_url.encode(),
                                          hashlib.sha256).hexdigest()[:16]
         self.streak = RefusalStreak(config.same_refusal_streak)
+        self.login_gate = LoginGate()  # one failed AUTH per process, not per thread
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self.maintenance = maintenance
@@ -278,7 +279,8 @@ class Pool:
         config = self.config
         return SmtpTransport(self.smtp, timeout=config.smtp_timeout,
                              local_hostname=config.smtp_helo, ca_file=config.smtp_ca_file,
-                             max_messages=config.smtp_max_messages, max_age=config.smtp_max_age)
+                             max_messages=config.smtp_max_messages, max_age=config.smtp_max_age,
+                             login_gate=self.login_gate)
 
     def _drain_loop(self) -> None:
         transport = self._transport()

@@ -104,12 +104,12 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
-    Setting("DB_WEB_POOL", "4",
+    Setting("DB_WEB_POOL", "3",
             "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
             "opens; requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
             "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
             "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
-    Setting("DB_DELIVERY_POOL", "3",
+    Setting("DB_DELIVERY_POOL", "4",
             "Most PostgreSQL connections the delivery threads of one serve/worker process "
             "share (claim and finish transactions; SMTP runs without one). The liveness "
             "session, the LISTEN connection and /healthz's check come on top, one each."),
@@ -372,8 +372,8 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
-    db_web_pool: int = 4
-    db_delivery_pool: int = 3
+    db_web_pool: int = 3
+    db_delivery_pool: int = 4
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0
     db_idle_timeout: float = 60.0

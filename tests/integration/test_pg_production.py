@@ -103,7 +103,7 @@ def test_serve_and_worker_start_into_a_full_database_and_keep_their_budget(
         pg_clusters: Clusters, sink: Any, spawn: Callable[..., Proc]) -> None:
     """max_connections 20 (17 for SendDock's role): serve + worker started while another
     client holds every slot wait with one log line each, start when slots free up, stay
-    within the budget (≤ 15 together with defaults), and 20 concurrent API clients get
+    within the budget (≤ 16 together with defaults), and 20 concurrent API clients get
     ≥ 99 % 202s."""
     cluster = pg_clusters.primary(max_connections=20, superuser_reserved_connections=3)
     held = hog(cluster)
@@ -212,7 +212,7 @@ def test_too_many_connections_is_a_503_saying_so_and_heals(
 def test_locked_table_every_page_and_api_call_answers_within_its_timeout(
         pg_clusters: Clusters, cluster_app: Callable[..., ClusterApp]) -> None:
     """``delivery_jobs`` locked (ACCESS EXCLUSIVE) for 30 s: pages, 10 concurrent API
-    clients (more than the web pool's 4 connections) and /healthz keep answering within
+    clients (more than the web pool's 3 connections) and /healthz keep answering within
     their timeouts the whole time, 503 "the database is busy" where the table is needed."""
     cluster = pg_clusters.primary()
     site = cluster_app(cluster.url(), DB_STATEMENT_TIMEOUT="2", DB_LOCK_TIMEOUT="1")

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp import access
@@ -88,7 +89,7 @@ def retry_all() -> Response:
     try:
         as_of = datetime.fromisoformat(request.form.get("as_of", ""))
     except ValueError:
-        flash("The form was incomplete (no page time); reload the inbox and try again.",
+        flash(_("The form was incomplete (no page time); reload the inbox and try again."),
               "error")
         return redirect(back)
     try:
@@ -109,5 +110,5 @@ def dismiss(job_id: int) -> Response:
     except DomainError as exc:
         flash(exc.message, "error")
         return redirect(url_for("inbox.detail", job_id=job_id))
-    flash(f"Job {job_id} dismissed: it no longer shows in the inbox.", "success")
+    flash(_("Job %(id)s dismissed: it no longer shows in the inbox.", id=job_id), "success")
     return redirect(_local(request.form.get("back")))

@@ -206,7 +206,7 @@ def session_user(conn: Connection, user_id: int, version: int,
     theirs, is younger than SESSION_DAYS and the user's session version still matches;
     else None (the cookie is worthless)."""
     row = conn.execute(sa.text("""
-        SELECT u.id, u.email, u.role, u.session_version
+        SELECT u.id, u.email, u.role, u.session_version, u.locale
           FROM web_sessions s JOIN users u ON u.id = s.user_id
          WHERE s.id = :id AND u.id = :u AND u.active AND u.session_version = :v
            AND s.created_at > now() - make_interval(days => :days)"""),
@@ -306,3 +306,14 @@ def set_active(conn: Connection, user_id: int, active: bool, *, actor: str) -> d
     audit.record(conn, actor, "user.enable" if active else "user.disable", f"user:{user_id}",
                  email=user["email"])
     return {**user, "active": active}
+
+
+def set_locale(conn: Connection, user_id: int, locale: str | None, *, allowed: Any,
+               actor: str) -> None:
+    """The UI language the user reads (None: whatever their browser asks for)."""
+    if locale is not None and locale not in allowed:
+        raise Invalid(f"language must be one of {', '.join(allowed)}",
+                      fields={"locale": "unknown"})
+    conn.execute(sa.text("UPDATE users SET locale = :l WHERE id = :id"),
+                 {"l": locale, "id": user_id})
+    audit.record(conn, actor, "user.language", f"user:{user_id}", locale=locale or "browser")
