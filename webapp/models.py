@@ -225,7 +225,7 @@ delivery_jobs = Table(
     CheckConstraint(f"kind ~ '{states.KIND_NAME}'", name="delivery_jobs_kind_check"),
     # One message per user, kind and dedupe window (SPEC 11), under any concurrency: no two
     # not-cancelled messages of one (kind, user) have overlapping windows.
-    ExcludeConstraint(("kind", "="), ("user_ref", "="),
+    ExcludeConstraint(("user_ref", "="), ("kind", "="),
                       (text("tstzrange(created_at, dedupe_until)"), "&&"),
                       name="delivery_jobs_dedupe_excl", using="gist",
                       where=text("dedupe_until IS NOT NULL AND status <> 'cancelled'")),
