@@ -29,6 +29,11 @@ from workers.smtp import AUTH_PREFERENCE, SmtpTransport, parse_smtp_url
 def run_checks(config: Config) -> list[Check]:
     """Every check, in the order a person fixes things: database, relay, domains."""
     checks: list[Check] = []
+    if config.secret_key_generated:
+        checks.append(Check("secret key", PROBLEM, "SENDDOCK_SECRET_KEY is not set: serve, "
+                            "web and worker refuse to start, and the DKIM keys cannot be "
+                            "decrypted.", "set SENDDOCK_SECRET_KEY to the value serve and "
+                            "worker use"))
     engine = None
     try:
         checks_db, engine = database_checks(config)
@@ -205,7 +210,8 @@ def domain_report_checks(config: Config, engine: Any) -> Iterator[Check]:
     with engine.connect() as conn:
         try:
             keys = dkim.list_keys(conn)
-            dkim.load_signing_keys(conn, config.secret_key, errors)
+            if not config.secret_key_generated:  # a random key opens nothing: said above
+                dkim.load_signing_keys(conn, config.secret_key, errors)
             domains = sending_domains(conn, config)
         except sa.exc.ProgrammingError:  # no schema: the migrations line said so
             return

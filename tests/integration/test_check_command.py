@@ -176,6 +176,10 @@ def test_a_key_the_secret_key_cannot_open(engine: sa.Engine, db_url: str, sink: 
     key = named(checks, "DKIM key")
     assert key.status == PROBLEM and "SENDDOCK_SECRET_KEY" in key.verdict
     assert named(checks, "bounce address").status == WARNING
+    unset = run_checks(config_for(sink.port, SECRET_KEY="",
+                                  DNS_RESOLVER=dns_server.resolver_setting))
+    assert named(unset, "secret key").status == PROBLEM
+    assert not [c for c in unset if c.name == "DKIM key"]  # not blamed on the keys
 
 
 def test_dkim_create_activate_and_list_commands(engine: sa.Engine, db_url: str) -> None:
