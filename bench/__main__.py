@@ -20,6 +20,8 @@ FULL = [
     ["bench.bench_admin_pages"],
     ["bench.bench_drain", "--recipients", "100000", "--sink", "postfix", "--processes", "2"],
     ["bench.bench_drain", "--recipients", "100000", "--sink", "postfix", "--processes", "3"],
+    ["bench.bench_dkim", "--messages", "3000"],
+    ["bench.bench_drain", "--recipients", "100000", "--sink", "postfix", "--dkim", "rsa"],
 ]
 
 QUICK = [
@@ -30,6 +32,7 @@ QUICK = [
     ["bench.bench_million", "--recipients", "20000"],
     ["bench.bench_marketer_pages", "--rows", "20000", "--repeat", "5"],
     ["bench.bench_admin_pages", "--rows", "20000", "--repeat", "5"],
+    ["bench.bench_dkim", "--messages", "500", "--dkimpy-messages", "50"],
 ]
 
 

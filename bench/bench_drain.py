@@ -32,10 +32,23 @@ from webapp.domain import campaigns
 from workers import queue
 
 
-def prepare(url: str, recipients: int) -> tuple[sa.Engine, int, int, dict[str, float]]:
+def add_dkim_keys(engine: sa.Engine, algorithms: list[str]) -> None:
+    """Keys for the bench campaign's From domain: the worker signs every message with them
+    (SENDDOCK_SECRET_KEY is env_for's "bench-secret")."""
+    from workers import dkim
+
+    with engine.begin() as conn:
+        for algorithm in algorithms:
+            dkim.create_key(conn, "bench-secret", "example.com", algorithm=algorithm)
+
+
+def prepare(url: str, recipients: int,
+            dkim_algorithms: list[str] | None = None) -> tuple[sa.Engine, int, int,
+                                                                dict[str, float]]:
     engine = db.make_engine(url)
     list_id = seed_list(engine, recipients)
     campaign_id = make_campaign(engine, list_id)
+    add_dkim_keys(engine, dkim_algorithms or [])
     t0 = time.perf_counter()
     with engine.begin() as conn:
         campaign = campaigns.send(conn, campaign_id)
@@ -105,15 +118,19 @@ def main() -> None:
     parser.add_argument("--claim-batch", type=int, default=10,
                         help="SENDDOCK_CLAIM_BATCH (claiming only: outcomes are committed "
                              "one by one)")
+    parser.add_argument("--dkim", choices=["none", "rsa", "ed25519", "both"], default="none",
+                        help="DKIM-sign every message with an RSA-2048 and/or ed25519 key")
     parser.add_argument("--synchronous-commit", choices=["on", "off", "local"], default=None,
                         help="PostgreSQL synchronous_commit for the workers' sessions")
     args = parser.parse_args()
+    dkim_algorithms = {"none": [], "rsa": ["rsa"], "ed25519": ["ed25519"],
+                       "both": ["rsa", "ed25519"]}[args.dkim]
     sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]
     rows, results = [], {}
     for sink in sinks:
         port = free_port()
         with fresh_database() as url, sink_process(sink, port):
-            engine, _, broadcast_id, enq = prepare(url, args.recipients)
+            engine, _, broadcast_id, enq = prepare(url, args.recipients, dkim_algorithms)
             res = drain(engine, url, broadcast_id, args.recipients, port, args.workers,
                         args.processes, args.claim_batch, args.synchronous_commit)
             engine.dispose()
@@ -124,7 +141,7 @@ def main() -> None:
                      f"{res['enqueue_per_s']:,.0f}", f"{res['send_request_ms']:.1f}"])
     info = machine()
     print(table(f"Drain, {args.processes} process(es) x {args.workers} workers, "
-                f"claim batch {args.claim_batch}, synchronous_commit "
+                f"claim batch {args.claim_batch}, DKIM {args.dkim}, synchronous_commit "
                 f"{args.synchronous_commit or 'server default'} "
                 f"({info['cpus']} cores, "
                 f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']})",

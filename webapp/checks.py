@@ -23,12 +23,17 @@ from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
 from workers import dkim
 from workers.classify import ReplyClass
 from workers.settings import Config
-from workers.smtp import SmtpTransport, parse_smtp_url
+from workers.smtp import AUTH_PREFERENCE, SmtpTransport, parse_smtp_url
 
 
 def run_checks(config: Config) -> list[Check]:
     """Every check, in the order a person fixes things: database, relay, domains."""
     checks: list[Check] = []
+    if config.secret_key_generated:
+        checks.append(Check("secret key", PROBLEM, "SENDDOCK_SECRET_KEY is not set: serve, "
+                            "web and worker refuse to start, and the DKIM keys cannot be "
+                            "decrypted.", "set SENDDOCK_SECRET_KEY to the value serve and "
+                            "worker use"))
     engine = None
     try:
         checks_db, engine = database_checks(config)
@@ -168,8 +173,9 @@ def _relay_ok(where: str, transport: SmtpTransport, session: Any, sender: str) -
                             "use TLS unless the relay is on this host"))
     if config.username:
         offered = session.esmtp_features.get("auth", "").upper().split()
-        checks.append(Check("relay login", OK, f"logged in as {config.username} (the relay "
-                            f"offers {', '.join(offered) or 'AUTH'})."))
+        used = next((m for m in AUTH_PREFERENCE if m in offered), "AUTH")
+        checks.append(Check("relay login", OK, f"logged in as {config.username} with {used}, "
+                            f"one attempt (the relay offers {' '.join(offered)})."))
     checks.append(Check("relay MAIL FROM", OK, f"the relay accepts the envelope sender "
                         f"{sender}."))
     return checks
@@ -204,7 +210,8 @@ def domain_report_checks(config: Config, engine: Any) -> Iterator[Check]:
     with engine.connect() as conn:
         try:
             keys = dkim.list_keys(conn)
-            dkim.load_signing_keys(conn, config.secret_key, errors)
+            if not config.secret_key_generated:  # a random key opens nothing: said above
+                dkim.load_signing_keys(conn, config.secret_key, errors)
             domains = sending_domains(conn, config)
         except sa.exc.ProgrammingError:  # no schema: the migrations line said so
             return
@@ -218,7 +225,10 @@ def domain_report_checks(config: Config, engine: Any) -> Iterator[Check]:
                                  bounce_address=bounce or f"{envelope_sender(config)}",
                                  spf_include=config.spf_include)
         yield from report.checks
-    if not bounce:
+    if bounce:
+        yield Check("bounce address", OK, f"{bounce}: the envelope sender is "
+                    f"{bounce.replace('@', '+<job token>@')}, so each bounce finds its job.")
+    else:
         yield Check("bounce address", WARNING, "SENDDOCK_BOUNCE_ADDRESS is not set: bounces go "
                     "to the From address and SendDock does not match them to messages.",
                     "set SENDDOCK_BOUNCE_ADDRESS to a mailbox on your domain, e.g. "

@@ -24,7 +24,9 @@ _embedded: dict[Path, Any] = {}
 
 
 class DatabaseUnavailable(Exception):
-    """PostgreSQL cannot be reached right now (down, restarting, network)."""
+    """PostgreSQL cannot be reached right now. Raise it ``from`` the driver's error: the
+    error handler translates that cause (:func:`workers.pg.classify`, the one place that
+    reads SQLSTATEs) into its own message."""
 
 
 def normalize_url(url: str) -> str:
@@ -123,16 +125,6 @@ def delivery_engine(url: str, config: Any, process: str) -> Engine:
     return make_engine(url, pool_size=config.db_delivery_pool + 1, process=process,
                        role="delivery", pre_ping=False,
                        idle_timeout=config.db_idle_timeout or None)
-
-
-def _is_connection_error(exc: sa.exc.DBAPIError) -> bool:
-    import psycopg
-
-    orig = exc.orig
-    if isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError):
-        sqlstate = getattr(orig, "sqlstate", None)
-        return sqlstate is None or sqlstate.startswith(("08", "57P"))
-    return False
 
 
 def alembic_config(url: str) -> Any:

@@ -13,6 +13,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from workers import pg
 from workers.event_webhooks import EventDeliverer
 from workers.feedback import Thresholds
 from workers.mailbox import BouncePoller
@@ -49,17 +50,20 @@ def deliverer(engine: Engine, config: Config, worker_id: str) -> EventDeliverer:
                           timeout=f.event_webhook_timeout)
 
 
-def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str) -> None:
+def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str,
+             outage: pg.Outage | None = None) -> None:
     """Add the bounce-mailbox poll (when configured) and the event-webhook deliverer to
-    the pool's scheduler."""
+    the pool's scheduler. Database errors go to ``outage`` (the pool's: one log line per
+    outage, not one per second)."""
     events = deliverer(engine, config, worker_id)
+    outage = outage or pg.Outage(f"after acceptance {worker_id}", log)
 
     def deliver_events() -> None:
         try:
             while events.run_once():
                 pass
         except DB_ERRORS as exc:
-            log.warning("event webhooks: database unreachable: %s", str(exc).splitlines()[0])
+            outage.failed(exc, retrying="event webhooks retry")
 
     scheduler.add_job(deliver_events, "interval", seconds=1, id="event-webhooks")
 
@@ -72,7 +76,7 @@ def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str) -> 
                 conn.execute(sa.text("DELETE FROM feedback_receipts WHERE received_at < "
                                      "now() - make_interval(days => :d)"), {"d": RECEIPT_DAYS})
         except DB_ERRORS as exc:
-            log.warning("receipt cleanup: database unreachable: %s", str(exc).splitlines()[0])
+            outage.failed(exc, retrying="receipt cleanup retries")
 
     scheduler.add_job(forget_old_receipts, "interval", seconds=3600, id="receipt-cleanup")
     mailbox = poller(engine, config)
@@ -85,7 +89,7 @@ def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str) -> 
             if result is not None and result.seen:
                 log.info("bounce mailbox %s: %s", mailbox.url.redacted(), result)
         except DB_ERRORS as exc:
-            log.warning("bounce mailbox: database unreachable: %s", str(exc).splitlines()[0])
+            outage.failed(exc, retrying="bounce mailbox retries")
         except Exception as exc:  # the mailbox server: unreachable, login refused, TLS
             log.warning("bounce mailbox %s: %s: %s", mailbox.url.redacted(),
                         type(exc).__name__, exc)

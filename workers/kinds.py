@@ -17,6 +17,7 @@ Guarantees kept here:
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -109,6 +110,18 @@ def all_kinds(conn: Connection) -> list[KindSpec]:
     rows = conn.execute(sa.text(f"SELECT {_KIND_COLUMNS} FROM kinds "
                                 "ORDER BY builtin DESC, name")).mappings()
     return [_spec(r) for r in rows]
+
+
+def job_kinds(conn: Connection) -> list[str]:
+    """Every kind a job can have: the engine's own and the admins' (for filters)."""
+    names = list(conn.execute(sa.text("SELECT name FROM kinds ORDER BY builtin DESC, name"))
+                 .scalars())
+    return [*names, *(k for k in ("broadcast", "test") if k not in names)]
+
+
+def is_kind_name(value: str) -> bool:
+    """Whether ``value`` is spelled like a kind (it may still name none)."""
+    return re.fullmatch(KIND_NAME, value) is not None
 
 
 def message_context(*, email: str, user_ref: str | None, kind: str,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import functools
 import re
 import secrets
@@ -21,13 +22,25 @@ from email.utils import format_datetime
 from types import TracebackType
 from typing import Any
 
-from jinja2 import ChainableUndefined, Template, TemplateSyntaxError, nodes
+from jinja2 import ChainableUndefined, Template, TemplateSyntaxError, nodes, pass_context
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
 CRLF = "\r\n"
 MAX_REPEAT = 100_000  # longest string/list a template may build with `*`
 MAX_EXPONENT = 64  # largest exponent a template may use with `**`
+# Template limits (P10, issue 18). At save: the source's size and its node count (a
+# 250 KB template of `{{ name }}` takes 3.4 s to compile, so both are checked before the
+# compiler runs). At render, per message (subject, text and HTML together): operations
+# (calls, filters, attribute reads, loop steps, output pieces; one more per KiB a step
+# produces), the text produced, and a wall-clock limit.
+MAX_TEMPLATE_CHARS = 200_000
+MAX_TEMPLATE_NODES = 5_000
+MAX_OPERATIONS = 100_000
+MAX_OUTPUT_CHARS = 1_000_000
+MAX_INT_BITS = 100_000  # ~30,000 digits: a bigger integer is an amplifier, not a number
+SEND_SECONDS = 5.0  # wall clock per message in the workers
+PREVIEW_SECONDS = 2.0  # wall clock per preview in the web app
 _MANAGED_HEADERS = frozenset(
     {
         "from",
@@ -67,10 +80,252 @@ class TemplateError(Exception):
         super().__init__(f"{where}: {message}")
 
 
-class _CampaignEnvironment(SandboxedEnvironment):
-    """The sandbox, made strict where leniency would hide an attack or a DoS."""
+class TemplateLimit(TemplateError):
+    """A template over one of the limits; ``limit`` names it ("template size", "template
+    nodes", "operations", "output size", "time", "nesting")."""
 
-    intercepted_binops = frozenset({"*", "**"})
+    def __init__(self, field: str, limit: str, message: str) -> None:
+        self.limit = limit
+        super().__init__(field, None, f"{message} (limit: {limit})")
+
+
+class _OverLimit(Exception):
+    """Raised inside template code when the render budget is spent; never caught there
+    (templates have no try), turned into :class:`TemplateLimit` by the renderer."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class _Budget:
+    """What one message's render may still spend; one per render, per thread."""
+
+    __slots__ = ("clock_at", "deadline", "operations", "output", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.operations = 0
+        self.output = 0
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.clock_at = 64  # the clock is read every 64 operations (and on big steps)
+
+    def spend(self, size: int = 0) -> None:
+        self.operations += 1 + (size >> 10)
+        if self.operations < self.clock_at:
+            return
+        self.clock_at = self.operations + 64
+        if self.operations > MAX_OPERATIONS:
+            raise _OverLimit("operations", f"the template needs more than {MAX_OPERATIONS:,} "
+                             "operations (loops, calls, filters) for one message")
+        if time.monotonic() > self.deadline:
+            raise _OverLimit("time", f"the template took longer than {self.seconds:g} s "
+                             "to render one message")
+
+    def produce(self, size: int) -> None:
+        self.output += size
+        if self.output > MAX_OUTPUT_CHARS:
+            raise _OverLimit("output size", f"the template produces more than "
+                             f"{MAX_OUTPUT_CHARS:,} characters for one message")
+        self.spend(size)
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
+    "senddock_template_budget", default=None)
+
+
+def _spend(size: int = 0) -> None:
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.spend(size)
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, str | bytes | bytearray | list | tuple | dict |
+                                    set | frozenset) else 0
+
+
+def _check_size(value: Any) -> Any:
+    """``value`` unless it is a string or collection bigger than the output limit."""
+    size = _size(value)
+    if size > MAX_OUTPUT_CHARS:
+        raise _OverLimit("output size", f"a value of {size:,} characters or items is "
+                         f"more than {MAX_OUTPUT_CHARS:,}")
+    _spend(size)
+    return value
+
+
+def _check_int(value: Any) -> Any:
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise _OverLimit("output size", f"an integer of more than {MAX_INT_BITS:,} bits")
+    return value
+
+
+_BIG_NUMBER = re.compile(r"\d{7,}")  # a width or precision of a million or more
+_NESTED_FIELD = re.compile(r"{[^{}]*{")
+_STAR_WIDTH = re.compile(r"%[-#0 +]*\*|%[-#0 +]*\d*\.\*")
+
+
+def _big_ints(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    return any(isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_OUTPUT_CHARS
+               for v in (*args, *kwargs.values()))
+
+
+def _refuse_amplifier(name: str, owner: Any, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> None:
+    """Refuse, before it runs, a call that would build a huge value from small input:
+    padding to a huge width (center, ljust, rjust, zfill, indent, expandtabs, format
+    specs), ``int.to_bytes`` of a huge length, a replace that multiplies its input."""
+    too_big = _OverLimit("output size", f"{name}() would build more than "
+                         f"{MAX_OUTPUT_CHARS:,} characters")
+    if name in ("center", "ljust", "rjust", "zfill", "to_bytes", "indent", "wordwrap") \
+            and _big_ints(args, kwargs):
+        raise too_big
+    if name == "expandtabs" and isinstance(owner, str | bytes):
+        tab = next(iter((*args, *kwargs.values())), 8)
+        tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
+        if isinstance(tab, int) and tabs * tab + len(owner) > MAX_OUTPUT_CHARS:
+            raise too_big
+    if name in ("format", "format_map") and isinstance(owner, str):
+        if _BIG_NUMBER.search(owner) or (_NESTED_FIELD.search(owner) and
+                                         _big_ints(args, kwargs)):
+            raise too_big
+    if name == "indent" and owner is not None:
+        width = args[0] if args else kwargs.get("width", 4)
+        lines = str(owner).count("\n") + 1
+        if len(str(owner)) + lines * (width if isinstance(width, int) else _size(width)) \
+                > MAX_OUTPUT_CHARS:
+            raise too_big
+    if name == "replace" and isinstance(owner, str) and len(args) >= 2 and \
+            isinstance(args[0], str) and isinstance(args[1], str):
+        count = owner.count(args[0]) if args[0] else len(owner) + 1
+        if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
+            count = min(count, args[2])
+        if len(owner) + count * (len(args[1]) - len(args[0])) > MAX_OUTPUT_CHARS:
+            raise too_big
+
+
+def _refuse_printf(fmt: Any, values: Any) -> None:
+    """Refuse ``fmt % values`` (or ``|format``) with a huge width or precision."""
+    if isinstance(fmt, str) and (_BIG_NUMBER.search(fmt) or (
+            _STAR_WIDTH.search(fmt) and _big_ints(
+                values if isinstance(values, tuple) else (values,), {}))):
+        raise _OverLimit("output size", f"a format would build more than "
+                         f"{MAX_OUTPUT_CHARS:,} characters")
+
+
+def _metered_filter(name: str, func: Any) -> Any:
+    """``func`` (a Jinja filter) with the amplifier checks before and the size check after;
+    keeps Jinja's pass_context/pass_environment marker."""
+
+    @functools.wraps(func)
+    def metered(*args: Any, **kwargs: Any) -> Any:
+        passed = getattr(func, "jinja_pass_arg", None)
+        value_index = 1 if passed is not None else 0
+        value = args[value_index] if len(args) > value_index else None
+        rest = args[value_index + 1:]
+        if name == "format":
+            _refuse_printf(value, rest)
+        elif name in ("center", "indent", "replace", "wordwrap"):
+            _refuse_amplifier(name, value, rest, kwargs)
+        _spend(_size(value))
+        return _check_size(func(*args, **kwargs))
+
+    return metered
+
+
+@pass_context
+def _meter_output(context: Context, value: Any, literal: int = 0) -> Any:
+    """Every piece of output, wherever it goes (the message, a ``set`` block, a macro):
+    ``value`` plus ``literal`` characters of template text output next to it."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.produce(literal + (len(value) if isinstance(value, str) else 16))
+    return value
+
+
+@pass_context
+def _meter_loop(context: Context, iterable: Any) -> Any:
+    """A ``for`` loop's iterable, one operation per step."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return iterable
+
+    def steps() -> Any:
+        for item in iterable:
+            budget.spend()
+            yield item
+
+    return steps()
+
+
+@pass_context
+def _meter_value(context: Context, value: Any) -> Any:
+    return _check_size(value)
+
+
+_OUTPUT_FILTER, _LOOP_FILTER, _VALUE_FILTER = "_sd_output", "_sd_loop", "_sd_value"
+
+
+def _filter(node: nodes.Expr, name: str) -> nodes.Filter:
+    return nodes.Filter(node, name, [], [], None, None, lineno=node.lineno)
+
+
+def _instrument(tree: nodes.Template) -> None:
+    """Route every loop step, every piece of output and every ``~`` through the meters
+    (as filters: Jinja calls those directly, and pass_context keeps it from evaluating
+    them at compile time)."""
+    every = list(tree.find_all(nodes.Node))  # before any node is added
+    for loop in tree.find_all(nodes.For):
+        if isinstance(loop.iter, nodes.Expr):
+            loop.iter = _filter(loop.iter, _LOOP_FILTER)
+    for output in tree.find_all(nodes.Output):
+        # Template text stays a constant (Jinja folds it); one meter call counts it all.
+        literal = sum(len(c.data) for c in output.nodes if isinstance(c, nodes.TemplateData))
+        metered: list[nodes.Expr] = [nodes.Filter(
+            nodes.Const(""), _OUTPUT_FILTER, [nodes.Const(literal)], [], None, None,
+            lineno=output.lineno)] if literal else []
+        metered += [c if isinstance(c, nodes.TemplateData) else _filter(c, _OUTPUT_FILTER)
+                    for c in output.nodes]
+        output.nodes = metered
+    for parent in every:
+        for field in parent.fields:
+            child = getattr(parent, field, None)
+            if isinstance(child, nodes.Concat):
+                setattr(parent, field, _filter(child, _VALUE_FILTER))
+            elif isinstance(child, list):
+                setattr(parent, field, [_filter(c, _VALUE_FILTER)
+                                        if isinstance(c, nodes.Concat) else c for c in child])
+
+
+class _CampaignEnvironment(SandboxedEnvironment):
+    """The sandbox, made strict where leniency would hide an attack or a DoS, and metered:
+    every call, attribute read and operator spends from the render's budget."""
+
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.filters = {name: _metered_filter(name, func)
+                        for name, func in self.filters.items()}
+        self.filters.update({_OUTPUT_FILTER: _meter_output, _LOOP_FILTER: _meter_loop,
+                             _VALUE_FILTER: _meter_value})
+
+    def call(__self, __context: Context, __obj: Any, *args: Any,
+             **kwargs: Any) -> Any:
+        target = getattr(__obj, "__wrapped__", __obj)  # str.format comes wrapped
+        _refuse_amplifier(getattr(target, "__name__", ""), getattr(target, "__self__", None),
+                          args, kwargs)
+        _spend()
+        return _check_int(_check_size(super().call(__context, __obj, *args, **kwargs)))
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        _spend()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        _spend()
+        return super().getitem(obj, argument)
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         # Fail loudly: a marketer probing internals gets a clear error at
@@ -85,9 +340,23 @@ class _CampaignEnvironment(SandboxedEnvironment):
                 if isinstance(seq, str | list | tuple) and isinstance(count, int):
                     if len(seq) * count > MAX_REPEAT:
                         raise SecurityError(f"result longer than {MAX_REPEAT} items")
-        elif operator == "**" and isinstance(right, int) and abs(right) > MAX_EXPONENT:
-            raise SecurityError(f"exponent larger than {MAX_EXPONENT}")
-        return super().call_binop(context, operator, left, right)
+            if isinstance(left, int) and isinstance(right, int) and \
+                    left.bit_length() + right.bit_length() > MAX_INT_BITS:
+                raise _OverLimit("output size", f"an integer of more than {MAX_INT_BITS:,} "
+                                 "bits")
+        elif operator == "**" and isinstance(right, int):
+            if abs(right) > MAX_EXPONENT:
+                raise SecurityError(f"exponent larger than {MAX_EXPONENT}")
+            if isinstance(left, int) and left.bit_length() * abs(right) > MAX_INT_BITS:
+                raise _OverLimit("output size", f"an integer of more than {MAX_INT_BITS:,} "
+                                 "bits")
+        elif operator == "+" and _size(left) + _size(right) > MAX_OUTPUT_CHARS:
+            raise _OverLimit("output size", f"a value of more than {MAX_OUTPUT_CHARS:,} "
+                             "characters or items")
+        elif operator == "%":
+            _refuse_printf(left, right)
+        _spend(_size(left) + _size(right))
+        return _check_size(super().call_binop(context, operator, left, right))
 
 
 @functools.cache
@@ -155,18 +424,53 @@ def _refuse_internals(field: str, tree: nodes.Template) -> None:
             raise TemplateError(field, node.lineno, f"access to {name!r} is not allowed")
 
 
+def check_template_size(field: str, source: str) -> None:
+    """Refuse (:class:`TemplateLimit`) a source over the size limit, or with more tags than
+    the node limit allows, before anything parses it."""
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise TemplateLimit(field, "template size", f"the template is {len(source):,} "
+                            f"characters long; at most {MAX_TEMPLATE_CHARS:,} are allowed")
+    tags = source.count("{{") + source.count("{%")
+    if tags > MAX_TEMPLATE_NODES:
+        raise TemplateLimit(field, "template nodes", f"the template has {tags:,} tags; at "
+                            f"most {MAX_TEMPLATE_NODES:,} template nodes are allowed")
+
+
+def _parse(field: str, source: str) -> nodes.Template:
+    """The template's tree, within the size, node and nesting limits."""
+    check_template_size(field, source)
+    env = template_env(field == "html")
+    try:
+        tree = env.parse(source)
+    except TemplateSyntaxError as exc:
+        raise TemplateError(field, exc.lineno, exc.message or "syntax error") from None
+    except RecursionError:
+        raise TemplateLimit(field, "nesting", "the template nests blocks or parentheses "
+                            "too deeply") from None
+    count = sum(1 for _ in tree.find_all(nodes.Node))
+    if count > MAX_TEMPLATE_NODES:
+        raise TemplateLimit(field, "template nodes", f"the template has {count:,} nodes; "
+                            f"at most {MAX_TEMPLATE_NODES:,} are allowed")
+    return tree
+
+
 def _compile(field: str, source: str | None) -> Template | None:
     if source is None:
         return None
     env = template_env(field == "html")
+    tree = _parse(field, source)
     try:
-        tree = env.parse(source)
         _refuse_internals(field, tree)
+        _instrument(tree)
         return env.from_string(tree)
     except TemplateSyntaxError as exc:
         raise TemplateError(field, exc.lineno, exc.message or "syntax error") from None
     except SecurityError as exc:
         raise TemplateError(field, None, str(exc)) from None
+    except (RecursionError, MemoryError, SyntaxError):
+        # The compiler (Jinja's, then Python's) gave up on the nesting.
+        raise TemplateLimit(field, "nesting", "the template nests blocks or parentheses "
+                            "too deeply") from None
 
 
 def _render(field: str, template: Template, context: dict[str, Any]) -> str:
@@ -174,6 +478,11 @@ def _render(field: str, template: Template, context: dict[str, Any]) -> str:
         return template.render(context)
     except TemplateError:
         raise
+    except _OverLimit as exc:
+        raise TemplateLimit(field, exc.limit, str(exc)) from None
+    except RecursionError:
+        raise TemplateLimit(field, "nesting", "the template calls itself too deeply "
+                            "(macros or recursive loops)") from None
     except Exception as exc:  # any error raised by template code is the template's fault
         message = str(exc) or type(exc).__name__
         raise TemplateError(field, _template_line(exc.__traceback__), message) from None
@@ -187,13 +496,23 @@ class CampaignTemplate:
     text: Template | None
     html: Template | None
 
-    def render(self, context: dict[str, Any]) -> RenderedMessage:
+    def render(self, context: dict[str, Any], *, seconds: float = SEND_SECONDS
+               ) -> RenderedMessage:
         """Render for one recipient.
 
         Guarantees: the subject is one line (whitespace runs, including line
         breaks, collapsed to a space); any error raised while rendering is a
-        TemplateError naming the field (and line when known).
+        TemplateError naming the field (and line when known); the three fields together
+        stay within MAX_OPERATIONS, MAX_OUTPUT_CHARS and ``seconds`` of wall clock, else
+        a TemplateLimit naming the limit (no render can hold a thread or the memory).
         """
+        token = _BUDGET.set(_Budget(seconds))
+        try:
+            return self._render_all(context)
+        finally:
+            _BUDGET.reset(token)
+
+    def _render_all(self, context: dict[str, Any]) -> RenderedMessage:
         subject = _WHITESPACE.sub(" ", _render("subject", self.subject, context)).strip()
         if len(subject) > MAX_SUBJECT:
             raise TemplateError("subject", None, f"the subject is {len(subject)} characters "

@@ -45,7 +45,9 @@ from workers.classify import RefusalStreak, ReplyClass
 from workers.compose import Composer, domain_of
 from workers.message import TemplateError
 from workers.settings import Config
-from workers.smtp import SendResult, SmtpTransport, parse_smtp_url
+from workers.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
+
+BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
 
 log = logging.getLogger("senddock.worker")
 
@@ -68,6 +70,7 @@ class Pool:
         self.smtp_fingerprint = hmac.new(config.secret_key.encode(), config.smtp_url.encode(),
                                          hashlib.sha256).hexdigest()[:16]
         self.streak = RefusalStreak(config.same_refusal_streak)
+        self.login_gate = LoginGate()  # one failed AUTH per process, not per thread
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self._db = StatementDb(engine)  # claims and outcomes, one statement at a time
@@ -124,7 +127,8 @@ class Pool:
         scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
         if self.maintenance:
             scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
-            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id)
+            after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id,
+                                      self.outage)
         scheduler.start()
         self._scheduler = scheduler
         self._listener = threading.Thread(target=self._listen, name="listen", daemon=True)
@@ -199,23 +203,32 @@ class Pool:
 
     def _heartbeat(self) -> None:
         with self._live_lock:
-            try:
-                if self._live is None or self._live.closed or self._live.invalidated:
-                    self._connect_liveness()
-                    log.info("liveness session re-established")
-                assert self._live is not None
-                queue.heartbeat(self._live, self.worker_id)
-                lost = queue.release_lost_claims(self._live, self.worker_id, self._held_tokens,
-                                                 self.config.worker_timeout)
-                if lost:
-                    log.warning("put back %d job(s) whose claim reply was lost", lost)
-                self.outage.ok()
-            except DB_ERRORS as exc:
-                self.outage.failed(exc, retrying="heartbeat retries")
-                if self._live is not None:
-                    self._live.invalidate()
-                    self._live.close()
-                self._live = None
+            for _attempt in range(2):
+                try:
+                    if self._live is None or self._live.closed or self._live.invalidated:
+                        self._connect_liveness()
+                        log.info("liveness session re-established")
+                    assert self._live is not None
+                    queue.heartbeat(self._live, self.worker_id)
+                    lost = queue.release_lost_claims(self._live, self.worker_id,
+                                                     self._held_tokens,
+                                                     self.config.worker_timeout)
+                    if lost:
+                        log.warning("put back %d job(s) whose claim reply was lost", lost)
+                    self.outage.ok()
+                    return
+                except DB_ERRORS as exc:
+                    # A session opened before the last outage ended died in that outage
+                    # (already logged): reconnect at once instead of reporting a new one.
+                    stale = self._live is not None and \
+                        self._live_since < self.outage.last_ended
+                    if self._live is not None:
+                        self._live.invalidate()
+                        self._live.close()
+                    self._live = None
+                    if not stale:
+                        self.outage.failed(exc, retrying="heartbeat retries")
+                        return
 
     def _held_tokens(self) -> list[str]:
         with self._holding_lock:
@@ -307,7 +320,8 @@ class Pool:
         config = self.config
         return SmtpTransport(self.smtp, timeout=config.smtp_timeout,
                              local_hostname=config.smtp_helo, ca_file=config.smtp_ca_file,
-                             max_messages=config.smtp_max_messages, max_age=config.smtp_max_age)
+                             max_messages=config.smtp_max_messages, max_age=config.smtp_max_age,
+                             login_gate=self.login_gate)
 
     def _drain_loop(self) -> None:
         transport = self._transport()
@@ -389,12 +403,16 @@ class Pool:
         transaction. After a reply that stops the batch, the rest is handed back."""
         me = threading.get_ident()
         batch = outcomes.Aftermath()
+        # A batch of campaign mail yields after BATCH_SLICE seconds (slow templates, a slow
+        # relay): its unstarted jobs go back, and the next claim takes verification mail
+        # first (P7). Not under a rate limit, whose permits already pace the batch.
+        yield_at = time.monotonic() + BATCH_SLICE if not any(slots) else float("inf")
         for index, (job, slot) in enumerate(zip(jobs, slots, strict=True)):
             if batch.stops_batch or self.stopping.is_set():
                 with db.connect() as conn:
                     queue.release(conn, jobs[index:])
                 return
-            if batch.holds(job):
+            if batch.holds(job) or (job.kind == "broadcast" and time.monotonic() > yield_at):
                 self._record(db, job, outcomes.released(job))
                 continue
             with self._holding_lock:
@@ -464,7 +482,8 @@ class Pool:
             queue.mark_relay_down(conn, aftermath.relay_down, login=aftermath.login_refused,
                                   fingerprint=self.smtp_fingerprint,
                                   probe_recipient=aftermath.probe_recipient,
-                                  login_interval=config.login_probe_interval)
+                                  login_interval=config.login_probe_interval,
+                                  probe_max=config.relay_probe_max)
             log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
         if aftermath.relay_throttle is not None:
             delay = queue.throttle_relay(conn, aftermath.relay_throttle,
@@ -516,7 +535,8 @@ class Pool:
         interval = self.config.login_probe_interval
         with self.engine.begin() as conn:
             state = queue.relay_status(conn)
-            if state["status"] != "down" or not queue.take_probe_turn(conn, interval):
+            if state["status"] != "down" or not queue.take_probe_turn(
+                    conn, interval, self.config.relay_probe_max):
                 return
         result = transport.probe(self.probe_sender, state.get("probe_recipient"))
         with self.engine.begin() as conn:
@@ -529,7 +549,8 @@ class Pool:
                 queue.mark_relay_down(conn, outcomes.reply_line(result),
                                       login=result.login_refused,
                                       fingerprint=self.smtp_fingerprint,
-                                      login_interval=interval)
+                                      login_interval=interval,
+                                      probe_max=self.config.relay_probe_max)
                 log.warning("relay still unavailable: %s", outcomes.reply_line(result))
 
     def status(self) -> dict[str, Any]:

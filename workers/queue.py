@@ -437,9 +437,9 @@ def mark_worker_stopped(conn: Connection, worker_id: str) -> int:
 # --- relay state (P6) ------------------------------------------------------------------
 
 # Pause all delivery (every process: the claim reads this row) and probe with backoff:
-# 2, 4, ... 60 s; after a refused login no more often than :login_interval (SPEC 10: a
-# fail2ban jail must never ban us). The refused URL's fingerprint is kept, so a process
-# started with a different one probes at once (note_smtp_url).
+# 2, 4, ... s up to :probe_max (SENDDOCK_RELAY_PROBE_MAX); after a refused login no more
+# often than :login_interval (SPEC 10: a fail2ban jail must never ban us). The refused
+# URL's fingerprint is kept, so a process started with a different one probes at once.
 _RELAY_DOWN = sa.text("""
 UPDATE relay_state
    SET status = 'down', since = CASE WHEN status = 'down' THEN since ELSE now() END,
@@ -448,7 +448,7 @@ UPDATE relay_state
        probe_recipient = coalesce(:probe_recipient, probe_recipient),
        next_probe_at = now() + make_interval(secs => CASE WHEN :reason = 'login'
            THEN :login_interval
-           ELSE least(60, power(2, least(failures, 6))::int) END),
+           ELSE least(:probe_max, power(2, least(failures, 10))) END),
        updated_at = now()
  WHERE id = 1
 """)
@@ -456,13 +456,14 @@ UPDATE relay_state
 
 def mark_relay_down(conn: Connection, error: str, *, login: bool = False,
                     fingerprint: str | None = None, probe_recipient: str | None = None,
-                    login_interval: float = 300) -> None:
+                    login_interval: float = 300, probe_max: float = 60) -> None:
     """Pause all delivery and probe with backoff (``login``: the relay refused our
     credentials -- probed at most every ``login_interval`` seconds). ``probe_recipient``:
     the probe also asks RCPT for this address (a refusal reported only at RCPT)."""
     conn.execute(_RELAY_DOWN, {"error": error[:1000], "reason": "login" if login else None,
                                "fingerprint": fingerprint, "probe_recipient": probe_recipient,
-                               "login_interval": float(login_interval)})
+                               "login_interval": float(login_interval),
+                               "probe_max": float(probe_max)})
 
 
 def mark_relay_ok(conn: Connection) -> bool:
@@ -478,15 +479,16 @@ def mark_relay_ok(conn: Connection) -> bool:
 _TAKE_PROBE = sa.text("""
 UPDATE relay_state
    SET next_probe_at = now() + make_interval(secs => CASE WHEN reason = 'login'
-           THEN :login_interval ELSE least(60, power(2, least(failures, 6))::int) END)
+           THEN :login_interval ELSE least(:probe_max, power(2, least(failures, 10))) END)
  WHERE id = 1 AND status = 'down' AND (next_probe_at IS NULL OR next_probe_at <= now())
 RETURNING id
 """)
 
 
-def take_probe_turn(conn: Connection, login_interval: float = 300) -> bool:
-    return conn.execute(_TAKE_PROBE, {"login_interval": float(login_interval)}).first() \
-        is not None
+def take_probe_turn(conn: Connection, login_interval: float = 300,
+                    probe_max: float = 60) -> bool:
+    return conn.execute(_TAKE_PROBE, {"login_interval": float(login_interval),
+                                      "probe_max": float(probe_max)}).first() is not None
 
 
 def probe_now(conn: Connection) -> bool:

@@ -78,6 +78,9 @@ SETTINGS: list[Setting] = [
             "Seconds to slow down after successive throttling replies (421, 450 4.7.x 'too "
             "many'...): the whole relay for a relay throttle, one recipient domain for a "
             "domain throttle. No attempt is used."),
+    Setting("RELAY_PROBE_MAX", "60",
+            "Longest wait in seconds between probes of a relay that is down (the probes "
+            "back off 2, 4, 8 ... s up to this)."),
     Setting("LOGIN_PROBE_INTERVAL", "300",
             "After the relay refused our login (535), probe it at most this often in seconds "
             "(a fail2ban jail must never ban us); an admin's Retry now probes at once."),
@@ -101,12 +104,12 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
-    Setting("DB_WEB_POOL", "4",
+    Setting("DB_WEB_POOL", "3",
             "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
             "opens; requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
             "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
             "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
-    Setting("DB_DELIVERY_POOL", "3",
+    Setting("DB_DELIVERY_POOL", "4",
             "Most PostgreSQL connections the delivery threads of one serve/worker process "
             "share (claim and finish transactions; SMTP runs without one). The liveness "
             "session, the LISTEN connection and /healthz's check come on top, one each."),
@@ -357,6 +360,7 @@ class Config:
     smtp_max_age: float
     throttle_backoff: tuple[int, ...]
     login_probe_interval: float
+    relay_probe_max: float
     same_refusal_streak: int
     max_backlog: int
     disposable_policy: str
@@ -368,8 +372,8 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
-    db_web_pool: int = 4
-    db_delivery_pool: int = 3
+    db_web_pool: int = 3
+    db_delivery_pool: int = 4
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0
     db_idle_timeout: float = 60.0
@@ -448,6 +452,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         smtp_max_age=_float("SMTP_MAX_AGE", req("SMTP_MAX_AGE")),
         throttle_backoff=_schedule("THROTTLE_BACKOFF", req("THROTTLE_BACKOFF")) or (30,),
         login_probe_interval=_float("LOGIN_PROBE_INTERVAL", req("LOGIN_PROBE_INTERVAL")),
+        relay_probe_max=max(1.0, _float("RELAY_PROBE_MAX", req("RELAY_PROBE_MAX"))),
         same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
         disposable_policy=policy,

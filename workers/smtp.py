@@ -15,11 +15,13 @@ Postfix's own client does, so a relay's reload is seen.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import smtplib
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,6 +142,22 @@ def parse_smtp_url(url: str) -> SmtpConfig:
     )
 
 
+class LoginGate:
+    """Shared by the transports of one process: until a login has worked, only one
+    connection at a time may try AUTH, and once the relay refused it no other connection
+    tries again until a probe's login works. So a wrong password costs one failed AUTH per
+    process, not one per worker thread (a fail2ban jail counts every one)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proven = False
+        self.refused: tuple[int, bytes | str] | None = None
+
+    def reset(self) -> None:
+        with self.lock:
+            self.proven, self.refused = False, None
+
+
 @dataclass
 class SendResult:
     """The outcome of one delivery attempt (or relay probe)."""
@@ -210,6 +228,7 @@ class SmtpTransport:
         ca_file: str | None = None,
         max_messages: int = 100,
         max_age: float = 300.0,
+        login_gate: LoginGate | None = None,
     ) -> None:
         self.config = config
         self.timeout = timeout
@@ -217,6 +236,8 @@ class SmtpTransport:
         self.ca_file = ca_file
         self.max_messages = max_messages
         self.max_age = max_age
+        self.login_gate = login_gate or LoginGate()
+        self._probing = False
         self.connects = 0
         self.auth_attempts = 0  # AUTH commands sent (one per connection at most)
         self._ssl_context = ssl_context
@@ -292,8 +313,18 @@ class SmtpTransport:
                 f"(offered: {' '.join(offered) or 'none'})")
         smtp.user, smtp.password = self.config.username or "", self.config.password or ""
         authobject = getattr(smtp, "auth_" + mechanism.lower().replace("-", "_"))
-        self.auth_attempts += 1
-        smtp.auth(mechanism, authobject)
+        gate = self.login_gate
+        with contextlib.nullcontext() if gate.proven else gate.lock:
+            # Until a login worked, one at a time; once refused, only a probe may knock.
+            if gate.refused is not None and not self._probing:
+                raise smtplib.SMTPAuthenticationError(*gate.refused)
+            self.auth_attempts += 1
+            try:
+                smtp.auth(mechanism, authobject)
+            except smtplib.SMTPAuthenticationError as exc:
+                gate.proven, gate.refused = False, (exc.smtp_code, exc.smtp_error)
+                raise
+            gate.proven, gate.refused = True, None
 
     def _worn_out(self) -> bool:
         return (self._transactions >= self.max_messages
@@ -495,7 +526,11 @@ class SmtpTransport:
         """
         if self._smtp is not None and self._worn_out():
             self.close()
-        result = self._with_retry_on_stale(self._noop)
+        self._probing = True
+        try:
+            result = self._with_retry_on_stale(self._noop)
+        finally:
+            self._probing = False
         if result.reply_class is not ReplyClass.SENT or envelope_from is None:
             return result
         return self._guarded(lambda: self._mail_then_rset(envelope_from, recipient),

@@ -2,7 +2,7 @@
 attempt numbers across manual retries
 
 Revision ID: 0012
-Revises: 0014, 0017a
+Revises: 0018
 Create Date: 2026-12-01 10:30:00
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0012'
-down_revision = ('0014', '0017a')  # also joins the two heads main had
+down_revision = '0018'
 branch_labels = None
 depends_on = None
 

@@ -4,6 +4,7 @@ there was one."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -59,18 +60,24 @@ def test_a_ready_installation_exits_zero(engine: sa.Engine, db_url: str,
                                          relay: postfix.Postfix,
                                          dns_server: DnsServer) -> None:
     ready_domain(engine, dns_server)
-    result = senddock_check(values_for(db_url, relay, dns_server))
+    result = senddock_check(values_for(
+        db_url, relay, dns_server, SMTP_HELO="sender.senddock.test",
+        SMTP_CA_FILE=str(relay.ca_file),
+        SMTP_URL=relay.smtp_url(postfix.USER, postfix.PASSWORD, tls="starttls")))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert all(line.split()[0] in (OK, WARNING) for line in lines), lines
+    assert all(line.split()[0] == OK for line in lines), lines
     text = result.stdout
     assert "ok       database: reachable" in text
     assert "ok       migrations: current" in text
-    assert f"ok       relay login: logged in as {postfix.USER}" in text
+    assert f"ok       relay login: logged in as {postfix.USER} with CRAM-MD5, one" in text
+    assert "ok       relay EHLO: the relay accepted EHLO sender.senddock.test" in text
+    assert re.search(r"ok       relay TLS: TLSv1\.[23] with certificate \S+, valid until", text)
     assert "ok       relay MAIL FROM: the relay accepts the envelope sender bounces@" in text
     assert "ok       DKIM key sd1._domainkey.example.com" in text
     assert "ok       SPF of example.com" in text
-    assert "warning  relay TLS:" in text and "verify=false" in text  # TLS, not verified
+    assert "ok       MX of example.com: bounces reach mx.example.com." in text
+    assert "ok       bounce address: bounces@example.com" in text
     # What Postfix saw: EHLO, STARTTLS, one AUTH, MAIL then RSET, and no mail queued.
     log = "\n".join(relay.log())
     assert "ehlo=2 starttls=1 auth=1 mail=1 rset=1" in log, log
@@ -169,3 +176,35 @@ def test_a_key_the_secret_key_cannot_open(engine: sa.Engine, db_url: str, sink: 
     key = named(checks, "DKIM key")
     assert key.status == PROBLEM and "SENDDOCK_SECRET_KEY" in key.verdict
     assert named(checks, "bounce address").status == WARNING
+    unset = run_checks(config_for(sink.port, SECRET_KEY="",
+                                  DNS_RESOLVER=dns_server.resolver_setting))
+    assert named(unset, "secret key").status == PROBLEM
+    assert not [c for c in unset if c.name == "DKIM key"]  # not blamed on the keys
+
+
+def test_dkim_create_activate_and_list_commands(engine: sa.Engine, db_url: str) -> None:
+    from click.testing import CliRunner
+
+    from webapp.cli import main
+
+    env = {f"SENDDOCK_{k}": v for k, v in settings(db_url).items()}
+
+    def senddock(*args: str) -> Any:
+        return CliRunner().invoke(main, ["dkim", *args], env=env)
+
+    made = senddock("create", "Example.com")
+    assert made.exit_code == 0, made.output
+    with engine.connect() as conn:
+        (key,) = dkim.list_keys(conn, "example.com")
+    assert made.stdout.strip() == key.zone_line  # the record alone on stdout
+    assert "publish this TXT record at sd1._domainkey.example.com" in made.stderr
+    ed = senddock("create", "example.com", "--algorithm", "ed25519", "--selector", "ed2026")
+    assert ed.exit_code == 0 and "k=ed25519" in ed.stdout
+    nxt = senddock("create", "example.com")
+    assert nxt.exit_code == 0 and "(rsa, next)" in nxt.stderr
+    assert senddock("activate", "example.com", "sd2").exit_code == 0
+    listed = senddock("list").stdout.splitlines()
+    assert [line.split()[:2] for line in listed] == [
+        ["active", "ed25519"], ["active", "rsa"], ["retired", "rsa"]]
+    bad = senddock("create", "not a domain")
+    assert bad.exit_code != 0 and "not a valid domain name" in bad.output

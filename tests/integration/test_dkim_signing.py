@@ -1,17 +1,19 @@
 """Mail from every path is DKIM-signed and verifies the way a receiver verifies it:
-the real pool sends to a real SMTP server, and dkimpy's verifier fetches the key from a
-real DNS server on loopback."""
+the real pool sends to a real SMTP server, and dkimpy's verifier and OpenDKIM (when
+installed) fetch the key from a real DNS server on loopback."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import dkim
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import wait_for
+from tests.conftest import Api, wait_for
+from tests.real import opendkim
 from tests.real.dns import DnsServer
 from webapp.domain import campaigns, domain_checks, lists, verifications
 from workers import dkim as sd
@@ -52,7 +54,7 @@ def publish(engine: sa.Engine, dns_server: DnsServer, domain: str) -> list[sd.Ke
 
 def test_every_path_is_signed_and_verifies_through_dns(
         engine: sa.Engine, sink: Any, dns_server: DnsServer,
-        config_for: Callable[..., Config]) -> None:
+        config_for: Callable[..., Config], tmp_path: Path, api: Api) -> None:
     keys = publish(engine, dns_server, "example.com")
     assert {k.status for k in keys} == {"active"}
     config = config_for(sink.port)
@@ -71,20 +73,32 @@ def test_every_path_is_signed_and_verifies_through_dns(
         verifications.request(conn, config, verifications.parse_request({
             "user_id": "u1", "email": "new@example.org",
             "verify_url": "https://app.example.com/v?t=1"}), actor="test")
+    # A transactional kind (SPEC 11) through the public API, its subject non-ASCII too.
+    kind = api.client.put("/api/v1/kinds/onboarding", headers=api.headers, json={
+        "class": "lifecycle", "subject": "Día 3, {{ data.first_name }}: términos y más",
+        "text": "Hola {{ data.first_name }}", "sample_data": {"first_name": "Ada"}})
+    assert kind.status_code in (200, 201), kind.get_json()
+    sent = api.post("/messages", {"kind": "onboarding", "user_id": "u-9",
+                                  "email": "ada@example.org", "data": {"first_name": "Añá"}})
+    assert sent.status_code == 202, sent.get_json()
     pool = Pool(engine, config, node="dkim-node")
     pool.start()
     try:
-        wait_for(lambda: len(sink.raw_messages()) == 4, timeout=60, message="4 messages")
+        wait_for(lambda: len(sink.raw_messages()) == 5, timeout=60, message="5 messages")
     finally:
         pool.stop()
     dnsfunc = receiver(dns_server)
     subjects = []
-    for raw in sink.raw_messages():
+    for index, raw in enumerate(sink.raw_messages()):
+        if opendkim.unavailable_reason() is None:  # a second, independent receiver
+            assert opendkim.verify(raw, dns_server.port, tmp_path / f"od{index}") == [
+                "pass", "pass"], raw[:600]
         signatures = verify_all(raw, dnsfunc)
         assert len(signatures) == 2  # RSA-2048 and ed25519, both d=example.com
         assert all(b"d=example.com" in s for s in signatures)
         subjects.append(raw)
     assert any(b"List-Unsubscribe-Post" in raw for raw in subjects)
+    assert any(b"Auto-Submitted" in raw for raw in subjects)  # transactional mail
     assert dns_server.asked("sd1._domainkey.example.com", "TXT")
     assert dns_server.asked("ed-sd1._domainkey.example.com", "TXT")
 
@@ -131,3 +145,49 @@ def test_a_key_the_secret_key_cannot_open_is_skipped_not_fatal(
     with engine.connect() as conn:
         assert sd.load_signing_keys(conn, "another secret", errors) == {}
     assert len(errors) == 2 and "SENDDOCK_SECRET_KEY" in errors[0]
+
+
+def test_opendkim_fails_a_changed_message(dns_server: DnsServer, tmp_path: Path) -> None:
+    """The OpenDKIM receiver is not a rubber stamp: a changed body or an unpublished key
+    fails there too."""
+    if opendkim.unavailable_reason():
+        pytest.skip(opendkim.INSTALL_HINT)
+    key = sd.generate_private_key("rsa")
+    dns_server.zone.txt("sd1._domainkey.example.com",
+                        sd.dns_value("rsa", sd.public_key_b64(key)))
+    signed = sd.sign_message(b"From: a@example.com\r\nSubject: x\r\n\r\nbody\r\n",
+                             [sd.SigningKey("example.com", "sd1", "rsa", key)])
+    assert opendkim.verify(signed, dns_server.port, tmp_path / "ok") == ["pass"]
+    assert opendkim.verify(signed.replace(b"body", b"bodY"), dns_server.port,
+                           tmp_path / "changed") == ["fail"]
+    dns_server.zone.clear()
+    assert opendkim.verify(signed, dns_server.port, tmp_path / "gone") != ["pass"]
+
+
+@pytest.mark.slow
+def test_mail_relayed_by_postfix_still_verifies(engine: sa.Engine, relay: Any,
+                                                dns_server: DnsServer, tmp_path: Path,
+                                                config_for: Callable[..., Config]) -> None:
+    """Through a real relay: what Postfix delivers (its Received: on top, LF line ends as
+    a mailbox stores them) verifies at dkimpy and OpenDKIM."""
+    publish(engine, dns_server, "example.com")
+    with engine.begin() as conn:
+        lst = lists.create_list(conn, "Relayed")
+        lists.add_subscribers(conn, lst["id"], [{"email": "zoë@example.org", "name": "Zoë"}])
+        campaign = campaigns.create(conn, {
+            "name": "Relayed", "list_id": lst["id"], "subject": LONG_SUBJECT,
+            "from": "Équipe <news@example.com>",
+            "text": "Bonjour {{ name }}\n.leading dot\nFrom the start\n{{ unsubscribe_url }}"},
+            default_from="news@example.com")
+        campaigns.send(conn, campaign["id"])
+    pool = Pool(engine, config_for(SMTP_URL=relay.smtp_url()), node="dkim-relay")
+    pool.start()
+    try:
+        (delivered,) = relay.wait_for_messages(1, timeout=60)
+    finally:
+        pool.stop()
+    raw = delivered.data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    assert raw.startswith(b"Received:")
+    verify_all(raw, receiver(dns_server))
+    if opendkim.unavailable_reason() is None:
+        assert opendkim.verify(raw, dns_server.port, tmp_path / "od") == ["pass", "pass"]

@@ -246,3 +246,18 @@ def test_signed_mail_verifies_through_dns(dns_server: DnsServer, alg: str) -> No
     assert dns_server.asked(key.record_name, "TXT")
     dns_server.zone.remove(key.record_name)
     assert not dkim.verify(signed, dnsfunc=receiver_dnsfunc(dns_server.resolver_setting))
+
+
+def test_spf_lookup_limit_and_macros_are_permerrors(dns_server: DnsServer) -> None:
+    zone = dns_server.zone
+    for i in range(11):  # eleven nested includes: over RFC 7208's ten lookups
+        zone.txt(f"l{i}.test", f"v=spf1 include:l{i + 1}.test -all")
+    zone.txt("l11.test", "v=spf1 ip4:127.0.0.1 -all")
+    zone.txt("macro.test", "v=spf1 exists:%{i}.bl.test -all")
+    zone.txt("ten.test", "v=spf1 include:l2.test -all")  # l2..l11: ten lookups, allowed
+    resolver = dc.make_resolver(dns_server.resolver_setting)
+    assert dc.spf_evaluate(resolver, "l0.test", "127.0.0.1") == "permerror"
+    assert dc.spf_evaluate(resolver, "ten.test", "127.0.0.1") == "pass"
+    assert dc.spf_evaluate(resolver, "macro.test", "127.0.0.1") == "permerror"
+    assert dc.spf_evaluate(resolver, "l11.test", "127.0.0.2") == "fail"
+    assert dc.spf_evaluate(resolver, "nothing.test", "127.0.0.1") == "none"

@@ -180,3 +180,28 @@ def test_the_pool_delivers_sent_and_failed_events_of_real_sends(
                     for p in verified(secret, receiver.requests).values())
     assert events == [("failed", "rejected@example.com"), ("sent", "a@example.com"),
                       ("sent", "b@example.com")]
+
+
+def test_a_claim_left_by_a_dead_deliverer_is_delivered_after_its_lease(
+        engine: sa.Engine, receiver: Receiver) -> None:
+    """A deliverer that died between claiming and recording leaves its rows `sending`;
+    once the lease ran out another delivers them, with the same webhook-id (at least once,
+    never lost)."""
+    receiver.start()
+    secret = new_secret()
+    with engine.begin() as conn:
+        event_queue.create_endpoint(conn, url=receiver.url, secret=secret, events=["sent"])
+    accepted_campaign(engine, ["lease@example.com"])
+    with engine.begin() as conn:
+        [claimed] = event_queue.claim_deliveries(conn, "dead-worker", 10)
+    deliverer = EventDeliverer(engine, "live-worker", schedule=(0,), disable_after=3, timeout=2)
+    assert deliverer.run_once() == 0  # the dead worker's lease still holds
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE webhook_deliveries SET claimed_at = now() - "
+                             "interval '10 minutes'"))
+    assert deliverer.run_once() == 1
+    [payload_id] = verified(secret, receiver.requests)
+    assert payload_id == claimed.msg_id
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT status FROM webhook_deliveries")).scalar() == \
+            "delivered"

@@ -37,7 +37,10 @@ def _form_posts(app: Any, ids: dict[str, Any]) -> list[Call]:
     # Seeded ids: a missing CSRF check must not hide behind a 404.
     return [call for call in calls(app, ids, existing_for_writes=True)
             if call.method != "GET" and not call.is_api
-            and call.endpoint != "public.unsubscribe_one_click"]
+            and call.endpoint != "public.unsubscribe_one_click"
+            # Provider webhooks carry their own proof (signature, basic auth, webhook
+            # token) instead of a session: test_webhook_posts_need_their_own_proof.
+            and not call.endpoint.startswith("webhooks.")]
 
 
 def test_every_form_post_without_a_token_is_refused(app: Any, ids: dict[str, Any],
@@ -53,6 +56,20 @@ def test_every_form_post_without_a_token_is_refused(app: Any, ids: dict[str, Any
             if answer.status_code != 400 or CSRF_MESSAGE not in answer.get_data(as_text=True):
                 wrong.append(f"{call} {headers}: {answer.status_code}")
     assert not wrong, "state changed without a CSRF token:\n" + "\n".join(wrong)
+
+
+def test_webhook_posts_need_their_own_proof(app: Any, ids: dict[str, Any],
+                                            admin: tuple[Any, str]) -> None:
+    """A logged-in admin's session (ambient credentials) opens no provider webhook: each
+    answers 401/403 without its provider's proof, whatever the session."""
+    client, _ = admin
+    hooks = [c for c in calls(app, ids, existing_for_writes=True)
+             if c.endpoint.startswith("webhooks.")]
+    assert len(hooks) == 5
+    for call in hooks:
+        answer = client.open(call.url, method=call.method, json={"type": "bounce",
+                                                                  "email": "a@example.com"})
+        assert answer.status_code in (400, 401, 403), (str(call), answer.status_code)
 
 
 def test_one_click_unsubscribe_needs_no_token_but_a_signed_link(

@@ -297,3 +297,29 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
     # Nothing more is claimed for it (the late job stays pending).
     with engine.begin() as conn:
         assert queue.claim_batch(conn, "w", 10, "example.com") == []
+
+
+def test_webhook_token_commands(hook_app: Any, hc: Any, db_url: str) -> None:
+    """``senddock webhook-token create`` prints the token alone; it opens the generic
+    webhook until ``senddock webhook-token revoke`` closes it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, process_env
+
+    def senddock(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "webapp", *args], capture_output=True,
+                              text=True, env=process_env(settings(db_url)), cwd=ROOT,
+                              timeout=60)
+
+    made = senddock("webhook-token", "create", "--name", "crm")
+    assert made.returncode == 0, made.stderr
+    [token] = made.stdout.splitlines()
+    assert token.startswith("sdwh_")
+    body = {"type": "complaint", "email": "someone@example.com"}
+    auth = {"Authorization": f"Bearer {token}"}
+    assert hc.post("/webhooks/generic", json=body, headers=auth).status_code == 200
+    revoked = senddock("webhook-token", "revoke", token[:10])
+    assert revoked.returncode == 0, revoked.stderr
+    assert hc.post("/webhooks/generic", json=body, headers=auth).status_code == 401
+    assert senddock("webhook-token", "revoke", token[:10]).returncode != 0

@@ -4,10 +4,12 @@ ends) and, once translations exist, the UI language."""
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
-from flask_login import current_user, login_user
+from flask_babel import gettext as _
+from flask_login import current_user
 from werkzeug.wrappers import Response
 
-from webapp.auth import User
+from webapp import i18n
+from webapp.auth import start_session
 from webapp.context import actor, engine
 from webapp.domain import users
 from webapp.domain.errors import Invalid
@@ -28,18 +30,33 @@ def change_password() -> Response | tuple[str, int]:
     with engine().begin() as conn:
         me = users.get_user(conn, int(current_user.id))
         if not users.verify_password(me["password_hash"], current):
-            error = "Your current password is not that one: nothing changed."
+            error = _("Your current password is not that one: nothing changed.")
         elif new != request.form.get("confirm", ""):
-            error = "The new password and its confirmation differ: nothing changed."
+            error = _("The new password and its confirmation differ: nothing changed.")
         else:
             try:
                 users.set_password(conn, me["id"], new, actor=actor())
             except Invalid as exc:
-                error = f"Not changed: {exc.message}."
+                error = _("Not changed: %(why)s.", why=exc.message)
         fresh = users.get_user(conn, me["id"])
     if error:
         return render_template("account/index.html", error=error), 422
     # set_password ended every session of this user; this one goes on with the new version.
-    login_user(User(fresh))
-    flash("Password changed. Your other sessions have ended.", "success")
+    start_session(fresh)
+    flash(_("Password changed. Your other sessions have ended."), "success")
+    return redirect(url_for("account.index"), 303)
+
+
+@bp.post("/language")
+def change_language() -> Response:
+    chosen = request.form.get("locale") or None
+    try:
+        with engine().begin() as conn:
+            users.set_locale(conn, int(current_user.id), chosen, allowed=i18n.LANGUAGES,
+                             actor=actor())
+    except Invalid as exc:
+        flash(exc.message, "error")
+    else:
+        current_user.locale = chosen
+        flash(_("Language saved."), "success")
     return redirect(url_for("account.index"), 303)

@@ -9,12 +9,15 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from flask import Blueprint, flash, g, redirect, render_template, request, url_for
+from flask_babel import gettext as _
+from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, engine
 from webapp.domain import audit, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
+from webapp.i18n import label, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
@@ -91,9 +94,12 @@ def add_suppressions() -> str | Response:
 
 def _added_message(report: dict[str, list[object]]) -> str:
     added, already = len(report["added"]), len(report["already"])
-    message = f"Suppressed {added:,} address{'es' if added != 1 else ''}."
+    message = ngettext("Suppressed %(num)s address.", "Suppressed %(num)s addresses.", added,
+                       num=num(added))
     if already:
-        message += f" {already:,} {'were' if already != 1 else 'was'} already on the list."
+        message += " " + ngettext("%(num)s was already on the list.",
+                                  "%(num)s were already on the list.", already,
+                                  num=num(already))
     return message
 
 
@@ -104,8 +110,8 @@ def clear_suppressions() -> Response:
     note = request.form.get("note", "").strip()
     back = url_for("admin.suppressions", **_suppression_args())
     if not note:
-        flash("Say why in the note: clearing a suppression is recorded in the audit log "
-              "with its note.", "error")
+        flash(_("Say why in the note: clearing a suppression is recorded in the audit log "
+                "with its note."), "error")
         return redirect(back)
     try:
         with engine().begin() as conn:
@@ -114,10 +120,11 @@ def clear_suppressions() -> Response:
         flash(exc.message, "error")
         return redirect(back)
     if cleared:
-        flash(f"Cleared {', '.join(cleared[:10])}{'…' if len(cleared) > 10 else ''}: the "
-              "next campaign includes them again.", "success")
+        flash(_("Cleared %(emails)s: the next campaign includes them again.",
+                emails=", ".join(cleared[:10]) + ("…" if len(cleared) > 10 else "")),
+              "success")
     else:
-        flash("Nothing to clear: those addresses were not on the list any more.", "error")
+        flash(_("Nothing to clear: those addresses were not on the list any more."), "error")
     return redirect(back)
 
 
@@ -183,7 +190,7 @@ def _act(action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Resp
 @bp.post("/users/create")
 def create_user() -> Response:
     email = request.form.get("email", "").strip()
-    return _act(f"Created {email}.", users.create_user, email,
+    return _act(_("Created %(email)s.", email=email), users.create_user, email,
                 request.form.get("password", ""), request.form.get("role", ""),
                 actor=actor())
 
@@ -191,22 +198,23 @@ def create_user() -> Response:
 @bp.post("/users/<int:user_id>/role")
 def change_role(user_id: int) -> Response:
     role = request.form.get("role", "")
-    return _act(f"Role changed to {role}.", users.update_role, user_id, role, actor=actor())
+    return _act(_("Role changed to %(role)s.", role=label(role)), users.update_role, user_id,
+                role, actor=actor())
 
 
 @bp.post("/users/<int:user_id>/active")
 def set_active(user_id: int) -> Response:
     active = request.form.get("active") == "1"
-    return _act("User enabled." if active else
-                "User disabled: their sessions ended and their tokens stopped working.",
+    return _act(_("User enabled.") if active else
+                _("User disabled: their sessions ended and their tokens stopped working."),
                 users.set_active, user_id, active, actor=actor())
 
 
 @bp.post("/users/<int:user_id>/password")
 def reset_password(user_id: int) -> Response:
     """An admin sets a new password for someone who lost theirs; their sessions end."""
-    return _act("Password reset: their sessions ended; tell them the new password "
-                "privately.", users.set_password, user_id, request.form.get("password", ""),
+    return _act(_("Password reset: their sessions ended; tell them the new password "
+                  "privately."), users.set_password, user_id, request.form.get("password", ""),
                 actor=actor())
 
 
@@ -234,5 +242,5 @@ def create_token() -> str | Response:
 
 @bp.post("/tokens/<int:token_id>/revoke")
 def revoke_token(token_id: int) -> Response:
-    return _act("Token revoked: requests with it now get 401.", users.revoke_token, token_id,
+    return _act(_("Token revoked: requests with it now get 401."), users.revoke_token, token_id,
                 actor=actor())

@@ -7,12 +7,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+from flask_babel import gettext as _
+from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
+from webapp.i18n import dt, label
 from webapp.nav import can_open
 from webapp.redirects import local_path
 
@@ -20,17 +23,19 @@ bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 
 ACTIONS = {"pause": campaigns.pause, "resume": campaigns.resume, "cancel": campaigns.cancel,
            "unschedule": campaigns.unschedule}
+ACTION_WORDS = {"pause": _l("pause"), "resume": _l("resume"), "cancel": _l("cancel"),
+                "unschedule": _l("unschedule")}
 AFTER = {"pause": "paused", "resume": "sending", "cancel": "cancelled", "unschedule": "draft"}
-DONE_MESSAGES = {"pause": "Paused: nothing new is sent until you resume.",
-                 "resume": "Resumed: sending continues.",
-                 "cancel": "Cancelled: messages not yet sent will not be sent.",
-                 "unschedule": "No longer scheduled: the campaign is a draft again."}
+DONE_MESSAGES = {"pause": _l("Paused: nothing new is sent until you resume."),
+                 "resume": _l("Resumed: sending continues."),
+                 "cancel": _l("Cancelled: messages not yet sent will not be sent."),
+                 "unschedule": _l("No longer scheduled: the campaign is a draft again.")}
 
 
 @bp.app_template_filter("utc")
 def utc(moment: datetime | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
     """A time shown in UTC with its zone, whatever the database session's time zone."""
-    return "" if moment is None else f"{moment.astimezone(UTC).strftime(fmt)} UTC"
+    return "" if moment is None else f"{dt(moment.astimezone(UTC), fmt)} UTC"
 
 
 def _test_email() -> str:
@@ -88,7 +93,7 @@ def _flash_warnings(values: dict[str, Any]) -> None:
     with engine().connect() as conn:
         problems = composer.warnings_for(conn, values, values["list_id"])
     for problem in problems:
-        flash(f"Check the {problem}", "warning")
+        flash(_("Check the %(problem)s", problem=str(problem)), "warning")
 
 
 def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +116,7 @@ def new() -> Response | tuple[str, int]:
                                         actor=actor())
     except Invalid as exc:
         return _compose_page(values, error=exc)
-    flash("Draft saved. Preview it, send yourself a test, then send it.", "success")
+    flash(_("Draft saved. Preview it, send yourself a test, then send it."), "success")
     _flash_warnings(values)
     return redirect(_link(campaign["id"]))
 
@@ -122,8 +127,8 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
         campaign = campaigns.get(conn, campaign_id)
     if request.method == "GET":
         if campaign["status"] not in campaigns.EDITABLE:
-            flash(f"This campaign is {campaign['status']}: what was sent cannot change. "
-                  "Duplicate it to send it again with changes.", "info")
+            flash(_("This campaign is %(status)s: what was sent cannot change. Duplicate it "
+                    "to send it again with changes.", status=label(campaign["status"])), "info")
             return redirect(_link(campaign_id))
         return _compose_page(_stored_values(campaign), campaign)
     values = _form_data()
@@ -137,7 +142,7 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
     except Conflict as exc:
         # Sent while this form was open: keep what was typed, offer it as a new draft.
         return _compose_page(values, campaign, error=exc, locked=True)
-    flash("Changes saved.", "success")
+    flash(_("Changes saved."), "success")
     _flash_warnings(values)
     return redirect(_link(campaign_id))
 
@@ -151,8 +156,8 @@ def duplicate(campaign_id: int) -> Response:
         values["name"] = f"{original['name']} (copy)"[:200]
         copy = campaigns.create(conn, values, default_from=config().mail_from,
                                 actor=actor())
-    flash(f"“{values['name']}” is a new draft: change what you need, then send it.",
-          "success")
+    flash(_("“%(name)s” is a new draft: change what you need, then send it.",
+            name=values["name"]), "success")
     return redirect(url_for("campaigns.edit", campaign_id=copy["id"]), 303)
 
 
@@ -248,11 +253,11 @@ def test(campaign_id: int) -> Response:
             campaigns.test_send(conn, campaign_id, email, subscriber_id=_subscriber_arg(),
                                 actor=actor())
     except DomainError as exc:
-        flash(f"No test was sent: {exc.message}", "error")
+        flash(_("No test was sent: %(why)s", why=exc.message), "error")
         return _back(_link(campaign_id))
     session["test_email"] = email.strip()  # prefilled next time
-    flash(f"Test message queued to {email.strip()}. It arrives with “[Test]” before the "
-          "subject.", "success")
+    flash(_("Test message queued to %(email)s. It arrives with “[Test]” before the subject.",
+            email=email.strip()), "success")
     return _back(_link(campaign_id))
 
 
@@ -294,13 +299,13 @@ def send(campaign_id: int) -> Response:
         with engine().begin() as conn:
             campaign = campaigns.send(conn, campaign_id, actor=actor(), at=at)
     except DomainError as exc:
-        flash(f"Not sent: {exc.message}", "error")
+        flash(_("Not sent: %(why)s", why=exc.message), "error")
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
     if campaign["status"] == "scheduled":
-        flash(f"Scheduled for {utc(campaign['scheduled_at'])}. It will be sent then, even if "
-              "SendDock restarts in between.", "success:scheduled")
+        flash(_("Scheduled for %(at)s. It will be sent then, even if SendDock restarts in "
+                "between.", at=utc(campaign["scheduled_at"])), "success:scheduled")
     else:
-        flash("Sending started. This page updates by itself.", "success:sending")
+        flash(_("Sending started. This page updates by itself."), "success:sending")
     return redirect(_link(campaign_id), 303)
 
 
@@ -310,8 +315,9 @@ def action(campaign_id: int, action: str) -> Response:
         with engine().begin() as conn:
             ACTIONS[action](conn, campaign_id, actor=actor())
     except DomainError as exc:
-        flash(f"Could not {action}: {exc.message}", "error")
+        flash(_("Could not %(action)s: %(why)s", action=str(ACTION_WORDS[action]),
+                why=exc.message), "error")
     else:
         # The message lasts only while it is true (base.html, app.js: data-while-status).
-        flash(DONE_MESSAGES[action], f"success:{AFTER[action]}")
+        flash(str(DONE_MESSAGES[action]), f"success:{AFTER[action]}")
     return redirect(_link(campaign_id), 303)

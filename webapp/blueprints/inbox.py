@@ -6,16 +6,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp import access
 from webapp.context import actor, engine, role
 from webapp.domain import inbox, jobs
 from webapp.domain.errors import DomainError, Invalid
-from webapp.models import JOB_KINDS
 from webapp.nav import can_open
 from webapp.redirects import local_path
 from workers import queue_reads
+from workers.kinds import job_kinds
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -44,6 +45,7 @@ def index() -> str:
         where = inbox.parse_filter(args)
         page = inbox.page(conn, where, request.args.get("after"))
         campaigns = inbox.campaign_choices(conn)
+        kind_names = job_kinds(conn)
         matching = queue_reads.count_problems(conn, where, as_of)
         if can_open("jobs.index"):  # the jobs browser's tabs, with this page's filters
             tab_filters = jobs.parse_filters(conn, {
@@ -53,7 +55,7 @@ def index() -> str:
                     "counts": jobs.counts(conn, tab_filters),
                     "filter_args": tab_filters.args()}
     return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
-                           kinds=JOB_KINDS, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
+                           kinds=kind_names, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
                            as_of=as_of.isoformat(), matching=matching, job_tabs=tabs,
                            first_page=not request.args.get("after"))
 
@@ -91,7 +93,7 @@ def retry_all() -> Response:
     try:
         as_of = datetime.fromisoformat(request.form.get("as_of", ""))
     except ValueError:
-        flash("The form was incomplete (no page time); reload the inbox and try again.",
+        flash(_("The form was incomplete (no page time); reload the inbox and try again."),
               "error")
         return redirect(back)
     try:
@@ -112,5 +114,5 @@ def dismiss(job_id: int) -> Response:
     except DomainError as exc:
         flash(exc.message, "error")
         return redirect(url_for("inbox.detail", job_id=job_id))
-    flash(f"Job {job_id} dismissed: it no longer shows in the inbox.", "success")
+    flash(_("Job %(id)s dismissed: it no longer shows in the inbox.", id=job_id), "success")
     return redirect(_local(request.form.get("back")))

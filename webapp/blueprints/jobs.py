@@ -10,7 +10,7 @@ from werkzeug.wrappers import Response
 
 from webapp.context import engine
 from webapp.domain import inbox, jobs
-from workers.states import KINDS
+from workers.kinds import job_kinds
 
 bp = Blueprint("jobs", __name__, url_prefix="/jobs")
 
@@ -28,7 +28,8 @@ def index() -> str | Response:
         counts = jobs.counts(conn, filters)
         page = jobs.page(conn, tab, filters, request.args.get("after"))
         campaigns = inbox.campaign_choices(conn)
+        kind_names = job_kinds(conn)
     return render_template("jobs/index.html", tab=tab, tabs=jobs.TABS, labels=jobs.LABELS,
                            counts=counts, page=page, filters=filters,
-                           filter_args=filters.args(), kinds=KINDS, campaigns=campaigns,
+                           filter_args=filters.args(), kinds=kind_names, campaigns=campaigns,
                            first_page=not request.args.get("after"))

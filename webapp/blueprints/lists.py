@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, engine
@@ -40,8 +41,8 @@ def create() -> Response | tuple[str, int]:
         with engine().connect() as conn:
             return render_template("lists/index.html", lists=lists.all_lists(conn),
                                    error=exc.message, values=request.form), 422
-    flash(f"List “{created['name']}” created. Now add subscribers: import a CSV file or "
-          "add them one by one.", "success")
+    flash(_("List “%(name)s” created. Now add subscribers: import a CSV file or add them "
+            "one by one.", name=created["name"]), "success")
     return redirect(_detail(created["id"]), 303)
 
 
@@ -69,9 +70,9 @@ def rename(list_id: int) -> Response:
             lists.rename_list(conn, list_id, request.form.get("name", ""),
                               request.form.get("description", ""), actor=actor())
     except DomainError as exc:
-        flash(f"Not renamed: {exc.message}", "error")
+        flash(_("Not renamed: %(why)s", why=exc.message), "error")
     else:
-        flash("List renamed.", "success")
+        flash(_("List renamed."), "success")
     return redirect(_detail(list_id), 303)
 
 
@@ -81,9 +82,9 @@ def delete(list_id: int) -> Response:
         with engine().begin() as conn:
             lists.delete_list(conn, list_id, actor=actor())
     except DomainError as exc:
-        flash(f"Not deleted: {exc.message}", "error")
+        flash(_("Not deleted: %(why)s", why=exc.message), "error")
         return redirect(_detail(list_id), 303)
-    flash("List deleted. Its subscribers stay on their other lists.", "success")
+    flash(_("List deleted. Its subscribers stay on their other lists."), "success")
     return redirect(url_for("lists.index"), 303)
 
 
@@ -97,9 +98,9 @@ def add_subscriber(list_id: int) -> Response:
                                       lists.parse_attributes(form.get("attributes", "")),
                                       actor=actor())
     except DomainError as exc:
-        flash(f"Not added: {exc.message}", "error")
+        flash(_("Not added: %(why)s", why=exc.message), "error")
     else:
-        flash(f"{member['email']} is on the list.", "success")
+        flash(_("%(email)s is on the list.", email=member["email"]), "success")
     return redirect(_detail(list_id), 303)
 
 
@@ -120,7 +121,7 @@ def subscriber(list_id: int, subscriber_id: int) -> Response | tuple[str, int]:
         except DomainError as exc:
             error = exc
         else:
-            flash("Subscriber saved.", "success")
+            flash(_("Subscriber saved."), "success")
             return redirect(_detail(list_id), 303)
     with engine().connect() as conn:
         the_list = lists.get_list(conn, list_id)
@@ -134,7 +135,7 @@ def subscriber(list_id: int, subscriber_id: int) -> Response | tuple[str, int]:
 def remove_subscriber(list_id: int, subscriber_id: int) -> Response:
     with engine().begin() as conn:
         lists.remove_member(conn, list_id, subscriber_id, actor=actor())
-    flash("Subscriber removed from the list.", "success")
+    flash(_("Subscriber removed from the list."), "success")
     return redirect(_detail(list_id), 303)
 
 
@@ -222,7 +223,7 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
     kept = session.get("import_upload") or {}
     if kept.get("token") != token or kept.get("list_id") != list_id or \
             not (UPLOAD_DIR / f"{token}.csv").exists():
-        flash("That checked file is no longer here: upload it again.", "error")
+        flash(_("That checked file is no longer here: upload it again."), "error")
         return redirect(url_for("lists.import_csv", list_id=list_id), 303)
     header_size = int(request.form.get("columns", "0") or 0)
     roles = [request.form.get(f"role_{i}", "skip") for i in range(header_size)]

@@ -5,6 +5,7 @@ that kind's cooldown, release or drop held ones."""
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
@@ -44,9 +45,9 @@ def resend(user_ref: str) -> Response:
     except (TooMany, Conflict, NotFound) as exc:
         flash(exc.message, "error")
     else:
-        flash(f"Resent to {job['email']}." if not reused else
-              f"The waiting email to {job['email']} will be sent right away "
-              "(no second copy was added).", "success")
+        flash(_("Resent to %(email)s.", email=job["email"]) if not reused else
+              _("The waiting email to %(email)s will be sent right away (no second copy was "
+                "added).", email=job["email"]), "success")
     return redirect(url_for("support.user", user_ref=user_ref))
 
 
@@ -64,8 +65,10 @@ def _held_action(job_id: int, release: bool) -> Response:
         return redirect(url_for("support.index"))
     else:
         user_ref = job["user_ref"]
-        flash(f"Released: the email to {job['email']} will be sent now." if release else
-              f"Dropped: the email to {job['email']} will not be sent.", "success")
+        flash(_("Released: the email to %(email)s will be sent now.", email=job["email"])
+              if release else
+              _("Dropped: the email to %(email)s will not be sent.", email=job["email"]),
+              "success")
     if not user_ref:
         return redirect(url_for("support.index"))
     return redirect(url_for("support.user", user_ref=user_ref))

@@ -10,12 +10,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, composer
+from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
 from workers import queue, states
 from workers.compose import recipient_context
 from workers.links import unsubscribe_url
-from workers.message import TemplateError, compile_campaign
+from workers.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
 
 EDITABLE = ("draft", "scheduled")
 FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
@@ -31,6 +32,19 @@ def validate_templates(subject: str, text: str | None, html: str | None) -> None
                       fields={"text": "text or html required", "html": "text or html required"})
     # Every field's error at once (the UI lists them all; the API names every field).
     composer.check_templates({"subject": subject, "text": text, "html": html})
+    # A trial render for a stand-in recipient, under the preview's budget: a template that
+    # is over a render limit (operations, output size, time) even then is refused now,
+    # naming the limit. Other errors depend on the data and show on the preview.
+    try:
+        compile_campaign(subject, text, html).render(recipient_context(
+            email="someone@example.com", name="", attributes={},
+            unsubscribe_url="https://example.com/u/preview", campaign_name="",
+            subject=subject), seconds=PREVIEW_SECONDS)
+    except TemplateLimit as exc:
+        raise Invalid(f"template error in {exc.field}: {exc.message}",
+                      fields={exc.field: exc.message}, limit=exc.limit) from None
+    except TemplateError:
+        pass
 
 
 def _text(data: dict[str, Any], key: str) -> str:
@@ -43,6 +57,18 @@ def _text(data: dict[str, Any], key: str) -> str:
     return value.strip()
 
 
+def _refuse_control_characters(headers: dict[str, str]) -> None:
+    """Header-bound fields (the From address with its display name, the subject) hold no
+    CR, LF or other control character: each would break the header it goes into, or start
+    a new one. 422 naming the field (P9), at compose, never mid-send."""
+    for key, value in headers.items():
+        found = rules.control_character(value)
+        if found:
+            raise Invalid(f"{key} must not contain line breaks or other control characters "
+                          f"(found {found}): it becomes a mail header",
+                          fields={key: f"contains the control character {found}"})
+
+
 def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
     name = _text(data, "name")
     subject = _text(data, "subject")
@@ -50,6 +76,7 @@ def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
     if missing:
         raise Invalid(f"missing: {', '.join(missing)}", fields=missing)
     from_addr = _text(data, "from") or _text(data, "from_addr") or default_from.strip()
+    _refuse_control_characters({"subject": subject, "from": from_addr})
     check_email(from_addr.rsplit("<", 1)[-1].rstrip(">") if "<" in from_addr else from_addr)
     text, html = data.get("text"), data.get("html")
     for field, value in (("text", text), ("html", html)):
@@ -271,7 +298,7 @@ def preview(conn: Connection, campaign_id: int, *, base_url: str, secret_key: st
         result["rendered"] = template.render(recipient_context(
             email=sample["email"], name=sample["name"], attributes=sample["attributes"],
             unsubscribe_url=unsub, campaign_name=campaign["name"],
-            subject=campaign["subject"]))
+            subject=campaign["subject"]), seconds=PREVIEW_SECONDS)
     except TemplateError as exc:
         result["error"] = exc
     return result

@@ -23,6 +23,7 @@ def for_admin(conn: Connection, config: Config) -> dict[str, Any]:
     workers = queue_reads.running_workers(conn, config.worker_timeout)
     return {
         "backlog": queue.backlog(conn),
+        "due": sum(states["pending"] for states in by_kind.values()),
         "oldest_due": queue_reads.oldest_due_age(conn),
         "in_flight": sum(states["sending"] for states in by_kind.values()),
         "retrying": sum(states["retry"] for states in by_kind.values()),
