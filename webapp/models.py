@@ -69,6 +69,16 @@ users = Table(
     Index("users_email_key", text("lower(email)"), unique=True),
 )
 
+# One row per login (the cookie holds the random id, the row its SHA-256): a session ends
+# when its row goes (logout, password change, disable), whoever holds a copy of the cookie.
+web_sessions = Table(
+    "web_sessions", metadata,
+    Column("id", Text, primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    _now(),
+    Index("web_sessions_user_idx", "user_id"),
+)
+
 api_tokens = Table(
     "api_tokens", metadata,
     Column("id", BigInteger, primary_key=True),
