@@ -387,3 +387,36 @@ class _CampaignOnly:
 def _try_post(site: ClusterApp, i: str) -> Any:
     r = site.api.post("/verifications", _verification(i))
     return r if r.status_code == 202 else None
+
+
+def test_healthz_answers_within_a_second_when_the_server_hangs(
+        pg_clusters: Clusters, cluster_app: Callable[..., ClusterApp]) -> None:
+    """Every process of the cluster frozen (SIGSTOP): no TCP reset, no answer at all."""
+    import os
+    import signal
+    import subprocess
+
+    cluster = pg_clusters.primary()
+    site = cluster_app(cluster.url())
+    assert site.client.get("/healthz").get_json()["status"] == "ok"
+    postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                              text=True).stdout.split()
+    frozen = [postmaster, *map(int, children)]
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.6)  # past the reuse of the last answer
+        timings = []
+        for _ in range(3):
+            started = time.monotonic()
+            r = site.client.get("/healthz")
+            timings.append(time.monotonic() - started)
+            assert r.status_code == 503
+            assert r.get_json()["database"] == "not answering", r.get_json()
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    assert max(timings) < 1.0, timings
+    wait_for(lambda: site.client.get("/healthz").get_json()["status"] == "ok", timeout=10,
+             message="/healthz ok once the server answers again")
