@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from flask import Flask, abort, g, jsonify, redirect, request, session, url_for
-from flask_login import LoginManager, UserMixin, current_user
+from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 from werkzeug.wrappers import Response
 
 from webapp import access
@@ -23,33 +22,46 @@ METRICS_PATHS = frozenset({"/metrics"})
 
 
 class User(UserMixin):
-    def __init__(self, row: dict[str, Any]) -> None:
+    def __init__(self, row: dict[str, Any], session_token: str) -> None:
         self.id = row["id"]
         self.email = row["email"]
         self.role = row["role"]
         self.session_version = row["session_version"]
+        self.session_token = session_token
         self.locale = row.get("locale")  # the UI language they chose (None: the browser's)
 
     def get_id(self) -> str:
-        # The session names the user *and* the session version: a password change or a
-        # disable bumps the version and every existing session stops working.
-        return f"{self.id}:{self.session_version}"
+        # The cookie names the user, the session version and the server-side session: a
+        # logout deletes the session's row, a password change or a disable every row of
+        # the user (and bumps the version), so no copy of the cookie works afterwards.
+        return f"{self.id}:{self.session_version}:{self.session_token}"
 
 
 @login_manager.user_loader
 def load_user(user_key: str) -> User | None:
-    try:
-        user_id, version = (int(part) for part in user_key.split(":"))
-    except ValueError:
-        return None
+    parts = user_key.split(":")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None  # includes cookies from before server-side sessions: log in again
     with engine().connect() as conn:
-        row = conn.execute(sa.text(
-            "SELECT id, email, role, session_version, locale FROM users "
-            "WHERE id = :id AND active"),
-            {"id": user_id}).mappings().first()
-    if row is None or row["session_version"] != version:
-        return None
-    return User(dict(row))
+        row = users.session_user(conn, int(parts[0]), int(parts[1]), parts[2])
+    return User(row, parts[2]) if row is not None else None
+
+
+def start_session(user: dict[str, Any]) -> None:
+    """Log ``user`` in with a new server-side session (login, and after a password change,
+    which ended the old ones)."""
+    with engine().begin() as conn:
+        token = users.start_session(conn, int(user["id"]))
+    login_user(User(user, token))
+
+
+def end_session() -> None:
+    """Log out: the session's row goes, so a copy of this cookie is worthless too."""
+    token = getattr(current_user, "session_token", None)
+    if token:
+        with engine().begin() as conn:
+            users.end_session(conn, token)
+    logout_user()
 
 
 def _api_user() -> dict[str, Any] | None:

@@ -135,8 +135,9 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
     password = password_file.read_text().strip()
 
     config = load_config()
+    config.extra["process"] = "demo"
     click.echo("Starting embedded PostgreSQL (first run takes a few seconds)...", err=True)
-    engine = open_engine(config)
+    engine = open_engine(config, process="demo")
     sink = _start_sink(data_dir, smtp_port)
     try:
         with engine.begin() as conn:
@@ -144,7 +145,7 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
         from webapp import create_app
 
         app = create_app(config, engine=engine)
-        pool = Pool(delivery_engine(engine, config), config)
+        pool = Pool(delivery_engine(engine, config, "demo"), config)
         app.extensions["senddock"].pool = pool
         pool.start()
         click.echo("\n".join([

@@ -69,6 +69,16 @@ users = Table(
     Index("users_email_key", text("lower(email)"), unique=True),
 )
 
+# One row per login (the cookie holds the random id, the row its SHA-256): a session ends
+# when its row goes (logout, password change, disable), whoever holds a copy of the cookie.
+web_sessions = Table(
+    "web_sessions", metadata,
+    Column("id", Text, primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    _now(),
+    Index("web_sessions_user_idx", "user_id"),
+)
+
 api_tokens = Table(
     "api_tokens", metadata,
     Column("id", BigInteger, primary_key=True),
@@ -215,7 +225,7 @@ delivery_jobs = Table(
     CheckConstraint(f"kind ~ '{states.KIND_NAME}'", name="delivery_jobs_kind_check"),
     # One message per user, kind and dedupe window (SPEC 11), under any concurrency: no two
     # not-cancelled messages of one (kind, user) have overlapping windows.
-    ExcludeConstraint(("kind", "="), ("user_ref", "="),
+    ExcludeConstraint(("user_ref", "="), ("kind", "="),
                       (text("tstzrange(created_at, dedupe_until)"), "&&"),
                       name="delivery_jobs_dedupe_excl", using="gist",
                       where=text("dedupe_until IS NOT NULL AND status <> 'cancelled'")),

@@ -5,24 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flask import Flask, current_app, request, url_for
+from flask_babel import lazy_gettext as _l
 
 from webapp import access
 from webapp.context import role
 
 ITEMS = [
-    ("home.index", "Dashboard"),
-    ("campaigns.index", "Campaigns"),
-    ("lists.index", "Lists"),
-    ("support.index", "Support"),
-    ("transactional.index", "Transactional"),
-    ("jobs.index", "Jobs"),
-    ("inbox.index", "Failed jobs"),
-    ("admin.suppressions", "Suppressions"),
-    ("domains.index", "Sending domains"),
-    ("health.index", "Queue health"),
-    ("event_webhooks.index", "Event webhooks"),
-    ("admin.audit", "Audit log"),
-    ("admin.users", "Users & tokens"),
+    ("home.index", _l("Dashboard")),
+    ("campaigns.index", _l("Campaigns")),
+    ("lists.index", _l("Lists")),
+    ("support.index", _l("Support")),
+    ("transactional.index", _l("Transactional")),
+    ("jobs.index", _l("Jobs")),
+    ("inbox.index", _l("Failed jobs")),
+    ("admin.suppressions", _l("Suppressions")),
+    ("domains.index", _l("Sending domains")),
+    ("health.index", _l("Queue health")),
+    ("event_webhooks.index", _l("Event webhooks")),
+    ("admin.audit", _l("Audit log")),
+    ("admin.users", _l("Users & tokens")),
 ]
 
 
@@ -44,7 +45,7 @@ def nav_items() -> list[NavItem]:
             area = endpoint.split(".")[0]
             active = ((request.endpoint or "").split(".")[0] == area and area != "admin") \
                 or request.endpoint == endpoint
-            items.append(NavItem(url_for(endpoint), label, active))
+            items.append(NavItem(url_for(endpoint), str(label), active))
     return items
 
 

@@ -456,6 +456,7 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._problem: Problem | None = None
+        self.last_ended = 0.0  # monotonic time the last outage ended (0: none yet)
 
     @property
     def active(self) -> bool:
@@ -482,7 +483,8 @@ class Outage:
         with self._lock:
             if self._since is None:
                 return
-            length = time.monotonic() - self._since
+            self.last_ended = time.monotonic()
+            length = self.last_ended - self._since
             problem = self._problem
             self._since, self._problem = None, None
         self.log.info("%s: database usable again after %.1f s (was: %s)", self.who,

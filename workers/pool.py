@@ -174,24 +174,32 @@ class Pool:
 
     def _heartbeat(self) -> None:
         with self._live_lock:
-            try:
-                if self._live is None or self._live.closed or self._live.invalidated:
-                    self._connect_liveness()
-                    log.info("liveness session re-established")
-                assert self._live is not None
-                queue.heartbeat(self._live, self.worker_id)
-                with self._holding_lock:
-                    holding = list(self._holding)
-                lost = queue.release_lost_claims(self._live, self.worker_id, holding)
-                if lost:
-                    log.warning("put back %d job(s) whose claim reply was lost", lost)
-                self.outage.ok()
-            except DB_ERRORS as exc:
-                self.outage.failed(exc, retrying="heartbeat retries")
-                if self._live is not None:
-                    self._live.invalidate()
-                    self._live.close()
-                self._live = None
+            for _attempt in range(2):
+                try:
+                    if self._live is None or self._live.closed or self._live.invalidated:
+                        self._connect_liveness()
+                        log.info("liveness session re-established")
+                    assert self._live is not None
+                    queue.heartbeat(self._live, self.worker_id)
+                    with self._holding_lock:
+                        holding = list(self._holding)
+                    lost = queue.release_lost_claims(self._live, self.worker_id, holding)
+                    if lost:
+                        log.warning("put back %d job(s) whose claim reply was lost", lost)
+                    self.outage.ok()
+                    return
+                except DB_ERRORS as exc:
+                    # A session opened before the last outage ended died in that outage
+                    # (already logged): reconnect at once instead of reporting a new one.
+                    stale = self._live is not None and \
+                        self._live_since < self.outage.last_ended
+                    if self._live is not None:
+                        self._live.invalidate()
+                        self._live.close()
+                    self._live = None
+                    if not stale:
+                        self.outage.failed(exc, retrying="heartbeat retries")
+                        return
 
     def _rescue(self, startup: bool = True) -> dict[str, int]:
         # Only the startup hook takes back same-node workers on their free lock alone (they

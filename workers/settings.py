@@ -96,20 +96,23 @@ SETTINGS: list[Setting] = [
     Setting("ALARM_FAILURE_RATE", "0.2",
             "Alarm when this share of the last 15 minutes' finished jobs failed or bounced."),
     Setting("MAX_REQUEST_BYTES", "10485760",
-            "Largest request body accepted (413 above it)."),
-    Setting("MAX_IMPORT_BYTES", "536870912", "Largest CSV upload accepted."),
+            "Largest request body accepted anywhere but the CSV import (10 MiB; above it "
+            "413, as JSON on the API)."),
+    Setting("MAX_IMPORT_BYTES", "536870912",
+            "Largest CSV upload accepted, on the import form only (512 MiB; 413 above it). "
+            "A reverse proxy in front needs a body limit at least this large."),
     Setting("LOG_LEVEL", "INFO", "Python log level."),
     Setting("NODE", None,
             "This host's name for worker liveness (default: the hostname). A restarted "
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
-    Setting("DB_WEB_POOL", "4",
+    Setting("DB_WEB_POOL", "3",
             "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
             "opens; requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
             "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
             "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
-    Setting("DB_DELIVERY_POOL", "3",
+    Setting("DB_DELIVERY_POOL", "4",
             "Most PostgreSQL connections the delivery threads of one serve/worker process "
             "share (claim and finish transactions; SMTP runs without one). The liveness "
             "session, the LISTEN connection and /healthz's check come on top, one each."),
@@ -372,8 +375,8 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
-    db_web_pool: int = 4
-    db_delivery_pool: int = 3
+    db_web_pool: int = 3
+    db_delivery_pool: int = 4
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0
     db_idle_timeout: float = 60.0

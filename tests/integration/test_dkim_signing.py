@@ -162,3 +162,32 @@ def test_opendkim_fails_a_changed_message(dns_server: DnsServer, tmp_path: Path)
                            tmp_path / "changed") == ["fail"]
     dns_server.zone.clear()
     assert opendkim.verify(signed, dns_server.port, tmp_path / "gone") != ["pass"]
+
+
+@pytest.mark.slow
+def test_mail_relayed_by_postfix_still_verifies(engine: sa.Engine, relay: Any,
+                                                dns_server: DnsServer, tmp_path: Path,
+                                                config_for: Callable[..., Config]) -> None:
+    """Through a real relay: what Postfix delivers (its Received: on top, LF line ends as
+    a mailbox stores them) verifies at dkimpy and OpenDKIM."""
+    publish(engine, dns_server, "example.com")
+    with engine.begin() as conn:
+        lst = lists.create_list(conn, "Relayed")
+        lists.add_subscribers(conn, lst["id"], [{"email": "zoë@example.org", "name": "Zoë"}])
+        campaign = campaigns.create(conn, {
+            "name": "Relayed", "list_id": lst["id"], "subject": LONG_SUBJECT,
+            "from": "Équipe <news@example.com>",
+            "text": "Bonjour {{ name }}\n.leading dot\nFrom the start\n{{ unsubscribe_url }}"},
+            default_from="news@example.com")
+        campaigns.send(conn, campaign["id"])
+    pool = Pool(engine, config_for(SMTP_URL=relay.smtp_url()), node="dkim-relay")
+    pool.start()
+    try:
+        (delivered,) = relay.wait_for_messages(1, timeout=60)
+    finally:
+        pool.stop()
+    raw = delivered.data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    assert raw.startswith(b"Received:")
+    verify_all(raw, receiver(dns_server))
+    if opendkim.unavailable_reason() is None:
+        assert opendkim.verify(raw, dns_server.port, tmp_path / "od") == ["pass", "pass"]

@@ -59,7 +59,7 @@ def test_dedupe_exclusion_constraint_is_the_models(engine: sa.Engine) -> None:
         definition = conn.execute(sa.text(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
             "WHERE conname = :name AND contype = 'x'"), {"name": model.name}).scalar_one()
-    assert definition.startswith("EXCLUDE USING gist (kind WITH =, user_ref WITH =, "
+    assert definition.startswith("EXCLUDE USING gist (user_ref WITH =, kind WITH =, "
                                  "tstzrange(created_at, dedupe_until) WITH &&)")
     assert "dedupe_until IS NOT NULL" in definition and "'cancelled'" in definition
     assert model.using == "gist"

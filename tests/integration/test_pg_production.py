@@ -103,7 +103,7 @@ def test_serve_and_worker_start_into_a_full_database_and_keep_their_budget(
         pg_clusters: Clusters, sink: Any, spawn: Callable[..., Proc]) -> None:
     """max_connections 20 (17 for SendDock's role): serve + worker started while another
     client holds every slot wait with one log line each, start when slots free up, stay
-    within the budget (≤ 15 together with defaults), and 20 concurrent API clients get
+    within the budget (≤ 16 together with defaults), and 20 concurrent API clients get
     ≥ 99 % 202s."""
     cluster = pg_clusters.primary(max_connections=20, superuser_reserved_connections=3)
     held = hog(cluster)
@@ -212,7 +212,7 @@ def test_too_many_connections_is_a_503_saying_so_and_heals(
 def test_locked_table_every_page_and_api_call_answers_within_its_timeout(
         pg_clusters: Clusters, cluster_app: Callable[..., ClusterApp]) -> None:
     """``delivery_jobs`` locked (ACCESS EXCLUSIVE) for 30 s: pages, 10 concurrent API
-    clients (more than the web pool's 4 connections) and /healthz keep answering within
+    clients (more than the web pool's 3 connections) and /healthz keep answering within
     their timeouts the whole time, 503 "the database is busy" where the table is needed."""
     cluster = pg_clusters.primary()
     site = cluster_app(cluster.url(), DB_STATEMENT_TIMEOUT="2", DB_LOCK_TIMEOUT="1")
@@ -387,3 +387,36 @@ class _CampaignOnly:
 def _try_post(site: ClusterApp, i: str) -> Any:
     r = site.api.post("/verifications", _verification(i))
     return r if r.status_code == 202 else None
+
+
+def test_healthz_answers_within_a_second_when_the_server_hangs(
+        pg_clusters: Clusters, cluster_app: Callable[..., ClusterApp]) -> None:
+    """Every process of the cluster frozen (SIGSTOP): no TCP reset, no answer at all."""
+    import os
+    import signal
+    import subprocess
+
+    cluster = pg_clusters.primary()
+    site = cluster_app(cluster.url())
+    assert site.client.get("/healthz").get_json()["status"] == "ok"
+    postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                              text=True).stdout.split()
+    frozen = [postmaster, *map(int, children)]
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.6)  # past the reuse of the last answer
+        timings = []
+        for _ in range(3):
+            started = time.monotonic()
+            r = site.client.get("/healthz")
+            timings.append(time.monotonic() - started)
+            assert r.status_code == 503
+            assert r.get_json()["database"] == "not answering", r.get_json()
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    assert max(timings) < 1.0, timings
+    wait_for(lambda: site.client.get("/healthz").get_json()["status"] == "ok", timeout=10,
+             message="/healthz ok once the server answers again")

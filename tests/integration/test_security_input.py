@@ -207,3 +207,65 @@ def test_metrics_content_type_has_one_charset(app: Any,
     content_type = answer.headers["Content-Type"]
     assert content_type.count("charset") == 1, content_type
     assert content_type.startswith("text/plain; version="), content_type
+
+
+# --- server-side sessions ---------------------------------------------------------------------
+
+def _copy(client: Any, app: Any) -> Any:
+    """A second browser holding a copy of ``client``'s session cookie (a stolen one)."""
+    thief = app.test_client()
+    thief.set_cookie("session", client.get_cookie("session").value)
+    return thief
+
+
+def _signed_in(client: Any) -> bool:
+    return client.get("/").status_code == 200
+
+
+def test_logout_ends_every_copy_of_the_session(
+        app: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    user = make_user("marketer")
+    client = app.test_client()
+    csrf = login(client, user)
+    thief = _copy(client, app)
+    assert _signed_in(thief)
+    other_device = app.test_client()
+    login(other_device, user)
+    assert client.post("/logout", data={"csrf_token": csrf}).status_code == 302
+    assert not _signed_in(thief) and not _signed_in(client)
+    assert _signed_in(other_device)  # logging out here is not logging out everywhere
+
+
+def test_password_change_and_disabling_end_every_session(
+        app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    from webapp.domain import users
+
+    user = make_user("support")
+    first, second = app.test_client(), app.test_client()
+    login(first, user)
+    csrf = login(second, user)
+    thief = _copy(first, app)
+    answer = second.post("/account/password", data={
+        "csrf_token": csrf, "current": user["password"], "password": "another long one!",
+        "confirm": "another long one!"})
+    assert answer.status_code == 303, answer.get_data(as_text=True)[:300]
+    assert _signed_in(second)  # the session that changed it goes on
+    assert not _signed_in(first) and not _signed_in(thief)
+    with engine.begin() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM web_sessions WHERE user_id = :u"),
+                            {"u": user["id"]}).scalar_one() == 1
+        users.set_active(conn, user["id"], False, actor="tests")
+        assert conn.execute(sa.text("SELECT count(*) FROM web_sessions WHERE user_id = :u"),
+                            {"u": user["id"]}).scalar_one() == 0
+        users.set_active(conn, user["id"], True, actor="tests")
+    assert not _signed_in(second)  # enabling the user again revives nothing
+
+
+def test_a_session_row_older_than_the_lifetime_is_refused(
+        app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    client = app.test_client()
+    login(client, make_user("admin"))
+    assert _signed_in(client)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE web_sessions SET created_at = now() - interval '32 days'"))
+    assert not _signed_in(client)

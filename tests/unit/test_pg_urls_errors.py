@@ -90,11 +90,14 @@ def test_each_problem_has_its_own_message() -> None:
 
 
 def test_budget_formula() -> None:
-    budget = pg.Budget(web=4, delivery=3)
-    assert budget.total("serve") == 4 + 1 + 3 + 1 + 1
-    assert budget.total("worker") == 3 + 1 + 1
-    assert budget.total("web") == 4 + 1
-    assert budget.total("serve") + budget.total("worker") <= 16
+    budget = pg.Budget(web=3, delivery=4)
+    assert budget.total("serve") == 3 + 1 + 4 + 1 + 1
+    assert budget.total("worker") == 4 + 1 + 1
+    assert budget.total("web") == 3 + 1
+    from workers.settings import load
+
+    defaults = pg.Budget(web=load().db_web_pool, delivery=load().db_delivery_pool)
+    assert defaults.total("serve") + defaults.total("worker") <= 16  # SPEC 14
 
 
 def test_outage_logs_start_change_and_end(caplog: pytest.LogCaptureFixture) -> None:

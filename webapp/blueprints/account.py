@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_babel import gettext as _
-from flask_login import current_user, login_user
+from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from webapp import i18n
-from webapp.auth import User
+from webapp.auth import start_session
 from webapp.context import actor, engine
 from webapp.domain import users
 from webapp.domain.errors import Invalid
@@ -42,7 +42,7 @@ def change_password() -> Response | tuple[str, int]:
     if error:
         return render_template("account/index.html", error=error), 422
     # set_password ended every session of this user; this one goes on with the new version.
-    login_user(User(fresh))
+    start_session(fresh)
     flash(_("Password changed. Your other sessions have ended."), "success")
     return redirect(url_for("account.index"), 303)
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from flask import Blueprint, redirect, render_template, request, url_for
-from flask_login import login_user, logout_user
 from werkzeug.wrappers import Response
 
-from webapp.auth import User
+from webapp.auth import end_session, start_session
 from webapp.context import engine
 from webapp.domain import users
 from webapp.redirects import local_path
@@ -37,11 +36,11 @@ def login() -> str | Response | tuple[str, int]:
         status = 429 if "Too many" in str(refused) else 401
         return render_template("auth/login.html", error=str(refused), email=email,
                                next=next_url), status
-    login_user(User(user))
+    start_session(user)
     return redirect(_safe_next(next_url))
 
 
 @bp.route("/logout", methods=["POST"])
 def logout() -> Response:
-    logout_user()
+    end_session()
     return redirect(url_for("auth.login"))

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from flask_babel import lazy_gettext as _l
 from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Invalid
@@ -20,8 +21,8 @@ from workers.queue import ProblemFilter
 
 PAGE_SIZE = 50
 TABS = ("waiting", "retrying", "sending", "held", "scheduled", "failed")
-LABELS = {"waiting": "Waiting", "retrying": "Retrying", "sending": "In flight",
-          "held": "Held", "scheduled": "Scheduled", "failed": "Failed"}
+LABELS = {"waiting": _l("Waiting"), "retrying": _l("Retrying"), "sending": _l("In flight"),
+          "held": _l("Held"), "scheduled": _l("Scheduled"), "failed": _l("Failed")}
 _STATE_OF = {"waiting": "pending", "retrying": "retry", "sending": "sending", "held": "held"}
 _TIMESTAMP_KEYS = {"available_at", "claimed_at", "created_at"}
 

@@ -178,7 +178,53 @@ def set_password(conn: Connection, user_id: int, password: str, *,
                      {"h": hash_password(password), "id": user_id}).rowcount
     if not n:
         raise NotFound(f"user {user_id} does not exist")
+    end_sessions(conn, user_id)
     audit.record(conn, actor, "user.password", f"user:{user_id}")
+
+
+# --- sessions (server-side: a cookie is only as good as its row) ------------------------
+
+SESSION_DAYS = 31  # a session ends this long after its login at the latest
+
+
+def _session_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def start_session(conn: Connection, user_id: int) -> str:
+    """A new session for the user; returns the random token the cookie carries (only its
+    SHA-256 is stored)."""
+    token = secrets.token_urlsafe(32)
+    conn.execute(sa.text("INSERT INTO web_sessions (id, user_id) VALUES (:id, :u)"),
+                 {"id": _session_key(token), "u": user_id})
+    return token
+
+
+def session_user(conn: Connection, user_id: int, version: int,
+                 token: str) -> dict[str, Any] | None:
+    """The active user a session cookie names, when its session row still exists, is
+    theirs, is younger than SESSION_DAYS and the user's session version still matches;
+    else None (the cookie is worthless)."""
+    row = conn.execute(sa.text("""
+        SELECT u.id, u.email, u.role, u.session_version, u.locale
+          FROM web_sessions s JOIN users u ON u.id = s.user_id
+         WHERE s.id = :id AND u.id = :u AND u.active AND u.session_version = :v
+           AND s.created_at > now() - make_interval(days => :days)"""),
+        {"id": _session_key(token), "u": user_id, "v": version, "days": SESSION_DAYS}
+    ).mappings().first()
+    return dict(row) if row else None
+
+
+def end_session(conn: Connection, token: str) -> None:
+    """End one session (logout): every copy of its cookie stops working."""
+    conn.execute(sa.text("DELETE FROM web_sessions WHERE id = :id"),
+                 {"id": _session_key(token)})
+
+
+def end_sessions(conn: Connection, user_id: int) -> int:
+    """End every session of the user (password change, disable); returns how many."""
+    return conn.execute(sa.text("DELETE FROM web_sessions WHERE user_id = :u"),
+                        {"u": user_id}).rowcount
 
 
 # --- administration (the Users & tokens page) -------------------------------------------
@@ -255,6 +301,8 @@ def set_active(conn: Connection, user_id: int, active: bool, *, actor: str) -> d
         UPDATE users SET active = :a,
                session_version = session_version + CASE WHEN :a THEN 0 ELSE 1 END
          WHERE id = :id"""), {"a": active, "id": user_id})
+    if not active:
+        end_sessions(conn, user_id)
     audit.record(conn, actor, "user.enable" if active else "user.disable", f"user:{user_id}",
                  email=user["email"])
     return {**user, "active": active}
