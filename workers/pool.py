@@ -328,11 +328,9 @@ class Pool:
                                                 config.rate_limit_hour, config.rate_limit_day)
                 if permits.granted == 0:
                     return [], []
-                now = time.monotonic()
                 jobs = queue.claim_batch(conn, self.worker_id, permits.granted, self.domain)
                 queue.refund_permits(conn, permits, len(jobs))
-                slots = [now + permits.first_delay + i * permits.interval
-                         for i in range(len(jobs))]
+                slots = [permits.first_at + i * permits.interval for i in range(len(jobs))]
         with self._holding_lock:
             self._holding.update(job.id for job in jobs)
         return jobs, slots
@@ -347,10 +345,16 @@ class Pool:
         self._finish(results, aftermath)
         return True
 
-    def _wait_for_slot(self, slot: float) -> None:
+    def _wait_for_slot(self, slot: float) -> bool:
+        """Wait for a rate-limit slot. False when it has already gone by too far (half a
+        slot: a slow previous send) -- sending now would crowd the next second, so the job
+        goes back unsent and a fresh permit is asked for."""
         delay = slot - time.monotonic()
         if delay > 0:
             self.stopping.wait(delay)
+            return True
+        return not (slot and self.config.rate_limit > 0
+                    and -delay > 0.5 / self.config.rate_limit)
 
     def _deliver(self, transport: SmtpTransport, jobs: list[queue.ClaimedJob],
                  slots: list[float]) -> tuple[list[queue.Outcome], outcomes.Aftermath]:
@@ -360,9 +364,10 @@ class Pool:
         # relay): its unstarted jobs go back, and the next claim takes verification mail
         # first (P7). Not under a rate limit, whose permits already pace the batch.
         yield_at = time.monotonic() + BATCH_SLICE if not any(slots) else float("inf")
+        late = False
         for job, slot in zip(jobs, slots, strict=True):
-            if aftermath.stops_batch or aftermath.holds(job) or self.stopping.is_set() or (
-                    job.kind == "broadcast" and time.monotonic() > yield_at):
+            if late or aftermath.stops_batch or aftermath.holds(job) or self.stopping.is_set() \
+                    or (job.kind == "broadcast" and time.monotonic() > yield_at):
                 results.append(outcomes.released(job))
                 continue
             if job.suppressed:
@@ -373,7 +378,10 @@ class Pool:
             except TemplateError as exc:
                 results.append(outcomes.build_failed(job, f"template error: {exc}"))
                 continue
-            self._wait_for_slot(slot)
+            if not self._wait_for_slot(slot):
+                late = True
+                results.append(outcomes.released(job))
+                continue
             started = datetime.now(UTC)
             result = transport.send(envelope.mail_from, job.email, envelope.message)
             result = self._judge_streak(job, result, aftermath)
