@@ -4,8 +4,8 @@ The database (reachable, migrations current), the relay (connect, EHLO with the 
 name, STARTTLS and its certificate, AUTH, MAIL FROM accepted), the DKIM keys and the DNS
 records of every sending domain, and the bounce address. Each check is a
 :class:`~webapp.domain.domain_checks.Check`: one line, ok / warning / problem, and what to
-do. Nothing here changes anything: no migration is applied, no mail is sent (MAIL FROM is
-followed by RSET).
+do. Nothing here changes anything: no migration is applied, no mail is sent (MAIL FROM and
+RCPT TO postmaster@ are followed by RSET).
 """
 
 from __future__ import annotations
@@ -115,6 +115,12 @@ _STAGE_WORDS = {
     "mail": ("relay MAIL FROM", "the relay refuses our envelope sender",
              "let this login send as that address, or change SENDDOCK_BOUNCE_ADDRESS / "
              "SENDDOCK_FROM"),
+    # Postfix reports sender, HELO and client refusals at RCPT by default
+    # (smtpd_delay_reject): RCPT TO postmaster@ (which every domain must accept) finds them.
+    "rcpt": ("relay RCPT TO", "the relay refuses mail from us at RCPT TO postmaster@ (its "
+             "reply names the reason: our sender, HELO or address)",
+             "fix what the reply names: the sender (SENDDOCK_BOUNCE_ADDRESS / SENDDOCK_FROM), "
+             "the EHLO name (SENDDOCK_SMTP_HELO) or this host's permission to relay"),
 }
 
 
@@ -131,13 +137,14 @@ def relay_checks(config: Config) -> list[Check]:
         return [Check("relay", PROBLEM, f"SENDDOCK_SMTP_URL: {exc}", "fix SENDDOCK_SMTP_URL")]
     smtp_config = transport.config
     sender = envelope_sender(config)
+    probe_recipient = f"postmaster@{sender.rpartition('@')[2]}"
     with transport:
-        result = transport.probe(sender)
+        result = transport.probe(sender, probe_recipient)
         session = transport.session
         if result.reply_class is ReplyClass.SENT and session is not None:
             return _relay_ok(smtp_config.redacted(), transport, session, sender)
     order = list(_STAGE_WORDS)
-    stage = result.stage if result.stage in _STAGE_WORDS else "mail"
+    stage = result.stage if result.stage in _STAGE_WORDS else "rcpt"
     checks = [Check(_STAGE_WORDS[s][0], OK, "passed.") for s in order[:order.index(stage)]
               if s != "greeting" and (s != "starttls" or smtp_config.tls != "none")
               and (s != "auth" or smtp_config.username)]
@@ -177,7 +184,7 @@ def _relay_ok(where: str, transport: SmtpTransport, session: Any, sender: str) -
         checks.append(Check("relay login", OK, f"logged in as {config.username} with {used}, "
                             f"one attempt (the relay offers {' '.join(offered)})."))
     checks.append(Check("relay MAIL FROM", OK, f"the relay accepts the envelope sender "
-                        f"{sender}."))
+                        f"{sender} (MAIL FROM and RCPT TO postmaster@, then RSET)."))
     return checks
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from webapp.domain import fields as rules
 from webapp.domain import lists, suppressions, verifications
 from webapp.models import SUPPRESSION_REASONS
+from workers import states
 
 BIGINT_MAX = 2**63 - 1
 
@@ -312,8 +313,10 @@ PATHS["/messages"] = {
                                         "cancelled": {"type": "integer"},
                                         "ids": {"type": "array", "items": {"type": "integer"}},
                                         "in_flight": {"type": "integer"}}}, 404, 422),
-               "parameters": [{"name": n, "in": "query", "required": True,
-                               "schema": {"type": "string"}} for n in ("kind", "user_id")]}}
+               "parameters": [{"name": n, "in": "query", "required": True, "schema": schema}
+                              for n, schema in (
+                                  ("kind", {"type": "string", "pattern": states.KIND_NAME}),
+                                  ("user_id", USER_ID["oneOf"][0]))]}}
 PATHS["/messages/resend"] = {"post": _op(
     "Resend the user's latest message of the kind (429 + Retry-After inside the kind's "
     "cooldown; a still-waiting one is reused, reused=true)", 202, MESSAGE,

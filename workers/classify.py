@@ -21,28 +21,29 @@ row   reply                                                           class
 1     no reply at starttls (TLS handshake failed)                       relay
 2     no reply at connect/greeting/ehlo/auth/mail/noop                  relay
 3     no reply at rcpt/data/send/data_end (lost mid-message)            transient
-4     x.7.23-x.7.30, x.7.515 (SPF/DKIM/DMARC alignment of our domain)   relay
-5     4xx/421 "too many ... from <us>", "too much mail from",           relay_throttle
+4     4xx 4.7.28, 4.7.650, 4.7.651 (Gmail, Outlook rate limits)         domain_throttle
+5     x.7.23-x.7.30, x.7.515 (SPF/DKIM/DMARC alignment of our domain)   relay
+6     4xx/421 "too many ... from <us>", "too much mail from",           relay_throttle
       "throttling", "sending rate", "quota exceeded"
-6     421 at any stage (the relay closing the channel)                  relay_throttle
-7     4.7.28, 4.7.650, 4.7.651, 4.2.1 "rate", 4xx x.7.x "too many" /    domain_throttle
-      "rate" / "try again later" (the recipient's domain slows us)
-8     530/534/535/538, x.7.8, x.7.9, x.7.57 (login required/refused)    relay (login)
-9     "Must issue a STARTTLS", x.7.10, x.7.11 (encryption required)    relay
-10    "Client host rejected", "Helo command rejected", "Relay access    relay
+7     421 at any stage (the relay closing the channel)                  relay_throttle
+8     4.2.1 "rate", 4xx x.7.x "too many" / "rate" / "try again later"   domain_throttle
+      (the recipient's domain slows us)
+9     530/534/535/538, x.7.8, x.7.9, x.7.57 (login required/refused)    relay (login)
+10    "Must issue a STARTTLS", x.7.10, x.7.11 (encryption required)    relay
+11    "Client host rejected", "Helo command rejected", "Relay access    relay
       denied", x.7.64 (tenant relay), "not authenticated"
-11    "Sender address rejected", "not owned by user", "send as this      sender
+12    "Sender address rejected", "not owned by user", "send as this      sender
       sender", x.7.60, x.1.7/x.1.8 (our From, at any stage)
-12    any other failure at connect/greeting/ehlo/starttls/auth/noop     relay
-13    any other 5xx at mail (MAIL FROM refused) / 4xx at mail           sender / relay
-14    2xx at data_end (or noop)                                         sent
-15    any other 1xx/2xx/3xx (a protocol violation by the relay)        relay
-16    4.2.2 / 5.2.2, or 452 / 552 with no or an x.2.x code (full)      transient
-17    5xx 5.1.1 / 5.1.2 / 5.1.3 / 5.1.6 / 5.1.10                        hard_bounce
-18    5xx 5.2.1 whose text says disabled/inactive (not temporarily)     hard_bounce
-19    5xx without enhanced code saying the user/mailbox does not exist  hard_bounce
-20    other 4xx at rcpt/data/data_end                                   transient
-21    other 5xx at rcpt/data/data_end (policy, content, too big)        rejected
+13    any other failure at connect/greeting/ehlo/starttls/auth/noop     relay
+14    any other 5xx at mail (MAIL FROM refused) / 4xx at mail           sender / relay
+15    2xx at data_end (or noop)                                         sent
+16    any other 1xx/2xx/3xx (a protocol violation by the relay)        relay
+17    4.2.2 / 5.2.2, or 452 / 552 with no or an x.2.x code (full)      transient
+18    5xx 5.1.1 / 5.1.2 / 5.1.3 / 5.1.6 / 5.1.10                        hard_bounce
+19    5xx 5.2.1 whose text says disabled/inactive (not temporarily)     hard_bounce
+20    5xx without enhanced code saying the user/mailbox does not exist  hard_bounce
+21    other 4xx at rcpt/data/data_end                                   transient
+22    other 5xx at rcpt/data/data_end (policy, content, too big)        rejected
 ====  ==============================================================  ================
 
 Plus one rule the table cannot see, :class:`RefusalStreak`: the same refusal for many
@@ -168,76 +169,77 @@ RULES: tuple[Rule, ...] = (
          codes=_s("none")),
     Rule(3, ReplyClass.TRANSIENT, "connection lost while sending; will retry",
          stages=MESSAGE_STAGES, codes=_s("none")),
+    # --- a recipient domain's rate limit (Gmail 4.7.28, Outlook 4.7.650/651) -------------
+    Rule(4, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+         codes=_s("4xx"), detail=_s("7.28", "7.650", "7.651")),
     # --- our domain's authentication ---------------------------------------------------
-    Rule(4, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
+    Rule(5, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
          codes=FAIL, detail_range=("7", 23, 30)),
-    Rule(4, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
+    Rule(5, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
          codes=FAIL, detail=_s("7.515")),
     # --- throttling: slow down, never fail ---------------------------------------------
-    Rule(5, ReplyClass.RELAY_THROTTLE, "the relay is throttling us",
+    Rule(6, ReplyClass.RELAY_THROTTLE, "the relay is throttling us",
          codes=_s("4xx"), text=_words(r"too (many|much) \w+( \w+)? from", r"throttl",
                                       r"sending rate", r"quota exceeded",
                                       r"rate limit(ed)? exceeded")),
-    Rule(6, ReplyClass.RELAY_THROTTLE, "the relay closed the connection (busy or going down)",
+    Rule(7, ReplyClass.RELAY_THROTTLE, "the relay closed the connection (busy or going down)",
          codes=_s("421")),
-    Rule(7, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
-         codes=_s("4xx"), detail=_s("7.28", "7.650", "7.651")),
-    Rule(7, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+    Rule(8, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
          codes=_s("4xx"), detail=_s("2.1"), text=_words(r"\brate\b")),
-    Rule(7, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+    Rule(8, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
          codes=_s("4xx"), detail_range=("7", 0, 999),
          text=_words(r"too many", r"\brate\b", r"try again later")),
     # --- our login, our client, our HELO, our TLS: the relay, not the recipient ---------
-    Rule(8, ReplyClass.RELAY, "login refused - check the credentials",
+    Rule(9, ReplyClass.RELAY, "login refused - check the credentials",
          codes=_s("535", "534", "538"), login=True),
-    Rule(8, ReplyClass.RELAY, "login refused - check the credentials",
+    Rule(9, ReplyClass.RELAY, "login refused - check the credentials",
          codes=FAIL, detail=_s("7.8", "7.9"), login=True),
-    Rule(9, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
+    Rule(10, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
          codes=FAIL, text=_words(r"must issue a starttls", r"starttls (is )?required")),
-    Rule(9, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
+    Rule(10, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
          codes=FAIL, detail=_s("7.10", "7.11")),
-    Rule(8, ReplyClass.RELAY, "the relay requires a login",
+    Rule(9, ReplyClass.RELAY, "the relay requires a login",
          codes=_s("530"), login=True),
-    Rule(8, ReplyClass.RELAY, "the relay requires a login",
+    Rule(9, ReplyClass.RELAY, "the relay requires a login",
          codes=FAIL, detail=_s("7.57"), login=True),
-    Rule(10, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
+    Rule(11, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
          codes=FAIL, text=_words(r"client host rejected", r"helo command rejected",
                                  r"relay access denied", r"relaying denied",
                                  r"not authenticated", r"authentication required")),
-    Rule(10, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
+    Rule(11, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
          codes=FAIL, detail=_s("7.64")),
     # --- our sender address --------------------------------------------------------------
-    Rule(11, ReplyClass.SENDER, "the relay refuses this From address",
+    Rule(12, ReplyClass.SENDER, "the relay refuses this From address",
          codes=FAIL, text=_words(r"sender address rejected", r"not owned by",
                                  r"send as this sender", r"sender (address )?(is )?not allowed")),
-    Rule(11, ReplyClass.SENDER, "the relay refuses this From address",
+    Rule(12, ReplyClass.SENDER, "the relay refuses this From address",
          codes=FAIL, detail=_s("7.60", "1.7", "1.8")),
     # --- anything else before RCPT ---------------------------------------------------------
-    Rule(12, ReplyClass.RELAY, "mail server refused our session", stages=SESSION_STAGES,
+    Rule(13, ReplyClass.RELAY, "mail server refused our session", stages=SESSION_STAGES,
          codes=FAIL),
-    Rule(13, ReplyClass.SENDER, "the relay refuses this From address", stages=_s("mail"),
+    Rule(14, ReplyClass.SENDER, "the relay refuses this From address", stages=_s("mail"),
          codes=_s("5xx")),
-    Rule(13, ReplyClass.RELAY, "mail server temporarily unavailable", stages=_s("mail"),
+    Rule(14, ReplyClass.RELAY, "mail server temporarily unavailable", stages=_s("mail"),
          codes=_s("4xx")),
     # --- success and nonsense ------------------------------------------------------------
-    Rule(14, ReplyClass.SENT, "accepted by the mail server", stages=_s("data_end", "noop"),
+    Rule(15, ReplyClass.SENT, "accepted by the mail server", stages=_s("data_end", "noop"),
          codes=_s("2xx")),
-    Rule(15, ReplyClass.RELAY, "mail server answered out of turn",
+    Rule(16, ReplyClass.RELAY, "mail server answered out of turn",
          codes=_s("1xx", "2xx", "3xx")),
     # --- about the recipient ---------------------------------------------------------------
-    Rule(16, ReplyClass.TRANSIENT, "mailbox full", codes=FAIL, detail=_s("2.2")),
-    Rule(16, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"), no_enhanced=True),
-    Rule(16, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"),
+    Rule(17, ReplyClass.TRANSIENT, "mailbox full", codes=FAIL, detail=_s("2.2")),
+    Rule(17, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"), no_enhanced=True),
+    Rule(17, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"),
          detail_range=("2", 0, 999)),
-    Rule(17, ReplyClass.HARD_BOUNCE, "recipient domain does not accept mail",
+    Rule(18, ReplyClass.HARD_BOUNCE, "recipient domain does not accept mail",
          codes=_s("5xx"), detail=_s("1.2", "1.10")),
-    Rule(17, ReplyClass.HARD_BOUNCE, "invalid address", codes=_s("5xx"), detail=_s("1.3")),
-    Rule(17, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
+    Rule(18, ReplyClass.HARD_BOUNCE, "invalid address", codes=_s("5xx"), detail=_s("1.3")),
+    Rule(18, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
          detail=_s("1.1", "1.6")),
-    Rule(18, ReplyClass.HARD_BOUNCE, "mailbox disabled", codes=_s("5xx"), detail=_s("2.1"),
+    Rule(19, ReplyClass.HARD_BOUNCE, "mailbox disabled", codes=_s("5xx"), detail=_s("2.1"),
          text=re.compile(r"^(?!.*temporar).*\b(disabled|inactive|deactivated)\b",
                          re.IGNORECASE | re.DOTALL)),
-    Rule(19, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
+    Rule(20, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
          no_enhanced=True, text=_words(
              r"\buser\s+unknown", r"\bunknown\s+(?:user|recipient|mailbox|address)",
              r"\brecipient\s+unknown", r"\bno\s+such\s+(?:user|mailbox|recipient|account"
@@ -245,18 +247,18 @@ RULES: tuple[Rule, ...] = (
              r"(?:not\s+found|not\s+exist)", r"\b(?:does\s+not|doesn't|did\s+not)\s+exist",
              r"\binvalid\s+(?:recipient|mailbox|user)",
              r"\bnot\s+a\s+valid\s+(?:mailbox|user|recipient)")),
-    Rule(20, ReplyClass.TRANSIENT, "temporarily deferred by the receiving server",
+    Rule(21, ReplyClass.TRANSIENT, "temporarily deferred by the receiving server",
          codes=_s("4xx")),
-    Rule(21, ReplyClass.REJECTED, "message too large", codes=_s("5xx"), detail=_s("3.4")),
-    Rule(21, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
+    Rule(22, ReplyClass.REJECTED, "message too large", codes=_s("5xx"), detail=_s("3.4")),
+    Rule(22, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
          codes=_s("5xx"), detail_range=("7", 0, 999)),
-    Rule(21, ReplyClass.REJECTED, "message content rejected", codes=_s("5xx"),
+    Rule(22, ReplyClass.REJECTED, "message content rejected", codes=_s("5xx"),
          detail_range=("6", 0, 999)),
-    Rule(21, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
+    Rule(22, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
          codes=_s("5xx"), text=_words(r"spam|polic|block|blacklist|denylist|reputation"
                                       r"|\brbl\b|spamhaus")),
-    Rule(21, ReplyClass.REJECTED, "message too large", codes=_s("552"), no_enhanced=True),
-    Rule(21, ReplyClass.REJECTED, "rejected by the receiving server", codes=_s("5xx")),
+    Rule(22, ReplyClass.REJECTED, "message too large", codes=_s("552"), no_enhanced=True),
+    Rule(22, ReplyClass.REJECTED, "rejected by the receiving server", codes=_s("5xx")),
 )
 
 _FALLBACK = Rule(0, ReplyClass.RELAY, "mail server misbehaved")

@@ -362,11 +362,9 @@ class Pool:
                                             config.rate_limit_hour, config.rate_limit_day)
             if permits.granted == 0:
                 return [], []
-            now = time.monotonic()
             jobs = queue.claim_batch(conn, self.worker_id, permits.granted, self.domain, token)
             queue.refund_permits(conn, permits, len(jobs))
-        return jobs, [now + permits.first_delay + i * permits.interval
-                      for i in range(len(jobs))]
+        return jobs, [permits.first_at + i * permits.interval for i in range(len(jobs))]
 
     def _drain_once(self, transport: SmtpTransport, db: StatementDb) -> bool:
         """Claim one batch and deliver it message by message. Returns False when there was
@@ -390,10 +388,16 @@ class Pool:
                 self._claims.pop(token, None)
                 self._sending.pop(threading.get_ident(), None)
 
-    def _wait_for_slot(self, slot: float) -> None:
+    def _wait_for_slot(self, slot: float) -> bool:
+        """Wait for a rate-limit slot. False when it has already gone by too far (half a
+        slot: a slow previous send) -- sending now would crowd the next second, so the job
+        goes back unsent and a fresh permit is asked for."""
         delay = slot - time.monotonic()
         if delay > 0:
             self.stopping.wait(delay)
+            return True
+        return not (slot and self.config.rate_limit > 0
+                    and -delay > 0.5 / self.config.rate_limit)
 
     def _deliver(self, transport: SmtpTransport, db: StatementDb, jobs: list[queue.ClaimedJob],
                  slots: list[float]) -> None:
@@ -415,17 +419,23 @@ class Pool:
             if batch.holds(job) or (job.kind == "broadcast" and time.monotonic() > yield_at):
                 self._record(db, job, outcomes.released(job))
                 continue
+            if not self._wait_for_slot(slot):
+                # The slot went by (a slow previous send): sending now would crowd the
+                # next second, so the rest goes back and fresh permits are asked for.
+                with db.connect() as conn:
+                    queue.release(conn, jobs[index:])
+                return
             with self._holding_lock:
                 self._sending[me] = job.id
             this = outcomes.Aftermath()
-            outcome = self._attempt(transport, job, slot, this)
+            outcome = self._attempt(transport, job, this)
             self._record(db, job, outcome, this)
             batch.absorb(this)
             with self._holding_lock:
                 self._sending.pop(me, None)
                 self._claims.get(job.claim_token, {}).pop(job.id, None)
 
-    def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob, slot: float,
+    def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob,
                  aftermath: outcomes.Aftermath) -> queue.Outcome:
         """This job's outcome (and, in ``aftermath``, what its reply says beyond its
         recipient). Never raises for one message's trouble: whatever goes wrong building
@@ -440,8 +450,7 @@ class Pool:
             log.exception("could not build the message of job %d", job.id)
             return outcomes.build_failed(job, f"could not build the message: "
                                               f"{type(exc).__name__}: {exc}")
-        self._wait_for_slot(slot)
-        if self.stopping.is_set():  # stopped while it was built or waited: not sent
+        if self.stopping.is_set():  # stopped while it was built: not sent
             return outcomes.released(job)
         started = datetime.now(UTC)
         try:

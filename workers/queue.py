@@ -8,6 +8,8 @@ Each statement carries a line saying what it guarantees. The job states are
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -639,35 +641,34 @@ def reprieve_jobs(conn: Connection, job_ids: Sequence[int], reason: str) -> int:
 
 @dataclass
 class Permits:
-    """Sends this worker may start: the first ``first_delay`` seconds from now (the
-    database's now), the following ones ``interval`` seconds apart. ``granted == 0``: ask
-    again in ``retry_in`` seconds."""
+    """Sends this worker may start: the first at ``first_at`` (this process's monotonic
+    clock), the following ones ``interval`` seconds apart. ``granted == 0``: ask again in
+    ``retry_in`` seconds."""
 
     granted: int
-    first_delay: float = 0.0
+    first_at: float = 0.0
     interval: float = 0.0
     retry_in: float = 0.0
 
 
 _RATE_STATE = sa.text("""
 WITH cur AS (
-    SELECT greatest(tat, clock_timestamp()) AS start, clock_timestamp() AS now
+    SELECT extract(epoch FROM tat)::float8 AS tat,
+           extract(epoch FROM clock_timestamp())::float8 AS now
       FROM rate_limiter WHERE id = 1 FOR UPDATE
 )
-SELECT extract(epoch FROM c.start - c.now)::float8 AS ahead,
+SELECT c.tat, c.now,
        (SELECT coalesce(sum(used), 0) FROM rate_minutes
-         WHERE minute >= date_trunc('minute', c.now - interval '1 hour')) AS hour,
+         WHERE minute >= date_trunc('minute', now() - interval '1 hour')) AS hour,
        (SELECT coalesce(sum(used), 0) FROM rate_minutes
-         WHERE minute >= date_trunc('minute', c.now - interval '1 day')) AS day
+         WHERE minute >= date_trunc('minute', now() - interval '1 day')) AS day
   FROM cur c
 """)
 
 # Take the granted slots: the next free slot moves past them; the minute is counted.
 _RATE_TAKE = sa.text("""
 WITH t AS (
-    UPDATE rate_limiter
-       SET tat = greatest(tat, clock_timestamp()) + make_interval(secs => :advance)
-     WHERE id = 1
+    UPDATE rate_limiter SET tat = to_timestamp(:tat) WHERE id = 1
 )
 INSERT INTO rate_minutes AS m (minute, used) VALUES (date_trunc('minute', now()), :n)
 ON CONFLICT (minute) DO UPDATE SET used = m.used + :n
@@ -677,24 +678,31 @@ ON CONFLICT (minute) DO UPDATE SET used = m.used + :n
 def acquire_permits(conn: Connection, want: int, per_second: float, per_hour: int = 0,
                     per_day: int = 0, horizon: float = 1.0) -> Permits:
     """Permits for up to ``want`` sends, never more than the limits allow (0 = no limit):
-    at most ``per_second`` sends per second (spaced evenly), ``per_hour`` in any rolling
-    60 minutes and ``per_day`` in any rolling 24 hours, across every process. Slots up to
-    ``horizon`` seconds ahead are handed out; the caller waits for each one. Unused permits
-    go back with :func:`refund_permits` in the same transaction."""
+    at most ``per_second`` sends per second, ``per_hour`` in any rolling 60 minutes and
+    ``per_day`` in any rolling 24 hours, across every process. Per second, the slots lie
+    on a grid of ``1/per_second`` aligned to the database clock's whole seconds, so every
+    second holds at most ``per_second`` of them and the last leaves ``1/per_second`` for
+    the relay's reply before the next second begins. Slots up to ``horizon`` seconds ahead
+    are handed out; the caller waits for each. Unused ones go back with
+    :func:`refund_permits` in the same transaction."""
     state = conn.execute(_RATE_STATE).one()
+    observed = time.monotonic()  # the database's clock was read before this instant
     n, retry_in = want, 1.0
     interval = 1.0 / per_second if per_second > 0 else 0.0
+    start = max(state.tat, state.now)
     if interval:
-        slots = int((horizon - state.ahead) // interval) + 1 if state.ahead <= horizon else 0
+        start = math.ceil(round(start * per_second, 6)) / per_second  # onto the grid
+        ahead = start - state.now
+        slots = int((horizon - ahead) // interval) + 1 if ahead <= horizon else 0
         n = min(n, slots)
-        retry_in = max(0.05, state.ahead - horizon)
+        retry_in = max(0.05, ahead - horizon)
     for limit, used, window in ((per_hour, state.hour, 60.0), (per_day, state.day, 600.0)):
         if limit > 0 and limit - int(used) < n:
             n, retry_in = max(0, limit - int(used)), window
     if n <= 0:
         return Permits(0, retry_in=retry_in)
-    conn.execute(_RATE_TAKE, {"advance": interval * n, "n": n})
-    return Permits(n, first_delay=max(0.0, state.ahead), interval=interval)
+    conn.execute(_RATE_TAKE, {"tat": start + interval * n, "n": n})
+    return Permits(n, first_at=observed + max(0.0, start - state.now), interval=interval)
 
 
 def refund_permits(conn: Connection, permits: Permits, used: int) -> None:

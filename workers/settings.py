@@ -96,8 +96,11 @@ SETTINGS: list[Setting] = [
     Setting("ALARM_FAILURE_RATE", "0.2",
             "Alarm when this share of the last 15 minutes' finished jobs failed or bounced."),
     Setting("MAX_REQUEST_BYTES", "10485760",
-            "Largest request body accepted (413 above it)."),
-    Setting("MAX_IMPORT_BYTES", "536870912", "Largest CSV upload accepted."),
+            "Largest request body accepted anywhere but the CSV import (10 MiB; above it "
+            "413, as JSON on the API)."),
+    Setting("MAX_IMPORT_BYTES", "536870912",
+            "Largest CSV upload accepted, on the import form only (512 MiB; 413 above it). "
+            "A reverse proxy in front needs a body limit at least this large."),
     Setting("LOG_LEVEL", "INFO", "Python log level."),
     Setting("NODE", None,
             "This host's name for worker liveness (default: the hostname). A restarted "

@@ -80,7 +80,7 @@ def test_a_ready_installation_exits_zero(engine: sa.Engine, db_url: str,
     assert "ok       bounce address: bounces@example.com" in text
     # What Postfix saw: EHLO, STARTTLS, one AUTH, MAIL then RSET, and no mail queued.
     log = "\n".join(relay.log())
-    assert "ehlo=2 starttls=1 auth=1 mail=1 rset=1" in log, log
+    assert "ehlo=2 starttls=1 auth=1 mail=1 rcpt=1 rset=1" in log, log
     assert relay.queue_size() == 0 and not relay.messages()
 
 
@@ -150,8 +150,11 @@ def test_relay_problems(relay: postfix.Postfix, dns_server: DnsServer,
     assert plain.status == PROBLEM and "password travel in clear" in plain.verdict
     assert plain.fix == "add ?tls=starttls to SENDDOCK_SMTP_URL"
 
-    relay.configure(smtpd_delay_reject="no")
     relay.write_map("sender_access", {"bounces@example.com": "554 5.7.1 not your address"})
+    delayed = relay_checks(config_for, relay, dns_server, relay.smtp_url())  # Postfix default
+    rcpt = named(delayed, "relay RCPT TO")
+    assert rcpt.status == PROBLEM and "Sender address rejected" in rcpt.verdict, rcpt
+    relay.configure(smtpd_delay_reject="no")
     refused = relay_checks(config_for, relay, dns_server, relay.smtp_url())
     mail = named(refused, "relay MAIL FROM")
     assert mail.status == PROBLEM and "554" in mail.verdict and "not your address" in mail.verdict

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from tests.conftest import settings, wait_for
 from tests.helpers import attempts_of, campaign_status, jobs_by_email, suppressed
 from tests.real import postfix
-from tests.real.postfix import Postfix, max_per_second
+from tests.real.postfix import Postfix, max_in_window, max_per_second
 from webapp.domain import campaigns, lists
 from workers import queue
 from workers.pool import Pool
@@ -307,7 +307,8 @@ def test_anvil_throttle_at_rcpt_uses_no_attempt(relay: Postfix, engine: sa.Engin
 def test_rate_limit_holds_across_two_processes(relay: Postfix, db_url: str, engine: sa.Engine,
                                                spawn: Callable[..., Any]) -> None:
     """Two ``senddock worker`` processes, 4 threads each, SENDDOCK_RATE_LIMIT=3: by
-    Postfix's own timestamps no second holds more than 3 messages."""
+    Postfix's own clock (the time in its long queue IDs) no calendar second holds more
+    than 3 messages."""
     emails = [f"p{i:02d}@example.org" for i in range(21)]
     sent = campaign(engine, emails)
     values = settings(db_url, None, SMTP_URL=relay.smtp_url(), SMTP_HELO="client.senddock.test",
@@ -318,10 +319,11 @@ def test_rate_limit_holds_across_two_processes(relay: Postfix, db_url: str, engi
     assert len(times) == len(emails)
     per_second = max_per_second(times)
     span = (max(times) - min(times)).total_seconds()
-    print(f"\nrate 3/s, 2 processes: max {per_second} in one second, {len(times)} messages "
-          f"over {span:.0f} s")
-    assert per_second <= 3
-    assert span >= len(emails) / 3 - 2  # and it is a rate, not a burst then silence
+    sliding = max_in_window(times, 1.0)
+    print(f"\nrate 3/s, 2 processes: max {per_second} in a calendar second, {sliding} in any "
+          f"sliding second, {len(times)} messages over {span:.1f} s")
+    assert per_second <= 3  # Postfix's own clock, to the microsecond (long queue IDs)
+    assert span >= (len(emails) - 1) / 3 - 0.5  # and it is a rate, not a burst then silence
     for worker in workers:
         assert worker.terminate() == 0
         assert "Traceback" not in worker.output()
@@ -342,7 +344,7 @@ def test_fractional_rate_and_hourly_quota(relay: Postfix, engine: sa.Engine,
     times = sorted(relay.accepted_times())
     assert len(times) == 4
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
-    assert all(g >= 1 for g in gaps) and (times[-1] - times[0]).total_seconds() >= 5, gaps
+    assert all(g >= 1.8 for g in gaps), gaps  # one every 2 s, by Postfix's clock
     assert statuses(engine, sent["id"])["sent"] == 4
     from webapp import create_app
 

@@ -108,3 +108,25 @@ def test_support_sees_every_kind_with_its_event(client: Any, api: Api,
     assert refused.status_code == 200
     assert "an email of kind onboarding was sent to this user moments ago" in refused.get_data(
         as_text=True)
+
+
+def test_a_kinds_test_send_is_built_from_the_kind(api: Api, engine: sa.Engine,
+                                                  config_for: Callable[..., Any]) -> None:
+    """What the worker builds for a kind's test job: the kind's templates, "[Test]" first,
+    the sample data, Auto-Submitted (transactional mail)."""
+    from email import message_from_bytes, policy
+
+    from webapp.domain import kinds
+    from workers import queue
+    from workers.compose import Composer
+
+    api.client.put("/api/v1/kinds/onboarding", json=ONBOARDING, headers=api.headers)
+    with engine.begin() as conn:
+        kinds.test_send(conn, "onboarding", "me@example.com", {"first_name": "Grace"},
+                        {"name": "signup"}, actor="tests")
+        [job] = queue.claim_batch(conn, "w", 5, "example.com")
+    envelope = Composer(engine, config_for()).build(job)
+    mail = message_from_bytes(envelope.message, policy=policy.default)
+    assert mail["Subject"] == "[Test] Hi Grace"
+    assert mail["Auto-Submitted"] == "auto-generated"
+    assert "Welcome Grace (signup)" in mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]

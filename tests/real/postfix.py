@@ -49,6 +49,10 @@ and the mailbox script as ``nobody``, and pytest keeps its base temp dir ``0700`
 (re-tightened at every session start), so the instance lives in its own
 ``tempfile.mkdtemp()`` directory (``0755``) that :meth:`close` removes.
 
+A test process killed with SIGKILL cannot run the teardown: its instance keeps running;
+``owner.pid`` in the instance directory names the process that started it, so a stale one
+can be stopped with ``postfix -c <dir>/conf stop`` (and the directory removed).
+
 Needs root (the master starts as root and drops privileges) and the Debian packages;
 :func:`unavailable_reason` says what is missing so the fixture can skip with it.
 """
@@ -280,6 +284,9 @@ class Postfix:
             shutil.chown(d, "nobody")
         shutil.chown(self.root / "data", "postfix")
         (self.root / "deliver.sh").write_text(_DELIVER_SH)
+        # Who started it: a pytest killed with SIGKILL cannot stop its instance, and this
+        # says whose it was (stop it with `postfix -c <dir>/conf stop` once that is dead).
+        (self.root / "owner.pid").write_text(f"{os.getpid()}\n")
         self.ca_file, self.cert_file, self.key_file = make_certificates(self.root,
                                                                         self.hostname)
         (self.config_dir / "sasl" / "smtpd.conf").write_text(
@@ -313,6 +320,9 @@ class Postfix:
             "inet_protocols": "ipv4",
             "mynetworks": "127.0.0.0/8",
             "smtpd_peername_lookup": "no",
+            # Long queue IDs carry the time the message was queued to the microsecond:
+            # Postfix's own precise record (its log lines have whole seconds, stamped late).
+            "enable_long_queue_ids": "yes",
             "smtpd_banner": "$myhostname ESMTP",
             "local_header_rewrite_clients": "",
             "default_transport": "mailbox",
@@ -607,9 +617,15 @@ class Postfix:
         return sum(1 for line in self.log() if regex.search(line))
 
     def accepted_times(self) -> list[dt.datetime]:
-        """When the relay accepted each message since the mark (cleanup's message-id line,
-        written as the message is queued), by the relay's own clock."""
-        return [e.at for e in self.log_entries("cleanup") if "message-id=" in e.text]
+        """When the relay queued each message since the mark, by the relay's own clock to
+        the microsecond: decoded from the long queue ID of cleanup's ``message-id=`` line
+        (the time smtpd created the queue file for it, at its first accepted RCPT)."""
+        times = []
+        for entry in self.log_entries("cleanup"):
+            if "message-id=" in entry.text:
+                queue_id = entry.text.split(":", 1)[0]
+                times.append(queue_id_time(queue_id) or entry.at)
+        return sorted(times)
 
     def wait_for_log(self, pattern: str, count: int = 1, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -636,12 +652,44 @@ class Postfix:
         return f"smtp://{auth}{self.host}:{self.port}?{query}"
 
 
+_SAFE_ALPHABET = "0123456789BCDFGHJKLMNPQRSTVWXYZbcdfghjklmnpqrstvwxyz"  # base 52
+
+
+def queue_id_time(queue_id: str) -> dt.datetime | None:
+    """The (local) time encoded in a Postfix long queue ID (``enable_long_queue_ids``):
+    6+ base-52 digits of seconds, 4 of microseconds, then ``z`` and the inode number."""
+    head, sep, _inode = queue_id.rpartition("z")
+    if not sep or len(head) < 10 or any(c not in _SAFE_ALPHABET for c in head):
+        return None
+
+    def number(digits: str) -> int:
+        n = 0
+        for c in digits:
+            n = n * 52 + _SAFE_ALPHABET.index(c)
+        return n
+
+    seconds, micros = number(head[:-4]), number(head[-4:])
+    return dt.datetime.fromtimestamp(seconds) + dt.timedelta(microseconds=micros)
+
+
 def max_per_second(times: Iterable[dt.datetime]) -> int:
-    """The most messages that carry the same (whole-second) timestamp."""
+    """The most messages within one calendar second (``times`` truncated to seconds)."""
     counts: dict[dt.datetime, int] = {}
     for t in times:
-        counts[t] = counts.get(t, 0) + 1
+        second = t.replace(microsecond=0)
+        counts[second] = counts.get(second, 0) + 1
     return max(counts.values(), default=0)
+
+
+def max_in_window(times: Iterable[dt.datetime], seconds: float = 1.0) -> int:
+    """The most messages in any sliding window of ``seconds`` (half-open)."""
+    ordered = sorted(times)
+    best, start = 0, 0
+    for end, t in enumerate(ordered):
+        while (t - ordered[start]).total_seconds() >= seconds:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
 
 
 @contextlib.contextmanager
@@ -658,5 +706,6 @@ def running(*, main_cf: dict[str, str] | None = None,
 
 
 __all__ = ["INSTALL_HINT", "PASSWORD", "USER", "Delivered", "LogEntry", "Postfix",
-           "PostfixError", "make_certificates", "max_per_second", "parse_log_line",
+           "PostfixError", "make_certificates", "max_in_window", "max_per_second", "parse_log_line",
+           "queue_id_time",
            "running", "unavailable_reason"]

@@ -58,6 +58,10 @@ bp.add_url_rule("/suppressions", endpoint="suppressions", view_func=suppressions
 def export_suppressions() -> Response:
     """The entries matching the page's search and reason, as CSV (streamed)."""
     args = _suppression_args()
+    if args.get("reason"):
+        # Checked before the first byte is streamed: an unknown reason is a clear 422,
+        # not an error in the middle of a download.
+        suppressions.check_reason(args["reason"])
     eng = engine()
 
     def stream() -> Iterator[str]:

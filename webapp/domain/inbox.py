@@ -13,6 +13,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from flask_babel import gettext, ngettext
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, suppressions
@@ -192,22 +193,25 @@ def dismiss(conn: Connection, job_id: int, *, actor: str) -> None:
 
 
 def describe_retry(result: dict[str, Any]) -> str:
-    """What a retry did, in one sentence an admin can act on."""
+    """What a retry did, in one sentence an admin can act on (in the page's language)."""
     n = result["retried"]
-    parts = [f"Retried {n:,} job{'s' if n != 1 else ''}; the workers are sending "
-             "them now." if n else "No job was retried."]
+    parts = [ngettext("Retried %(count)s job; the workers are sending them now.",
+                      "Retried %(count)s jobs; the workers are sending them now.", n,
+                      count=f"{n:,}") if n else gettext("No job was retried.")]
     if result["suppressed"]:
         examples = ", ".join(result["suppressed_examples"])
         more = "…" if result["suppressed"] > len(result["suppressed_examples"]) else ""
-        parts.append(f"{result['suppressed']:,} were left out because their addresses are "
-                     f"still suppressed ({examples}{more}): clear them on the suppression "
-                     "list first.")
+        parts.append(gettext("%(count)s were left out because their addresses are still "
+                             "suppressed (%(examples)s): clear them on the suppression list "
+                             "first.", count=f"{result['suppressed']:,}",
+                             examples=examples + more))
     if result["cancelled"]:
-        parts.append(f"{result['cancelled']:,} belong to cancelled campaigns and were left "
-                     "out.")
+        parts.append(gettext("%(count)s belong to cancelled campaigns and were left out.",
+                             count=f"{result['cancelled']:,}"))
     if result["busy"]:
-        parts.append(f"{result['busy']:,} were left out because their users already have a "
-                     "live email of the same kind on its way (that one is sent instead).")
+        parts.append(gettext("%(count)s were left out because their users already have a live "
+                             "email of the same kind on its way (that one is sent instead).",
+                             count=f"{result['busy']:,}"))
     return " ".join(parts)
 
 
