@@ -218,3 +218,14 @@ def test_a_send_over_a_limit_fails_those_messages_and_never_stalls_other_mail(
     assert "limit: output size" in jobs["wide@example.org"]["last_error"]
     assert all(jobs[e]["status"] == "failed" and "limit: operations" in jobs[e]["last_error"]
                for e in heavy)
+
+
+def test_deep_and_oversized_templates_are_422_on_the_kinds_api_too(api: Api) -> None:
+    for source, limit in (AT_SAVE[3], AT_SAVE[0], BOMBS[0]):
+        answer = api.client.put("/api/v1/kinds/limits_probe", headers=api.headers, json={
+            "class": "lifecycle", "subject": "Hi", "text": "t", "html": source})
+        assert answer.status_code == 422, answer.get_data(as_text=True)[:300]
+        error = answer.get_json()["error"]
+        assert "html" in error["fields"], error
+        if limit == "nesting":  # (the kinds API has its own, smaller size limit)
+            assert limit in str(error["fields"]), error
