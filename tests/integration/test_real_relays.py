@@ -459,3 +459,36 @@ def test_headers_and_verp_through_postfix(relay: Postfix, engine: sa.Engine,
     text = msg.get_body(preferencelist=("plain",))
     assert text is not None and "Hi you" in text.get_content()  # type: ignore[attr-defined]
     assert max(len(line) for line in got.data.split(b"\n")) < 998
+
+
+def test_a_domain_throttle_slows_only_that_domain(relay: Postfix, engine: sa.Engine,
+                                                  config_for: Callable[..., Config],
+                                                  pools: Callable[..., Pool],
+                                                  make_user: Any) -> None:
+    """Outlook's "451 4.7.650 … rate limited" for one recipient domain (here from Postfix's
+    access map): that domain waits on its own backoff, shown on Queue health; the other
+    domain keeps flowing; nobody is charged an attempt for it."""
+    relay.write_map("recipient_access", {
+        "slow.example": "451 4.7.650 The mail server has been temporarily rate limited"})
+    fast = [f"f{i}@fast.example" for i in range(4)]
+    slow = [f"s{i}@slow.example" for i in range(2)]
+    sent = campaign(engine, fast + slow)
+    config = relay_config(config_for, relay, WORKERS="1", THROTTLE_BACKOFF="30")
+    pools(config)
+    wait_for(lambda: len(relay.messages()) == len(fast), timeout=30)
+    jobs = jobs_by_email(engine, sent["id"])
+    assert {jobs[e]["status"] for e in fast} == {"sent"}
+    assert all(jobs[e]["status"] == "pending" and jobs[e]["attempts"] == 0 for e in slow)
+    assert relay.count(r"reject: RCPT from .*4\.7\.650") == 1  # then the domain waits
+    assert relay_row(engine)["status"] == "ok" and not relay_row(engine)["throttled"]
+    from webapp import create_app
+
+    web = create_app(config, engine=engine).test_client()
+    admin = make_user("admin")
+    page = web.get("/login").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)[1]  # type: ignore[index]
+    web.post("/login", data={"email": admin["email"], "password": admin["password"],
+                             "csrf_token": token})
+    health = web.get("/health/").get_data(as_text=True)
+    table = health[health.index('id="domain-throttles"'):]
+    assert "slow.example" in table and "4.7.650" in table
