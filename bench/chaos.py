@@ -12,7 +12,11 @@ a promise is broken.
 
 How the bound is measured: a victim is frozen (SIGSTOP), the jobs it holds in `sending`
 are counted, then it is SIGKILLed. Only those jobs can have been accepted by the relay
-without being marked `sent` (P3), so duplicates <= their sum over all kills. With
+without being marked `sent` (P3), so duplicates <= their sum over all kills. Each
+duplicate is also put down to the kill whose victim held its job: outcomes are committed
+per message (SPEC 10), so no kill may cause more duplicates than the victim has worker
+threads. ``--sink postfix`` uses Postfix's smtp-sink (the zero-latency relay) instead of
+our scripted sink. With
 --relay-outage the sink itself is stopped mid-conversation; a message whose final dot
 reached it but whose 250 never came back is SMTP's own at-least-once window, counted
 separately (jobs with a transient attempt at stage data_end) and added to the bound.

@@ -908,7 +908,8 @@ SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
                    JOIN broadcast_counts bc ON bc.broadcast_id = b.id
                   WHERE b.finished_at IS NULL AND bc.status IN {sql_list(CLAIMABLE)}), 0)
      + (SELECT count(*) FROM delivery_jobs
-         WHERE status IN {sql_list(CLAIMABLE)} AND priority < :broadcast_priority) AS n
+         WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL
+           AND priority < :broadcast_priority) AS n
 """)
 
 
