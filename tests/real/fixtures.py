@@ -5,6 +5,7 @@ pays the setup once, and a cheap per-test fixture that owns and stops what it st
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,16 +87,32 @@ def dovecot_proc() -> Iterator[_dovecot.DovecotServer]:
     server = _dovecot.DovecotServer()
     try:
         server.start()
+        # Dovecot's passwd-file is re-read at most once a second (it skips the stat when
+        # it already looked in the same second), so a login added and used within one
+        # second may be unknown (dovecot-lda exit 67). Logins are made up front instead.
+        _spare_logins[:] = [(user, server.add_user(user)) for user in (
+            f"bounces-{secrets.token_hex(4)}" for _ in range(SPARE_LOGINS))]
+        time.sleep(1.1)
         yield server
     finally:
         server.cleanup()
 
 
+SPARE_LOGINS = 24
+_spare_logins: list[tuple[str, str]] = []
+
+
 @pytest.fixture()
 def dovecot(dovecot_proc: _dovecot.DovecotServer) -> _dovecot.Mailbox:
     """A fresh, empty mailbox (its own login) on the session's Dovecot."""
-    user = f"bounces-{secrets.token_hex(4)}"
-    return _dovecot.Mailbox(dovecot_proc, user, dovecot_proc.add_user(user))
+    if _spare_logins:
+        user, password = _spare_logins.pop()
+    else:
+        user = f"bounces-{secrets.token_hex(4)}"
+        password = dovecot_proc.add_user(user)
+        time.sleep(1.1)  # see dovecot_proc
+    return _dovecot.Mailbox(dovecot_proc, user, password)
+
 # --- DNS: a local server answering from the test's zone ----------------------------------
 
 
