@@ -189,14 +189,14 @@ def test_live_page_rate_errors_and_inbox_link(client: Any, engine: sa.Engine, si
                                               ) -> None:
     sink.set_rules({"rules": [
         {"match": "dead*@example.org", "reply": "550 5.1.1 <b>No such user</b>"}],
-        "delay": 0.01})
+        "delay": 0.05})  # ~40 msgs/s with 2 workers: a few seconds to watch the rate in
     emails = [f"ok{i}@example.org" for i in range(150)] + [f"dead{i}@example.org"
                                                            for i in range(3)]
     campaign = make_campaign(engine, emails)
     pool = _pool(engine, config_for(sink.port, WORKERS="2", CLAIM_BATCH="5"))
     try:
-        live = wait_for(lambda: (lambda c: c if c["rate"] else None)(
-            _live(engine, campaign["id"])), timeout=30, message="a sending rate")
+        live = wait_for(lambda: (lambda c: c if c["rate"] and c["eta_seconds"] else None)(
+            _live(engine, campaign["id"])), timeout=30, message="a sending rate and an ETA")
         assert live["rate"] > 0 and live["eta_seconds"] is not None
         wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=60,
                  message="campaign to finish")

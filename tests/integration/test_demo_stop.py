@@ -18,7 +18,9 @@ def test_stopping_the_demo_stops_its_postgresql(tmp_path: Path,
     data_dir = tmp_path / "demo"
     proc = spawn(["demo", "--port", str(free_port()), "--smtp-port", str(free_port()),
                   "--subscribers", "20"], {"DATA_DIR": str(data_dir)})
-    wait_for(lambda: "Press Ctrl+C" in proc.output() or proc.popen.poll() is not None,
+    # "listening" is printed once the signal handlers are in place (serve_app); a SIGTERM
+    # before that would end the process the default way.
+    wait_for(lambda: "SendDock listening on" in proc.output() or proc.popen.poll() is not None,
              timeout=120, message="the demo to start")
     assert proc.popen.poll() is None, proc.output()
     assert (data_dir / "pgdata" / "postmaster.pid").exists()
