@@ -75,18 +75,10 @@ def attempts_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, lis
     return result
 
 
-# Users whose jobs match an address (case-insensitive), a correlation ID or a user id, each
-# with their newest job. Each arm has its own index (email, correlation, user), so the
-# search stays an index lookup however large the table grows.
-_SEARCH_USERS = """
-WITH hits AS (
-    SELECT DISTINCT user_ref FROM delivery_jobs
-     WHERE {kind} AND user_ref IS NOT NULL
-       AND (lower(email) = lower(CAST(:email AS text))
-            OR correlation_id = CAST(:correlation_id AS uuid)
-            OR user_ref = CAST(:user_ref AS text))
-     LIMIT :limit
-)
+# Each user the `hits` arm found, with their newest job and how many jobs they have: one
+# lateral lookup per user on delivery_jobs_user_idx. `{kind}`-style slots take the kind
+# condition (one kind, or every transactional kind).
+_NEWEST_PER_USER = """
 SELECT h.user_ref, last.email, last.status, last.created_at, last.kind AS last_kind,
        (SELECT count(*) FROM delivery_jobs c
          WHERE {c_kind} AND c.user_ref = h.user_ref) AS jobs
@@ -97,12 +89,30 @@ SELECT h.user_ref, last.email, last.status, last.created_at, last.kind AS last_k
      ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
  ORDER BY last.created_at DESC
 """
+_ONE_KIND = {"c_kind": "c.kind = :kind", "j_kind": "j.kind = :kind"}
+_ALL_KINDS = {"c_kind": "c.kind NOT IN ('broadcast', 'test')",
+              "j_kind": "j.kind NOT IN ('broadcast', 'test')"}
+
+
+def _users_search(hits: str, kinds: dict[str, str]) -> sa.TextClause:
+    return sa.text("WITH hits AS (" + hits + ")" + _NEWEST_PER_USER.format(**kinds))
+
+
+# Users whose jobs match an address (case-insensitive), a correlation ID or a user id, each
+# with their newest job. Each arm has its own index (email, correlation, user), so the
+# search stays an index lookup however large the table grows.
+_EXACT_HITS = """
+    SELECT DISTINCT user_ref FROM delivery_jobs
+     WHERE {kind} AND user_ref IS NOT NULL
+       AND (lower(email) = lower(CAST(:email AS text))
+            OR correlation_id = CAST(:correlation_id AS uuid)
+            OR user_ref = CAST(:user_ref AS text))
+     LIMIT :limit
+"""
 # One kind, or every transactional kind (the support page shows them all, SPEC 11).
-_SEARCH_ONE_KIND = sa.text(_SEARCH_USERS.format(kind="kind = :kind", c_kind="c.kind = :kind",
-                                                j_kind="j.kind = :kind"))
-_SEARCH_ALL_KINDS = sa.text(_SEARCH_USERS.format(
-    kind="kind NOT IN ('broadcast', 'test')", c_kind="c.kind NOT IN ('broadcast', 'test')",
-    j_kind="j.kind NOT IN ('broadcast', 'test')"))
+_SEARCH_ONE_KIND = _users_search(_EXACT_HITS.format(kind="kind = :kind"), _ONE_KIND)
+_SEARCH_ALL_KINDS = _users_search(_EXACT_HITS.format(kind="kind NOT IN ('broadcast', 'test')"),
+                                  _ALL_KINDS)
 
 
 def search_users(conn: Connection, kind: str | None, *, email: str | None = None,
@@ -120,28 +130,14 @@ def search_users(conn: Connection, kind: str | None, *, email: str | None = None
 # Users whose transactional jobs' address or user id contains `pattern` (a LIKE pattern),
 # through the trigram index delivery_jobs_transactional_search_idx (the expression and the
 # predicate repeat the index's), each with their newest job.
-_SEARCH_USERS_LIKE = """
-WITH hits AS (
+_LIKE_HITS = """
     SELECT DISTINCT user_ref FROM delivery_jobs
      WHERE kind <> 'broadcast' AND {kind} AND user_ref IS NOT NULL
        AND lower(email || ' ' || coalesce(user_ref, '')) LIKE :pattern
      LIMIT :limit
-)
-SELECT h.user_ref, last.email, last.status, last.created_at, last.kind AS last_kind,
-       (SELECT count(*) FROM delivery_jobs c
-         WHERE {c_kind} AND c.user_ref = h.user_ref) AS jobs
-  FROM hits h
- CROSS JOIN LATERAL (
-    SELECT j.email, j.status, j.created_at, j.kind FROM delivery_jobs j
-     WHERE {j_kind} AND j.user_ref = h.user_ref
-     ORDER BY j.created_at DESC, j.id DESC LIMIT 1) last
- ORDER BY last.created_at DESC
 """
-_LIKE_ONE_KIND = sa.text(_SEARCH_USERS_LIKE.format(
-    kind="kind = :kind", c_kind="c.kind = :kind", j_kind="j.kind = :kind"))
-_LIKE_ALL_KINDS = sa.text(_SEARCH_USERS_LIKE.format(
-    kind="kind <> 'test'", c_kind="c.kind NOT IN ('broadcast', 'test')",
-    j_kind="j.kind NOT IN ('broadcast', 'test')"))
+_LIKE_ONE_KIND = _users_search(_LIKE_HITS.format(kind="kind = :kind"), _ONE_KIND)
+_LIKE_ALL_KINDS = _users_search(_LIKE_HITS.format(kind="kind <> 'test'"), _ALL_KINDS)
 
 
 def search_users_like(conn: Connection, kind: str | None, pattern: str,
