@@ -6,24 +6,37 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, current_app, g, jsonify, make_response, render_template, request
+from flask_babel import gettext as _
+from flask_babel import lazy_gettext as _l
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
 
 from webapp.db import DatabaseUnavailable
 from webapp.domain.errors import DomainError, Overloaded, TooMany
+from webapp.i18n import localize
 from workers import pg
+from workers.i18n import N_
 
 log = logging.getLogger("senddock.web")
 
 TITLES = {
-    "disk_full": "The database's disk is full",
-    "too_many_connections": "Too many database connections",
-    "read_only": "The database is read-only",
-    "shutdown": "The database is restarting",
-    "busy": "The database is busy",
-    "unreachable": "Database unavailable",
+    "disk_full": _l("The database's disk is full"),
+    "too_many_connections": _l("Too many database connections"),
+    "read_only": _l("The database is read-only"),
+    "shutdown": _l("The database is restarting"),
+    "busy": _l("The database is busy"),
+    "unreachable": _l("Database unavailable"),
 }
+# What a page says for an HTTP error (the API keeps the English of api_error's callers).
+HTTP_MESSAGES = {
+    404: N_("Not found."),
+    405: N_("Method not allowed here."),
+    413: N_("The request is too large."),
+    403: N_("Your role does not allow this."),
+}
+HTTP_TITLES = {404: _l("Not found"), 405: _l("Method not allowed"),
+               413: _l("Request too large"), 403: _l("Forbidden")}
 
 
 def api_error(status: int, message: str, fields: dict[str, str] | None = None,
@@ -48,8 +61,10 @@ def _render_without_database() -> None:
         g._login_user = current_app.login_manager.anonymous_user()  # type: ignore[attr-defined]
 
 
-def _page(status: int, title: str, message: str) -> tuple[str, int]:
-    return render_template("error.html", status=status, title=title, message=message), status
+def _page(status: int, title: object, message: object) -> tuple[str, int]:
+    """The error page, its message in the page's language."""
+    return render_template("error.html", status=status, title=str(title),
+                           message=localize(message)), status
 
 
 def init_app(app: Flask) -> None:
@@ -58,18 +73,20 @@ def init_app(app: Flask) -> None:
         if _wants_json():
             response = api_error(exc.status, exc.message, exc.fields, **exc.extra)
         else:
-            return _page(exc.status, "That did not work", exc.message)
+            return _page(exc.status, _("That did not work"), exc.message)
         if isinstance(exc, TooMany | Overloaded):
             response.headers["Retry-After"] = str(exc.retry_after)
         return response
 
     @app.errorhandler(CSRFError)
     def csrf_error(exc: CSRFError) -> Response | tuple[str, int]:
-        message = f"The form expired or was not sent by SendDock ({exc.description}). " \
-                  "Reload the page and try again."
+        message = "The form expired or was not sent by SendDock ({}). Reload the page and " \
+                  "try again."
         if _wants_json():
-            return api_error(400, message)
-        return _page(400, "Please try again", message)
+            return api_error(400, message.format(exc.description))
+        return _page(400, _("Please try again"), _(
+            "The form expired or was not sent by SendDock (%(why)s). Reload the page and "
+            "try again.", why=exc.description))
 
     @app.errorhandler(DatabaseUnavailable)
     def db_unavailable(exc: DatabaseUnavailable) -> Response | tuple[str, int]:
@@ -87,7 +104,7 @@ def init_app(app: Flask) -> None:
             response = api_error(503, problem.message, problem=problem.kind)
         else:
             _render_without_database()
-            title = TITLES.get(problem.kind, "Database unavailable")
+            title = TITLES.get(problem.kind, TITLES["unreachable"])
             html, status = _page(503, title, problem.message)
             response = current_app.make_response((html, status))
         response.headers["Retry-After"] = str(problem.retry_after)
@@ -96,15 +113,9 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response | tuple[str, int]:
         status = exc.code or 500
-        messages = {
-            404: "Not found.",
-            405: "Method not allowed here.",
-            413: "The request is too large.",
-            403: "Your role does not allow this.",
-        }
-        message = messages.get(status, exc.description or exc.name)
+        message = HTTP_MESSAGES.get(status, exc.description or exc.name)
         response = api_error(status, message) if _wants_json() else make_response(
-            _page(status, exc.name, message))
+            _page(status, HTTP_TITLES.get(status, exc.name), message))
         if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
             # RFC 9110: a 405 lists the methods the resource supports.
             response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
@@ -117,20 +128,20 @@ def init_app(app: Flask) -> None:
         reason = str(getattr(exc, "orig", exc)).splitlines()[0]
         log.warning("database refused a value on %s %s: %s", request.method, request.path,
                     reason)
-        message = f"A value in the request cannot be stored: {reason}"
+        message = N_("A value in the request cannot be stored: %(reason)s", reason=reason)
         if _wants_json():
             return api_error(400, message)
-        return _page(400, "That did not work", message)
+        return _page(400, _("That did not work"), message)
 
     @app.errorhandler(RecursionError)
     def too_deep(exc: RecursionError) -> Response | tuple[str, int]:
         # Input nested too deeply for a recursive parser (a template's blocks, say) that no
         # earlier check caught by name: still the input's fault (P9).
         log.warning("input nested too deeply on %s %s", request.method, request.path)
-        message = "The input is nested too deeply to process; simplify it."
+        message = N_("The input is nested too deeply to process; simplify it.")
         if _wants_json():
             return api_error(400, message)
-        return _page(400, "That did not work", message)
+        return _page(400, _("That did not work"), message)
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response | tuple[str, int]:
@@ -142,7 +153,7 @@ def init_app(app: Flask) -> None:
         if isinstance(exc, sa.exc.DataError):
             return bad_value(exc)
         log.exception("unexpected error on %s %s", request.method, request.path)
-        message = "Something went wrong on our side. It has been logged."
+        message = N_("Something went wrong on our side. It has been logged.")
         if _wants_json():
             return api_error(500, message)
-        return _page(500, "Internal error", message)
+        return _page(500, _("Internal error"), message)

@@ -5,7 +5,7 @@ Catalogs live in ``translations/<lang>/LC_MESSAGES/messages.po`` with their comp
 ``messages.mo`` committed beside them (so a fresh clone and a built wheel need no build
 step); ``tests/unit/test_translations.py`` checks that no template text is left
 unwrapped, that every message has its Spanish translation and that the ``.mo`` files match
-the ``.po`` files. To update: ``pybabel extract -F babel.cfg -o /tmp/messages.pot .``,
+the ``.po`` files. To update: ``pybabel extract -F babel.cfg -k _l -k N_ -o /tmp/messages.pot .``,
 ``pybabel update -i /tmp/messages.pot -d translations``, translate, ``pybabel compile -d
 translations``.
 """
@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import Flask, g, request
-from flask_babel import Babel, format_decimal, get_locale
+from flask_babel import Babel, format_decimal, get_locale, gettext
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 
 from webapp.resources import resource_dir
+from workers.i18n import Text
 
 LANGUAGES = {"en": "English", "es": "Español"}
 DEFAULT = "en"
@@ -39,6 +40,8 @@ VOCABULARY = {
     "build": _l("build"), "relay": _l("relay"), "ok": _l("ok"), "down": _l("down"),
     "active": _l("active"), "blocklisted": _l("blocklisted"), "unknown": _l("unknown"),
     "orphan": _l("orphan"), "dropped": _l("dropped"),
+    "duplicate": _l("duplicate"), "suppressed": _l("suppressed"),
+    "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
 }
 # How each language writes a day (the rest of a strftime format is kept).
 _DAY = {"en": "%Y-%m-%d", "es": "%d/%m/%Y"}
@@ -87,9 +90,18 @@ def label(value: Any) -> str:
     return str(text) if text is not None else str(value)
 
 
+def localize(message: Any) -> Any:
+    """A message built by the domain code or the engine (:class:`workers.i18n.Text`) in
+    the page's language; anything else as it is."""
+    return message.say(gettext, num) if isinstance(message, Text) else message
+
+
 def init_app(app: Flask) -> None:
     app.config.setdefault("BABEL_DEFAULT_LOCALE", DEFAULT)
     app.config["BABEL_TRANSLATION_DIRECTORIES"] = str(resource_dir("translations"))
     Babel(app, locale_selector=select_locale)
     app.jinja_env.filters.update(num=num, dt=dt, label=label)
+    # Every {{ value }} a template prints passes here: a domain message (an error, a
+    # field's problem, a check's verdict) shows in the page's language wherever it goes.
+    app.jinja_env.finalize = localize
     app.jinja_env.globals.update(languages=LANGUAGES, current_language=current_language)

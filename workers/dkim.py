@@ -40,6 +40,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy.engine import Connection, Engine
 
+from workers.i18n import N_, Text, word
+
 log = logging.getLogger(__name__)
 
 ALGORITHMS = ("rsa", "ed25519")
@@ -72,6 +74,11 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _FIELD_START = re.compile(rb"^(?=[^ \t])", re.M)
 
 
+def _unknown_algorithm(algorithm: str) -> Text:
+    return N_("unknown DKIM algorithm %(algorithm)s (choose rsa or ed25519)",
+              algorithm=repr(algorithm))
+
+
 class DkimError(Exception):
     """A DKIM key or request SendDock cannot use; the message says what to do."""
 
@@ -92,7 +99,7 @@ def generate_private_key(algorithm: str) -> PrivateKey:
         return rsa.generate_private_key(public_exponent=65537, key_size=2048)
     if algorithm == "ed25519":
         return ed25519.Ed25519PrivateKey.generate()
-    raise DkimError(f"unknown DKIM algorithm {algorithm!r} (choose rsa or ed25519)")
+    raise DkimError(_unknown_algorithm(algorithm))
 
 
 def private_bytes(key: PrivateKey) -> bytes:
@@ -172,16 +179,18 @@ def normalize_domain(domain: str) -> str:
     try:
         value = value.encode("idna").decode("ascii")
     except UnicodeError:
-        raise DkimError(f"{domain!r} is not a valid domain name") from None
+        raise DkimError(N_("%(domain)s is not a valid domain name", domain=repr(domain))) \
+            from None
     if not _DOMAIN.fullmatch(value):
-        raise DkimError(f"{domain!r} is not a valid domain name")
+        raise DkimError(N_("%(domain)s is not a valid domain name", domain=repr(domain)))
     return value
 
 
 def check_selector(selector: str) -> str:
     value = selector.strip().lower()
     if not _SELECTOR.fullmatch(value) or len(value) > 63:
-        raise DkimError(f"{selector!r} is not a valid selector (letters, digits and hyphens)")
+        raise DkimError(N_("%(selector)s is not a valid selector (letters, digits and "
+                           "hyphens)", selector=repr(selector)))
     return value
 
 
@@ -380,8 +389,9 @@ def _free_selector(conn: Connection, domain: str, algorithm: str) -> str:
     for selector in (prefix + s for s in SELECTORS):
         if selector not in used:
             return selector
-    raise DkimError(f"{domain} already has an active and a next {algorithm} key: activate "
-                    "or delete the next one first")
+    raise DkimError(N_("%(domain)s already has an active and a next %(algorithm)s key: "
+                       "activate or delete the next one first", domain=domain,
+                       algorithm=algorithm))
 
 
 def create_key(conn: Connection, secret_key: str, domain: str, *, selector: str | None = None,
@@ -395,7 +405,7 @@ def create_key(conn: Connection, secret_key: str, domain: str, *, selector: str 
     selector in use by an active or next key.
     """
     if algorithm not in ALGORITHMS:
-        raise DkimError(f"unknown DKIM algorithm {algorithm!r} (choose rsa or ed25519)")
+        raise DkimError(_unknown_algorithm(algorithm))
     domain = normalize_domain(domain)
     conn.execute(sa.text("INSERT INTO sending_domains (domain) VALUES (:d) "
                          "ON CONFLICT (domain) DO NOTHING"), {"d": domain})
@@ -407,7 +417,8 @@ def create_key(conn: Connection, secret_key: str, domain: str, *, selector: str 
         "SELECT status FROM dkim_keys WHERE domain = :d AND selector = :s"),
         {"d": domain, "s": selector}).scalar()
     if clash in ("active", "next"):
-        raise DkimError(f"selector {selector} of {domain} is in use by the {clash} key")
+        raise DkimError(N_("selector %(selector)s of %(domain)s is in use by the %(clash)s key",
+                           selector=selector, domain=domain, clash=word(clash)))
     conn.execute(sa.text("DELETE FROM dkim_keys WHERE domain = :d AND selector = :s"),
                  {"d": domain, "s": selector})
     has_active = conn.execute(sa.text(
@@ -416,8 +427,8 @@ def create_key(conn: Connection, secret_key: str, domain: str, *, selector: str 
     if has_active and conn.execute(sa.text(
             "SELECT 1 FROM dkim_keys WHERE domain = :d AND algorithm = :a AND status = 'next'"),
             {"d": domain, "a": algorithm}).first():
-        raise DkimError(f"{domain} already has a next {algorithm} key: activate or delete it "
-                        "first")
+        raise DkimError(N_("%(domain)s already has a next %(algorithm)s key: activate or "
+                           "delete it first", domain=domain, algorithm=algorithm))
     key = generate_private_key(algorithm)
     row = conn.execute(sa.text(
         "INSERT INTO dkim_keys (domain, selector, algorithm, status, public_key, "
@@ -438,9 +449,11 @@ def activate_key(conn: Connection, domain: str, selector: str) -> KeyRecord:
         "SELECT algorithm, status FROM dkim_keys WHERE domain = :d AND selector = :s "
         "FOR UPDATE"), {"d": domain, "s": selector}).first()
     if target is None:
-        raise DkimError(f"{domain} has no DKIM key with selector {selector}")
+        raise DkimError(N_("%(domain)s has no DKIM key with selector %(selector)s",
+                           domain=domain, selector=selector))
     if target.status == "retired":
-        raise DkimError(f"the key {selector} of {domain} is retired: create a new one")
+        raise DkimError(N_("the key %(selector)s of %(domain)s is retired: create a new one",
+                           selector=selector, domain=domain))
     conn.execute(sa.text(
         "UPDATE dkim_keys SET status = 'retired' WHERE domain = :d AND algorithm = :a "
         "AND status = 'active' AND selector <> :s"),
@@ -461,8 +474,8 @@ def delete_key(conn: Connection, domain: str, selector: str) -> bool:
     if status is None:
         return False
     if status == "active":
-        raise DkimError(f"the key {selector} of {domain} signs its mail: activate another "
-                        "key first")
+        raise DkimError(N_("the key %(selector)s of %(domain)s signs its mail: activate "
+                           "another key first", selector=selector, domain=domain))
     conn.execute(sa.text("DELETE FROM dkim_keys WHERE domain = :d AND selector = :s"),
                  {"d": domain, "s": selector})
     return True

@@ -26,6 +26,8 @@ from jinja2 import ChainableUndefined, Template, TemplateSyntaxError, nodes, pas
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
+from workers.i18n import N_, Text, message_of
+
 CRLF = "\r\n"
 MAX_REPEAT = 100_000  # longest string/list a template may build with `*`
 MAX_EXPONENT = 64  # largest exponent a template may use with `**`
@@ -75,9 +77,15 @@ class TemplateError(Exception):
     def __init__(self, field: str, line: int | None, message: str) -> None:
         self.field = field
         self.line = line
-        self.message = message
+        self.message = message  # a workers.i18n.Text when written here (shown translated)
         where = f"{field}, line {line}" if line is not None else field
         super().__init__(f"{where}: {message}")
+
+
+# The limits by the name the API reports (``limit``), and as the UI says them.
+LIMIT_NAMES = {"template size": N_("template size"), "template nodes": N_("template nodes"),
+               "operations": N_("operations"), "output size": N_("output size"),
+               "time": N_("time"), "nesting": N_("nesting")}
 
 
 class TemplateLimit(TemplateError):
@@ -86,7 +94,8 @@ class TemplateLimit(TemplateError):
 
     def __init__(self, field: str, limit: str, message: str) -> None:
         self.limit = limit
-        super().__init__(field, None, f"{message} (limit: {limit})")
+        super().__init__(field, None, N_("%(message)s (limit: %(limit)s)", message=message,
+                                         limit=LIMIT_NAMES.get(limit, limit)))
 
 
 class _OverLimit(Exception):
@@ -96,6 +105,21 @@ class _OverLimit(Exception):
     def __init__(self, limit: str, message: str) -> None:
         super().__init__(message)
         self.limit = limit
+        self.message = message
+
+
+def _big_int() -> Text:
+    return N_("an integer of more than %(max)s bits", max=MAX_INT_BITS)
+
+
+def _too_deep() -> Text:
+    return N_("the template nests blocks or parentheses too deeply")
+
+
+def _long_subject(length: int) -> Text:
+    return N_("the subject is %(length)s characters long; at most %(max)s fit in a mail "
+              "header", length=length, max=MAX_SUBJECT)
+
 
 
 class _Budget:
@@ -116,17 +140,19 @@ class _Budget:
             return
         self.clock_at = self.operations + 64
         if self.operations > MAX_OPERATIONS:
-            raise _OverLimit("operations", f"the template needs more than {MAX_OPERATIONS:,} "
-                             "operations (loops, calls, filters) for one message")
+            raise _OverLimit("operations", N_(
+                "the template needs more than %(max)s operations (loops, calls, filters) "
+                "for one message", max=MAX_OPERATIONS))
         if time.monotonic() > self.deadline:
-            raise _OverLimit("time", f"the template took longer than {self.seconds:g} s "
-                             "to render one message")
+            raise _OverLimit("time", N_("the template took longer than %(seconds)s s to "
+                                        "render one message", seconds=f"{self.seconds:g}"))
 
     def produce(self, size: int) -> None:
         self.output += size
         if self.output > MAX_OUTPUT_CHARS:
-            raise _OverLimit("output size", f"the template produces more than "
-                             f"{MAX_OUTPUT_CHARS:,} characters for one message")
+            raise _OverLimit("output size", N_(
+                "the template produces more than %(max)s characters for one message",
+                max=MAX_OUTPUT_CHARS))
         self.spend(size)
 
 
@@ -149,15 +175,16 @@ def _check_size(value: Any) -> Any:
     """``value`` unless it is a string or collection bigger than the output limit."""
     size = _size(value)
     if size > MAX_OUTPUT_CHARS:
-        raise _OverLimit("output size", f"a value of {size:,} characters or items is "
-                         f"more than {MAX_OUTPUT_CHARS:,}")
+        raise _OverLimit("output size", N_(
+            "a value of %(size)s characters or items is more than %(max)s", size=size,
+            max=MAX_OUTPUT_CHARS))
     _spend(size)
     return value
 
 
 def _check_int(value: Any) -> Any:
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-        raise _OverLimit("output size", f"an integer of more than {MAX_INT_BITS:,} bits")
+        raise _OverLimit("output size", _big_int())
     return value
 
 
@@ -176,8 +203,9 @@ def _refuse_amplifier(name: str, owner: Any, args: tuple[Any, ...],
     """Refuse, before it runs, a call that would build a huge value from small input:
     padding to a huge width (center, ljust, rjust, zfill, indent, expandtabs, format
     specs), ``int.to_bytes`` of a huge length, a replace that multiplies its input."""
-    too_big = _OverLimit("output size", f"{name}() would build more than "
-                         f"{MAX_OUTPUT_CHARS:,} characters")
+    too_big = _OverLimit("output size", N_(
+        "%(call)s() would build more than %(max)s characters", call=name,
+        max=MAX_OUTPUT_CHARS))
     if name in ("center", "ljust", "rjust", "zfill", "to_bytes", "indent", "wordwrap") \
             and _big_ints(args, kwargs):
         raise too_big
@@ -210,8 +238,8 @@ def _refuse_printf(fmt: Any, values: Any) -> None:
     if isinstance(fmt, str) and (_BIG_NUMBER.search(fmt) or (
             _STAR_WIDTH.search(fmt) and _big_ints(
                 values if isinstance(values, tuple) else (values,), {}))):
-        raise _OverLimit("output size", f"a format would build more than "
-                         f"{MAX_OUTPUT_CHARS:,} characters")
+        raise _OverLimit("output size", N_("a format would build more than %(max)s "
+                                           "characters", max=MAX_OUTPUT_CHARS))
 
 
 def _metered_filter(name: str, func: Any) -> Any:
@@ -330,29 +358,28 @@ class _CampaignEnvironment(SandboxedEnvironment):
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         # Fail loudly: a marketer probing internals gets a clear error at
         # compose time instead of a silently empty string.
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is not allowed"
-        )
+        raise SecurityError(N_("access to attribute %(attribute)s of %(type)s object is not "
+                               "allowed", attribute=repr(attribute),
+                               type=repr(type(obj).__name__)))
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":
             for seq, count in ((left, right), (right, left)):
                 if isinstance(seq, str | list | tuple) and isinstance(count, int):
                     if len(seq) * count > MAX_REPEAT:
-                        raise SecurityError(f"result longer than {MAX_REPEAT} items")
+                        raise SecurityError(N_("result longer than %(max)s items",
+                                               max=MAX_REPEAT))
             if isinstance(left, int) and isinstance(right, int) and \
                     left.bit_length() + right.bit_length() > MAX_INT_BITS:
-                raise _OverLimit("output size", f"an integer of more than {MAX_INT_BITS:,} "
-                                 "bits")
+                raise _OverLimit("output size", _big_int())
         elif operator == "**" and isinstance(right, int):
             if abs(right) > MAX_EXPONENT:
-                raise SecurityError(f"exponent larger than {MAX_EXPONENT}")
+                raise SecurityError(N_("exponent larger than %(max)s", max=MAX_EXPONENT))
             if isinstance(left, int) and left.bit_length() * abs(right) > MAX_INT_BITS:
-                raise _OverLimit("output size", f"an integer of more than {MAX_INT_BITS:,} "
-                                 "bits")
+                raise _OverLimit("output size", _big_int())
         elif operator == "+" and _size(left) + _size(right) > MAX_OUTPUT_CHARS:
-            raise _OverLimit("output size", f"a value of more than {MAX_OUTPUT_CHARS:,} "
-                             "characters or items")
+            raise _OverLimit("output size", N_("a value of more than %(max)s characters or "
+                                               "items", max=MAX_OUTPUT_CHARS))
         elif operator == "%":
             _refuse_printf(left, right)
         _spend(_size(left) + _size(right))
@@ -417,23 +444,27 @@ def _refuse_internals(field: str, tree: nodes.Template) -> None:
     way to Python internals). Computed names are still refused by the sandbox at render."""
     for statement in tree.find_all(_OTHER_TEMPLATES):
         raise TemplateError(field, statement.lineno,
-                            "a campaign template cannot include, import or extend templates")
+                            N_("a campaign template cannot include, import or extend "
+                               "templates"))
     for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Filter)):
         name = _accessed_name(node)
         if name is not None and name.startswith("_"):
-            raise TemplateError(field, node.lineno, f"access to {name!r} is not allowed")
+            raise TemplateError(field, node.lineno, N_("access to %(name)s is not allowed",
+                                                       name=repr(name)))
 
 
 def check_template_size(field: str, source: str) -> None:
     """Refuse (:class:`TemplateLimit`) a source over the size limit, or with more tags than
     the node limit allows, before anything parses it."""
     if len(source) > MAX_TEMPLATE_CHARS:
-        raise TemplateLimit(field, "template size", f"the template is {len(source):,} "
-                            f"characters long; at most {MAX_TEMPLATE_CHARS:,} are allowed")
+        raise TemplateLimit(field, "template size", N_(
+            "the template is %(size)s characters long; at most %(max)s are allowed",
+            size=len(source), max=MAX_TEMPLATE_CHARS))
     tags = source.count("{{") + source.count("{%")
     if tags > MAX_TEMPLATE_NODES:
-        raise TemplateLimit(field, "template nodes", f"the template has {tags:,} tags; at "
-                            f"most {MAX_TEMPLATE_NODES:,} template nodes are allowed")
+        raise TemplateLimit(field, "template nodes", N_(
+            "the template has %(tags)s tags; at most %(max)s template nodes are allowed",
+            tags=tags, max=MAX_TEMPLATE_NODES))
 
 
 def _parse(field: str, source: str) -> nodes.Template:
@@ -445,12 +476,12 @@ def _parse(field: str, source: str) -> nodes.Template:
     except TemplateSyntaxError as exc:
         raise TemplateError(field, exc.lineno, exc.message or "syntax error") from None
     except RecursionError:
-        raise TemplateLimit(field, "nesting", "the template nests blocks or parentheses "
-                            "too deeply") from None
+        raise TemplateLimit(field, "nesting", _too_deep()) from None
     count = sum(1 for _ in tree.find_all(nodes.Node))
     if count > MAX_TEMPLATE_NODES:
-        raise TemplateLimit(field, "template nodes", f"the template has {count:,} nodes; "
-                            f"at most {MAX_TEMPLATE_NODES:,} are allowed")
+        raise TemplateLimit(field, "template nodes", N_(
+            "the template has %(count)s nodes; at most %(max)s are allowed", count=count,
+            max=MAX_TEMPLATE_NODES))
     return tree
 
 
@@ -466,11 +497,10 @@ def _compile(field: str, source: str | None) -> Template | None:
     except TemplateSyntaxError as exc:
         raise TemplateError(field, exc.lineno, exc.message or "syntax error") from None
     except SecurityError as exc:
-        raise TemplateError(field, None, str(exc)) from None
+        raise TemplateError(field, None, message_of(exc)) from None
     except (RecursionError, MemoryError, SyntaxError):
         # The compiler (Jinja's, then Python's) gave up on the nesting.
-        raise TemplateLimit(field, "nesting", "the template nests blocks or parentheses "
-                            "too deeply") from None
+        raise TemplateLimit(field, "nesting", _too_deep()) from None
 
 
 def _render(field: str, template: Template, context: dict[str, Any]) -> str:
@@ -479,13 +509,12 @@ def _render(field: str, template: Template, context: dict[str, Any]) -> str:
     except TemplateError:
         raise
     except _OverLimit as exc:
-        raise TemplateLimit(field, exc.limit, str(exc)) from None
+        raise TemplateLimit(field, exc.limit, exc.message) from None
     except RecursionError:
-        raise TemplateLimit(field, "nesting", "the template calls itself too deeply "
-                            "(macros or recursive loops)") from None
+        raise TemplateLimit(field, "nesting", N_("the template calls itself too deeply "
+                                                 "(macros or recursive loops)")) from None
     except Exception as exc:  # any error raised by template code is the template's fault
-        message = str(exc) or type(exc).__name__
-        raise TemplateError(field, _template_line(exc.__traceback__), message) from None
+        raise TemplateError(field, _template_line(exc.__traceback__), message_of(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -515,8 +544,7 @@ class CampaignTemplate:
     def _render_all(self, context: dict[str, Any]) -> RenderedMessage:
         subject = _WHITESPACE.sub(" ", _render("subject", self.subject, context)).strip()
         if len(subject) > MAX_SUBJECT:
-            raise TemplateError("subject", None, f"the subject is {len(subject)} characters "
-                                f"long; at most {MAX_SUBJECT} fit in a mail header")
+            raise TemplateError("subject", None, _long_subject(len(subject)))
         text = _render("text", self.text, context) if self.text is not None else None
         html = _render("html", self.html, context) if self.html is not None else None
         return RenderedMessage(subject=subject, text=text, html=html)
@@ -531,8 +559,7 @@ def compile_campaign(subject: str, text: str | None, html: str | None) -> Campai
     """
     literal = _WHITESPACE.sub(" ", re.sub(r"{[{%#].*?[}%#]}", "", subject)).strip()
     if len(literal) > MAX_SUBJECT:
-        raise TemplateError("subject", None, f"the subject is {len(literal)} characters "
-                            f"long; at most {MAX_SUBJECT} fit in a mail header")
+        raise TemplateError("subject", None, _long_subject(len(literal)))
     subject_template = _compile("subject", subject)
     assert subject_template is not None
     return CampaignTemplate(

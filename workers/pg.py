@@ -30,6 +30,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import queue as sqla_queue
 
+from workers.i18n import N_
+
 log = logging.getLogger("senddock.database")
 
 URL_VARIABLE = "SENDDOCK_DATABASE_URL"
@@ -293,27 +295,27 @@ class Problem:
 
 DISK_FULL = Problem(
     "disk_full", "disk full",
-    "The database server's disk is full, so nothing new can be saved right now; nothing "
-    "already accepted was lost. An administrator must free disk space.", 30, True)
+    N_("The database server's disk is full, so nothing new can be saved right now; nothing "
+       "already accepted was lost. An administrator must free disk space."), 30, True)
 TOO_MANY_CONNECTIONS = Problem(
     "too_many_connections", "too many connections",
-    "The database has too many connections open right now; nothing was lost. Try again "
-    "in a few seconds.", 5)
+    N_("The database has too many connections open right now; nothing was lost. Try again "
+       "in a few seconds."), 5)
 READ_ONLY = Problem(
     "read_only", "read-only",
-    "The database is read-only right now (a standby, or a failover under way), so nothing "
-    "new can be saved; nothing already accepted was lost. Try again shortly.", 10, True)
+    N_("The database is read-only right now (a standby, or a failover under way), so nothing "
+       "new can be saved; nothing already accepted was lost. Try again shortly."), 10, True)
 SHUTDOWN = Problem(
     "shutdown", "restarting",
-    "The database server is shutting down or restarting; nothing was lost. Try again in "
-    "a few seconds.", 5)
+    N_("The database server is shutting down or restarting; nothing was lost. Try again in "
+       "a few seconds."), 5)
 BUSY = Problem(
     "busy", "busy",
-    "The database is busy (a lock or a slow query held this request up); nothing was "
-    "changed. Try again in a few seconds.", 5)
+    N_("The database is busy (a lock or a slow query held this request up); nothing was "
+       "changed. Try again in a few seconds."), 5)
 UNREACHABLE = Problem(
     "unreachable", "unreachable",
-    "The database is unreachable right now; nothing was lost. Try again shortly.", 5)
+    N_("The database is unreachable right now; nothing was lost. Try again shortly."), 5)
 
 PROBLEMS = {p.kind: p for p in (DISK_FULL, TOO_MANY_CONNECTIONS, READ_ONLY, SHUTDOWN, BUSY,
                                 UNREACHABLE)}

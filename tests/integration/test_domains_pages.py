@@ -93,14 +93,20 @@ def test_only_admins_reach_it(dns_app: Any, role: str,
                       follow_redirects=False).status_code == 403
 
 
+def _free_mail_campaign(conn: sa.Connection) -> dict[str, Any]:
+    """A draft From a gmail.com address, without an unsubscribe link, on a new list."""
+    lst = lists.create_list(conn, "L")
+    lists.add_subscribers(conn, lst["id"], [{"email": "a@example.org"}])
+    return campaigns.create(conn, {"name": "Free", "list_id": lst["id"], "subject": "Hi",
+                                   "from": "Me <me@gmail.com>", "text": "no link here"},
+                            default_from="news@example.com")
+
+
 def test_review_warns_about_the_from_domain_free_mail_and_the_unsubscribe_link(
         dns_app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
     with engine.begin() as conn:
-        lst = lists.create_list(conn, "L")
-        lists.add_subscribers(conn, lst["id"], [{"email": "a@example.org"}])
-        free = campaigns.create(conn, {"name": "Free", "list_id": lst["id"], "subject": "Hi",
-                                       "from": "Me <me@gmail.com>", "text": "no link here"},
-                                default_from="news@example.com")
+        free = _free_mail_campaign(conn)
+        lst = {"id": free["list_id"]}
         good = campaigns.create(conn, {
             "name": "Good", "list_id": lst["id"], "subject": "Hi", "from": "news@example.com",
             "html": '<p><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'},
@@ -123,3 +129,30 @@ def test_visible_unsubscribe_is_read_from_the_part_readers_see() -> None:
     assert see(None, '<a href="{{unsubscribe_url}}">x</a>')
     assert not see("{{ unsubscribe_url }}", "<p>only html, no link</p>")
     assert not see("unsubscribe_url without braces", None)
+
+
+def test_the_checks_and_their_fixes_in_spanish(
+        dns_app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """The verdicts and the "what to do" lines are built by domain_checks (which the CLI
+    prints in English) and shown in the page's language."""
+    client = dns_app.test_client()
+    client.environ_base["HTTP_ACCEPT_LANGUAGE"] = "es"
+    admin = Browser(client, make_user("admin"))
+    page = page_text(admin.post("/admin/domains/keys", {"domain": "example.com",
+                                                        "algorithm": "rsa"}))
+    assert "Clave sd1 creada: desde ahora firma el correo de example.com." in page
+    assert "no hay ningún registro DKIM publicado en sd1._domainkey.example.com, pero el " \
+        "correo se firma con ella" in page
+    assert "example.com no tiene registro SPF" in page
+    assert "no hay registro DMARC para example.com" in page
+    assert 'publica _dmarc.example.com. 3600 IN TXT "v=DMARC1; p=none' in page
+    assert "DMARC de example.com" in page and "SPF de example.com" in page
+    assert "no SPF record" not in page and "publish " not in page
+    bad = page_text(admin.post("/admin/domains/keys", {"domain": "not a domain",
+                                                       "algorithm": "rsa"}))
+    assert "'not a domain' no es un nombre de dominio válido" in bad
+    with engine.begin() as conn:
+        free = _free_mail_campaign(conn)
+    review = page_text(admin.get(f"/campaigns/{free['id']}/send"))
+    assert "gmail.com es un dominio de correo gratuito" in review
+    assert "envía desde un dominio que sea tuyo" in review

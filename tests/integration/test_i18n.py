@@ -44,3 +44,50 @@ def test_the_users_setting_wins_and_numbers_and_dates_follow(
     browser.post("/account/language", {"locale": ""})  # back to the browser's choice
     assert "Recent campaigns" in _text(browser.get("/", headers={
         "Accept-Language": "en"}).get_data(as_text=True))
+
+
+ES = {"Accept-Language": "es"}
+
+
+def test_domain_errors_show_in_spanish_on_spanish_pages(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Messages built by the domain code and the engine (workers.i18n.N_) are said in the
+    page's language; the API keeps its English contract."""
+    sending = make_campaign(engine, ["a@example.org"], name="En marcha")
+    marketer = make_user("marketer")
+    browser = Browser(client, marketer)
+    values = {"name": "Otra", "list_id": sending["list_id"], "subject": "Hola",
+              "from": "news@example.com", "text": "Hola"}
+    client.environ_base["HTTP_ACCEPT_LANGUAGE"] = "es"
+    # Saved while it was being sent: the conflict in Spanish, the state word too.
+    page = _text(browser.post(f"/campaigns/{sending['id']}/edit", values).get_data(as_text=True))
+    assert "la campaña está en estado «enviando»; solo se pueden editar los borradores" in page
+    assert "only drafts can be edited" not in page
+    # A From with a line break: the field named in Spanish, on the field and at the top.
+    new = browser.post("/campaigns/new", {**values, "from": "news@example.com\r\nBcc: x@y.z"})
+    assert new.status_code == 422
+    text = _text(new.get_data(as_text=True))
+    assert "el campo remitente no puede contener saltos de línea" in text
+    assert "contiene el carácter de control U+000D" in text
+    assert "must not contain" not in text
+    # A template over a limit: the limit and its numbers as Spanish writes them.
+    huge = browser.post("/campaigns/new", {**values, "text": "{{ name }}" * 5_001})
+    text = _text(huge.get_data(as_text=True))
+    assert "Error de plantilla en texto: la plantilla tiene 5.001 etiquetas; se permiten " \
+        "como máximo 5.000 nodos de plantilla (límite: nodos de plantilla)" in text, text
+    assert "template nodes" not in text and "tags; at most" not in text
+    # The API says the same in English whatever the browser asks for.
+    api = client.post(f"/api/v1/campaigns/{sending['id']}/send", headers={
+        "Authorization": f"Bearer {marketer['token']}", "Accept-Language": "es"})
+    assert api.status_code == 409
+    assert api.get_json()["error"]["message"] == "campaign is already sending"
+
+
+def test_the_error_page_speaks_spanish(client: Any,
+                                       make_user: Callable[..., dict[str, Any]]) -> None:
+    browser = Browser(client, make_user("admin"))
+    missing = browser.get("/campaigns/999999", headers=ES)
+    assert missing.status_code == 404
+    text = _text(missing.get_data(as_text=True))
+    assert "No se pudo hacer" in text and "la campaña 999999 no existe" in text
+    assert "does not exist" not in text

@@ -143,19 +143,66 @@ def _catalog() -> dict[str, str]:
     return found
 
 
-def _marked() -> set[str]:
-    """Every message the templates and the Python code mark for translation."""
-    method_map = [("webapp/**.py", "python"), ("templates/**.html", "jinja2")]
+# What babel.cfg extracts: the web app, the templates, and the engine's and the domain
+# code's messages marked with workers.i18n.N_ (translated when a page shows them).
+METHOD_MAP = [("webapp/**.py", "python"), ("workers/**.py", "python"),
+              ("templates/**.html", "jinja2")]
+KEYWORDS = {"_": None, "gettext": None, "lazy_gettext": None, "_l": None,
+            "ngettext": (1, 2), "N_": None}
+
+
+def _extracted() -> list[tuple[str, int, str]]:
+    """(file, line, message) of every message marked for translation."""
     options = {"templates/**.html": {"extensions": "jinja2.ext.i18n"}}
-    marked: set[str] = set()
-    for _file, _line, message, _comments, _context in extract_from_dir(
-            str(ROOT), method_map, options_map=options,
-            keywords={"_": None, "gettext": None, "lazy_gettext": None, "_l": None,
-                      "ngettext": (1, 2)}):
+    found = []
+    for file, line, message, _comments, _context in extract_from_dir(
+            str(ROOT), METHOD_MAP, options_map=options, keywords=KEYWORDS):
         for part in message if isinstance(message, tuple) else (message,):
             if part:
-                marked.add(part)
-    return marked
+                found.append((file, line, part))
+    return found
+
+
+def _marked() -> set[str]:
+    """Every message the templates and the Python code mark for translation."""
+    return {message for _file, _line, message in _extracted()}
+
+
+def test_the_engines_and_domain_messages_are_marked() -> None:
+    """The extraction sees N_ in workers/ and webapp/domain/ (else their messages would
+    stay English on Spanish pages without this file noticing)."""
+    files = {file for file, _line, _message in _extracted()}
+    assert {"workers/message.py", "workers/dkim.py", "webapp/domain/campaigns.py",
+            "webapp/domain/domain_checks.py", "webapp/domain/imports.py"} <= files
+    assert "campaign is %(status)s; only drafts can be edited" in _marked()
+
+
+def test_babel_cfg_extracts_what_this_test_checks() -> None:
+    config = (ROOT / "babel.cfg").read_text()
+    assert "[python: workers/**.py]" in config and "-k N_" in config
+
+
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def test_every_translation_keeps_the_placeholders() -> None:
+    """A translation that drops or invents a %(name)s would show the wrong text or fail
+    (KeyError) on the page that formats it."""
+    with (CATALOG / "messages.po").open("rb") as f:
+        catalog = read_po(f, locale="es")
+    wrong = []
+    for m in catalog:
+        if not m.id or not m.string:
+            continue
+        ids = m.id if isinstance(m.id, tuple) else (m.id,)
+        strings = m.string if isinstance(m.string, tuple) else (m.string,)
+        wanted = set().union(*(PLACEHOLDER.findall(str(i)) for i in ids))
+        for one in strings:
+            if one and set(PLACEHOLDER.findall(str(one))) - wanted:
+                wrong.append(f"{ids[0]!r} -> {one!r}")
+            if one and len(ids) == 1 and set(PLACEHOLDER.findall(str(one))) != wanted:
+                wrong.append(f"{ids[0]!r} -> {one!r}")
+    assert not wrong, "placeholders differ:\n" + "\n".join(wrong)
 
 
 def test_every_marked_message_has_its_spanish_translation() -> None:

@@ -37,7 +37,7 @@ def change_password() -> Response | tuple[str, int]:
             try:
                 users.set_password(conn, me["id"], new, actor=actor())
             except Invalid as exc:
-                error = _("Not changed: %(why)s.", why=exc.message)
+                error = _("Not changed: %(why)s.", why=i18n.localize(exc.message))
         fresh = users.get_user(conn, me["id"])
     if error:
         return render_template("account/index.html", error=error), 422
@@ -55,7 +55,7 @@ def change_language() -> Response:
             users.set_locale(conn, int(current_user.id), chosen, allowed=i18n.LANGUAGES,
                              actor=actor())
     except Invalid as exc:
-        flash(exc.message, "error")
+        flash(i18n.localize(exc.message), "error")
     else:
         current_user.locale = chosen
         flash(_("Language saved."), "success")

@@ -17,7 +17,7 @@ from webapp.context import actor, engine
 from webapp.domain import audit, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
-from webapp.i18n import label, num
+from webapp.i18n import label, localize, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
@@ -86,7 +86,7 @@ def add_suppressions() -> str | Response:
                                                                                "manual"),
                                            note=request.form.get("note", ""), actor=actor())
     except Invalid as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         return suppressions_page(pasted=text)
     if report["errors"]:
         # Keep the rejected lines in the box to fix them; everything valid is saved (P9).
@@ -121,7 +121,7 @@ def clear_suppressions() -> Response:
         with engine().begin() as conn:
             cleared = suppressions.clear(conn, emails, note, actor=actor())
     except Invalid as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         return redirect(back)
     if cleared:
         flash(_("Cleared %(emails)s: the next campaign includes them again.",
@@ -185,7 +185,7 @@ def _act(action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Resp
         with engine().begin() as conn:
             fn(conn, *args, **kwargs)
     except DomainError as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
     else:
         flash(action, "success")
     return redirect(url_for("admin.users"))
@@ -239,7 +239,7 @@ def create_token() -> str | Response:
             token = users.create_token(conn, owner["id"], request.form.get("name", "").strip(),
                                        actor=actor(), expires_in_days=EXPIRY_CHOICES[expires])
     except DomainError as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         return redirect(url_for("admin.users"))
     return users_page(new_token=token, token_owner=owner["email"])
 

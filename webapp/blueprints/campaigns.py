@@ -15,7 +15,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
-from webapp.i18n import dt, label
+from webapp.i18n import dt, label, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
 
@@ -93,7 +93,7 @@ def _flash_warnings(values: dict[str, Any]) -> None:
     with engine().connect() as conn:
         problems = composer.warnings_for(conn, values, values["list_id"])
     for problem in problems:
-        flash(_("Check the %(problem)s", problem=str(problem)), "warning")
+        flash(_("Check the %(problem)s", problem=localize(problem.text)), "warning")
 
 
 def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
@@ -253,7 +253,7 @@ def test(campaign_id: int) -> Response:
             campaigns.test_send(conn, campaign_id, email, subscriber_id=_subscriber_arg(),
                                 actor=actor())
     except DomainError as exc:
-        flash(_("No test was sent: %(why)s", why=exc.message), "error")
+        flash(_("No test was sent: %(why)s", why=localize(exc.message)), "error")
         return _back(_link(campaign_id))
     session["test_email"] = email.strip()  # prefilled next time
     flash(_("Test message queued to %(email)s. It arrives with “[Test]” before the subject.",
@@ -299,7 +299,7 @@ def send(campaign_id: int) -> Response:
         with engine().begin() as conn:
             campaign = campaigns.send(conn, campaign_id, actor=actor(), at=at)
     except DomainError as exc:
-        flash(_("Not sent: %(why)s", why=exc.message), "error")
+        flash(_("Not sent: %(why)s", why=localize(exc.message)), "error")
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
     if campaign["status"] == "scheduled":
         flash(_("Scheduled for %(at)s. It will be sent then, even if SendDock restarts in "
@@ -316,7 +316,7 @@ def action(campaign_id: int, action: str) -> Response:
             ACTIONS[action](conn, campaign_id, actor=actor())
     except DomainError as exc:
         flash(_("Could not %(action)s: %(why)s", action=str(ACTION_WORDS[action]),
-                why=exc.message), "error")
+                why=localize(exc.message)), "error")
     else:
         # The message lasts only while it is true (base.html, app.js: data-while-status).
         flash(str(DONE_MESSAGES[action]), f"success:{AFTER[action]}")

@@ -4,12 +4,15 @@ keys with the exact DNS record to publish, and the DNS checks in plain words."""
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
 from webapp.domain import sending_domains
 from webapp.domain.errors import Invalid
+from webapp.i18n import localize
 from workers import dkim
+from workers.i18n import message_of
 
 bp = Blueprint("domains", __name__, url_prefix="/admin/domains")
 
@@ -28,7 +31,7 @@ def detail(domain: str) -> str | Response:
     try:
         domain = dkim.normalize_domain(domain)
     except dkim.DkimError as exc:
-        flash(str(exc), "error")
+        flash(localize(message_of(exc)), "error")
         return redirect(url_for("domains.index"))
     with engine().connect() as conn:
         keys = dkim.list_keys(conn, domain)
@@ -47,14 +50,15 @@ def create_key() -> Response:
                 conn, config(), domain, algorithm=request.form.get("algorithm", "rsa"),
                 selector=request.form.get("selector", "").strip() or None, actor=actor())
     except Invalid as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         return redirect(url_for("domains.index"))
     if key.status == "active":
-        flash(f"Key {key.selector} created: {key.domain}'s mail is signed with it from now "
-              "on. Publish its DNS record below.", "success")
+        flash(_("Key %(selector)s created: %(domain)s's mail is signed with it from now "
+                "on. Publish its DNS record below.", selector=key.selector, domain=key.domain),
+              "success")
     else:
-        flash(f"Key {key.selector} created as the next key: publish its record, wait for "
-              "DNS, then activate it.", "success")
+        flash(_("Key %(selector)s created as the next key: publish its record, wait for "
+                "DNS, then activate it.", selector=key.selector), "success")
     return redirect(url_for("domains.detail", domain=key.domain))
 
 
@@ -64,10 +68,11 @@ def activate_key(domain: str, selector: str) -> Response:
         with engine().begin() as conn:
             key = sending_domains.activate_key(conn, domain, selector, actor=actor())
     except Invalid as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
     else:
-        flash(f"{key.record_name} signs {key.domain}'s mail now. Keep the old key's record "
-              "published for a few days.", "success")
+        flash(_("%(record)s signs %(domain)s's mail now. Keep the old key's record "
+                "published for a few days.", record=key.record_name, domain=key.domain),
+              "success")
     return redirect(url_for("domains.detail", domain=domain))
 
 
@@ -77,8 +82,8 @@ def delete_key(domain: str, selector: str) -> Response:
         with engine().begin() as conn:
             deleted = sending_domains.delete_key(conn, domain, selector, actor=actor())
     except Invalid as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
     else:
-        flash(f"Key {selector} deleted: remove its DNS record too." if deleted
-              else "That key was already gone.", "success")
+        flash(_("Key %(selector)s deleted: remove its DNS record too.", selector=selector)
+              if deleted else _("That key was already gone."), "success")
     return redirect(url_for("domains.detail", domain=domain))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
+from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, engine
@@ -20,11 +22,11 @@ def _validate(url: str, events: list[str], kinds: list[str]) -> list[str]:
     errors = []
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        errors.append("The URL must be an http:// or https:// address.")
+        errors.append(_("The URL must be an http:// or https:// address."))
     if not events or not set(events) <= set(event_queue.EVENTS):
-        errors.append("Choose at least one event.")
+        errors.append(_("Choose at least one event."))
     if not set(kinds) <= set(states.KINDS):
-        errors.append("Unknown message kind.")
+        errors.append(_("Unknown message kind."))
     return errors
 
 
@@ -54,7 +56,7 @@ def create() -> Response | tuple[str, int]:
             description=request.form.get("description", "").strip()[:200])
         audit.record(conn, actor(), "event_webhook.create", f"event_webhook:{endpoint_id}",
                      url=url, events=events)
-    flash("Endpoint added. Its signing secret is shown on its page.", "success")
+    flash(_("Endpoint added. Its signing secret is shown on its page."), "success")
     return redirect(url_for("event_webhooks.detail", endpoint_id=endpoint_id), 303)
 
 
@@ -73,13 +75,14 @@ def act(endpoint_id: int, action: str) -> Response:
     with engine().begin() as conn:
         if action in ("enable", "disable"):
             found = event_queue.set_endpoint_enabled(conn, endpoint_id, action == "enable")
-            message = f"Endpoint {action}d."
+            message = _("Endpoint enabled.") if action == "enable" else _("Endpoint disabled.")
         elif action == "retry":
             n = event_queue.retry_failed(conn, endpoint_id)
-            found, message = True, f"{n} failed deliveries queued again."
+            found, message = True, ngettext("%(num)s failed delivery queued again.",
+                                            "%(num)s failed deliveries queued again.", n)
         else:
             found = event_queue.delete_endpoint(conn, endpoint_id)
-            message = "Endpoint deleted with its delivery log."
+            message = _("Endpoint deleted with its delivery log.")
         if not found:
             abort(404)
         audit.record(conn, actor(), f"event_webhook.{action}", f"event_webhook:{endpoint_id}")

@@ -13,6 +13,7 @@ from webapp import access
 from webapp.context import actor, engine, role
 from webapp.domain import inbox, jobs
 from webapp.domain.errors import DomainError, Invalid
+from webapp.i18n import localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
 from workers import queue_reads
@@ -75,7 +76,7 @@ def retry(job_id: int) -> Response | tuple[str, int]:
             result = inbox.retry(conn, job_id, actor=actor())
     except DomainError as exc:
         # The refusal is the answer (409 and why), on the job's own page.
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         with engine().connect() as conn:
             job = inbox.detail(conn, job_id)
         return render_template("inbox/detail.html", job=job, can_act=_can_act(),
@@ -100,7 +101,7 @@ def retry_all() -> Response:
         with engine().begin() as conn:
             result = inbox.retry_all(conn, inbox.parse_filter(args), as_of, actor=actor())
     except Invalid as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         return redirect(back)
     flash(inbox.describe_retry(result), "success" if result["retried"] else "error")
     return redirect(back)
@@ -112,7 +113,7 @@ def dismiss(job_id: int) -> Response:
         with engine().begin() as conn:
             inbox.dismiss(conn, job_id, actor=actor())
     except DomainError as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         return redirect(url_for("inbox.detail", job_id=job_id))
     flash(_("Job %(id)s dismissed: it no longer shows in the inbox.", id=job_id), "success")
     return redirect(_local(request.form.get("back")))

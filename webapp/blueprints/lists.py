@@ -17,6 +17,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, engine
 from webapp.domain import imports, lists
 from webapp.domain.errors import DomainError, Invalid
+from webapp.i18n import localize
 
 bp = Blueprint("lists", __name__, url_prefix="/lists")
 
@@ -40,7 +41,7 @@ def create() -> Response | tuple[str, int]:
     except Invalid as exc:
         with engine().connect() as conn:
             return render_template("lists/index.html", lists=lists.all_lists(conn),
-                                   error=exc.message, values=request.form), 422
+                                   error=localize(exc.message), values=request.form), 422
     flash(_("List “%(name)s” created. Now add subscribers: import a CSV file or add them "
             "one by one.", name=created["name"]), "success")
     return redirect(_detail(created["id"]), 303)
@@ -70,7 +71,7 @@ def rename(list_id: int) -> Response:
             lists.rename_list(conn, list_id, request.form.get("name", ""),
                               request.form.get("description", ""), actor=actor())
     except DomainError as exc:
-        flash(_("Not renamed: %(why)s", why=exc.message), "error")
+        flash(_("Not renamed: %(why)s", why=localize(exc.message)), "error")
     else:
         flash(_("List renamed."), "success")
     return redirect(_detail(list_id), 303)
@@ -82,7 +83,7 @@ def delete(list_id: int) -> Response:
         with engine().begin() as conn:
             lists.delete_list(conn, list_id, actor=actor())
     except DomainError as exc:
-        flash(_("Not deleted: %(why)s", why=exc.message), "error")
+        flash(_("Not deleted: %(why)s", why=localize(exc.message)), "error")
         return redirect(_detail(list_id), 303)
     flash(_("List deleted. Its subscribers stay on their other lists."), "success")
     return redirect(url_for("lists.index"), 303)
@@ -98,7 +99,7 @@ def add_subscriber(list_id: int) -> Response:
                                       lists.parse_attributes(form.get("attributes", "")),
                                       actor=actor())
     except DomainError as exc:
-        flash(_("Not added: %(why)s", why=exc.message), "error")
+        flash(_("Not added: %(why)s", why=localize(exc.message)), "error")
     else:
         flash(_("%(email)s is on the list.", email=member["email"]), "success")
     return redirect(_detail(list_id), 303)
@@ -161,7 +162,7 @@ def import_csv(list_id: int) -> str | tuple[str, int]:
             report = imports.import_csv(conn, list_id, upload.stream, actor=actor())
             the_list = lists.get_list(conn, list_id)
     except Invalid as exc:
-        return render_template("lists/import.html", the_list=the_list, error=exc.message,
+        return render_template("lists/import.html", the_list=the_list, error=localize(exc.message),
                                filename=upload.filename), 422
     return render_template("lists/import_report.html", the_list=the_list, report=report,
                            filename=upload.filename, max_reported=imports.MAX_REPORTED)
@@ -202,7 +203,7 @@ def _run_import(the_list: dict[str, Any], token: str, filename: str,
                     transaction.rollback()
             the_list = lists.get_list(conn, list_id)
     except Invalid as exc:
-        return render_template("lists/import.html", the_list=the_list, error=exc.message,
+        return render_template("lists/import.html", the_list=the_list, error=localize(exc.message),
                                filename=filename), 422
     if dry_run:
         report.dry_run = True

@@ -11,6 +11,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import messages, verifications
 from webapp.domain.errors import Conflict, NotFound, TooMany
+from webapp.i18n import localize
 
 bp = Blueprint("support", __name__, url_prefix="/support")
 
@@ -43,7 +44,7 @@ def resend(user_ref: str) -> Response:
         with engine().begin() as conn:
             job, reused = messages.resend(conn, config(), kind, user_ref, actor=actor())
     except (TooMany, Conflict, NotFound) as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
     else:
         flash(_("Resent to %(email)s.", email=job["email"]) if not reused else
               _("The waiting email to %(email)s will be sent right away (no second copy was "
@@ -58,10 +59,10 @@ def _held_action(job_id: int, release: bool) -> Response:
             act = verifications.release if release else verifications.drop
             job = act(conn, job_id, actor=actor())
     except Conflict as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         user_ref = str(exc.extra.get("user_ref") or user_ref)
     except NotFound as exc:
-        flash(exc.message, "error")
+        flash(localize(exc.message), "error")
         return redirect(url_for("support.index"))
     else:
         user_ref = job["user_ref"]

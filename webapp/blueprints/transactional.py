@@ -8,13 +8,16 @@ import json
 from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp.blueprints.campaigns import PREVIEW_CSP
 from webapp.context import actor, config, engine
 from webapp.domain import kinds
 from webapp.domain.errors import DomainError, Invalid
+from webapp.i18n import localize
 from workers import queue_reads
+from workers.i18n import N_
 from workers.kinds import CLASSES, all_kinds
 
 bp = Blueprint("transactional", __name__, url_prefix="/transactional")
@@ -35,8 +38,8 @@ def _json_field(name: str, raw: str) -> Any:
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise Invalid(f"{name} is not valid JSON: {exc}",
-                      fields={name: f"not valid JSON: {exc}"}) from None
+        raise Invalid(N_("%(field)s is not valid JSON: %(why)s", field=name, why=str(exc)),
+                      fields={name: N_("not valid JSON: %(why)s", why=str(exc))}) from None
 
 
 def _schedule_field(raw: str) -> list[int] | str | None:
@@ -74,7 +77,7 @@ def _form_body(builtin: bool) -> dict[str, Any]:
         except Invalid as exc:
             errors.update(exc.fields)
     if errors:
-        raise Invalid("the sample data is not valid JSON", fields=errors)
+        raise Invalid(N_("the sample data is not valid JSON"), fields=errors)
     if not builtin:
         for field in ("retry_schedule", "resend_cooldown"):
             if body[field] is None:
@@ -127,12 +130,12 @@ def save(name: str | None = None) -> Response | tuple[str, int]:
             values["builtin"] = builtin
             kind, created = kinds.parse_kind(conn, target, _form_body(builtin))
             if name is None and not created:
-                raise Invalid(f"a kind called {target} already exists",
-                              fields={"name": "already exists"})
+                raise Invalid(N_("a kind called %(name)s already exists", name=target),
+                              fields={"name": N_("already exists")})
             kinds.save(conn, kind, actor=actor(), created=created)
     except DomainError as exc:
         return _editor(values, name=name, error=exc, status=exc.status)
-    flash(f"Saved kind {target}.", "success")
+    flash(_("Saved kind %(name)s.", name=target), "success")
     return redirect(url_for("transactional.edit", name=target), 303)
 
 
@@ -174,8 +177,9 @@ def test_send(name: str) -> Response:
             data, event = kinds.sample_of(conn, name)
             kinds.test_send(conn, name, email, data, event, actor=actor())
     except DomainError as exc:
-        flash(f"No test was sent: {exc.message}", "error")
+        flash(_("No test was sent: %(why)s", why=localize(exc.message)), "error")
     else:
-        flash(f"Test message of {name} queued to {email.strip()}, with the sample data; it "
-              "arrives with “[Test]” before the subject.", "success")
+        flash(_("Test message of %(name)s queued to %(email)s, with the sample data; it "
+                "arrives with “[Test]” before the subject.", name=name, email=email.strip()),
+              "success")
     return redirect(url_for("transactional.edit", name=name), 303)

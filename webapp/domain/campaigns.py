@@ -15,10 +15,13 @@ from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
 from workers import queue, states
 from workers.compose import recipient_context
+from workers.i18n import N_, word
 from workers.links import unsubscribe_url
 from workers.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
 
 EDITABLE = ("draft", "scheduled")
+# The header-bound fields as a message names them.
+_HEADER_FIELDS = {"subject": N_("subject"), "from": N_("from")}
 FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
           "scheduled_at", "broadcast_id", "created_at", "updated_at", "started_at",
           "finished_at", "paused_reason")
@@ -28,8 +31,9 @@ def validate_templates(subject: str, text: str | None, html: str | None) -> None
     """Compile the templates now, so an error shows when composing, not mid-send (P9):
     :class:`Invalid` names every bad field at once."""
     if not (text or "").strip() and not (html or "").strip():
-        raise Invalid("a campaign needs a text or an HTML body",
-                      fields={"text": "text or html required", "html": "text or html required"})
+        required = N_("text or html required")
+        raise Invalid(N_("a campaign needs a text or an HTML body"),
+                      fields={"text": required, "html": required})
     # Every field's error at once (the UI lists them all; the API names every field).
     composer.check_templates({"subject": subject, "text": text, "html": html})
     # A trial render for a stand-in recipient, under the preview's budget: a template that
@@ -41,7 +45,9 @@ def validate_templates(subject: str, text: str | None, html: str | None) -> None
             unsubscribe_url="https://example.com/u/preview", campaign_name="",
             subject=subject), seconds=PREVIEW_SECONDS)
     except TemplateLimit as exc:
-        raise Invalid(f"template error in {exc.field}: {exc.message}",
+        raise Invalid(N_("template error in %(field)s: %(message)s",
+                         field=composer.FIELD_NAMES.get(exc.field, exc.field),
+                         message=exc.message),
                       fields={exc.field: exc.message}, limit=exc.limit) from None
     except TemplateError:
         pass
@@ -53,7 +59,8 @@ def _text(data: dict[str, Any], key: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise Invalid(f"{key} must be a string", fields={key: "must be a string"})
+        raise Invalid(N_("%(field)s must be a string", field=key),
+                      fields={key: N_("must be a string")})
     return value.strip()
 
 
@@ -64,24 +71,27 @@ def _refuse_control_characters(headers: dict[str, str]) -> None:
     for key, value in headers.items():
         found = rules.control_character(value)
         if found:
-            raise Invalid(f"{key} must not contain line breaks or other control characters "
-                          f"(found {found}): it becomes a mail header",
-                          fields={key: f"contains the control character {found}"})
+            raise Invalid(N_("%(field)s must not contain line breaks or other control "
+                             "characters (found %(found)s): it becomes a mail header",
+                             field=_HEADER_FIELDS.get(key, key), found=found),
+                          fields={key: N_("contains the control character %(found)s",
+                                          found=found)})
 
 
 def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
     name = _text(data, "name")
     subject = _text(data, "subject")
-    missing = {k: "required" for k, v in (("name", name), ("subject", subject)) if not v}
+    missing = {k: N_("required") for k, v in (("name", name), ("subject", subject)) if not v}
     if missing:
-        raise Invalid(f"missing: {', '.join(missing)}", fields=missing)
+        raise Invalid(N_("missing: %(fields)s", fields=", ".join(missing)), fields=missing)
     from_addr = _text(data, "from") or _text(data, "from_addr") or default_from.strip()
     _refuse_control_characters({"subject": subject, "from": from_addr})
     check_email(from_addr.rsplit("<", 1)[-1].rstrip(">") if "<" in from_addr else from_addr)
     text, html = data.get("text"), data.get("html")
     for field, value in (("text", text), ("html", html)):
         if value is not None and not isinstance(value, str):
-            raise Invalid(f"{field} must be a string", fields={field: "must be a string"})
+            raise Invalid(N_("%(field)s must be a string", field=field),
+                          fields={field: N_("must be a string")})
     validate_templates(subject, text, html)
     return {"name": name[:200], "subject": subject, "from_addr": from_addr,
             "text_body": text or None, "html_body": html or None}
@@ -91,7 +101,8 @@ def create(conn: Connection, data: dict[str, Any], *, default_from: str,
            actor: str = "system") -> dict[str, Any]:
     list_id = data.get("list_id")
     if not isinstance(list_id, int) or isinstance(list_id, bool):
-        raise Invalid("list_id must be a number", fields={"list_id": "required integer"})
+        raise Invalid(N_("list_id must be a number"),
+                      fields={"list_id": N_("required integer")})
     get_list(conn, list_id)
     values = _check(data, default_from)
     row = conn.execute(sa.text("""
@@ -106,7 +117,8 @@ def update(conn: Connection, campaign_id: int, data: dict[str, Any], *, default_
            actor: str = "system") -> dict[str, Any]:
     current = get(conn, campaign_id, lock=True)
     if current["status"] not in EDITABLE:
-        raise Conflict(f"campaign is {current['status']}; only drafts can be edited")
+        raise Conflict(N_("campaign is %(status)s; only drafts can be edited",
+                          status=word(current["status"])))
     list_id = data.get("list_id", current["list_id"])
     get_list(conn, int(list_id))
     values = _check(data, default_from)
@@ -124,7 +136,7 @@ def get(conn: Connection, campaign_id: int, *, lock: bool = False) -> dict[str, 
         f"SELECT {', '.join(FIELDS)} FROM campaigns WHERE id = :id"
         + (" FOR UPDATE" if lock else "")), {"id": campaign_id}).mappings().first()
     if row is None:
-        raise NotFound(f"campaign {campaign_id} does not exist")
+        raise NotFound(N_("campaign %(id)s does not exist", id=str(campaign_id)))
     return dict(row)
 
 
@@ -173,7 +185,7 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
     record of the request (P1) and a worker enqueues its jobs set-based."""
     campaign = get(conn, campaign_id, lock=True)
     if campaign["status"] not in EDITABLE:
-        raise Conflict(f"campaign is already {campaign['status']}")
+        raise Conflict(N_("campaign is already %(status)s", status=word(campaign["status"])))
     validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"])
     if at is not None and at > datetime.now(UTC):
         conn.execute(sa.text("UPDATE campaigns SET status = 'scheduled', scheduled_at = :at, "
@@ -188,7 +200,8 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
 def unschedule(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
     campaign = get(conn, campaign_id, lock=True)
     if campaign["status"] != "scheduled":
-        raise Conflict(f"campaign is {campaign['status']}, not scheduled")
+        raise Conflict(N_("campaign is %(status)s, not scheduled",
+                          status=word(campaign["status"])))
     conn.execute(sa.text("UPDATE campaigns SET status = 'draft', scheduled_at = NULL, "
                          "updated_at = now() WHERE id = :id"), {"id": campaign_id})
     audit.record(conn, actor, "campaign.unschedule", f"campaign:{campaign_id}")
@@ -200,9 +213,10 @@ def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> 
     before, after = ("sending", "paused") if paused else ("paused", "sending")
     campaign = get(conn, campaign_id, lock=True)
     if campaign["status"] != before:
-        verb = "paused" if paused else "resumed"
-        raise Conflict(f"only a {before} campaign can be {verb}; this one is "
-                       f"{campaign['status']}")
+        raise Conflict(N_("only a sending campaign can be paused; this one is %(status)s",
+                          status=word(campaign["status"])) if paused else
+                       N_("only a paused campaign can be resumed; this one is %(status)s",
+                          status=word(campaign["status"])))
     queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
     # Resuming clears the reason the engine paused it for (a refused From address, the
     # complaint rate).
@@ -231,7 +245,7 @@ def cancel(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict
     """Cancel: every job not yet in flight becomes `cancelled`; in-flight ones finish."""
     campaign = get(conn, campaign_id, lock=True)
     if campaign["status"] in ("sent", "cancelled"):
-        raise Conflict(f"campaign is already {campaign['status']}")
+        raise Conflict(N_("campaign is already %(status)s", status=word(campaign["status"])))
     cancelled = 0
     if campaign["broadcast_id"]:
         conn.execute(sa.text("UPDATE broadcasts SET paused = false WHERE id = :b"),
@@ -272,8 +286,8 @@ def _preview_subscriber(conn: Connection, list_id: int, subscriber_id: int | Non
     if email.strip():
         page = subscriber_page(conn, list_id, query=email, limit=1)
         if not page["rows"]:
-            raise NotFound(f"no subscriber on this list matches “{email.strip()}”",
-                           fields={"subscriber": "no match"})
+            raise NotFound(N_("no subscriber on this list matches “%(email)s”",
+                              email=email.strip()), fields={"subscriber": N_("no match")})
         return dict(page["rows"][0])
     rows = subscriber_page(conn, list_id, limit=1)["rows"]
     return dict(rows[0]) if rows else None

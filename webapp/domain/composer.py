@@ -21,9 +21,11 @@ from jinja2 import TemplateSyntaxError, meta, nodes
 from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Invalid
+from workers.i18n import N_, Text
 from workers.message import TemplateError, compile_campaign, template_env
 
 FIELDS = ("subject", "html", "text")
+FIELD_NAMES = {"subject": N_("subject"), "html": N_("html"), "text": N_("text")}
 # What recipient_context (workers/compose.py) gives every template, plus Jinja's own.
 KNOWN_NAMES = frozenset({"subscriber", "email", "name", "attributes", "unsubscribe_url",
                          "campaign", "range", "dict", "cycler", "joiner", "namespace",
@@ -39,9 +41,17 @@ class Problem:
     line: int | None
     message: str
 
+    @property
+    def text(self) -> Text:
+        """"html on line 3: …", translatable (the UI shows it in the page's language)."""
+        field = FIELD_NAMES.get(self.field, self.field)
+        if self.line:
+            return N_("%(field)s on line %(line)s: %(message)s", field=field, line=self.line,
+                      message=self.message)
+        return N_("%(field)s: %(message)s", field=field, message=self.message)
+
     def __str__(self) -> str:
-        where = f"{self.field} on line {self.line}" if self.line else self.field
-        return f"{where}: {self.message}"
+        return str.__str__(self.text)
 
 
 def _sources(values: dict[str, Any]) -> dict[str, str]:
@@ -67,8 +77,10 @@ def check_templates(values: dict[str, Any]) -> None:
     problems = template_errors(values)
     if not problems:
         return
-    raise Invalid("; ".join(f"template error in {p}" for p in problems),
-                  fields={p.field: (f"line {p.line}: {p.message}" if p.line else p.message)
+    raise Invalid(Text.joined("; ", (N_("template error in %(problem)s", problem=p.text)
+                                     for p in problems)),
+                  fields={p.field: (N_("line %(line)s: %(message)s", line=p.line,
+                                       message=p.message) if p.line else p.message)
                           for p in problems},
                   problems=problems)
 
@@ -100,15 +112,15 @@ def _name_lines(tree: nodes.Template) -> dict[str, int]:
     return lines
 
 
-def _closest(word: str, choices: list[str]) -> str:
+def _closest(word: str, choices: list[str]) -> Text:
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" Did you mean “{close[0]}”?" if close else ""
+    return N_(" Did you mean “%(word)s”?", word=close[0]) if close else Text.verbatim("")
 
 
 def undefined_variables(values: dict[str, Any], attribute_keys: list[str]) -> list[Problem]:
     """Variables the templates read that will render as nothing for every recipient."""
     keys = sorted(attribute_keys)
-    have = (", ".join(keys) if keys else "none") if len(keys) <= 30 else \
+    have: str = (", ".join(keys) if keys else N_("none")) if len(keys) <= 30 else \
         ", ".join(keys[:30]) + ", …"
     problems = []
     for field, source in _sources(values).items():
@@ -118,18 +130,18 @@ def undefined_variables(values: dict[str, Any], attribute_keys: list[str]) -> li
             continue  # reported as a template error
         lines = _name_lines(tree)
         for name in sorted(meta.find_undeclared_variables(tree) - KNOWN_NAMES):
-            problems.append(Problem(field, lines.get(name), (
-                f"“{name}” is not a variable a recipient has, so it renders as nothing. "
-                "Use name, email, attributes.<column> or unsubscribe_url."
-                + _closest(name, sorted(KNOWN_NAMES - {"range", "dict", "cycler", "joiner",
-                                                        "namespace", "loop", "self",
-                                                        "varargs", "kwargs", "caller"})))))
+            problems.append(Problem(field, lines.get(name), N_(
+                "“%(name)s” is not a variable a recipient has, so it renders as nothing. "
+                "Use name, email, attributes.<column> or unsubscribe_url.%(hint)s", name=name,
+                hint=_closest(name, sorted(KNOWN_NAMES - {"range", "dict", "cycler", "joiner",
+                                                           "namespace", "loop", "self",
+                                                           "varargs", "kwargs", "caller"})))))
         for key, line in _attribute_reads(tree):
             if key not in attribute_keys:
-                problems.append(Problem(field, line, (
-                    f"no subscriber on the list has the attribute “{key}”, so "
-                    f"attributes.{key} renders as nothing. The list's attributes: {have}."
-                    + _closest(key, keys))))
+                problems.append(Problem(field, line, N_(
+                    "no subscriber on the list has the attribute “%(key)s”, so "
+                    "attributes.%(key)s renders as nothing. The list's attributes: "
+                    "%(have)s.%(hint)s", key=key, have=have, hint=_closest(key, keys))))
     return problems
 
 

@@ -21,6 +21,7 @@ import dns.resolver
 from publicsuffixlist import PublicSuffixList
 
 from workers.dkim import KeyRecord, signing_domain
+from workers.i18n import N_, Text, message_of
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 SPF_LOOKUP_LIMIT = 10  # RFC 7208 4.6.4: more DNS-querying terms is a permerror
@@ -113,7 +114,8 @@ def _query(resolver: dns.resolver.Resolver, name: str, rtype: str) -> list[dns.r
     except dns.resolver.NXDOMAIN:
         return []
     except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
-        raise DnsError(f"DNS did not answer for {name} {rtype}: {exc}") from None
+        raise DnsError(N_("DNS did not answer for %(name)s %(type)s: %(why)s", name=name,
+                          type=rtype, why=str(exc))) from None
 
 
 def txt_records(resolver: dns.resolver.Resolver, name: str) -> list[str]:
@@ -313,94 +315,119 @@ def check_spf(resolver: dns.resolver.Resolver, domain: str, relay_host: str,
               spf_include: str | None = None) -> Check:
     """SPF of the envelope (bounce) domain: one record, it authorises the relay (its
     include, or its address), it ends in -all or ~all."""
-    name = f"SPF of {domain}"
-    example = f"include:{spf_include}" if spf_include else "ip4:<your relay's address>"
-    fix_record = f'{domain}. 3600 IN TXT "v=spf1 {example} -all"'
+    name = N_("SPF of %(domain)s", domain=domain)
+    example = f"include:{spf_include}" if spf_include else N_("ip4:<your relay's address>")
+    fix_record = N_('%(domain)s. 3600 IN TXT "v=spf1 %(example)s -all"', domain=domain,
+                    example=example)
     records = spf_record(resolver, domain)
     if not records:
-        return Check(name, PROBLEM, f"{domain} has no SPF record: receivers cannot tell that "
-                     "your relay may send for it.", f"publish {fix_record}")
+        return Check(name, PROBLEM, N_("%(domain)s has no SPF record: receivers cannot tell "
+                                       "that your relay may send for it.", domain=domain),
+                     _publish(fix_record))
     if len(records) > 1:
-        return Check(name, PROBLEM, f"{domain} has {len(records)} SPF records; receivers treat "
-                     "that as an error (permerror).", "merge them into one TXT record")
+        return Check(name, PROBLEM, N_("%(domain)s has %(count)s SPF records; receivers treat "
+                                       "that as an error (permerror).", domain=domain,
+                                       count=len(records)),
+                     N_("merge them into one TXT record"))
     record = records[0]
     qualifier = _all_qualifier(record)
     if qualifier == "+":
-        return Check(name, PROBLEM, f"the SPF record of {domain} ends in +all: it lets anyone "
-                     "send as you.", f"end it with -all or ~all: {fix_record}")
+        return Check(name, PROBLEM, N_("the SPF record of %(domain)s ends in +all: it lets "
+                                       "anyone send as you.", domain=domain),
+                     N_("end it with -all or ~all: %(record)s", record=fix_record))
     authorised, verdict = _spf_authorises(resolver, domain, record, relay_host, spf_include)
     if authorised is False:
-        return Check(name, PROBLEM, verdict, f"add {example} to the record: {fix_record}")
+        return Check(name, PROBLEM, verdict, N_("add %(example)s to the record: %(record)s",
+                                                example=example, record=fix_record))
     if qualifier is None and "redirect=" not in record.lower():
-        return Check(name, WARNING, f"{verdict} But it does not end in -all or ~all, so it "
-                     "does not say that other servers may not send as you.",
-                     f"end the record with -all (or ~all): {record} -all")
+        return Check(name, WARNING, N_("%(verdict)s But it does not end in -all or ~all, so "
+                                       "it does not say that other servers may not send as "
+                                       "you.", verdict=verdict),
+                     N_("end the record with -all (or ~all): %(record)s -all", record=record))
     if authorised is None:
-        return Check(name, WARNING, verdict, "make sure SPF covers the relay's public "
-                     "address, or set SENDDOCK_SPF_INCLUDE to your provider's include")
+        return Check(name, WARNING, verdict, N_("make sure SPF covers the relay's public "
+                                                "address, or set SENDDOCK_SPF_INCLUDE to "
+                                                "your provider's include"))
     return Check(name, OK, verdict)
 
 
+def _publish(record: str) -> Text:
+    return N_("publish %(record)s", record=record)
+
+
 def _spf_authorises(resolver: dns.resolver.Resolver, domain: str, record: str,
-                    relay_host: str, spf_include: str | None) -> tuple[bool | None, str]:
+                    relay_host: str, spf_include: str | None) -> tuple[bool | None, Text]:
     """(True/False, verdict) when it can tell; (None, verdict) when the relay's public
     address cannot be known from here."""
     if spf_include:
         if spf_includes(resolver, domain, spf_include):
-            return True, f"SPF of {domain} includes {spf_include}."
-        return False, f"SPF of {domain} does not include {spf_include}, your relay's include."
+            return True, N_("SPF of %(domain)s includes %(include)s.", domain=domain,
+                            include=spf_include)
+        return False, N_("SPF of %(domain)s does not include %(include)s, your relay's "
+                         "include.", domain=domain, include=spf_include)
     try:
         addresses = [str(ipaddress.ip_address(relay_host))]
     except ValueError:
         addresses = _addresses(resolver, relay_host)
     if not addresses:
-        return None, f"the relay's host {relay_host} has no address in DNS, so SendDock " \
-                     "cannot tell whether SPF authorises it."
+        return None, N_("the relay's host %(host)s has no address in DNS, so SendDock cannot "
+                        "tell whether SPF authorises it.", host=relay_host)
     results = {address: spf_evaluate(resolver, domain, address) for address in addresses}
+    listed = ", ".join(addresses)
     if any(result == "pass" for result in results.values()):
-        return True, f"SPF of {domain} authorises the relay ({', '.join(addresses)})."
+        return True, N_("SPF of %(domain)s authorises the relay (%(addresses)s).",
+                        domain=domain, addresses=listed)
     if "permerror" in results.values():
-        return False, f"the SPF record of {domain} cannot be evaluated (permerror: too many " \
-                      "lookups, a broken include or macros)."
+        return False, N_("the SPF record of %(domain)s cannot be evaluated (permerror: too "
+                         "many lookups, a broken include or macros).", domain=domain)
     private = all(ipaddress.ip_address(a).is_private or ipaddress.ip_address(a).is_loopback
                   for a in addresses)
     if private:
-        return None, f"SPF of {domain} does not list the relay's address " \
-                     f"{', '.join(addresses)}, a private address: receivers see the " \
-                     "relay's public address instead, which SendDock cannot know."
-    return False, f"SPF of {domain} does not authorise the relay ({', '.join(addresses)}): " \
-                  f"result {', '.join(sorted(set(results.values())))}."
+        return None, N_("SPF of %(domain)s does not list the relay's address %(addresses)s, "
+                        "a private address: receivers see the relay's public address "
+                        "instead, which SendDock cannot know.", domain=domain,
+                        addresses=listed)
+    return False, N_("SPF of %(domain)s does not authorise the relay (%(addresses)s): result "
+                     "%(results)s.", domain=domain, addresses=listed,
+                     results=", ".join(sorted(set(results.values()))))
 
 
 def check_dkim_key(resolver: dns.resolver.Resolver, key: KeyRecord) -> Check:
     """The record at ``selector._domainkey.domain`` is this key (same k= and p=)."""
-    name = f"DKIM key {key.record_name}"
-    publish = f"publish {key.zone_line}"
+    name = N_("DKIM key %(record)s", record=key.record_name)
+    where = key.record_name
+    publish = _publish(key.zone_line)
     severity = PROBLEM if key.status == "active" else WARNING
     if key.status == "retired":
-        return Check(name, OK, "retired key: keep its record a few days after the rotation "
-                     "so mail in flight still verifies, then delete both.")
+        return Check(name, OK, N_("retired key: keep its record a few days after the "
+                                  "rotation so mail in flight still verifies, then delete "
+                                  "both."))
     records = [r for r in txt_records(resolver, key.record_name)
                if tags(r).get("v", "DKIM1") == "DKIM1"]
-    when = "mail is signed with it" if key.status == "active" else "it signs nothing yet"
     if not records:
-        return Check(name, severity, f"no DKIM record is published at {key.record_name}, but "
-                     f"{when}: receivers will fail DKIM.", publish)
+        return Check(name, severity, N_(
+            "no DKIM record is published at %(record)s, but mail is signed with it: "
+            "receivers will fail DKIM.", record=where) if key.status == "active" else N_(
+            "no DKIM record is published at %(record)s, but it signs nothing yet: receivers "
+            "will fail DKIM.", record=where), publish)
     if len(records) > 1:
-        return Check(name, severity, f"{key.record_name} has {len(records)} DKIM records; "
-                     "receivers may pick the wrong one.", f"keep only one: {publish}")
+        return Check(name, severity, N_("%(record)s has %(count)s DKIM records; receivers may "
+                                        "pick the wrong one.", record=where,
+                                        count=len(records)),
+                     N_("keep only one: %(publish)s", publish=publish))
     found = tags(records[0])
     if not found.get("p"):
-        return Check(name, severity, f"the record at {key.record_name} revokes the key "
-                     "(empty p=).", publish)
+        return Check(name, severity, N_("the record at %(record)s revokes the key (empty "
+                                        "p=).", record=where), publish)
     if found.get("k", "rsa") != key.algorithm or found["p"] != key.public_key:
-        return Check(name, severity, f"the record at {key.record_name} is a different key "
-                     "than the one SendDock signs with: receivers will fail DKIM.",
-                     f"replace it: {key.zone_line}")
+        return Check(name, severity, N_("the record at %(record)s is a different key than "
+                                        "the one SendDock signs with: receivers will fail "
+                                        "DKIM.", record=where),
+                     N_("replace it: %(record)s", record=key.zone_line))
     if key.status == "next":
-        return Check(name, OK, "the next key is published: it can be activated.")
-    return Check(name, OK, f"published and matches the key mail is signed with "
-                 f"({key.algorithm}).")
+        return Check(name, OK, N_("the next key is published: it can be activated."))
+    return Check(name, OK, N_("published and matches the key mail is signed with "
+                              "(%(algorithm)s).", algorithm=key.algorithm))
 
 
 def dmarc_record(resolver: dns.resolver.Resolver, domain: str) -> tuple[str | None, list[str]]:
@@ -416,41 +443,49 @@ def dmarc_record(resolver: dns.resolver.Resolver, domain: str) -> tuple[str | No
 
 def check_dmarc(resolver: dns.resolver.Resolver, domain: str) -> tuple[Check, dict[str, str]]:
     """A DMARC record exists (Gmail and Yahoo require one of bulk senders) and its policy."""
-    name = f"DMARC of {domain}"
+    name = N_("DMARC of %(domain)s", domain=domain)
     org = organizational_domain(domain)
-    fix = f'publish _dmarc.{org}. 3600 IN TXT "v=DMARC1; p=none; rua=mailto:dmarc@{org}"'
+    fix = _publish(f'_dmarc.{org}. 3600 IN TXT "v=DMARC1; p=none; rua=mailto:dmarc@{org}"')
     where, records = dmarc_record(resolver, domain)
     if not records:
-        return Check(name, PROBLEM, f"no DMARC record for {domain}: Gmail and Yahoo require "
-                     "one of bulk senders.", fix), {}
+        return Check(name, PROBLEM, N_("no DMARC record for %(domain)s: Gmail and Yahoo "
+                                       "require one of bulk senders.", domain=domain), fix), {}
     if len(records) > 1:
-        return Check(name, PROBLEM, f"_dmarc.{where} has {len(records)} DMARC records; "
-                     "receivers ignore them all.", "keep only one"), {}
+        return Check(name, PROBLEM, N_("_dmarc.%(where)s has %(count)s DMARC records; "
+                                       "receivers ignore them all.", where=where,
+                                       count=len(records)), N_("keep only one")), {}
     policy = tags(records[0])
     p = policy.get("p", "").lower()
     if p not in ("none", "quarantine", "reject"):
-        return Check(name, PROBLEM, f"the DMARC record at _dmarc.{where} has no valid policy "
-                     f"(p={p or 'missing'}).", fix), policy
+        return Check(name, PROBLEM, N_("the DMARC record at _dmarc.%(where)s has no valid "
+                                       "policy (p=%(policy)s).", where=where,
+                                       policy=p or N_("missing")), fix), policy
     if p == "none":
-        return Check(name, OK, f"DMARC record at _dmarc.{where}, policy none (monitoring "
-                     "only): enough for Gmail and Yahoo; move to quarantine once the reports "
-                     "are clean."), policy
-    return Check(name, OK, f"DMARC record at _dmarc.{where}, policy {p}."), policy
+        return Check(name, OK, N_("DMARC record at _dmarc.%(where)s, policy none (monitoring "
+                                  "only): enough for Gmail and Yahoo; move to quarantine once "
+                                  "the reports are clean.", where=where)), policy
+    return Check(name, OK, N_("DMARC record at _dmarc.%(where)s, policy %(policy)s.",
+                              where=where, policy=p)), policy
 
 
 def check_dkim_alignment(domain: str, signer: str | None, policy: dict[str, str]) -> Check:
     """DMARC passes on DKIM only when ``d=`` aligns with the From domain."""
-    name = f"DKIM alignment of {domain}"
+    name = N_("DKIM alignment of %(domain)s", domain=domain)
     strict = policy.get("adkim", "r").lower() == "s"
     if signer is None:
-        return Check(name, PROBLEM, f"mail From {domain} goes out unsigned: DMARC cannot pass "
-                     "on DKIM.", f"create a key: senddock dkim create {domain}")
+        return Check(name, PROBLEM, N_("mail From %(domain)s goes out unsigned: DMARC cannot "
+                                       "pass on DKIM.", domain=domain),
+                     N_("create a key: senddock dkim create %(domain)s", domain=domain))
     if aligned(domain, signer, strict):
-        return Check(name, OK, f"signed with d={signer}, aligned with the From domain"
-                     + (" (strict)." if strict else "."))
-    return Check(name, PROBLEM, f"signed with d={signer}, but DMARC asks for strict "
-                 f"alignment (adkim=s) with {domain}.", f"create a key for {domain} itself: "
-                 f"senddock dkim create {domain}")
+        return Check(name, OK, N_("signed with d=%(signer)s, aligned with the From domain "
+                                  "(strict).", signer=signer) if strict else
+                     N_("signed with d=%(signer)s, aligned with the From domain.",
+                        signer=signer))
+    return Check(name, PROBLEM, N_("signed with d=%(signer)s, but DMARC asks for strict "
+                                   "alignment (adkim=s) with %(domain)s.", signer=signer,
+                                   domain=domain),
+                 N_("create a key for %(domain)s itself: senddock dkim create %(domain)s",
+                    domain=domain))
 
 
 def check_bounce(resolver: dns.resolver.Resolver, domain: str, bounce_address: str,
@@ -460,37 +495,40 @@ def check_bounce(resolver: dns.resolver.Resolver, domain: str, bounce_address: s
     bounce_domain = bounce_address.rpartition("@")[2].lower()
     checks = []
     strict = policy.get("aspf", "r").lower() == "s"
+    name = N_("bounce domain alignment of %(domain)s", domain=domain)
     if aligned(domain, bounce_domain, strict):
-        checks.append(Check(f"bounce domain alignment of {domain}", OK,
-                            f"the bounce address {bounce_address} is on an aligned domain, so "
-                            "SPF counts for DMARC."))
+        checks.append(Check(name, OK, N_("the bounce address %(address)s is on an aligned "
+                                         "domain, so SPF counts for DMARC.",
+                                         address=bounce_address)))
     else:
-        checks.append(Check(f"bounce domain alignment of {domain}", WARNING,
-                            f"the bounce address {bounce_address} is not on {domain}'s domain: "
-                            "SPF cannot count for DMARC, which then rests on DKIM alone.",
-                            f"use a bounce address on {organizational_domain(domain)} "
-                            "(SENDDOCK_BOUNCE_ADDRESS)"))
+        checks.append(Check(name, WARNING, N_(
+            "the bounce address %(address)s is not on %(domain)s's domain: SPF cannot count "
+            "for DMARC, which then rests on DKIM alone.", address=bounce_address,
+            domain=domain), N_("use a bounce address on %(domain)s (SENDDOCK_BOUNCE_ADDRESS)",
+                               domain=organizational_domain(domain))))
     checks.append(check_mx(resolver, bounce_domain))
     return checks
 
 
 def check_mx(resolver: dns.resolver.Resolver, domain: str) -> Check:
-    name = f"MX of {domain}"
+    name = N_("MX of %(domain)s", domain=domain)
     records = _query(resolver, domain, "MX")
     exchanges = [r.exchange.to_text() for r in records]  # type: ignore[attr-defined]
+    publish_mx = _publish(N_("%(domain)s. 3600 IN MX 10 <your bounce mailbox's server>.",
+                             domain=domain))
     if exchanges == ["."]:
-        return Check(name, PROBLEM, f"{domain} publishes a null MX: it accepts no mail, so "
-                     "bounces cannot come back.", f"publish {domain}. 3600 IN MX 10 <your "
-                     "bounce mailbox's server>.")
+        return Check(name, PROBLEM, N_("%(domain)s publishes a null MX: it accepts no mail, "
+                                       "so bounces cannot come back.", domain=domain),
+                     publish_mx)
     if exchanges:
-        return Check(name, OK, f"bounces reach {', '.join(sorted(exchanges))}.")
+        return Check(name, OK, N_("bounces reach %(exchanges)s.",
+                                  exchanges=", ".join(sorted(exchanges))))
     if _addresses(resolver, domain):
-        return Check(name, WARNING, f"{domain} has no MX record; bounces go to its A record's "
-                     "host, which may not accept mail.", f"publish {domain}. 3600 IN MX 10 "
-                     "<your bounce mailbox's server>.")
-    return Check(name, PROBLEM, f"{domain} has no MX and no address: bounces cannot be "
-                 "delivered.", f"publish {domain}. 3600 IN MX 10 <your bounce mailbox's "
-                 "server>.")
+        return Check(name, WARNING, N_("%(domain)s has no MX record; bounces go to its A "
+                                       "record's host, which may not accept mail.",
+                                       domain=domain), publish_mx)
+    return Check(name, PROBLEM, N_("%(domain)s has no MX and no address: bounces cannot be "
+                                   "delivered.", domain=domain), publish_mx)
 
 
 def check_domain(resolver: dns.resolver.Resolver, domain: str, keys: Sequence[KeyRecord], *,
@@ -506,9 +544,10 @@ def check_domain(resolver: dns.resolver.Resolver, domain: str, keys: Sequence[Ke
     report = DomainReport(domain)
     try:
         if is_free_mail(domain):
-            report.checks.append(Check(f"From domain {domain}", PROBLEM, f"{domain} is a "
-                                       "free-mail domain: its DMARC policy rejects mail sent "
-                                       "from other servers.", "send From a domain you own"))
+            report.checks.append(Check(
+                N_("From domain %(domain)s", domain=domain), PROBLEM,
+                N_("%(domain)s is a free-mail domain: its DMARC policy rejects mail sent from "
+                   "other servers.", domain=domain), N_("send From a domain you own")))
         report.checks.append(check_spf(resolver, envelope_domain, relay_host, spf_include))
         active = {k.domain for k in keys if k.status == "active"}
         signer = signing_domain(domain, active)
@@ -516,17 +555,19 @@ def check_domain(resolver: dns.resolver.Resolver, domain: str, keys: Sequence[Ke
         report.checks.extend(check_dkim_key(resolver, key) for key in own
                              if key.status != "retired")
         if signer and all(k.algorithm == "ed25519" for k in own if k.status == "active"):
-            report.checks.append(Check(f"DKIM algorithm of {signer}", WARNING, "only an "
-                                       "ed25519 key signs: Gmail does not verify ed25519 yet.",
-                                       f"add an RSA key: senddock dkim create {signer} "
-                                       "--algorithm rsa"))
+            report.checks.append(Check(
+                N_("DKIM algorithm of %(domain)s", domain=signer), WARNING,
+                N_("only an ed25519 key signs: Gmail does not verify ed25519 yet."),
+                N_("add an RSA key: senddock dkim create %(domain)s --algorithm rsa",
+                   domain=signer)))
         dmarc, policy = check_dmarc(resolver, domain)
         report.checks.append(dmarc)
         report.checks.append(check_dkim_alignment(domain, signer, policy))
         if bounce_address:
             report.checks.extend(check_bounce(resolver, domain, bounce_address, policy))
     except DnsError as exc:
-        report.checks.append(Check(f"DNS for {domain}", PROBLEM, str(exc), "check "
-                                   "SENDDOCK_DNS_RESOLVER and that the DNS server answers"))
+        report.checks.append(Check(
+            N_("DNS for %(domain)s", domain=domain), PROBLEM, message_of(exc),
+            N_("check SENDDOCK_DNS_RESOLVER and that the DNS server answers")))
     return report
 

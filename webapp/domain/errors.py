@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -11,11 +12,11 @@ class DomainError(Exception):
 
     status = 400
 
-    def __init__(self, message: str, *, fields: dict[str, str] | None = None,
+    def __init__(self, message: str, *, fields: Mapping[str, str] | None = None,
                  **extra: Any) -> None:
         super().__init__(message)
-        self.message = message
-        self.fields = fields or {}
+        self.message = message  # a workers.i18n.Text when marked: pages show it translated
+        self.fields = dict(fields or {})
         self.extra = extra
 
 

@@ -26,6 +26,7 @@ from webapp.domain.lists import (
     get_list,
     upsert_subscribers,
 )
+from workers.i18n import N_, Text
 
 BATCH = 2000
 MAX_REPORTED = 1000
@@ -92,6 +93,10 @@ class ImportReport:
             self.rejected.append(Rejected(line, email[:320], reason, detail))
 
 
+def _same_as(first_line: int) -> Text:
+    return N_("same address as line %(line)s", line=str(first_line))
+
+
 @dataclass
 class _Columns:
     email: int
@@ -108,10 +113,11 @@ def _decoded_lines(stream: Iterable[bytes]) -> Iterator[str]:
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise Invalid(
-                f"line {number} is not valid UTF-8 (byte 0x{raw[exc.start]:02X} at position "
-                f"{exc.start + 1}). Save the file as “CSV UTF-8” and import it again; nothing "
-                "was imported.", fields={"file": f"line {number}: not UTF-8"}) from None
+            raise Invalid(N_(
+                "line %(line)s is not valid UTF-8 (byte %(byte)s at position %(position)s). "
+                "Save the file as “CSV UTF-8” and import it again; nothing was imported.",
+                line=str(number), byte=f"0x{raw[exc.start]:02X}", position=exc.start + 1),
+                fields={"file": N_("line %(line)s: not UTF-8", line=str(number))}) from None
 
 
 def default_roles(header: list[str]) -> list[str]:
@@ -127,13 +133,13 @@ def default_roles(header: list[str]) -> list[str]:
 def _mapped_columns(header: list[str], roles: list[str]) -> _Columns:
     """The columns as the marketer mapped them (one role per header column)."""
     if len(roles) != len(header) or any(r not in ROLES for r in roles):
-        raise Invalid("the column mapping does not fit the file's header; check the file "
-                      "again", fields={"mapping": "does not fit"})
+        raise Invalid(N_("the column mapping does not fit the file's header; check the file "
+                         "again"), fields={"mapping": N_("does not fit")})
     emails = [i for i, r in enumerate(roles) if r == "email"]
     names = [i for i, r in enumerate(roles) if r == "name"]
     if len(emails) != 1 or len(names) > 1:
-        raise Invalid("map exactly one column to the email address (and at most one to the "
-                      "name)", fields={"mapping": "one email column"})
+        raise Invalid(N_("map exactly one column to the email address (and at most one to "
+                         "the name)"), fields={"mapping": N_("one email column")})
     attributes = [(i, (header[i].strip() or f"column{i + 1}")[:100])
                   for i, r in enumerate(roles) if r == "attribute"]
     return _Columns(emails[0], names[0] if names else None, attributes)
@@ -143,9 +149,10 @@ def _columns(header: list[str]) -> _Columns:
     names = [h.strip().lower() for h in header]
     email = next((i for i, h in enumerate(names) if h in EMAIL_HEADERS), None)
     if email is None:
-        found = ", ".join(f"“{h.strip()}”" for h in header if h.strip()) or "nothing"
-        raise Invalid(f"the first line must be a header with an “email” column; found {found}. "
-                      "Nothing was imported.", fields={"file": "no email column"})
+        found = ", ".join(f"“{h.strip()}”" for h in header if h.strip()) or N_("nothing")
+        raise Invalid(N_("the first line must be a header with an “email” column; found "
+                         "%(found)s. Nothing was imported.", found=found),
+                      fields={"file": N_("no email column")})
     name = next((i for i, h in enumerate(names) if h in NAME_HEADERS), None)
     attributes = [(i, header[i].strip()[:100]) for i in range(len(header))
                   if i not in (email, name) and header[i].strip()]
@@ -164,7 +171,7 @@ def _parse(row: list[str], columns: _Columns) -> SubscriberInput:
     email = check_email(cell(columns.email))
     name = cell(columns.name)
     if len(name) > MAX_NAME:
-        raise Invalid(f"name longer than {MAX_NAME} characters")
+        raise Invalid(N_("name longer than %(max)s characters", max=MAX_NAME))
     attributes = {key: cell(i) for i, key in columns.attributes if cell(i)}
     return SubscriberInput(email, name, attributes)
 
@@ -194,7 +201,7 @@ class _Importer:
         key = subscriber.email.lower()
         if key in self.batch:
             self.report.reject(line, subscriber.email, "duplicate",
-                               f"same address as line {self.batch[key][0]}")
+                               _same_as(self.batch[key][0]))
             return
         self.batch[key] = (line, subscriber)
         if len(self.batch) >= BATCH:
@@ -208,11 +215,10 @@ class _Importer:
         accepted: list[tuple[int, SubscriberInput]] = []
         for (line, sub), row in zip(items, rows, strict=True):
             if row.first_line is not None:
-                self.report.reject(line, sub.email, "duplicate",
-                                   f"same address as line {row.first_line}")
+                self.report.reject(line, sub.email, "duplicate", _same_as(row.first_line))
             elif row.suppressed:
                 self.report.reject(line, sub.email, "suppressed",
-                                   "the address is on the suppression list")
+                                   N_("the address is on the suppression list"))
             else:
                 accepted.append((line, sub))
         self.conn.execute(sa.text("""
@@ -242,8 +248,8 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
     lines = _decoded_lines(stream)
     header_line = next(lines, None)
     if header_line is None or not header_line.strip():
-        raise Invalid("the file is empty: the first line must be a header with an “email” "
-                      "column", fields={"file": "empty"})
+        raise Invalid(N_("the file is empty: the first line must be a header with an "
+                         "“email” column"), fields={"file": N_("empty")})
     reader = csv.reader(_chain(header_line, lines), delimiter=_delimiter(header_line))
     header = next(reader)
     columns = _mapped_columns(header, roles) if roles is not None else _columns(header)
@@ -272,8 +278,9 @@ def _read_rows(reader: Any, columns: _Columns, importer: _Importer) -> None:
         except StopIteration:
             return
         except csv.Error as exc:
-            raise Invalid(f"line {previous + 1} cannot be read as CSV ({exc}); nothing was "
-                          "imported.", fields={"file": f"line {previous + 1}"}) from None
+            raise Invalid(N_("line %(line)s cannot be read as CSV (%(why)s); nothing was "
+                             "imported.", line=str(previous + 1), why=str(exc)),
+                          fields={"file": N_("line %(line)s", line=str(previous + 1))}) from None
         line, previous = previous + 1, reader.line_num
         if not any(cell.strip() for cell in row):
             continue

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import Conflict, Invalid, NotFound
+from workers.i18n import N_
 
 MAX_NAME = 200
 
@@ -21,11 +22,12 @@ MAX_NAME = 200
 def check_email(raw: Any) -> str:
     """A syntactically valid address (as given, trimmed) or :class:`Invalid`."""
     if not isinstance(raw, str) or not raw.strip():
-        raise Invalid("email is required", fields={"email": "required"})
+        raise Invalid(N_("email is required"), fields={"email": N_("required")})
     try:
         result = validate_email(raw.strip(), check_deliverability=False)
     except EmailNotValidError as exc:
-        raise Invalid(f"invalid email address: {exc}", fields={"email": str(exc)}) from None
+        raise Invalid(N_("invalid email address: %(why)s", why=str(exc)),
+                      fields={"email": str(exc)}) from None
     return str(result.normalized)
 
 
@@ -33,9 +35,10 @@ def _check_list_name(name: str, description: str) -> tuple[str, str]:
     raw = name or ""
     name = raw.strip()
     if not name:
-        raise Invalid("a list needs a name", fields={"name": "required"})
+        raise Invalid(N_("a list needs a name"), fields={"name": N_("required")})
     if len(raw) > MAX_NAME:
-        raise Invalid("list name too long", fields={"name": f"at most {MAX_NAME} characters"})
+        raise Invalid(N_("list name too long"),
+                      fields={"name": N_("at most %(max)s characters", max=MAX_NAME)})
     return name, (description or "").strip()[:2000]
 
 
@@ -59,7 +62,7 @@ def get_list(conn: Connection, list_id: int, *, lock: bool = False) -> dict[str,
         f"SELECT {_LIST_FIELDS} FROM lists l WHERE l.id = :id" + (" FOR UPDATE" if lock else "")),
         {"id": list_id}).mappings().first()
     if row is None:
-        raise NotFound(f"list {list_id} does not exist")
+        raise NotFound(N_("list %(id)s does not exist", id=str(list_id)))
     return dict(row)
 
 
@@ -86,7 +89,8 @@ def delete_list(conn: Connection, list_id: int, *, actor: str = "system") -> Non
                                 "LIMIT 4"), {"id": list_id}).scalars().all()
     if used:
         names = ", ".join(f"“{n}”" for n in used[:3]) + (" …" if len(used) > 3 else "")
-        raise Conflict(f"the list is used by campaigns ({names}); it cannot be deleted")
+        raise Conflict(N_("the list is used by campaigns (%(names)s); it cannot be deleted",
+                          names=names))
     conn.execute(sa.text("DELETE FROM lists WHERE id = :id"), {"id": list_id})
     audit.record(conn, actor, "list.delete", f"list:{list_id}", name=current["name"],
                  subscribers=current["subscribers"])
@@ -110,14 +114,15 @@ def validate_subscribers(items: Iterable[Any]) -> tuple[list[tuple[int, Subscrib
         raw_email = item.get("email") if isinstance(item, dict) else None
         try:
             if not isinstance(item, dict):
-                raise Invalid("each subscriber must be an object")
+                raise Invalid(N_("each subscriber must be an object"))
             email = check_email(raw_email)
             name = item.get("name") or ""
             attributes = item.get("attributes") or {}
             if not isinstance(name, str) or len(name) > MAX_NAME:
-                raise Invalid(f"name must be text of at most {MAX_NAME} characters")
+                raise Invalid(N_("name must be text of at most %(max)s characters",
+                                 max=MAX_NAME))
             if not isinstance(attributes, dict):
-                raise Invalid("attributes must be an object")
+                raise Invalid(N_("attributes must be an object"))
         except Invalid as exc:
             errors.append({"index": index, "email": raw_email if isinstance(raw_email, str)
                            else None, "error": exc.message})
@@ -233,7 +238,8 @@ def get_member(conn: Connection, list_id: int, subscriber_id: int) -> dict[str, 
          WHERE m.list_id = :l AND m.subscriber_id = :s"""),
         {"l": list_id, "s": subscriber_id}).mappings().first()
     if row is None:
-        raise NotFound(f"subscriber {subscriber_id} is not on list {list_id}")
+        raise NotFound(N_("subscriber %(subscriber)s is not on list %(list)s",
+                          subscriber=str(subscriber_id), list=str(list_id)))
     return dict(row)
 
 
@@ -245,8 +251,10 @@ def parse_attributes(text: str) -> dict[str, str]:
             continue
         key, sep, value = line.partition(":") if ":" in line else line.partition("=")
         if not sep or not key.strip():
-            raise Invalid(f"attributes line {number} must look like “key: value”",
-                          fields={"attributes": f"line {number}: expected key: value"})
+            raise Invalid(N_("attributes line %(line)s must look like “key: value”",
+                             line=str(number)),
+                          fields={"attributes": N_("line %(line)s: expected key: value",
+                                                   line=str(number))})
         attributes[key.strip()[:100]] = value.strip()
     return attributes
 
@@ -275,15 +283,17 @@ def update_member(conn: Connection, list_id: int, subscriber_id: int, *, email: 
     get_member(conn, list_id, subscriber_id)
     address = check_email(email)
     if status not in SUBSCRIBER_STATUSES:
-        raise Invalid(f"status must be one of {', '.join(SUBSCRIBER_STATUSES)}",
-                      fields={"status": "unknown status"})
+        raise Invalid(N_("status must be one of %(choices)s",
+                         choices=", ".join(SUBSCRIBER_STATUSES)),
+                      fields={"status": N_("unknown status")})
     if len(name or "") > MAX_NAME:
-        raise Invalid(f"name must be at most {MAX_NAME} characters", fields={"name": "too long"})
+        raise Invalid(N_("name must be at most %(max)s characters", max=MAX_NAME),
+                      fields={"name": N_("too long")})
     taken = conn.execute(sa.text("SELECT id FROM subscribers WHERE lower(email) = lower(:e) "
                                  "AND id <> :id"), {"e": address, "id": subscriber_id}).first()
     if taken:
-        raise Conflict(f"another subscriber already has the address {address}",
-                       fields={"email": "already taken"})
+        raise Conflict(N_("another subscriber already has the address %(email)s",
+                          email=address), fields={"email": N_("already taken")})
     conn.execute(sa.text("""
         UPDATE subscribers SET email = :e, name = :n, attributes = CAST(:a AS jsonb),
                status = :st WHERE id = :id"""),

@@ -18,6 +18,7 @@ from webapp.domain import audit
 from webapp.domain import domain_checks as dc
 from webapp.domain.errors import Invalid
 from workers import dkim
+from workers.i18n import message_of
 from workers.settings import Config
 from workers.smtp import parse_smtp_url
 
@@ -65,7 +66,7 @@ def create_key(conn: Connection, config: Config, domain: str, *, algorithm: str,
         key = dkim.create_key(conn, config.secret_key, domain, selector=selector or None,
                               algorithm=algorithm)
     except dkim.DkimError as exc:
-        raise Invalid(str(exc), fields={"domain": str(exc)}) from None
+        raise Invalid(message_of(exc), fields={"domain": message_of(exc)}) from None
     audit.record(conn, actor, "dkim.create", f"domain:{key.domain}", selector=key.selector,
                  algorithm=key.algorithm, status=key.status)
     forget(key.domain)
@@ -77,7 +78,7 @@ def activate_key(conn: Connection, domain: str, selector: str, *,
     try:
         key = dkim.activate_key(conn, domain, selector)
     except dkim.DkimError as exc:
-        raise Invalid(str(exc)) from None
+        raise Invalid(message_of(exc)) from None
     audit.record(conn, actor, "dkim.activate", f"domain:{key.domain}", selector=selector)
     forget(key.domain)
     return key
@@ -87,7 +88,7 @@ def delete_key(conn: Connection, domain: str, selector: str, *, actor: str) -> b
     try:
         deleted = dkim.delete_key(conn, domain, selector)
     except dkim.DkimError as exc:
-        raise Invalid(str(exc)) from None
+        raise Invalid(message_of(exc)) from None
     if deleted:
         audit.record(conn, actor, "dkim.delete", f"domain:{domain}", selector=selector)
         forget(domain)
