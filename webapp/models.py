@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -112,6 +113,29 @@ lists = Table(
     # never count a million memberships.
     Column("subscriber_count", BigInteger, nullable=False, server_default=text("0")),
     _now(),
+)
+
+# A CSV file checked first (dry run, column mapping), kept in the database so that any web
+# process can import it; a row past expires_at is gone (deleted when the next file is kept
+# or asked for). The file itself is in chunks of a MiB. Migration 0020.
+import_uploads = Table(
+    "import_uploads", metadata,
+    Column("token", Text, primary_key=True),
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"), nullable=False),
+    Column("filename", Text, nullable=False),
+    Column("size", BigInteger, nullable=False, server_default=text("0")),
+    _now(),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("import_uploads_expires_idx", "expires_at"),
+)
+
+import_upload_chunks = Table(
+    "import_upload_chunks", metadata,
+    Column("token", Text, ForeignKey("import_uploads.token", ondelete="CASCADE"),
+           nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("token", "seq"),
 )
 
 subscribers = Table(

@@ -12,9 +12,11 @@ import pytest
 import sqlalchemy as sa
 
 from tests.helpers import Browser
-from webapp.domain import imports, lists
+from webapp import create_app, db
+from webapp.domain import import_uploads, imports, lists
 from webapp.domain.errors import Invalid
 from webapp.domain.suppressions import suppress
+from workers.settings import Config
 
 BROKEN = (
     "\ufeffEmail;Name;Plan;City\r\n"             # 1: BOM, semicolons, mixed-case header
@@ -161,4 +163,82 @@ def test_check_first_is_a_dry_run_with_column_mapping_and_shape_report(
                      "cy@example.org": {}}  # junk skipped as mapped
     again = client.post(action, data={"csrf_token": browser.token, "action": "import",
                                       "columns": "4"}, follow_redirects=True)
-    assert "no longer here" in again.get_data(as_text=True)  # used once
+    assert "no longer kept" in again.get_data(as_text=True)  # used once
+
+
+def _check(client: Any, browser: Browser, list_id: int, data: bytes) -> str:
+    """Upload ``data`` with "Check first"; the form action that imports it."""
+    page = client.post(f"/lists/{list_id}/import", data={
+        "csrf_token": browser.token, "action": "check",
+        "file": (io.BytesIO(data), "people.csv")}, content_type="multipart/form-data")
+    text = page.get_data(as_text=True)
+    assert page.status_code == 200 and "Dry run: nothing was saved" in text, text
+    return str(re.search(r'action="(/lists/\d+/import/[^"]+)"', text)[1])
+
+
+def _second_web_process(first: Any, config_for: Callable[..., Config], sink: Any,
+                        db_url: str) -> Any:
+    """Another app object with its own engine on the same database (another web host
+    behind the load balancer), and a client carrying the first client's cookies."""
+    other = create_app(config_for(sink.port), engine=db.make_engine(db_url, pool_size=2))
+    other.config["TESTING"] = True
+    client = other.test_client()
+    for cookie in first._cookies.values():
+        client.set_cookie(cookie.key, cookie.value, domain=cookie.domain, path=cookie.path)
+    return client
+
+
+def test_a_file_checked_on_one_web_process_is_imported_through_another(
+        client: Any, engine: sa.Engine, config_for: Callable[..., Config], sink: Any,
+        db_url: str, make_user: Callable[..., dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small chunks of an odd size: lines cross chunk boundaries and are put back together.
+    monkeypatch.setattr(import_uploads, "CHUNK", 997)
+    list_id = _setup(engine)
+    browser = Browser(client, make_user("marketer"))
+    rows = "".join(f"p{i}@example.org,P{i}\n" for i in range(3000))
+    action = _check(client, browser, list_id, f"email,name\n{rows}".encode())
+    with engine.connect() as conn:  # kept in PostgreSQL, not in this host's temp dir
+        assert conn.execute(sa.text("SELECT count(*) FROM import_uploads")).scalar() == 1
+        assert conn.execute(sa.text("SELECT count(*) FROM import_upload_chunks")).scalar() \
+            > 50
+    other = _second_web_process(client, config_for, sink, db_url)
+    done = other.post(action, data={"csrf_token": browser.token, "action": "import",
+                                    "columns": "2", "role_0": "email", "role_1": "name"})
+    report = done.get_data(as_text=True)
+    assert done.status_code == 200 and 'id="import-added">3,000<' in report, report
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(
+            "SELECT count(*) FROM memberships WHERE list_id = :l"), {"l": list_id}).scalar() \
+            == 3000
+        # Imported once: the kept file and its chunks are gone with the import.
+        assert conn.execute(sa.text("SELECT count(*) FROM import_uploads")).scalar() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM import_upload_chunks")).scalar() \
+            == 0
+
+
+def test_an_expired_check_says_so_and_imports_nothing(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    list_id = _setup(engine)
+    browser = Browser(client, make_user("marketer"))
+    action = _check(client, browser, list_id, b"email\nlate@example.org\n")
+    with engine.begin() as conn:  # an hour and a second later
+        conn.execute(sa.text("UPDATE import_uploads SET expires_at = now() - interval '1 s'"))
+    page = client.post(action, data={"csrf_token": browser.token, "action": "import",
+                                     "columns": "1", "role_0": "email"},
+                       follow_redirects=True)
+    text = page.get_data(as_text=True)
+    assert "The checked file is no longer kept" in text and "nothing was imported" in text
+    assert "Upload it again" in text and 'name="file"' in text  # back on the upload form
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM subscribers WHERE email = "
+                                    "'late@example.org'")).scalar() == 0
+        # The expired row was cleaned up when it was asked for.
+        assert conn.execute(sa.text("SELECT count(*) FROM import_uploads")).scalar() == 0
+    # Nothing is lost: the same file checked again imports.
+    again = _check(client, browser, list_id, b"email\nlate@example.org\n")
+    client.post(again, data={"csrf_token": browser.token, "action": "import",
+                             "columns": "1", "role_0": "email"})
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM subscribers WHERE email = "
+                                    "'late@example.org'")).scalar() == 1

@@ -3,11 +3,7 @@ search that stay fast at a million), one subscriber at a time, CSV import and ex
 
 from __future__ import annotations
 
-import secrets
-import tempfile
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
@@ -15,7 +11,7 @@ from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, engine
-from webapp.domain import imports, lists
+from webapp.domain import import_uploads, imports, lists
 from webapp.domain.errors import DomainError, Invalid
 from webapp.i18n import localize
 
@@ -151,85 +147,75 @@ def import_csv(list_id: int) -> str | tuple[str, int]:
     upload = request.files.get("file")
     if upload is None or not upload.filename:
         return render_template("lists/import.html", the_list=the_list,
-                               error="Choose a CSV file to import."), 422
+                               error=_("Choose a CSV file to import.")), 422
     if request.form.get("action") == "check":
-        token = _keep_upload(upload)
-        session["import_upload"] = {"token": token, "list_id": list_id,
-                                    "filename": upload.filename}
-        return _run_import(the_list, token, upload.filename, None, dry_run=True)
+        with engine().begin() as conn:
+            kept = import_uploads.keep(conn, list_id, upload.filename, upload.stream)
+        session["import_upload"] = {"token": kept.token, "list_id": list_id}
+        return _run_import(the_list, kept, None, dry_run=True)
     try:
         with engine().begin() as conn:
             report = imports.import_csv(conn, list_id, upload.stream, actor=actor())
             the_list = lists.get_list(conn, list_id)
     except Invalid as exc:
-        return render_template("lists/import.html", the_list=the_list, error=localize(exc.message),
-                               filename=upload.filename), 422
+        return render_template("lists/import.html", the_list=the_list,
+                               error=localize(exc.message), filename=upload.filename), 422
     return render_template("lists/import_report.html", the_list=the_list, report=report,
                            filename=upload.filename, max_reported=imports.MAX_REPORTED)
 
 
-# A file checked first (dry run, column mapping) waits here until it is imported; files
-# older than a day are removed at the next upload.
-UPLOAD_DIR = Path(tempfile.gettempdir()) / "senddock-imports"
-
-
-def _keep_upload(upload: Any) -> str:
-    UPLOAD_DIR.mkdir(mode=0o700, exist_ok=True)
-    cutoff = time.time() - 86400
-    for old in UPLOAD_DIR.glob("*.csv"):
-        if old.stat().st_mtime < cutoff:
-            old.unlink(missing_ok=True)
-    token = secrets.token_urlsafe(18)
-    upload.save(UPLOAD_DIR / f"{token}.csv")
-    return token
-
-
-def _run_import(the_list: dict[str, Any], token: str, filename: str,
+def _run_import(the_list: dict[str, Any], kept: import_uploads.KeptUpload,
                 roles: list[str] | None, *, dry_run: bool) -> str | tuple[str, int]:
-    """Import the kept file with ``roles`` (or check it: a dry run rolls everything back)."""
-    path = UPLOAD_DIR / f"{token}.csv"
+    """Import the kept file with ``roles`` (or check it: a dry run rolls everything back).
+    A real import deletes the kept file in its own transaction: imported once only."""
     list_id = the_list["id"]
     try:
-        with engine().connect() as conn, path.open("rb") as stream:
+        with engine().connect() as conn:
             transaction = conn.begin()
             try:
-                report = imports.import_csv(conn, list_id, stream, actor=actor(), roles=roles)
+                report = imports.import_csv(conn, list_id,
+                                            import_uploads.lines(conn, kept.token),
+                                            actor=actor(), roles=roles)
                 if dry_run:
                     transaction.rollback()
                 else:
+                    import_uploads.drop(conn, kept.token)
                     transaction.commit()
             finally:
                 if transaction.is_active:
                     transaction.rollback()
             the_list = lists.get_list(conn, list_id)
     except Invalid as exc:
-        return render_template("lists/import.html", the_list=the_list, error=localize(exc.message),
-                               filename=filename), 422
+        return render_template("lists/import.html", the_list=the_list,
+                               error=localize(exc.message), filename=kept.filename), 422
     if dry_run:
         report.dry_run = True
         return render_template("lists/import_check.html", the_list=the_list, report=report,
-                               filename=filename, token=token, roles=imports.ROLES,
+                               filename=kept.filename, token=kept.token, roles=imports.ROLES,
                                max_reported=imports.MAX_REPORTED)
-    path.unlink(missing_ok=True)
     session.pop("import_upload", None)
     return render_template("lists/import_report.html", the_list=the_list, report=report,
-                           filename=filename, max_reported=imports.MAX_REPORTED)
+                           filename=kept.filename, max_reported=imports.MAX_REPORTED)
 
 
 @bp.post("/<int:list_id>/import/<token>")
 def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response:
-    """The checked file, with the columns as mapped: checked again, or imported."""
+    """The checked file, with the columns as mapped: checked again, or imported. Any web
+    process can answer: the file waits in the database (an hour at most)."""
     with engine().connect() as conn:
         the_list = lists.get_list(conn, list_id)
-    kept = session.get("import_upload") or {}
-    if kept.get("token") != token or kept.get("list_id") != list_id or \
-            not (UPLOAD_DIR / f"{token}.csv").exists():
-        flash(_("That checked file is no longer here: upload it again."), "error")
+    mine = session.get("import_upload") or {}
+    with engine().begin() as conn:
+        kept = import_uploads.kept(conn, token, list_id) \
+            if mine.get("token") == token and mine.get("list_id") == list_id else None
+    if kept is None:
+        flash(_("The checked file is no longer kept (a file checked first waits %(minutes)s "
+                "minutes, and only for who uploaded it): nothing was imported. Upload it "
+                "again.", minutes=import_uploads.KEEP_SECONDS // 60), "error")
         return redirect(url_for("lists.import_csv", list_id=list_id), 303)
     header_size = int(request.form.get("columns", "0") or 0)
     roles = [request.form.get(f"role_{i}", "skip") for i in range(header_size)]
-    return _run_import(the_list, token, str(kept.get("filename") or "file.csv"), roles,
-                       dry_run=request.form.get("action") != "import")
+    return _run_import(the_list, kept, roles, dry_run=request.form.get("action") != "import")
 
 
 @bp.get("/<int:list_id>/export.csv")
