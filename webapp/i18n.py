@@ -42,6 +42,7 @@ VOCABULARY = {
     "orphan": _l("orphan"), "dropped": _l("dropped"),
     "duplicate": _l("duplicate"), "suppressed": _l("suppressed"),
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
+    "problem": _l("problem"), "warning": _l("warning"),
 }
 # How each language writes a day (the rest of a strftime format is kept).
 _DAY = {"en": "%Y-%m-%d", "es": "%d/%m/%Y"}
