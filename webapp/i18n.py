@@ -43,6 +43,7 @@ VOCABULARY = {
     "duplicate": _l("duplicate"), "suppressed": _l("suppressed"),
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
     "problem": _l("problem"), "warning": _l("warning"),
+    "critical": _l("critical"), "lifecycle": _l("lifecycle"),
 }
 # How each language writes a day (the rest of a strftime format is kept).
 _DAY = {"en": "%Y-%m-%d", "es": "%d/%m/%Y"}
@@ -101,7 +102,7 @@ def init_app(app: Flask) -> None:
     app.config.setdefault("BABEL_DEFAULT_LOCALE", DEFAULT)
     app.config["BABEL_TRANSLATION_DIRECTORIES"] = str(resource_dir("translations"))
     Babel(app, locale_selector=select_locale)
-    app.jinja_env.filters.update(num=num, dt=dt, label=label)
+    app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

@@ -66,6 +66,8 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
+from workers.i18n import N_
+
 
 class ReplyClass(StrEnum):
     """Outcome class of one delivery attempt."""
@@ -163,83 +165,83 @@ _NOT_STARTTLS = RELAY_STAGES - {"starttls"}
 
 RULES: tuple[Rule, ...] = (
     # --- no reply at all -------------------------------------------------------------
-    Rule(1, ReplyClass.RELAY, "secure connection (TLS) to the mail server failed",
+    Rule(1, ReplyClass.RELAY, N_("secure connection (TLS) to the mail server failed"),
          stages=_s("starttls"), codes=_s("none")),
-    Rule(2, ReplyClass.RELAY, "mail server unreachable", stages=_NOT_STARTTLS,
+    Rule(2, ReplyClass.RELAY, N_("mail server unreachable"), stages=_NOT_STARTTLS,
          codes=_s("none")),
-    Rule(3, ReplyClass.TRANSIENT, "connection lost while sending; will retry",
+    Rule(3, ReplyClass.TRANSIENT, N_("connection lost while sending; will retry"),
          stages=MESSAGE_STAGES, codes=_s("none")),
     # --- a recipient domain's rate limit (Gmail 4.7.28, Outlook 4.7.650/651) -------------
-    Rule(4, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+    Rule(4, ReplyClass.DOMAIN_THROTTLE, N_("the recipient's domain is throttling us"),
          codes=_s("4xx"), detail=_s("7.28", "7.650", "7.651")),
     # --- our domain's authentication ---------------------------------------------------
-    Rule(5, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
+    Rule(5, ReplyClass.RELAY, N_("sender authentication (SPF/DKIM/DMARC) failed for our domain"),
          codes=FAIL, detail_range=("7", 23, 30)),
-    Rule(5, ReplyClass.RELAY, "sender authentication (SPF/DKIM/DMARC) failed for our domain",
+    Rule(5, ReplyClass.RELAY, N_("sender authentication (SPF/DKIM/DMARC) failed for our domain"),
          codes=FAIL, detail=_s("7.515")),
     # --- throttling: slow down, never fail ---------------------------------------------
-    Rule(6, ReplyClass.RELAY_THROTTLE, "the relay is throttling us",
+    Rule(6, ReplyClass.RELAY_THROTTLE, N_("the relay is throttling us"),
          codes=_s("4xx"), text=_words(r"too (many|much) \w+( \w+)? from", r"throttl",
                                       r"sending rate", r"quota exceeded",
                                       r"rate limit(ed)? exceeded")),
-    Rule(7, ReplyClass.RELAY_THROTTLE, "the relay closed the connection (busy or going down)",
+    Rule(7, ReplyClass.RELAY_THROTTLE, N_("the relay closed the connection (busy or going down)"),
          codes=_s("421")),
-    Rule(8, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+    Rule(8, ReplyClass.DOMAIN_THROTTLE, N_("the recipient's domain is throttling us"),
          codes=_s("4xx"), detail=_s("2.1"), text=_words(r"\brate\b")),
-    Rule(8, ReplyClass.DOMAIN_THROTTLE, "the recipient's domain is throttling us",
+    Rule(8, ReplyClass.DOMAIN_THROTTLE, N_("the recipient's domain is throttling us"),
          codes=_s("4xx"), detail_range=("7", 0, 999),
          text=_words(r"too many", r"\brate\b", r"try again later")),
     # --- our login, our client, our HELO, our TLS: the relay, not the recipient ---------
-    Rule(9, ReplyClass.RELAY, "login refused - check the credentials",
+    Rule(9, ReplyClass.RELAY, N_("login refused - check the credentials"),
          codes=_s("535", "534", "538"), login=True),
-    Rule(9, ReplyClass.RELAY, "login refused - check the credentials",
+    Rule(9, ReplyClass.RELAY, N_("login refused - check the credentials"),
          codes=FAIL, detail=_s("7.8", "7.9"), login=True),
-    Rule(10, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
+    Rule(10, ReplyClass.RELAY, N_("the relay requires an encrypted connection (STARTTLS)"),
          codes=FAIL, text=_words(r"must issue a starttls", r"starttls (is )?required")),
-    Rule(10, ReplyClass.RELAY, "the relay requires an encrypted connection (STARTTLS)",
+    Rule(10, ReplyClass.RELAY, N_("the relay requires an encrypted connection (STARTTLS)"),
          codes=FAIL, detail=_s("7.10", "7.11")),
-    Rule(9, ReplyClass.RELAY, "the relay requires a login",
+    Rule(9, ReplyClass.RELAY, N_("the relay requires a login"),
          codes=_s("530"), login=True),
-    Rule(9, ReplyClass.RELAY, "the relay requires a login",
+    Rule(9, ReplyClass.RELAY, N_("the relay requires a login"),
          codes=FAIL, detail=_s("7.57"), login=True),
-    Rule(11, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
+    Rule(11, ReplyClass.RELAY, N_("the relay refuses our connection (client, HELO or relaying)"),
          codes=FAIL, text=_words(r"client host rejected", r"helo command rejected",
                                  r"relay access denied", r"relaying denied",
                                  r"not authenticated", r"authentication required")),
-    Rule(11, ReplyClass.RELAY, "the relay refuses our connection (client, HELO or relaying)",
+    Rule(11, ReplyClass.RELAY, N_("the relay refuses our connection (client, HELO or relaying)"),
          codes=FAIL, detail=_s("7.64")),
     # --- our sender address --------------------------------------------------------------
-    Rule(12, ReplyClass.SENDER, "the relay refuses this From address",
+    Rule(12, ReplyClass.SENDER, N_("the relay refuses this From address"),
          codes=FAIL, text=_words(r"sender address rejected", r"not owned by",
                                  r"send as this sender", r"sender (address )?(is )?not allowed")),
-    Rule(12, ReplyClass.SENDER, "the relay refuses this From address",
+    Rule(12, ReplyClass.SENDER, N_("the relay refuses this From address"),
          codes=FAIL, detail=_s("7.60", "1.7", "1.8")),
     # --- anything else before RCPT ---------------------------------------------------------
-    Rule(13, ReplyClass.RELAY, "mail server refused our session", stages=SESSION_STAGES,
+    Rule(13, ReplyClass.RELAY, N_("mail server refused our session"), stages=SESSION_STAGES,
          codes=FAIL),
-    Rule(14, ReplyClass.SENDER, "the relay refuses this From address", stages=_s("mail"),
+    Rule(14, ReplyClass.SENDER, N_("the relay refuses this From address"), stages=_s("mail"),
          codes=_s("5xx")),
-    Rule(14, ReplyClass.RELAY, "mail server temporarily unavailable", stages=_s("mail"),
+    Rule(14, ReplyClass.RELAY, N_("mail server temporarily unavailable"), stages=_s("mail"),
          codes=_s("4xx")),
     # --- success and nonsense ------------------------------------------------------------
-    Rule(15, ReplyClass.SENT, "accepted by the mail server", stages=_s("data_end", "noop"),
+    Rule(15, ReplyClass.SENT, N_("accepted by the mail server"), stages=_s("data_end", "noop"),
          codes=_s("2xx")),
-    Rule(16, ReplyClass.RELAY, "mail server answered out of turn",
+    Rule(16, ReplyClass.RELAY, N_("mail server answered out of turn"),
          codes=_s("1xx", "2xx", "3xx")),
     # --- about the recipient ---------------------------------------------------------------
-    Rule(17, ReplyClass.TRANSIENT, "mailbox full", codes=FAIL, detail=_s("2.2")),
-    Rule(17, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"), no_enhanced=True),
-    Rule(17, ReplyClass.TRANSIENT, "mailbox full", codes=_s("452", "552"),
+    Rule(17, ReplyClass.TRANSIENT, N_("mailbox full"), codes=FAIL, detail=_s("2.2")),
+    Rule(17, ReplyClass.TRANSIENT, N_("mailbox full"), codes=_s("452", "552"), no_enhanced=True),
+    Rule(17, ReplyClass.TRANSIENT, N_("mailbox full"), codes=_s("452", "552"),
          detail_range=("2", 0, 999)),
-    Rule(18, ReplyClass.HARD_BOUNCE, "recipient domain does not accept mail",
+    Rule(18, ReplyClass.HARD_BOUNCE, N_("recipient domain does not accept mail"),
          codes=_s("5xx"), detail=_s("1.2", "1.10")),
-    Rule(18, ReplyClass.HARD_BOUNCE, "invalid address", codes=_s("5xx"), detail=_s("1.3")),
-    Rule(18, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
+    Rule(18, ReplyClass.HARD_BOUNCE, N_("invalid address"), codes=_s("5xx"), detail=_s("1.3")),
+    Rule(18, ReplyClass.HARD_BOUNCE, N_("mailbox does not exist"), codes=_s("5xx"),
          detail=_s("1.1", "1.6")),
-    Rule(19, ReplyClass.HARD_BOUNCE, "mailbox disabled", codes=_s("5xx"), detail=_s("2.1"),
+    Rule(19, ReplyClass.HARD_BOUNCE, N_("mailbox disabled"), codes=_s("5xx"), detail=_s("2.1"),
          text=re.compile(r"^(?!.*temporar).*\b(disabled|inactive|deactivated)\b",
                          re.IGNORECASE | re.DOTALL)),
-    Rule(20, ReplyClass.HARD_BOUNCE, "mailbox does not exist", codes=_s("5xx"),
+    Rule(20, ReplyClass.HARD_BOUNCE, N_("mailbox does not exist"), codes=_s("5xx"),
          no_enhanced=True, text=_words(
              r"\buser\s+unknown", r"\bunknown\s+(?:user|recipient|mailbox|address)",
              r"\brecipient\s+unknown", r"\bno\s+such\s+(?:user|mailbox|recipient|account"
@@ -247,21 +249,21 @@ RULES: tuple[Rule, ...] = (
              r"(?:not\s+found|not\s+exist)", r"\b(?:does\s+not|doesn't|did\s+not)\s+exist",
              r"\binvalid\s+(?:recipient|mailbox|user)",
              r"\bnot\s+a\s+valid\s+(?:mailbox|user|recipient)")),
-    Rule(21, ReplyClass.TRANSIENT, "temporarily deferred by the receiving server",
+    Rule(21, ReplyClass.TRANSIENT, N_("temporarily deferred by the receiving server"),
          codes=_s("4xx")),
-    Rule(22, ReplyClass.REJECTED, "message too large", codes=_s("5xx"), detail=_s("3.4")),
-    Rule(22, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
+    Rule(22, ReplyClass.REJECTED, N_("message too large"), codes=_s("5xx"), detail=_s("3.4")),
+    Rule(22, ReplyClass.REJECTED, N_("rejected by the receiving server as policy/spam"),
          codes=_s("5xx"), detail_range=("7", 0, 999)),
-    Rule(22, ReplyClass.REJECTED, "message content rejected", codes=_s("5xx"),
+    Rule(22, ReplyClass.REJECTED, N_("message content rejected"), codes=_s("5xx"),
          detail_range=("6", 0, 999)),
-    Rule(22, ReplyClass.REJECTED, "rejected by the receiving server as policy/spam",
+    Rule(22, ReplyClass.REJECTED, N_("rejected by the receiving server as policy/spam"),
          codes=_s("5xx"), text=_words(r"spam|polic|block|blacklist|denylist|reputation"
                                       r"|\brbl\b|spamhaus")),
-    Rule(22, ReplyClass.REJECTED, "message too large", codes=_s("552"), no_enhanced=True),
-    Rule(22, ReplyClass.REJECTED, "rejected by the receiving server", codes=_s("5xx")),
+    Rule(22, ReplyClass.REJECTED, N_("message too large"), codes=_s("552"), no_enhanced=True),
+    Rule(22, ReplyClass.REJECTED, N_("rejected by the receiving server"), codes=_s("5xx")),
 )
 
-_FALLBACK = Rule(0, ReplyClass.RELAY, "mail server misbehaved")
+_FALLBACK = Rule(0, ReplyClass.RELAY, N_("mail server misbehaved"))
 
 
 def find_rule(code: int | None, text: str, stage: str) -> Rule:
@@ -303,19 +305,19 @@ def humanize(reply_class: ReplyClass, code: int | None, enhanced: str | None, te
     stable enough to group errors by.
     """
     if reply_class is ReplyClass.SENT:
-        return "accepted by the mail server"
+        return N_("accepted by the mail server")
     rule = find_rule(code, text, stage if stage in STAGES else "rcpt")
     if rule.cls is reply_class:
         return rule.why
     if reply_class is RefusalStreak.CLASS:
         return RefusalStreak.WHY
-    return {ReplyClass.HARD_BOUNCE: "mailbox does not exist",
-            ReplyClass.REJECTED: "rejected by the receiving server",
-            ReplyClass.TRANSIENT: "temporarily deferred by the receiving server",
-            ReplyClass.RELAY_THROTTLE: "the relay is throttling us",
-            ReplyClass.DOMAIN_THROTTLE: "the recipient's domain is throttling us",
-            ReplyClass.SENDER: "the relay refuses this From address",
-            }.get(reply_class, "mail server temporarily unavailable")
+    return {ReplyClass.HARD_BOUNCE: N_("mailbox does not exist"),
+            ReplyClass.REJECTED: N_("rejected by the receiving server"),
+            ReplyClass.TRANSIENT: N_("temporarily deferred by the receiving server"),
+            ReplyClass.RELAY_THROTTLE: N_("the relay is throttling us"),
+            ReplyClass.DOMAIN_THROTTLE: N_("the recipient's domain is throttling us"),
+            ReplyClass.SENDER: N_("the relay refuses this From address"),
+            }.get(reply_class, N_("mail server temporarily unavailable"))
 
 
 # --- the rule the table cannot see -------------------------------------------------------
@@ -351,7 +353,7 @@ class RefusalStreak:
     """
 
     CLASS = ReplyClass.RELAY
-    WHY = "the relay gives every recipient the same refusal: treated as our problem"
+    WHY = N_("the relay gives every recipient the same refusal: treated as our problem")
 
     def __init__(self, threshold: int = 10) -> None:
         self.threshold = threshold

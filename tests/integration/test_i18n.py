@@ -91,3 +91,77 @@ def test_the_error_page_speaks_spanish(client: Any,
     text = _text(missing.get_data(as_text=True))
     assert "No se pudo hacer" in text and "la campaña 999999 no existe" in text
     assert "does not exist" not in text
+
+
+def test_user_suppression_inbox_and_support_errors_in_spanish(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Refusals from webapp.domain.users, suppressions, inbox, messages and kinds reach a
+    Spanish reader in Spanish (flashes, error pages, the login form, the kind editor);
+    nothing of the English is left on the page."""
+    admin = make_user("admin")
+    client.environ_base["HTTP_ACCEPT_LANGUAGE"] = "es"
+    browser = Browser(client, admin)
+    # users: a password too short, then the last admin disabling themselves.
+    page = _text(browser.post("/admin/users/create", {
+        "email": "nuevo@example.org", "password": "corta", "role": "support"}).get_data(
+        as_text=True))
+    assert "la contraseña debe tener al menos 10 caracteres" in page
+    assert "password must be" not in page
+    page = _text(browser.post(f"/admin/users/{admin['id']}/active", {"active": "0"}
+                              ).get_data(as_text=True))
+    assert "es el último administrador activo; haz administrador a otro usuario primero" \
+        in page and "last active admin" not in page
+    # suppressions: an empty paste.
+    page = _text(browser.post("/admin/suppressions/add", {"emails": "  ", "reason": "manual"}
+                              ).get_data(as_text=True))
+    assert "pega al menos una dirección" in page and "paste at least" not in page
+    # inbox: a search that is neither an address, a correlation ID nor a job id.
+    inbox = browser.get("/inbox/?q=garcia")
+    assert inbox.status_code == 422
+    page = _text(inbox.get_data(as_text=True))
+    assert "busca una dirección de correo completa, un ID de correlación o un id de " \
+        "trabajo" in page and "search for a full" not in page
+    # support (webapp.domain.messages): a user without mail.
+    missing = browser.get("/support/users/nadie-42")
+    assert missing.status_code == 404
+    assert "no hay correos para el usuario nadie-42" in _text(missing.get_data(as_text=True))
+    # kinds: the editor names the bad field in Spanish, at the top and beside the field.
+    page = _text(browser.post("/transactional/kinds", {
+        "name": "bienvenida", "class": "lifecycle", "subject": "Hola", "text": "Hola",
+        "retry_schedule": "-5", "resend_cooldown": "60", "dedupe_window": "0",
+        "sample_data": "{}", "sample_event": "{}"}).get_data(as_text=True))
+    assert "tipo no válido: retry_schedule: una lista de como mucho 10 esperas en " \
+        "segundos (de 0 a 604800)" in page and "a list of at most" not in page
+
+
+def test_the_login_refusal_in_the_browsers_language(client: Any,
+                                                     make_user: Callable[..., Any]) -> None:
+    user = make_user("support")
+    token = re.search(r'name="csrf_token" value="([^"]+)"',
+                      client.get("/login").get_data(as_text=True))
+    assert token
+    refused = client.post("/login", data={"email": user["email"], "password": "not it",
+                                          "csrf_token": token[1]}, headers=ES)
+    assert refused.status_code == 401
+    assert "Correo o contraseña incorrectos." in _text(refused.get_data(as_text=True))
+
+
+def test_the_api_keeps_the_same_refusals_in_english(client: Any, api: Any) -> None:
+    """The JSON API is a contract: the messages the Spanish pages translate stay English
+    there, whatever Accept-Language says."""
+    headers = {**api.headers, "Accept-Language": "es"}
+    kind = client.put("/api/v1/kinds/bienvenida", headers=headers, json={
+        "class": "lifecycle", "subject": "Hola", "text": "Hola", "retry_schedule": [-5]})
+    assert kind.status_code == 422
+    assert kind.get_json()["error"]["message"] == (
+        "invalid kind: retry_schedule: a list of at most 10 delays in seconds (0 to 604800); "
+        "[] means never retry")
+    assert kind.get_json()["error"]["fields"]["retry_schedule"].startswith("a list of")
+    listed = client.get("/api/v1/suppressions?reason=porque", headers=headers)
+    assert listed.status_code == 422
+    assert listed.get_json()["error"]["message"].startswith("reason must be one of ")
+    resend = client.post("/api/v1/messages/resend", headers=headers,
+                         json={"kind": "verification", "user_id": "nadie-42"})
+    assert resend.status_code == 404
+    assert resend.get_json()["error"]["message"] == (
+        "no verification email was ever requested for user nadie-42")

@@ -206,7 +206,8 @@ def test_states_are_described_for_people_who_are_not_engineers() -> None:
     job.update(status="failed", attempts=4)
     assert describe(job, [full] * 4, 4, now) == "gave up after 4 attempts: mailbox full"
     job.update(status="sent", attempts=1, finished_at=datetime(2026, 5, 2, 9, 5, tzinfo=UTC))
-    assert describe(job, [], 4, now) == "accepted by the mail server at 2 May 09:05 UTC"
+    # Another day: the date as the page's language writes it (2026-05-02 / 02/05/2026).
+    assert describe(job, [], 4, now) == "accepted by the mail server at 2026-05-02 09:05 UTC"
     hard = {"outcome": "hard_bounce", "smtp_code": 550, "enhanced_code": "5.1.1",
             "reply": "550 5.1.1 No such user", "stage": "rcpt"}
     job.update(status="bounced")

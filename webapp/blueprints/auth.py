@@ -8,7 +8,9 @@ from werkzeug.wrappers import Response
 from webapp.auth import end_session, start_session
 from webapp.context import engine
 from webapp.domain import users
+from webapp.i18n import localize
 from webapp.redirects import local_path
+from workers.i18n import message_of
 
 bp = Blueprint("auth", __name__)
 
@@ -34,7 +36,8 @@ def login() -> str | Response | tuple[str, int]:
             refused = exc
     if refused is not None:
         status = 429 if "Too many" in str(refused) else 401
-        return render_template("auth/login.html", error=str(refused), email=email,
+        return render_template("auth/login.html", error=localize(message_of(refused)),
+                               email=email,
                                next=next_url), status
     start_session(user)
     return redirect(_safe_next(next_url))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, current_app, flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp import dbhealth
@@ -36,7 +37,7 @@ def retry_relay() -> Response:
         if probing:
             queue.notify_new_jobs(conn, "relay")
             audit.record(conn, actor(), "relay.retry", "relay")
-    flash("The relay is probed now." if probing else "The relay is not down.",
+    flash(_("The relay is probed now.") if probing else _("The relay is not down."),
           "success" if probing else "error")
     return redirect(url_for("health.index"))
 

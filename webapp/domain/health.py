@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 
 from workers import event_queue, feedback, pg, queue, queue_reads
+from workers.i18n import N_, Text
 from workers.settings import Config
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
@@ -136,36 +137,43 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
     relay = queue.relay_status(conn)
     if relay.get("status") == "down":
         since = relay.get("since")
-        when = f" since {since:%Y-%m-%d %H:%M:%S} UTC" if since else ""
-        last = relay.get("last_error") or "unknown"
+        when = N_(" since %(at)s UTC", at=f"{since:%Y-%m-%d %H:%M:%S}") if since \
+            else Text.verbatim("")
+        last = relay.get("last_error") or N_("unknown")
         if relay.get("reason") == "login":
             # A 535 never heals by itself: say what to do (SPEC 10).
-            alarms.append(Alarm("relay_down", f"Login refused — check the credentials "
-                                f"(SENDDOCK_SMTP_URL){when}. Delivery is paused; the relay "
-                                f"is probed at most every {_age(config.login_probe_interval)}"
-                                f" (Queue health: Retry now). Last error: {last}"))
+            alarms.append(Alarm("relay_down", N_(
+                "Login refused — check the credentials (SENDDOCK_SMTP_URL)%(since)s. Delivery "
+                "is paused; the relay is probed at most every %(every)s (Queue health: Retry "
+                "now). Last error: %(last)s", since=when,
+                every=_age(config.login_probe_interval), last=last)))
         else:
-            alarms.append(Alarm("relay_down", f"The SMTP relay is down{when}: delivery is "
-                                f"paused and resumes by itself. Last error: {last}"))
+            alarms.append(Alarm("relay_down", N_(
+                "The SMTP relay is down%(since)s: delivery is paused and resumes by itself. "
+                "Last error: %(last)s", since=when, last=last)))
     if relay.get("throttled"):
         until = relay["throttled_until"]
-        alarms.append(Alarm("relay_throttled", f"The relay is throttling us: delivery is "
-                            f"slowed down until {until:%H:%M:%S} UTC (no attempt is used). "
-                            f"Last reply: {relay.get('throttle_reply') or 'unknown'}", "warn"))
+        alarms.append(Alarm("relay_throttled", N_(
+            "The relay is throttling us: delivery is slowed down until %(until)s UTC (no "
+            "attempt is used). Last reply: %(reply)s", until=f"{until:%H:%M:%S}",
+            reply=relay.get("throttle_reply") or N_("unknown")), "warn"))
     oldest = queue_reads.oldest_due_age(conn)
     if config.alarm_oldest_pending > 0 and oldest > config.alarm_oldest_pending:
-        alarms.append(Alarm("oldest_pending", f"The oldest waiting message has waited "
-                            f"{_age(oldest)} (alarm above {_age(config.alarm_oldest_pending)})."))
+        alarms.append(Alarm("oldest_pending", N_(
+            "The oldest waiting message has waited %(age)s (alarm above %(limit)s).",
+            age=_age(oldest), limit=_age(config.alarm_oldest_pending))))
     rate, finished = _failure_rate(conn)
     if config.alarm_failure_rate > 0 and finished >= MIN_FINISHED_FOR_RATE \
             and rate > config.alarm_failure_rate:
-        alarms.append(Alarm("failure_rate", f"{rate:.0%} of the {finished:,} messages "
-                            f"finished in the last 15 minutes failed or bounced (alarm "
-                            f"above {config.alarm_failure_rate:.0%}).", "warn"))
+        alarms.append(Alarm("failure_rate", N_(
+            "%(rate)s of the %(count)s messages finished in the last 15 minutes failed or "
+            "bounced (alarm above %(limit)s).", rate=f"{rate:.0%}", count=finished,
+            limit=f"{config.alarm_failure_rate:.0%}"), "warn"))
     if oldest > 0 and not any(w["live"] for w in
                               queue_reads.running_workers(conn, config.worker_timeout)):
-        alarms.append(Alarm("no_workers", "No delivery worker is running: messages are "
-                            "waiting. Start `senddock worker` or `senddock serve`."))
+        alarms.append(Alarm("no_workers", N_(
+            "No delivery worker is running: messages are waiting. Start `senddock worker` "
+            "or `senddock serve`.")))
     alarms.extend(feedback_alarms(conn, config))
     return alarms
 
@@ -177,17 +185,25 @@ def feedback_alarms(conn: Connection, config: Config) -> list[Alarm]:
     level = config.feedback.complaint_alarm_rate
     for c in feedback.complaint_rates(conn):
         if level > 0 and c["rate"] >= level:
-            verb = "paused" if c["status"] == "paused" else "is sending"
-            alarms.append(Alarm("complaint_rate", f"Campaign “{c['name']}” {verb} with a "
-                                f"complaint rate of {c['rate']:.2%} ({c['complaints']} of "
-                                f"{c['delivered']:,} delivered; alarm at {level:.1%}, "
-                                f"pause at {config.feedback.complaint_pause_rate:.1%}).",
-                                "warn"))
+            message = N_("Campaign “%(name)s” paused with a complaint rate of %(rate)s "
+                         "(%(complaints)s of %(delivered)s delivered; alarm at %(alarm)s, "
+                         "pause at %(pause)s).", **_complaints(c, level, config)) \
+                if c["status"] == "paused" else \
+                N_("Campaign “%(name)s” is sending with a complaint rate of %(rate)s "
+                   "(%(complaints)s of %(delivered)s delivered; alarm at %(alarm)s, pause "
+                   "at %(pause)s).", **_complaints(c, level, config))
+            alarms.append(Alarm("complaint_rate", message, "warn"))
     for e in event_queue.disabled_endpoints(conn):
-        alarms.append(Alarm("event_webhook_disabled", f"Event webhook {e['url']} was "
-                            f"disabled: {e['disabled_reason']}. Its events wait until an "
-                            "admin enables it again."))
+        alarms.append(Alarm("event_webhook_disabled", N_(
+            "Event webhook %(url)s was disabled: %(why)s. Its events wait until an admin "
+            "enables it again.", url=e["url"], why=str(e["disabled_reason"]))))
     return alarms
+
+
+def _complaints(c: dict[str, Any], level: float, config: Config) -> dict[str, Any]:
+    return {"name": c["name"], "rate": f"{c['rate']:.2%}", "complaints": c["complaints"],
+            "delivered": c["delivered"], "alarm": f"{level:.1%}",
+            "pause": f"{config.feedback.complaint_pause_rate:.1%}"}
 
 
 ALARM_NAMES = ("relay_down", "relay_throttled", "oldest_pending", "failure_rate",

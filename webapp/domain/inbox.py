@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from workers import feedback, queue, queue_reads
+from workers.i18n import N_, word
 from workers.kinds import is_kind_name
 
 PAGE_SIZE = 50
@@ -37,8 +38,8 @@ def _day(raw: str | None, field: str) -> date | None:
     try:
         return date.fromisoformat(raw)
     except ValueError:
-        raise Invalid(f"{field} must be a date (YYYY-MM-DD)", fields={field: "invalid date"}) \
-            from None
+        raise Invalid(N_("%(field)s must be a date (YYYY-MM-DD)", field=field),
+                      fields={field: N_("invalid date")}) from None
 
 
 def parse_filter(args: dict[str, str]) -> queue.ProblemFilter:
@@ -47,13 +48,14 @@ def parse_filter(args: dict[str, str]) -> queue.ProblemFilter:
     where = queue.ProblemFilter()
     kind = args.get("kind") or None
     if kind is not None and not is_kind_name(kind):  # kinds are data (SPEC 11)
-        raise Invalid("kind must be a kind's name, e.g. broadcast, verification, onboarding",
-                      fields={"kind": "unknown"})
+        raise Invalid(N_("kind must be a kind's name, e.g. broadcast, verification, "
+                         "onboarding"), fields={"kind": N_("unknown")})
     where.kind = kind
     campaign = args.get("campaign") or None
     if campaign is not None:
         if not campaign.isdigit():
-            raise Invalid("campaign must be a campaign id", fields={"campaign": "not a number"})
+            raise Invalid(N_("campaign must be a campaign id"),
+                          fields={"campaign": N_("not a number")})
         where.campaign_id = int(campaign)
     where.error_class = args.get("class") or None
     start, end = _day(args.get("from"), "from"), _day(args.get("to"), "to")
@@ -75,8 +77,8 @@ def _apply_search(where: queue.ProblemFilter, q: str) -> None:
     except ValueError:
         pass
     if "@" not in q:
-        raise Invalid("search for a full email address, a correlation ID or a job id",
-                      fields={"q": "not an address, correlation ID or job id"})
+        raise Invalid(N_("search for a full email address, a correlation ID or a job id"),
+                      fields={"q": N_("not an address, correlation ID or job id")})
     where.email = q
 
 
@@ -91,8 +93,8 @@ def _parse_cursor(cursor: str | None) -> tuple[datetime, int] | None:
         at, job_id = cursor.split("|")
         return datetime.fromisoformat(at), int(job_id)
     except ValueError:
-        raise Invalid("that page link is broken; start again from the first page",
-                      fields={"after": "invalid cursor"}) from None
+        raise Invalid(N_("that page link is broken; start again from the first page"),
+                      fields={"after": N_("invalid cursor")}) from None
 
 
 def page(conn: Connection, where: queue.ProblemFilter, after: str | None = None,
@@ -108,7 +110,7 @@ def detail(conn: Connection, job_id: int) -> dict[str, Any]:
     """The job with its attempt timeline, its campaign's name and its suppression entry."""
     job = queue_reads.get_job(conn, job_id)
     if job is None:
-        raise NotFound(f"job {job_id} does not exist")
+        raise NotFound(N_("job %(id)s does not exist", id=str(job_id)))
     job["timeline"] = queue_reads.job_attempts(conn, job_id)
     job["events"] = feedback.events_for_jobs(conn, [job_id])[job_id]
     job["suppression"] = suppressions.get(conn, job["email"])
@@ -120,23 +122,25 @@ def detail(conn: Connection, job_id: int) -> dict[str, Any]:
 
 def _refusal(result: dict[str, Any], job: dict[str, Any] | None) -> Conflict:
     if job is None:
-        return Conflict("that job does not exist")
+        return Conflict(N_("that job does not exist"))
     if result["suppressed"]:
-        return Conflict(
-            f"{job['email']} is still on the suppression list, so a retry would be skipped. "
+        return Conflict(N_(
+            "%(email)s is still on the suppression list, so a retry would be skipped. "
             "Clear the address on the suppression list first, then retry.",
-            fields={"email": "suppressed"})
+            email=job["email"]), fields={"email": N_("suppressed")})
     if result["cancelled"]:
-        return Conflict("the job's campaign was cancelled; its mail is not sent again")
+        return Conflict(N_("the job's campaign was cancelled; its mail is not sent again"))
     if result["busy"]:
-        return Conflict(
-            f"the user of job {job['id']} ({job.get('user_ref')}) already has a live "
-            f"{job['kind']} email on its way: that one is sent instead. Retrying this job "
-            "as well would make two.", fields={"user_ref": "has a live job"})
+        return Conflict(N_(
+            "the user of job %(id)s (%(user)s) already has a live %(kind)s email on its way: "
+            "that one is sent instead. Retrying this job as well would make two.",
+            id=str(job["id"]), user=str(job.get("user_ref")), kind=word(job["kind"])),
+            fields={"user_ref": N_("has a live job")})
     if job.get("dismissed_at") is not None:
-        return Conflict(f"job {job['id']} was dismissed")
-    return Conflict(f"job {job['id']} is {job['status']}, not failed or bounced: nothing to "
-                    "retry", fields={"status": job["status"]})
+        return Conflict(N_("job %(id)s was dismissed", id=str(job["id"])))
+    return Conflict(N_("job %(id)s is %(status)s, not failed or bounced: nothing to retry",
+                       id=str(job["id"]), status=word(job["status"])),
+                    fields={"status": job["status"]})
 
 
 def retry(conn: Connection, job_id: int, *, actor: str) -> dict[str, Any]:
@@ -186,8 +190,8 @@ def dismiss(conn: Connection, job_id: int, *, actor: str) -> None:
     if row is None:
         job = queue_reads.get_job(conn, job_id)
         if job is None:
-            raise NotFound(f"job {job_id} does not exist")
-        raise Conflict(f"job {job_id} is not an open failed or bounced job")
+            raise NotFound(N_("job %(id)s does not exist", id=str(job_id)))
+        raise Conflict(N_("job %(id)s is not an open failed or bounced job", id=str(job_id)))
     audit.record(conn, actor, "job.dismiss", f"job:{job_id}", email=row["email"],
                  status=row["status"])
 

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Invalid
 from workers import queue, queue_reads
+from workers.i18n import N_
 from workers.kinds import is_kind_name
 from workers.queue import ProblemFilter
 
@@ -49,13 +50,14 @@ class Filters:
 def parse_filters(conn: Connection, args: Any) -> Filters:
     kind = (args.get("kind") or "").strip() or None
     if kind is not None and not is_kind_name(kind):  # kinds are data (SPEC 11)
-        raise Invalid("kind must be a kind's name, e.g. broadcast, verification, onboarding",
-                      fields={"kind": "unknown"})
+        raise Invalid(N_("kind must be a kind's name, e.g. broadcast, verification, "
+                         "onboarding"), fields={"kind": N_("unknown")})
     found = Filters(kind=kind)
     campaign = (args.get("campaign") or "").strip()
     if campaign:
         if not campaign.isdigit():
-            raise Invalid("campaign must be a campaign id", fields={"campaign": "not a number"})
+            raise Invalid(N_("campaign must be a campaign id"),
+                          fields={"campaign": N_("not a number")})
         found.campaign_id = int(campaign)
         found.broadcast_id = conn.execute(sa.text(
             "SELECT broadcast_id FROM campaigns WHERE id = :id"), {"id": found.campaign_id}
@@ -63,7 +65,8 @@ def parse_filters(conn: Connection, args: Any) -> Filters:
     q = (args.get("q") or "").strip()
     if q:
         if "@" not in q:
-            raise Invalid("search for a full email address", fields={"q": "not an address"})
+            raise Invalid(N_("search for a full email address"),
+                          fields={"q": N_("not an address")})
         found.email = q
     return found
 
@@ -113,8 +116,8 @@ def _after(tab: str, cursor: str | None) -> list[Any] | None:
         return [datetime.fromisoformat(v) if col.split(".", 1)[1] in _TIMESTAMP_KEYS else
                 int(v) for col, v in zip(order, raw, strict=True)]
     except (ValueError, TypeError):
-        raise Invalid("that page link is broken; start again from the first page",
-                      fields={"after": "invalid cursor"}) from None
+        raise Invalid(N_("that page link is broken; start again from the first page"),
+                      fields={"after": N_("invalid cursor")}) from None
 
 
 def page(conn: Connection, tab: str, f: Filters, cursor: str | None = None

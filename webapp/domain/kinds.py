@@ -24,10 +24,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit
+from webapp.domain.composer import FIELD_NAMES
 from webapp.domain.errors import Invalid, NotFound
 from webapp.domain.lists import check_email
 from workers import kinds as engine_kinds
 from workers import queue
+from workers.i18n import N_, Text
 from workers.kinds import CLASSES, KindSpec, message_context
 from workers.message import RenderedMessage, TemplateError, compile_campaign
 
@@ -53,11 +55,12 @@ def check_name(raw: Any) -> str:
     at most 40 characters, not a reserved engine kind; else :class:`Invalid`."""
     name = raw.strip() if isinstance(raw, str) else ""
     if not re.fullmatch(engine_kinds.NAME_PATTERN, name):
-        problem = ("1 to 40 lower-case letters, digits, '_' or '-', starting with a letter")
-        raise Invalid(f"kind name must be {problem}", fields={"name": problem})
+        problem = N_("1 to 40 lower-case letters, digits, '_' or '-', starting with a letter")
+        raise Invalid(N_("kind name must be %(problem)s", problem=problem),
+                      fields={"name": problem})
     if name in engine_kinds.RESERVED:
-        raise Invalid(f"{name!r} is reserved for SendDock's own mail",
-                      fields={"name": "reserved"})
+        raise Invalid(N_("%(name)s is reserved for SendDock's own mail", name=repr(name)),
+                      fields={"name": N_("reserved")})
     return name
 
 
@@ -72,8 +75,10 @@ def get(conn: Connection, name: str) -> KindSpec:
     spec = engine_kinds.load_kind(conn, name)
     if spec is None:
         known = known_names(conn, active_only=False)
-        raise NotFound(f"there is no kind {name!r}; known kinds: {', '.join(known)}",
-                       fields={"kind": f"unknown; known kinds: {', '.join(known)}"},
+        raise NotFound(N_("there is no kind %(name)s; known kinds: %(known)s", name=repr(name),
+                          known=", ".join(known)),
+                       fields={"kind": N_("unknown; known kinds: %(known)s",
+                                          known=", ".join(known))},
                        known_kinds=known)
     return spec
 
@@ -89,8 +94,9 @@ def sample_of(conn: Connection, name: str) -> tuple[dict[str, Any], dict[str, An
 
 def _seconds(field: str, raw: Any, most: int) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= most:
-        problem = f"a whole number of seconds from 0 to {most}"
-        raise Invalid(f"{field} must be {problem}", fields={field: problem})
+        problem = N_("a whole number of seconds from 0 to %(max)s", max=str(most))
+        raise Invalid(N_("%(field)s must be %(problem)s", field=field, problem=problem),
+                      fields={field: problem})
     return raw
 
 
@@ -98,22 +104,25 @@ def _schedule(raw: Any) -> list[int]:
     if not isinstance(raw, list) or len(raw) > MAX_SCHEDULE or any(
             isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DELAY
             for v in raw):
-        problem = (f"a list of at most {MAX_SCHEDULE} delays in seconds (0 to {MAX_DELAY}); "
-                   "[] means never retry")
-        raise Invalid(f"retry_schedule must be {problem}", fields={"retry_schedule": problem})
+        problem = N_("a list of at most %(count)s delays in seconds (0 to %(max)s); [] means "
+                     "never retry", count=str(MAX_SCHEDULE), max=str(MAX_DELAY))
+        raise Invalid(N_("%(field)s must be %(problem)s", field="retry_schedule",
+                         problem=problem), fields={"retry_schedule": problem})
     return list(raw)
 
 
 def _template(field: str, raw: Any, required: bool) -> str | None:
     if raw is None or (isinstance(raw, str) and not raw.strip() and not required):
         if required:
-            raise Invalid(f"{field} is required", fields={field: "required"})
+            raise Invalid(N_("%(field)s is required", field=field),
+                          fields={field: N_("required")})
         return None
     if not isinstance(raw, str) or len(raw) > MAX_TEMPLATE:
-        problem = f"a template of at most {MAX_TEMPLATE} characters"
-        raise Invalid(f"{field} must be {problem}", fields={field: problem})
+        problem = N_("a template of at most %(max)s characters", max=str(MAX_TEMPLATE))
+        raise Invalid(N_("%(field)s must be %(problem)s", field=field, problem=problem),
+                      fields={field: problem})
     if required and not raw.strip():
-        raise Invalid(f"{field} is required", fields={field: "required"})
+        raise Invalid(N_("%(field)s is required", field=field), fields={field: N_("required")})
     return raw
 
 
@@ -125,11 +134,14 @@ def check_object(field: str, raw: Any, *, limit: int = MAX_SAMPLE_BYTES) -> dict
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise Invalid(f"{field} must be a JSON object", fields={field: "must be an object"})
+        raise Invalid(N_("%(field)s must be a JSON object", field=field),
+                      fields={field: N_("must be an object")})
     size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
     if size > limit:
-        problem = f"at most {limit // 1024} KB as JSON (got {size} bytes)"
-        raise TooLarge(f"{field} must be {problem}", fields={field: problem})
+        problem = N_("at most %(kb)s KB as JSON (got %(size)s bytes)", kb=str(limit // 1024),
+                     size=str(size))
+        raise TooLarge(N_("%(field)s must be %(problem)s", field=field, problem=problem),
+                       fields={field: problem})
     return raw
 
 
@@ -172,13 +184,13 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
     """The body over the kind's current values (or the class defaults for a new kind)."""
     unknown = sorted(set(body) - set(_FIELDS) - {"name"})
     if unknown:
-        raise Invalid(f"unknown field(s): {', '.join(unknown)}",
-                      fields=dict.fromkeys(unknown, "unknown field"))
+        raise Invalid(N_("unknown field(s): %(fields)s", fields=", ".join(unknown)),
+                      fields=dict.fromkeys(unknown, N_("unknown field")))
     if current is None:
         kind_class = body.get("class")
         if kind_class not in CLASSES:
-            problem = "required: critical or lifecycle"
-            raise Invalid(f"class is {problem}", fields={"class": problem})
+            problem = N_("required: critical or lifecycle")
+            raise Invalid(N_("class is %(problem)s", problem=problem), fields={"class": problem})
         base: dict[str, Any] = {**DEFAULTS[kind_class], "active": True, "description": "",
                                 "sample_data": {}, "sample_event": SAMPLE_EVENT,
                                 "text": None, "html": None, "builtin": False}
@@ -187,9 +199,10 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
     merged = {**base, **body}
     if current is not None and current["builtin"]:
         if merged["class"] != "critical" or merged["active"] is not True:
-            raise Invalid(f"{name} is built in: it stays active and critical (P7)",
+            raise Invalid(N_("%(name)s is built in: it stays active and critical (P7)",
+                             name=name),
                           fields={"class" if merged["class"] != "critical" else "active":
-                                  "cannot change for the built-in kind"})
+                                  N_("cannot change for the built-in kind")})
     return merged
 
 
@@ -199,15 +212,15 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
     naming every offending field (templates: with the line)."""
     name = check_name(name)
     if "name" in body and body["name"] != name:
-        raise Invalid("the name in the body differs from the one in the URL",
-                      fields={"name": "differs from the URL"})
+        raise Invalid(N_("the name in the body differs from the one in the URL"),
+                      fields={"name": N_("differs from the URL")})
     current = _current(conn, name)
     merged = _merged(name, body, current)
     fields: dict[str, str] = {}
     values: dict[str, Any] = {}
     builtin = bool(current and current["builtin"])
     checks = {
-        "class": lambda v: v if v in CLASSES else _bad("class", "critical or lifecycle"),
+        "class": lambda v: v if v in CLASSES else _bad("class", N_("critical or lifecycle")),
         "subject": lambda v: _template("subject", v, required=True),
         "text": lambda v: _template("text", v, required=False),
         "html": lambda v: _template("html", v, required=False),
@@ -215,9 +228,10 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
         "resend_cooldown": lambda v: None if v is None and builtin
         else _seconds("resend_cooldown", v, MAX_COOLDOWN),
         "dedupe_window": lambda v: _seconds("dedupe_window", v, MAX_WINDOW),
-        "active": lambda v: v if isinstance(v, bool) else _bad("active", "true or false"),
+        "active": lambda v: v if isinstance(v, bool) else _bad("active", N_("true or false")),
         "description": lambda v: v if isinstance(v, str) and len(v) <= MAX_DESCRIPTION
-        else _bad("description", f"text of at most {MAX_DESCRIPTION} characters"),
+        else _bad("description", N_("text of at most %(max)s characters",
+                                    max=str(MAX_DESCRIPTION))),
         "sample_data": lambda v: check_object("sample_data", v),
         "sample_event": lambda v: check_object("sample_event", v),
     }
@@ -227,9 +241,10 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
         except Invalid as exc:
             fields.update(exc.fields or {field: exc.message})
     if not fields and values["text"] is None and values["html"] is None:
-        fields["text"] = "give a text or an HTML template (or both)"
+        fields["text"] = N_("give a text or an HTML template (or both)")
     if fields:
-        raise Invalid("invalid kind: " + "; ".join(f"{k}: {v}" for k, v in fields.items()),
+        raise Invalid(N_("invalid kind: %(problems)s", problems=Text.joined("; ", (
+            N_("%(field)s: %(message)s", field=k, message=v) for k, v in fields.items()))),
                       fields=fields)
     kind = KindInput(name, values["class"], values["subject"], values["text"], values["html"],
                      values["retry_schedule"], values["resend_cooldown"],
@@ -240,15 +255,20 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
 
 
 def _bad(field: str, problem: str) -> Any:
-    raise Invalid(f"{field} must be {problem}", fields={field: problem})
+    raise Invalid(N_("%(field)s must be %(problem)s", field=field, problem=problem),
+                  fields={field: problem})
 
 
 def template_problem(exc: TemplateError) -> Invalid:
     """A template error as P9 wants it: the field, and the line when known."""
-    where = f"line {exc.line}: " if exc.line is not None else ""
-    return Invalid(f"the {exc.field} template has an error: {where}{exc.message}",
-                   fields={exc.field: f"{where}{exc.message}"},
-                   line=exc.line)
+    field = FIELD_NAMES.get(exc.field, exc.field)
+    if exc.line is None:
+        return Invalid(N_("the %(field)s template has an error: %(message)s", field=field,
+                          message=exc.message), fields={exc.field: exc.message})
+    return Invalid(N_("the %(field)s template has an error: line %(line)s: %(message)s",
+                      field=field, line=str(exc.line), message=exc.message),
+                   fields={exc.field: N_("line %(line)s: %(message)s", line=str(exc.line),
+                                         message=exc.message)}, line=exc.line)
 
 
 def render(kind: KindInput | KindSpec, data: dict[str, Any], event: dict[str, Any],

@@ -7,6 +7,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Overloaded
 from workers import queue
+from workers.i18n import N_
 from workers.settings import Config
 
 
@@ -16,6 +17,7 @@ def check_backlog(conn: Connection, config: Config, adding: int = 1) -> None:
     waiting = queue.backlog(conn)
     if waiting + adding > config.max_backlog:
         raise Overloaded(
-            f"the queue is full: {waiting:,} messages are waiting and the limit is "
-            f"{config.max_backlog:,} (SENDDOCK_MAX_BACKLOG). Try again once it has drained.",
+            N_("the queue is full: %(waiting)s messages are waiting and the limit is "
+               "%(limit)s (SENDDOCK_MAX_BACKLOG). Try again once it has drained.",
+               waiting=waiting, limit=config.max_backlog),
             retry_after=60, backlog=waiting, limit=config.max_backlog)

@@ -29,6 +29,7 @@ from webapp.domain import audit, kinds, limits, verifications
 from webapp.domain.errors import Conflict, Invalid, NotFound, TooLarge, TooMany
 from webapp.domain.lists import check_email
 from workers import queue, queue_reads
+from workers.i18n import N_, word
 from workers.kinds import BUILTIN, KindSpec
 from workers.settings import Config
 
@@ -265,18 +266,21 @@ def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
     cooldown = cooldown_of(spec, config)
     latest = queue.latest_job_for_user(conn, spec.name, user_ref, cooldown)
     if latest is None:
-        raise NotFound(f"no {spec.name} email was ever requested for user {user_ref}",
-                       fields={"user_id": "unknown user"})
+        raise NotFound(N_("no %(kind)s email was ever requested for user %(user)s",
+                          kind=word(spec.name), user=user_ref),
+                       fields={"user_id": N_("unknown user")})
     suppression = verifications._suppression(conn, latest["email"])
     if suppression is not None:
-        raise Conflict(f"{latest['email']} is on the suppression list "
-                       f"({suppression['reason']}); an admin must remove it first",
-                       fields={"user_id": "address suppressed"}, job_id=latest["id"])
+        raise Conflict(N_("%(email)s is on the suppression list (%(reason)s); an admin must "
+                          "remove it first", email=latest["email"],
+                          reason=word(suppression["reason"])),
+                       fields={"user_id": N_("address suppressed")}, job_id=latest["id"])
     left = float(latest["cooldown_left"])
     if left > 0:
         wait = math.ceil(left)
-        raise TooMany(f"an email of kind {spec.name} was sent to this user moments ago; you can "
-                      f"resend in {wait} s", retry_after=wait,
+        raise TooMany(N_("an email of kind %(kind)s was sent to this user moments ago; you "
+                         "can resend in %(seconds)s s", kind=word(spec.name),
+                         seconds=str(wait)), retry_after=wait,
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
     if latest["status"] in ("pending", "sending", "retry"):
         job = queue.mark_resent(conn, latest["id"])
@@ -329,6 +333,6 @@ def user_overview(conn: Connection, config: Config, user_ref: str) -> list[KindH
                   for v in history.jobs}
         sections.append(KindHistory(spec, history, cooldown, len(schedule) + 1, events))
     if not sections:
-        raise NotFound(f"no emails for user {user_ref}")
+        raise NotFound(N_("no emails for user %(user)s", user=user_ref))
     sections.sort(key=lambda s: (not s.spec.builtin, s.spec.name))
     return sections

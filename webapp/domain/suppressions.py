@@ -22,6 +22,7 @@ from webapp.domain import audit
 from webapp.domain.errors import Invalid
 from webapp.domain.lists import check_email
 from webapp.models import SUPPRESSION_REASONS
+from workers.i18n import N_
 
 PAGE_SIZE = 50
 MAX_PASTE = 10_000
@@ -29,8 +30,9 @@ MAX_PASTE = 10_000
 
 def check_reason(reason: str) -> str:
     if reason not in SUPPRESSION_REASONS:
-        raise Invalid(f"reason must be one of {', '.join(SUPPRESSION_REASONS)}",
-                      fields={"reason": "unknown reason"})
+        raise Invalid(N_("reason must be one of %(choices)s",
+                         choices=", ".join(SUPPRESSION_REASONS)),
+                      fields={"reason": N_("unknown reason")})
     return reason
 
 
@@ -84,8 +86,8 @@ def _cursor(row: dict[str, Any], by_email: bool) -> str:
 def check_cursor(cursor: str | None) -> None:
     """Refuse (422) a page cursor that :func:`_cursor` cannot have made."""
     if cursor and not re.search(CURSOR, cursor):
-        raise Invalid("that page link is broken; start again from the first page",
-                      fields={"after": "invalid cursor"})
+        raise Invalid(N_("that page link is broken; start again from the first page"),
+                      fields={"after": N_("invalid cursor")})
 
 
 def _after(cursor: str | None, by_email: bool) -> tuple[str, dict[str, Any]]:
@@ -186,8 +188,8 @@ def parse_addresses(text: str) -> tuple[list[str], list[dict[str, Any]]]:
             except Invalid as exc:
                 errors.append({"line": number, "value": item[:200], "error": exc.message})
     if len(valid) > MAX_PASTE:
-        raise Invalid(f"at most {MAX_PASTE:,} addresses at once; split the list",
-                      fields={"emails": "too many"})
+        raise Invalid(N_("at most %(max)s addresses at once; split the list", max=MAX_PASTE),
+                      fields={"emails": N_("too many")})
     return list(valid), errors
 
 
@@ -217,7 +219,7 @@ def add_many(conn: Connection, text: str, *, reason: str = "manual", note: str =
     check_reason(reason)
     emails, errors = parse_addresses(text)
     if not emails and not errors:
-        raise Invalid("paste at least one address", fields={"emails": "required"})
+        raise Invalid(N_("paste at least one address"), fields={"emails": N_("required")})
     added = set(conn.execute(_ADD_MANY, {"emails": emails, "reason": reason,
                                          "note": note.strip(), "actor": actor}).scalars())
     return {"added": [e for e in emails if e in added],
@@ -248,6 +250,7 @@ def clear(conn: Connection, emails: list[str], note: str, actor: str) -> list[st
     """Take ``emails`` off the list; returns the addresses that were on it."""
     wanted = sorted({e.strip().lower() for e in emails if e and e.strip()})
     if not wanted:
-        raise Invalid("select at least one address to clear", fields={"emails": "required"})
+        raise Invalid(N_("select at least one address to clear"),
+                      fields={"emails": N_("required")})
     rows = conn.execute(_CLEAR, {"emails": wanted, "note": note.strip(), "actor": actor})
     return sorted(r.email for r in rows)

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import NotFound
+from workers.i18n import N_
 from workers.links import read_token
 
 
@@ -39,7 +40,7 @@ def unsubscribe(conn: Connection, secret_key: str, token: str, *, via: str) -> d
     link that is not genuine."""
     recipient = recipient_for(conn, secret_key, token)
     if recipient is None:
-        raise NotFound("this unsubscribe link is not valid")
+        raise NotFound(N_("this unsubscribe link is not valid"))
     actor = f"recipient ({via})"
     note = f"campaign {recipient['campaign_id']}" if recipient["campaign_id"] else ""
     suppressions.suppress(conn, recipient["email"], "unsubscribed", note=note, actor=actor)

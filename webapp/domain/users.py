@@ -15,6 +15,7 @@ from webapp.domain import audit
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email
 from webapp.models import ROLES
+from workers.i18n import N_
 
 _hasher = PasswordHasher()
 TOKEN_PREFIX = "sd_"
@@ -34,7 +35,8 @@ def verify_password(password_hash: str, password: str) -> bool:
 
 def check_role(role: str) -> str:
     if role not in ROLES:
-        raise Invalid(f"role must be one of {', '.join(ROLES)}", fields={"role": "unknown role"})
+        raise Invalid(N_("role must be one of %(choices)s", choices=", ".join(ROLES)),
+                      fields={"role": N_("unknown role")})
     return role
 
 
@@ -43,12 +45,13 @@ def create_user(conn: Connection, email: str, password: str, role: str, *,
     email = check_email(email)
     check_role(role)
     if len(password) < MIN_PASSWORD:
-        raise Invalid(f"password must be at least {MIN_PASSWORD} characters",
-                      fields={"password": "too short"})
+        raise Invalid(N_("password must be at least %(min)s characters", min=MIN_PASSWORD),
+                      fields={"password": N_("too short")})
     exists = conn.execute(sa.text("SELECT 1 FROM users WHERE lower(email) = lower(:e)"),
                           {"e": email}).first()
     if exists:
-        raise Conflict(f"a user with email {email} already exists", fields={"email": "taken"})
+        raise Conflict(N_("a user with email %(email)s already exists", email=email),
+                       fields={"email": N_("taken")})
     row = conn.execute(sa.text("""
         INSERT INTO users (email, password_hash, role) VALUES (:e, :h, :r)
         RETURNING id, email, role, active, created_at"""),
@@ -61,7 +64,7 @@ def get_user(conn: Connection, user_id: int) -> dict[str, Any]:
     row = conn.execute(sa.text("SELECT * FROM users WHERE id = :id"), {"id": user_id}
                        ).mappings().first()
     if row is None:
-        raise NotFound(f"user {user_id} does not exist")
+        raise NotFound(N_("user %(id)s does not exist", id=str(user_id)))
     return dict(row)
 
 
@@ -82,8 +85,8 @@ def create_token(conn: Connection, user_id: int, name: str = "", *,
     ``expires_in_days`` it answers 401 from then on."""
     user = get_user(conn, user_id)
     if expires_in_days is not None and not 1 <= expires_in_days <= 3650:
-        raise Invalid("a token expires after 1 to 3650 days (or never)",
-                      fields={"expires": "out of range"})
+        raise Invalid(N_("a token expires after 1 to 3650 days (or never)"),
+                      fields={"expires": N_("out of range")})
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     conn.execute(sa.text("""
         INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at)
@@ -112,7 +115,8 @@ def revoke_token(conn: Connection, token_id: int, *, actor: str = "system") -> N
     n = conn.execute(sa.text("UPDATE api_tokens SET revoked_at = now() WHERE id = :id "
                              "AND revoked_at IS NULL"), {"id": token_id}).rowcount
     if not n:
-        raise NotFound(f"token {token_id} does not exist or is already revoked")
+        raise NotFound(N_("token %(id)s does not exist or is already revoked",
+                          id=str(token_id)))
     audit.record(conn, actor, "token.revoke", f"token:{token_id}")
 
 
@@ -141,8 +145,8 @@ def authenticate(conn: Connection, email: str, password: str,
             MAX_FAILED_PER_ADDRESS:
         audit.record(conn, "anonymous", "user.login_failed", email.lower()[:320],
                      remote_addr=remote_addr, reason="too many failed attempts")
-        raise LoginRefused(f"Too many failed attempts. Try again in {LOGIN_WINDOW_MINUTES} "
-                           "minutes.")
+        raise LoginRefused(N_("Too many failed attempts. Try again in %(minutes)s minutes.",
+                              minutes=LOGIN_WINDOW_MINUTES))
     user = find_user(conn, email)
     # The hash is checked before `active`, so a disabled account answers in the same time.
     ok = user is not None and verify_password(user["password_hash"], password) and \
@@ -156,7 +160,7 @@ def authenticate(conn: Connection, email: str, password: str,
         audit.record(conn, "anonymous", "user.login_failed", email.lower()[:320],
                      remote_addr=remote_addr, reason="wrong email or password"
                      if user is None or user["active"] else "account disabled")
-        raise LoginRefused("Wrong email or password.")
+        raise LoginRefused(N_("Wrong email or password."))
     conn.execute(sa.text("UPDATE users SET last_login_at = now() WHERE id = :id"),
                  {"id": user["id"]})
     audit.record(conn, user["email"], "user.login", f"user:{user['id']}",
@@ -171,13 +175,13 @@ def set_password(conn: Connection, user_id: int, password: str, *,
                  actor: str = "system") -> None:
     """Change the password and end every existing session of the user."""
     if len(password) < MIN_PASSWORD:
-        raise Invalid(f"password must be at least {MIN_PASSWORD} characters",
-                      fields={"password": "too short"})
+        raise Invalid(N_("password must be at least %(min)s characters", min=MIN_PASSWORD),
+                      fields={"password": N_("too short")})
     n = conn.execute(sa.text("UPDATE users SET password_hash = :h, "
                              "session_version = session_version + 1 WHERE id = :id"),
                      {"h": hash_password(password), "id": user_id}).rowcount
     if not n:
-        raise NotFound(f"user {user_id} does not exist")
+        raise NotFound(N_("user %(id)s does not exist", id=str(user_id)))
     end_sessions(conn, user_id)
     audit.record(conn, actor, "user.password", f"user:{user_id}")
 
@@ -258,15 +262,15 @@ def _keep_an_admin(conn: Connection, user_id: int) -> None:
         "SELECT count(*) FROM users WHERE role = 'admin' AND active AND id <> :id"),
         {"id": user_id}).scalar()
     if not others:
-        raise Conflict("this is the last active admin; make another user admin first",
-                       fields={"user": "last admin"})
+        raise Conflict(N_("this is the last active admin; make another user admin first"),
+                       fields={"user": N_("last admin")})
 
 
 def _locked_user(conn: Connection, user_id: int) -> dict[str, Any]:
     row = conn.execute(sa.text("SELECT * FROM users WHERE id = :id FOR UPDATE"),
                        {"id": user_id}).mappings().first()
     if row is None:
-        raise NotFound(f"user {user_id} does not exist")
+        raise NotFound(N_("user %(id)s does not exist", id=str(user_id)))
     # Serialize admin-count checks: two admins demoting each other at once cannot both win.
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(8, 1)"))
     return dict(row)
@@ -312,8 +316,8 @@ def set_locale(conn: Connection, user_id: int, locale: str | None, *, allowed: A
                actor: str) -> None:
     """The UI language the user reads (None: whatever their browser asks for)."""
     if locale is not None and locale not in allowed:
-        raise Invalid(f"language must be one of {', '.join(allowed)}",
-                      fields={"locale": "unknown"})
+        raise Invalid(N_("language must be one of %(choices)s", choices=", ".join(allowed)),
+                      fields={"locale": N_("unknown")})
     conn.execute(sa.text("UPDATE users SET locale = :l WHERE id = :id"),
                  {"l": locale, "id": user_id})
     audit.record(conn, actor, "user.language", f"user:{user_id}", locale=locale or "browser")

@@ -29,8 +29,10 @@ from webapp.domain import audit, limits
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
+from webapp.i18n import dt
 from workers import feedback, queue, queue_reads
 from workers.classify import ReplyClass, humanize
+from workers.i18n import N_, word
 from workers.kinds import load_kind
 from workers.settings import Config
 
@@ -154,15 +156,16 @@ def explain_flags(job: dict[str, Any]) -> list[FlagView]:
     for flag in job.get("flags") or []:
         if flag == FLAG_DISPOSABLE:
             listed = disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
-            held = "; the email is held until support releases or drops it" \
-                if job["status"] == "held" else ""
-            views.append(FlagView(flag, "Disposable address",
-                                  f"{listed} is a throwaway-mail domain on the "
-                                  f"disposable-email-domains list{held}."))
+            reason = N_("%(domain)s is a throwaway-mail domain on the disposable-email-domains "
+                        "list; the email is held until support releases or drops it.",
+                        domain=listed) if job["status"] == "held" else \
+                N_("%(domain)s is a throwaway-mail domain on the disposable-email-domains "
+                   "list.", domain=listed)
+            views.append(FlagView(flag, N_("Disposable address"), reason))
         elif flag == FLAG_SUPPRESSED:
-            views.append(FlagView(flag, "Suppressed address",
-                                  "the address was on the suppression list when the email "
-                                  "was requested, so it will not be sent."))
+            views.append(FlagView(flag, N_("Suppressed address"), N_(
+                "the address was on the suppression list when the email was requested, so "
+                "it will not be sent.")))
         else:
             views.append(FlagView(str(flag), str(flag), ""))
     return views
@@ -222,23 +225,23 @@ def request(conn: Connection, config: Config, req: VerificationRequest, *,
 
 def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref: str) -> None:
     if latest is None:
-        raise NotFound(f"no verification email was ever requested for user {user_ref}",
-                       fields={"user_id": "unknown user"})
+        raise NotFound(N_("no verification email was ever requested for user %(user)s",
+                          user=user_ref), fields={"user_id": N_("unknown user")})
     if latest["status"] == "held":
-        raise Conflict("the last verification email is held for support (disposable "
-                       "address): release or drop it instead of resending",
-                       fields={"user_id": "held"}, job_id=latest["id"])
+        raise Conflict(N_("the last verification email is held for support (disposable "
+                          "address): release or drop it instead of resending"),
+                       fields={"user_id": N_("held")}, job_id=latest["id"])
     suppression = _suppression(conn, latest["email"])
     if suppression is not None:
-        raise Conflict(f"{latest['email']} is on the suppression list "
-                       f"({suppression['reason']}), so a resend would not be delivered; "
-                       "an admin must remove it from the list first",
-                       fields={"user_id": "address suppressed"}, job_id=latest["id"])
+        raise Conflict(N_("%(email)s is on the suppression list (%(reason)s), so a resend "
+                          "would not be delivered; an admin must remove it from the list "
+                          "first", email=latest["email"], reason=word(suppression["reason"])),
+                       fields={"user_id": N_("address suppressed")}, job_id=latest["id"])
     left = float(latest["cooldown_left"])
     if left > 0:
         wait = math.ceil(left)
-        raise TooMany(f"a verification email was sent to this user moments ago; you can "
-                      f"resend in {wait} s", retry_after=wait,
+        raise TooMany(N_("a verification email was sent to this user moments ago; you can "
+                         "resend in %(seconds)s s", seconds=str(wait)), retry_after=wait,
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
 
 
@@ -279,8 +282,8 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
                           verify_url=(latest["payload"] or {}).get("verify_url", ""),
                           idempotency_key=None, actor=actor)
         if job_id is None:
-            raise Conflict("another verification email for this user was just created; "
-                           "reload and try again", fields={"user_id": "busy"})
+            raise Conflict(N_("another verification email for this user was just created; "
+                              "reload and try again"), fields={"user_id": N_("busy")})
         job, reused = queue.single_job(conn, job_id), False
     audit.record(conn, actor, "verification.resend", f"user:{user_ref}", job_id=job["id"],
                  reused=reused, previous_job_id=latest["id"],
@@ -291,9 +294,10 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
 def _not_held(conn: Connection, job_id: int) -> DomainError:
     job = queue_reads.get_job(conn, job_id)
     if job is None or job["kind"] != KIND:
-        return NotFound(f"verification email {job_id} does not exist")
-    return Conflict(f"verification email {job_id} is no longer held (it is "
-                    f"{job['status']}); reload to see its state", user_ref=job["user_ref"])
+        return NotFound(N_("verification email %(id)s does not exist", id=str(job_id)))
+    return Conflict(N_("verification email %(id)s is no longer held (it is %(status)s); "
+                       "reload to see its state", id=str(job_id), status=word(job["status"])),
+                    user_ref=job["user_ref"])
 
 
 
@@ -378,7 +382,8 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
     are the kind's (default: the settings')."""
     jobs = queue_reads.jobs_for_user(conn, kind, user_ref)
     if not jobs:
-        raise NotFound(f"no {kind} emails for user {user_ref}")
+        raise NotFound(N_("no %(kind)s emails for user %(user)s", kind=word(kind),
+                          user=user_ref))
     cooldown = config.resend_cooldown if cooldown is None else cooldown
     latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
@@ -396,10 +401,11 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
     suppression = _suppression(conn, latest["email"])
     block = None
     if latest["status"] == "held":
-        block = "The last email is held for support: release or drop it below."
+        block = N_("The last email is held for support: release or drop it below.")
     elif suppression is not None:
-        block = (f"The address is on the suppression list ({suppression['reason']}); an "
-                 "admin must remove it before a resend can be delivered.")
+        block = N_("The address is on the suppression list (%(reason)s); an admin must "
+                   "remove it before a resend can be delivered.",
+                   reason=word(suppression["reason"]))
     left = math.ceil(float(latest["cooldown_left"]))
     return UserHistory(user_ref, latest["email"], views,
                        latest["cooldown_until"] if left > 0 else None, left, block,
@@ -409,9 +415,9 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
 # --- plain words -----------------------------------------------------------------------
 
 STATUS_LABELS = {
-    "pending": "waiting", "sending": "sending", "retry": "will retry", "sent": "sent",
-    "failed": "failed", "bounced": "bounced", "skipped": "not sent", "cancelled": "dropped",
-    "held": "held",
+    "pending": N_("waiting"), "sending": N_("sending"), "retry": N_("will retry"),
+    "sent": N_("sent"), "failed": N_("failed"), "bounced": N_("bounced"),
+    "skipped": N_("not sent"), "cancelled": N_("dropped"), "held": N_("held"),
 }
 
 
@@ -419,28 +425,29 @@ def reply_phrase(attempt: dict[str, Any]) -> str:
     """A short phrase for one attempt's outcome (never the server's own text)."""
     outcome = str(attempt.get("outcome") or "")
     if outcome == "build":
-        return "the message could not be built from its template"
+        return N_("the message could not be built from its template")
     try:
         reply_class = ReplyClass(outcome)
     except ValueError:
-        return outcome or "unknown outcome"
+        return outcome or N_("unknown outcome")
     return humanize(reply_class, attempt.get("smtp_code"), attempt.get("enhanced_code"),
                     attempt.get("reply") or "", attempt.get("stage"))
 
 
 def when(moment: datetime | None, now: datetime) -> str:
-    """``14:32 UTC`` today, ``3 May 14:32 UTC`` otherwise."""
+    """``14:32 UTC`` today, ``2026-05-03 14:32 UTC`` otherwise (the day as the page's
+    language writes it)."""
     if moment is None:
-        return "an unknown time"
-    moment = moment.astimezone(UTC)
-    if moment.date() == now.astimezone(UTC).date():
-        return moment.strftime("%H:%M UTC")
-    return f"{moment.day} {moment.strftime('%b %H:%M UTC')}"
+        return N_("an unknown time")
+    if moment.astimezone(UTC).date() == now.astimezone(UTC).date():
+        return dt(moment, "%H:%M UTC")
+    return dt(moment, "%Y-%m-%d %H:%M UTC")
 
 
 def timestamp(moment: datetime | None) -> str:
-    """``2026-05-03 14:32:05 UTC``: exact times for the attempt timeline."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+    """``2026-05-03 14:32:05 UTC`` (the day as the page's language writes it): exact times
+    for the attempt timeline."""
+    return dt(moment, "%Y-%m-%d %H:%M:%S UTC")
 
 
 def describe(job: dict[str, Any], attempts: list[dict[str, Any]], max_attempts: int,
@@ -450,26 +457,29 @@ def describe(job: dict[str, Any], attempts: list[dict[str, Any]], max_attempts: 
     last = reply_phrase(attempts[-1]) if attempts else None
     n = job["attempts"]
     if status == "sent":
-        return f"accepted by the mail server at {when(job['finished_at'], now)}"
+        return N_("accepted by the mail server at %(at)s", at=when(job["finished_at"], now))
     if status == "retry":
-        return (f"{last or 'not delivered yet'}; will retry at "
-                f"{when(job['available_at'], now)} (attempt {n + 1} of {max_attempts})")
+        return N_("%(last)s; will retry at %(at)s (attempt %(next)s of %(max)s)",
+                  last=last or N_("not delivered yet"), at=when(job["available_at"], now),
+                  next=n + 1, max=max_attempts)
     if status == "failed":
         if n > 1:
-            return f"gave up after {n} attempts: {last}"
-        return f"not delivered: {last or job['last_error'] or 'unknown error'} (not retried)"
+            return N_("gave up after %(count)s attempts: %(last)s", count=n, last=last or "")
+        return N_("not delivered: %(why)s (not retried)",
+                  why=last or job["last_error"] or N_("unknown error"))
     if status == "bounced":
-        return (f"the address does not work ({last or 'mailbox does not exist'}); it is now "
-                "on the suppression list")
+        return N_("the address does not work (%(why)s); it is now on the suppression list",
+                  why=last or N_("mailbox does not exist"))
     if status == "pending":
         if job["available_at"] > now:
-            return f"waiting to be sent at {when(job['available_at'], now)}"
+            return N_("waiting to be sent at %(at)s", at=when(job["available_at"], now))
         if job.get("last_error_class") in ("relay", "orphan"):
-            return "waiting to be sent (delivery was interrupted; it will go out by itself)"
-        return "waiting to be sent"
+            return N_("waiting to be sent (delivery was interrupted; it will go out by "
+                      "itself)")
+        return N_("waiting to be sent")
     return {
-        "sending": "being handed to the mail server right now",
-        "held": "held for support: release it to send it, or drop it",
-        "skipped": "not sent: the address is on the suppression list",
-        "cancelled": job.get("last_error") or "cancelled",
+        "sending": N_("being handed to the mail server right now"),
+        "held": N_("held for support: release it to send it, or drop it"),
+        "skipped": N_("not sent: the address is on the suppression list"),
+        "cancelled": job.get("last_error") or N_("cancelled"),
     }.get(status, status)
