@@ -37,33 +37,99 @@ def _shot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 
-@pytest.mark.parametrize("language", ["en", "es"])
-def test_the_admin_pages_in_each_language(page: Any, live_server: LiveServer,
-                                          engine: sa.Engine, language: str,
-                                          make_user: Callable[..., dict[str, Any]]) -> None:
+def _sees(page: Any, texts: list[str], shot: str) -> None:
+    """The page shows every one of ``texts`` (and is kept as ``shot`` with SENDDOCK_SHOTS)."""
+    for text in texts:
+        expect(page.locator("body")).to_contain_text(text)
+    _shot(page, shot)
+
+
+def _as_admin(page: Any, live_server: LiveServer, engine: sa.Engine, language: str,
+              make_user: Callable[..., dict[str, Any]]) -> None:
     admin = make_user("admin")
     with engine.begin() as conn:
         users.set_locale(conn, admin["id"], language, allowed=LANGUAGES, actor="test")
     login(page, live_server, admin)
+
+
+@pytest.mark.parametrize("language", ["en", "es"])
+def test_the_admin_pages_in_each_language(page: Any, live_server: LiveServer,
+                                          engine: sa.Engine, language: str,
+                                          make_user: Callable[..., dict[str, Any]]) -> None:
+    _as_admin(page, live_server, engine, language, make_user)
     seen = SEEN[language]
     page.goto(f"{live_server.url}/admin/domains")
     page.fill("input[name=domain]", "mail.example.net")
     page.locator("form[action$='/admin/domains/keys'] button[type=submit]").click()
     expect(page.locator(".flash-success")).to_be_visible()
-    for text in seen["domains"]:
-        expect(page.locator("body")).to_contain_text(text)
-    _shot(page, f"domain-{language}")
+    _sees(page, seen["domains"], f"domain-{language}")
     page.goto(f"{live_server.url}/admin/domains")
     _shot(page, f"domains-{language}")
     page.goto(f"{live_server.url}/transactional/")
-    for text in seen["transactional"]:
-        expect(page.locator("body")).to_contain_text(text)
-    _shot(page, f"transactional-{language}")
-    page.goto(f"{live_server.url}/transactional/kinds/verification")
-    _shot(page, f"kind-{language}")
+    _sees(page, seen["transactional"], f"transactional-{language}")
     page.goto(f"{live_server.url}/admin/event-webhooks/")
     page.fill("input[name=url]", "https://hooks.example.net/senddock")
     page.locator("form button[type=submit]").last.click()
-    for text in seen["webhooks"]:
-        expect(page.locator("body")).to_contain_text(text)
-    _shot(page, f"webhooks-{language}")
+    _sees(page, seen["webhooks"], f"webhooks-{language}")
+
+
+# What the kind editor says, and what it says when a save is refused.
+EDITOR = {
+    "en": {"title": "Kind verification", "class": "critical — served first",
+           "labels": ["Retry schedule", "Resend cooldown", "Dedupe window", "Sample data",
+                      "Send a test"],
+           "schedule": ["Not saved:", "invalid kind: retry_schedule: a list of at most 10 "
+                        "delays in seconds (0 to 604800); [] means never retry",
+                        "Nothing you typed was lost"],
+           "schedule_field": "a list of at most 10 delays in seconds",
+           "template": "the subject template has an error: line 1:",
+           "list": ["critical", "Dedupe window", "none"]},
+    "es": {"title": "Tipo verification", "class": "crítico — se atiende primero",
+           "labels": ["Calendario de reintentos", "Espera para reenviar",
+                      "Ventana de deduplicación", "Datos de ejemplo", "Enviar una prueba"],
+           "schedule": ["No se guardó:", "tipo no válido: retry_schedule: una lista de como "
+                        "mucho 10 esperas en segundos (de 0 a 604800); [] significa no "
+                        "reintentar nunca", "No se perdió nada de lo que escribiste"],
+           "schedule_field": "una lista de como mucho 10 esperas en segundos",
+           "template": "error en la plantilla de asunto: línea 1:",
+           "list": ["crítico", "Ventana de deduplicación", "ninguna"]},
+}
+
+
+@pytest.mark.parametrize("language", ["en", "es"])
+def test_the_kind_editor_in_each_language(page: Any, live_server: LiveServer,
+                                          engine: sa.Engine, language: str,
+                                          make_user: Callable[..., dict[str, Any]]) -> None:
+    """The editor's own words, the preview of the saved kind, and a refused save's
+    message and field error, in the admin's language (the kind's name and the API field
+    names stay as the API spells them)."""
+    _as_admin(page, live_server, engine, language, make_user)
+    words = EDITOR[language]
+    page.goto(f"{live_server.url}/transactional/")
+    row = page.locator("#kind-verification")
+    for text in words["list"]:
+        expect(page.locator("#kinds-table")).to_contain_text(text)
+    expect(row.locator("[data-stat=dedupe]")).to_have_text(words["list"][2])
+    row.get_by_role("link", name="verification").click()
+    expect(page.locator("h1")).to_have_text(words["title"])
+    expect(page.locator("select[name=class] option:checked")).to_have_text(words["class"])
+    _sees(page, words["labels"], f"kind-{language}")
+    preview = page.frame_locator("#kind-preview")
+    expect(preview.locator("#preview-subject")).to_have_text("Confirm your email address")
+
+    page.fill("input[name=retry_schedule]", "abc")
+    page.locator("#kind-form button.primary").click()
+    expect(page.locator("#kind-error")).to_be_visible()
+    for text in words["schedule"]:
+        expect(page.locator("#kind-error")).to_contain_text(text)
+    expect(page.locator("input[name=retry_schedule] ~ .field-error")).to_contain_text(
+        words["schedule_field"])
+    expect(page.locator("input[name=retry_schedule]")).to_have_value("abc")  # kept
+    _shot(page, f"kind-refused-{language}")
+
+    page.fill("input[name=retry_schedule]", "30, 120")
+    page.fill("input[name=subject]", "Confirm {{ data.name")
+    page.locator("#kind-form button.primary").click()
+    expect(page.locator("#kind-error")).to_contain_text(words["template"])
+    expect(page.locator("#kind-error .excerpt")).to_contain_text("Confirm {{ data.name")
+    _shot(page, f"kind-template-error-{language}")
