@@ -5,9 +5,9 @@ Catalogs live in ``translations/<lang>/LC_MESSAGES/messages.po`` with their comp
 ``messages.mo`` committed beside them (so a fresh clone and a built wheel need no build
 step); ``tests/unit/test_translations.py`` checks that no template text is left
 unwrapped, that every message has its Spanish translation and that the ``.mo`` files match
-the ``.po`` files. To update: ``pybabel extract -F babel.cfg -k _l -k N_ -o /tmp/messages.pot .``,
-``pybabel update -i /tmp/messages.pot -d translations``, translate, ``pybabel compile -d
-translations``.
+the ``.po`` files. To update: ``pybabel extract --sort-output -F babel.cfg -k _l -k N_
+-k lazy_pgettext:1c,2 -o /tmp/messages.pot .``, ``pybabel update -N --ignore-obsolete -i
+/tmp/messages.pot -d translations``, translate, ``pybabel compile -d translations``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import Flask, g, request
-from flask_babel import Babel, format_decimal, get_locale, gettext
+from flask_babel import Babel, format_decimal, get_locale, gettext, lazy_pgettext
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 
@@ -44,6 +44,16 @@ VOCABULARY = {
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
     "problem": _l("problem"), "warning": _l("warning"),
     "critical": _l("critical"), "lifecycle": _l("lifecycle"),
+}
+# A campaign's state as its badge says it: Spanish agrees with the noun (una campaña
+# enviada, cancelada), where the words above agree with a job (un trabajo enviado).
+CAMPAIGN_STATES = {
+    "draft": lazy_pgettext("campaign", "draft"),
+    "scheduled": lazy_pgettext("campaign", "scheduled"),
+    "sending": lazy_pgettext("campaign", "sending"),
+    "paused": lazy_pgettext("campaign", "paused"),
+    "cancelled": lazy_pgettext("campaign", "cancelled"),
+    "sent": lazy_pgettext("campaign", "sent"),
 }
 # How each language writes a day (the rest of a strftime format is kept).
 _DAY = {"en": "%Y-%m-%d", "es": "%d/%m/%Y"}
@@ -92,6 +102,12 @@ def label(value: Any) -> str:
     return str(text) if text is not None else str(value)
 
 
+def campaign_state(value: Any) -> str:
+    """A campaign's stored state in the page's language (as its badge says it)."""
+    text = CAMPAIGN_STATES.get(str(value))
+    return str(text) if text is not None else label(value)
+
+
 def localize(message: Any) -> Any:
     """A message built by the domain code or the engine (:class:`workers.i18n.Text`) in
     the page's language; anything else as it is."""
@@ -102,7 +118,8 @@ def init_app(app: Flask) -> None:
     app.config.setdefault("BABEL_DEFAULT_LOCALE", DEFAULT)
     app.config["BABEL_TRANSLATION_DIRECTORIES"] = str(resource_dir("translations"))
     Babel(app, locale_selector=select_locale)
-    app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize)
+    app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
+                                 campaign_state=campaign_state)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

@@ -24,7 +24,7 @@ WORDS = {
            "failed_tab": "Failed", "retry_all": r"Retry all \d+ matching",
            "user": "User u-77", "login": "Log in"},
     "es": {"dashboard": "Panel", "review": "Revisar y enviar…", "send": "Enviar ahora a",
-           "sent": "enviados", "done": "100,0 %", "resend": "Reenviar a", "jobs": "Trabajos",
+           "sent": "enviada", "done": "100,0 %", "resend": "Reenviar a", "jobs": "Trabajos",
            "failed_tab": "Fallidos", "retry_all": r"Reintentar los \d+ que coinciden",
            "user": "Usuario u-77", "login": "Iniciar sesión"},
 }
@@ -66,6 +66,12 @@ def test_marketer_support_and_admin_journeys(browser: Any, live_server: LiveServ
 
     # Marketer: from the dashboard to a sent campaign, in the browser's language.
     with _session(browser, live_server, lang, "marketer@example.com") as page:
+        # The campaigns list's twelve columns fit in the window, in Spanish too.
+        page.goto(f"{live_server.url}/campaigns/")
+        expect(page.locator("#campaign-table")).to_contain_text("November newsletter")
+        assert page.evaluate("""() => { const card = document.querySelector('#campaign-table')
+            .closest('.card'); return card.scrollWidth <= card.clientWidth; }""")
+        page.goto(f"{live_server.url}/")
         expect(page.locator("h1")).to_have_text(words["dashboard"])
         page.get_by_role("link", name="November newsletter").first.click()
         page.get_by_role("link", name=words["review"]).click()

@@ -148,7 +148,7 @@ def _catalog() -> dict[str, str]:
 METHOD_MAP = [("webapp/**.py", "python"), ("workers/**.py", "python"),
               ("templates/**.html", "jinja2")]
 KEYWORDS = {"_": None, "gettext": None, "lazy_gettext": None, "_l": None,
-            "ngettext": (1, 2), "N_": None}
+            "ngettext": (1, 2), "N_": None, "lazy_pgettext": ((1, "c"), 2)}
 
 
 def _extracted() -> list[tuple[str, int, str]]:

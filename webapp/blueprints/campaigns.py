@@ -15,7 +15,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
-from webapp.i18n import dt, label, localize
+from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
 
@@ -128,7 +128,8 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
     if request.method == "GET":
         if campaign["status"] not in campaigns.EDITABLE:
             flash(_("This campaign is %(status)s: what was sent cannot change. Duplicate it "
-                    "to send it again with changes.", status=label(campaign["status"])), "info")
+                    "to send it again with changes.", status=campaign_state(campaign["status"])),
+                  "info")
             return redirect(_link(campaign_id))
         return _compose_page(_stored_values(campaign), campaign)
     values = _form_data()
