@@ -55,6 +55,10 @@ CAMPAIGN_STATES = {
     "cancelled": lazy_pgettext("campaign", "cancelled"),
     "sent": lazy_pgettext("campaign", "sent"),
 }
+# A DKIM key's state (una clave activa, retirada).
+KEY_STATES = {"active": lazy_pgettext("DKIM key", "active"),
+              "next": lazy_pgettext("DKIM key", "next"),
+              "retired": lazy_pgettext("DKIM key", "retired")}
 # How each language writes a day (the rest of a strftime format is kept).
 _DAY = {"en": "%Y-%m-%d", "es": "%d/%m/%Y"}
 
@@ -108,6 +112,12 @@ def campaign_state(value: Any) -> str:
     return str(text) if text is not None else label(value)
 
 
+def key_state(value: Any) -> str:
+    """A DKIM key's stored state in the page's language."""
+    text = KEY_STATES.get(str(value))
+    return str(text) if text is not None else str(value)
+
+
 def localize(message: Any) -> Any:
     """A message built by the domain code or the engine (:class:`workers.i18n.Text`) in
     the page's language; anything else as it is."""
@@ -119,7 +129,7 @@ def init_app(app: Flask) -> None:
     app.config["BABEL_TRANSLATION_DIRECTORIES"] = str(resource_dir("translations"))
     Babel(app, locale_selector=select_locale)
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
-                                 campaign_state=campaign_state)
+                                 campaign_state=campaign_state, key_state=key_state)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

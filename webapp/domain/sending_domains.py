@@ -18,7 +18,7 @@ from webapp.domain import audit
 from webapp.domain import domain_checks as dc
 from webapp.domain.errors import Invalid
 from workers import dkim
-from workers.i18n import message_of
+from workers.i18n import N_, message_of
 from workers.settings import Config
 from workers.smtp import parse_smtp_url
 
@@ -44,14 +44,14 @@ def overview(conn: Connection, config: Config) -> list[DomainView]:
     uses: dict[str, list[str]] = {}
     default = domain_of(config.mail_from)
     if default:
-        uses.setdefault(default, []).append("SENDDOCK_FROM (verification and transactional "
-                                            "mail)")
+        uses.setdefault(default, []).append(N_("SENDDOCK_FROM (verification and "
+                                               "transactional mail)"))
     for row in conn.execute(sa.text(
             "SELECT name, from_addr FROM campaigns WHERE status IN "
             "('draft', 'scheduled', 'sending', 'paused') ORDER BY id DESC LIMIT 500")):
         domain = domain_of(row.from_addr)
         if domain:
-            uses.setdefault(domain, []).append(f"campaign “{row.name}”")
+            uses.setdefault(domain, []).append(N_("campaign “%(name)s”", name=row.name))
     keys = dkim.list_keys(conn)
     for domain in conn.execute(sa.text("SELECT domain FROM sending_domains")).scalars():
         uses.setdefault(domain, [])
