@@ -1,9 +1,11 @@
 """The worker pool, hosted by APScheduler inside the process (SPEC 2).
 
 - N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
-  claim a batch and commit each message's outcome (one prepared statement in autocommit)
-  the moment the relay has answered it, before the next message goes out (SPEC 10: a
-  crash resends at most one message per thread);
+  claim a batch and hand each message's outcome to the finisher (workers/finisher.py)
+  the moment the relay has answered it; the finisher commits the outcomes of all threads
+  as they come, several to a statement. A thread builds its next message meanwhile and
+  waits for that commit at the relay's 354, before the message itself goes out (SPEC 10:
+  a crash resends at most one message per thread);
 - a liveness session holding the worker's advisory lock, and a heartbeat (P4);
 - the startup hook and a periodic rescuer that take back dead workers' jobs (P2, P4);
 - maintenance: enqueue accepted broadcasts, fire scheduled campaigns, complete finished ones;
@@ -18,6 +20,7 @@ rescuer judges by the liveness lock, not by the stopped mark).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import hmac
 import logging
@@ -28,7 +31,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parseaddr
@@ -43,6 +47,7 @@ from sqlalchemy.engine import Connection, Engine
 from workers import after_acceptance, outcomes, pg, queue
 from workers.classify import RefusalStreak, ReplyClass
 from workers.compose import Composer, domain_of
+from workers.finisher import Finisher
 from workers.message import TemplateError
 from workers.settings import Config
 from workers.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
@@ -74,6 +79,7 @@ class Pool:
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self._db = StatementDb(engine)  # claims and outcomes, one statement at a time
+        self.finisher = Finisher(self._db.connect, self.worker_id)  # commits the outcomes
         self.maintenance = maintenance
         self.stopping = threading.Event()
         self._wake = threading.Condition()
@@ -87,7 +93,8 @@ class Pool:
         # Claims in hand, by claim token: the jobs not finished yet. A token is registered
         # before its claim statement runs (so the lost-claim release never races it).
         self._claims: dict[str, dict[int, queue.ClaimedJob]] = {}
-        self._sending: dict[int, int] = {}  # drain thread -> the job it is sending now
+        # Drain thread -> the jobs it is sending, or has sent with the outcome on its way.
+        self._sending: dict[int, set[int]] = {}
         self._holding_lock = threading.Lock()
         self.process = str(config.extra.get("process", "worker"))
         # One line when the database becomes unusable, one when it is back (workers.pg).
@@ -120,6 +127,7 @@ class Pool:
             executors={"default": ThreadPoolExecutor(self.config.workers + 6)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC")
+        self.finisher.start()
         for i in range(self.config.workers):
             scheduler.add_job(self._drain_loop, id=f"drain-{i}", name=f"drain-{i}")
         scheduler.add_job(self._heartbeat, "interval", seconds=self.config.heartbeat_interval,
@@ -149,6 +157,8 @@ class Pool:
             waiter.start()
             waiter.join(deadline)
             finished = not waiter.is_alive()
+        # What was handed over is committed; a thread still at the relay commits its own.
+        self.finisher.stop()
         left = 0
         try:
             with self.engine.begin() as conn:
@@ -172,7 +182,7 @@ class Pool:
     def _waiting_jobs(self) -> list[queue.ClaimedJob]:
         """Claimed jobs that no thread is sending right now (they can be handed back)."""
         with self._holding_lock:
-            sending = set(self._sending.values())
+            sending = set().union(*self._sending.values())
             return [job for jobs in self._claims.values() for job in jobs.values()
                     if job.id not in sending]
 
@@ -401,45 +411,104 @@ class Pool:
 
     def _deliver(self, transport: SmtpTransport, db: StatementDb, jobs: list[queue.ClaimedJob],
                  slots: list[float]) -> None:
-        """Send the batch one message at a time, each outcome committed before the next
-        message goes out (SPEC 10), with what the reply says beyond its recipient
-        (relay down or throttling, a domain throttling, a refused From) in the same
-        transaction. After a reply that stops the batch, the rest is handed back."""
-        me = threading.get_ident()
+        """Send the batch one message at a time. Each outcome goes to the finisher the
+        moment the relay has answered, and is committed before the next message goes out
+        (SPEC 10); the next message is built meanwhile. What a reply says beyond its
+        recipient (relay down or throttling, a domain throttling, a refused From) is
+        committed with its outcome, in one transaction. After a reply that stops the
+        batch, the rest is handed back."""
         batch = outcomes.Aftermath()
         # A batch of campaign mail yields after BATCH_SLICE seconds (slow templates, a slow
         # relay): its unstarted jobs go back, and the next claim takes verification mail
         # first (P7). Not under a rate limit, whose permits already pace the batch.
         yield_at = time.monotonic() + BATCH_SLICE if not any(slots) else float("inf")
-        for index, (job, slot) in enumerate(zip(jobs, slots, strict=True)):
-            if batch.stops_batch or self.stopping.is_set():
-                with db.connect() as conn:
-                    queue.release(conn, jobs[index:])
-                return
-            if batch.holds(job) or (job.kind == "broadcast" and time.monotonic() > yield_at):
-                self._record(db, job, outcomes.released(job))
-                continue
-            if not self._wait_for_slot(slot):
-                # The slot went by (a slow previous send): sending now would crowd the
-                # next second, so the rest goes back and fresh permits are asked for.
-                with db.connect() as conn:
-                    queue.release(conn, jobs[index:])
-                return
-            with self._holding_lock:
-                self._sending[me] = job.id
-            this = outcomes.Aftermath()
-            outcome = self._attempt(transport, job, this)
-            self._record(db, job, outcome, this)
-            batch.absorb(this)
-            with self._holding_lock:
-                self._sending.pop(me, None)
-                self._claims.get(job.claim_token, {}).pop(job.id, None)
+        handed: _Handed | None = None  # the previous outcome, on its way to the database
+        try:
+            for index, (job, slot) in enumerate(zip(jobs, slots, strict=True)):
+                if batch.stops_batch or self.stopping.is_set():
+                    self._settle(db, handed)
+                    with db.connect() as conn:
+                        queue.release(conn, jobs[index:])
+                    return
+                if batch.holds(job) or (job.kind == "broadcast"
+                                        and time.monotonic() > yield_at):
+                    handed = self._hand_over(db, handed, job, outcomes.released(job))
+                    continue
+                if not self._wait_for_slot(slot):
+                    # The slot went by (a slow previous send): sending now would crowd
+                    # the next second, so the rest goes back and fresh permits are asked.
+                    self._settle(db, handed)
+                    with db.connect() as conn:
+                        queue.release(conn, jobs[index:])
+                    return
+                self._busy(job)
+                this = outcomes.Aftermath()
+                outcome = self._attempt(transport, job, this,
+                                        before_send=functools.partial(self._settle, db, handed))
+                handed = self._hand_over(db, handed, job, outcome, this)
+                batch.absorb(this)
+        finally:
+            self._settle(db, handed)
+
+    def _busy(self, job: queue.ClaimedJob) -> None:
+        """``job`` is being sent, or sent with its outcome on the way: never handed back."""
+        with self._holding_lock:
+            self._sending.setdefault(threading.get_ident(), set()).add(job.id)
+
+    def _done(self, job: queue.ClaimedJob) -> None:
+        """``job``'s outcome is committed (or refused): it is no longer in hand."""
+        with self._holding_lock:
+            self._sending.get(threading.get_ident(), set()).discard(job.id)
+            self._claims.get(job.claim_token, {}).pop(job.id, None)
+
+    def _hand_over(self, db: StatementDb, previous: _Handed | None, job: queue.ClaimedJob,
+                   outcome: queue.Outcome,
+                   aftermath: outcomes.Aftermath | None = None) -> _Handed | None:
+        """Pass ``job``'s outcome on: to the finisher, or -- with an aftermath to record
+        in the same transaction -- committed here and now (after ``previous``)."""
+        self._settle(db, previous)
+        if aftermath is not None and not aftermath.empty:
+            try:
+                self._record(db, job, outcome, aftermath)
+            finally:
+                self._done(job)
+            return None
+        self._busy(job)
+        return _Handed(job, outcome, self.finisher.submit(outcome))
+
+    def _settle(self, db: StatementDb, handed: _Handed | None) -> None:
+        """Wait until ``handed``'s outcome is committed. If the database failed it, record
+        it here, retrying as long as :meth:`_record` does."""
+        if handed is None or handed.settled:
+            return
+        handed.settled = True
+        try:
+            accepted = self._await(handed.future)
+        except DB_ERRORS as exc:
+            self.outage.failed(exc, retrying=f"recording the outcome of job {handed.job.id} "
+                               "retries")
+            self._record(db, handed.job, handed.outcome)
+        else:
+            if not accepted:
+                self._refused(handed.job, handed.outcome)
+        finally:
+            self._done(handed.job)
+
+    def _await(self, future: Future[bool]) -> bool:
+        while True:
+            try:
+                return future.result(timeout=5.0)
+            except TimeoutError:
+                if not future.done() and not self.finisher.alive:
+                    raise psycopg.OperationalError("the finisher stopped") from None
 
     def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob,
-                 aftermath: outcomes.Aftermath) -> queue.Outcome:
+                 aftermath: outcomes.Aftermath,
+                 before_send: Callable[[], None] = lambda: None) -> queue.Outcome:
         """This job's outcome (and, in ``aftermath``, what its reply says beyond its
         recipient). Never raises for one message's trouble: whatever goes wrong building
-        or sending it fails that message, with the error in words."""
+        or sending it fails that message, with the error in words. ``before_send`` runs
+        once the relay is ready for the message (354), just before it goes out."""
         if job.suppressed:
             return outcomes.skipped(job)
         try:
@@ -454,7 +523,10 @@ class Pool:
             return outcomes.released(job)
         started = datetime.now(UTC)
         try:
-            result = transport.send(envelope.mail_from, job.email, envelope.message)
+            result = transport.send(envelope.mail_from, job.email, envelope.message,
+                                    before_data=functools.partial(self._go_ahead, before_send))
+        except _NotSent:
+            return outcomes.released(job)
         except Exception as exc:
             log.exception("could not send the message of job %d", job.id)
             transport.close()  # its state is unknown: the next message reconnects
@@ -466,6 +538,13 @@ class Pool:
             self.sent += 1
         return outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
                                     self.config.retry_jitter, started)
+
+    def _go_ahead(self, before_send: Callable[[], None]) -> None:
+        """At the relay's 354: the previous outcome must be committed before this message
+        is (SPEC 10); after a stop meanwhile, the message is not sent at all."""
+        before_send()
+        if self.stopping.is_set():
+            raise _NotSent
 
     def _judge_streak(self, job: queue.ClaimedJob, result: SendResult,
                       aftermath: outcomes.Aftermath) -> SendResult:
@@ -523,10 +602,7 @@ class Pool:
                         accepted = queue.finish_one(conn, self.worker_id, outcome)
                         self._record_aftermath(conn, aftermath)
                 if not accepted:
-                    log.warning("late mark refused: job %d (%s) was taken back while this "
-                                "worker had it; the %s outcome (%s) is not recorded, and the "
-                                "message may be sent again", job.id, job.email, outcome.status,
-                                outcome.reply or outcome.error or "no reply")
+                    self._refused(job, outcome)
                 return
             except DB_ERRORS as exc:
                 if self.stopping.is_set():
@@ -539,6 +615,13 @@ class Pool:
                                    "retries")
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10)
+
+    @staticmethod
+    def _refused(job: queue.ClaimedJob, outcome: queue.Outcome) -> None:
+        log.warning("late mark refused: job %d (%s) was taken back while this worker had "
+                    "it; the %s outcome (%s) is not recorded, and the message may be sent "
+                    "again", job.id, job.email, outcome.status,
+                    outcome.reply or outcome.error or "no reply")
 
     def _maybe_probe_relay(self, transport: SmtpTransport) -> None:
         interval = self.config.login_probe_interval
@@ -567,11 +650,26 @@ class Pool:
                 "running": self._scheduler is not None and not self.stopping.is_set()}
 
 
+class _NotSent(Exception):
+    """The drain stopped while a message waited at the relay's 354: it is not sent."""
+
+
+@dataclasses.dataclass
+class _Handed:
+    """An outcome handed to the finisher, not yet known to be committed."""
+
+    job: queue.ClaimedJob
+    outcome: queue.Outcome
+    future: Future[bool]
+    settled: bool = False
+
+
 class StatementDb:
     """The delivery engine's connections in autocommit, held for one statement (a claim,
-    one outcome) and never across SMTP, so the drain threads share DB_DELIVERY_POOL
-    connections. A statement is its own transaction: committed when it returns. A
-    connection that failed is invalidated, never handed out again."""
+    an outcome with its aftermath) or by the finisher while outcomes keep coming, never
+    across SMTP, so the drain threads share DB_DELIVERY_POOL connections. A statement is
+    its own transaction: committed when it returns. A connection that failed is
+    invalidated, never handed out again."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")

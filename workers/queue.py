@@ -8,6 +8,7 @@ Each statement carries a line saying what it guarantees. The job states are
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -252,57 +253,75 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
 
 # --- finish ----------------------------------------------------------------------------
 
-# Finish one job the moment the relay has answered (SPEC 10: the duplicate window is one
-# message per worker thread). One statement, so one round trip and one commit on the
-# thread's autocommit connection, prepared once per connection. The guard
+# Finish jobs the moment the relay has answered (SPEC 10: the duplicate window is one
+# message per worker thread). One statement, so one round trip and one commit on an
+# autocommit session, prepared once per session; it takes one JSON document, so the
+# outcomes that reach the finisher (workers/finisher.py) while it commits are committed
+# together by its next statement (group commit). The guard
 # `status = 'sending' AND claim_token = …` means a job that was taken back (and maybe
-# claimed again) is never finished twice: nothing changes, no row comes back, the mark is
-# refused. A counted outcome adds its attempt, numbered after every earlier one (manual
-# retries included); a hard bounce suppresses the address in the same statement.
-_FINISH_ONE = f"""
-WITH u AS (
+# claimed again) is never finished twice: nothing changes, its id does not come back, the
+# mark is refused. A counted outcome adds its attempt, numbered after every earlier one
+# (manual retries included); a hard bounce suppresses the address in the same statement.
+_FINISH = f"""
+WITH o AS (
+    SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+        AS o(id bigint, token uuid, status text, counted boolean, class text, delay float8,
+             error text, code int, enhanced text, reply text, stage text, duration_ms float8,
+             started_at timestamptz)
+), u AS (
     UPDATE delivery_jobs j
-       SET status = %(status)s,
-           attempts = j.attempts + CASE WHEN %(counted)s THEN 1 ELSE 0 END,
-           available_at = CASE WHEN %(delay)s::float8 IS NULL THEN j.available_at
-                               ELSE now() + make_interval(secs => %(delay)s::float8) END,
-           last_error = coalesce(%(error)s::text, j.last_error),
-           last_error_class = coalesce(%(class)s::text, j.last_error_class),
-           finished_at = CASE WHEN %(status)s IN {sql_list(TERMINAL)} THEN now() END,
+       SET status = o.status,
+           attempts = j.attempts + CASE WHEN o.counted THEN 1 ELSE 0 END,
+           available_at = CASE WHEN o.delay IS NULL THEN j.available_at
+                               ELSE now() + make_interval(secs => o.delay) END,
+           last_error = coalesce(o.error, j.last_error),
+           last_error_class = coalesce(o.class, j.last_error_class),
+           finished_at = CASE WHEN o.status IN {sql_list(TERMINAL)} THEN now() END,
            claimed_by = NULL, claim_token = NULL, claimed_at = NULL
-     WHERE j.id = %(id)s AND j.status = 'sending' AND j.claim_token = %(token)s::uuid
-    RETURNING j.id, j.attempts, j.email, j.kind
+      FROM o
+     WHERE j.id = o.id AND j.status = 'sending' AND j.claim_token = o.token
+    RETURNING j.id, j.attempts, j.email, j.kind, o.status, o.counted, o.class, o.code,
+              o.enhanced, o.reply, o.stage, o.duration_ms, o.started_at
 ), a AS (
     INSERT INTO job_attempts (job_id, kind, attempt, started_at, duration_ms, outcome,
                               smtp_code, enhanced_code, reply, stage, worker)
-    SELECT id, kind, attempts, coalesce(%(started_at)s::timestamptz, now()),
-           %(duration_ms)s::float8, %(class)s::text, %(code)s::int, %(enhanced)s::text,
-           %(reply)s::text, %(stage)s::text, %(worker)s::text
-      FROM u WHERE %(counted)s
+    SELECT id, kind, attempts, coalesce(started_at, now()), duration_ms, class, code,
+           enhanced, reply, stage, %(worker)s::text
+      FROM u WHERE counted
 ), s AS (
     INSERT INTO suppressions (email, reason, job_id, reply, created_by)
-    SELECT lower(email), 'bounced', id, %(reply)s::text, 'system' FROM u
-     WHERE %(status)s = 'bounced'
+    SELECT DISTINCT ON (lower(email)) lower(email), 'bounced', id, reply, 'system'
+      FROM u WHERE status = 'bounced'
     ON CONFLICT (email) DO NOTHING
 )
-SELECT id FROM u
+SELECT coalesce(array_agg(id), '{{}}') FROM u
 """
 
 
-def finish_one(conn: Connection, worker_id: str, outcome: Outcome) -> bool:
-    """Record one outcome: committed when this returns (``conn`` is in autocommit), or
-    with the caller's transaction block around it. False when the mark was refused: the
-    job was no longer claimed under this token."""
+def finish(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) -> set[int]:
+    """Record the outcomes: committed when this returns (``conn`` is in autocommit), or
+    with the caller's transaction block around it. Returns the ids recorded; an id
+    missing was refused (that job was no longer claimed under its token)."""
     driver = conn.connection.driver_connection
     if driver is None or not driver.autocommit:  # the commit below is the guarantee
-        raise RuntimeError("finish_one needs a connection in autocommit")
-    row = driver.execute(_FINISH_ONE, {
-        "id": outcome.job_id, "token": outcome.claim_token, "status": outcome.status,
-        "counted": outcome.counted, "class": outcome.reply_class, "delay": outcome.delay,
-        "error": outcome.error, "code": outcome.code, "enhanced": outcome.enhanced,
-        "reply": outcome.reply, "stage": outcome.stage, "duration_ms": outcome.duration_ms,
-        "started_at": outcome.started_at, "worker": worker_id}, prepare=True).fetchone()
-    return row is not None
+        raise RuntimeError("finish needs a connection in autocommit")
+    if not outcomes:
+        return set()
+    document = json.dumps([{
+        "id": o.job_id, "token": o.claim_token, "status": o.status, "counted": o.counted,
+        "class": o.reply_class, "delay": o.delay, "error": o.error, "code": o.code,
+        "enhanced": o.enhanced, "reply": o.reply, "stage": o.stage,
+        "duration_ms": o.duration_ms,
+        "started_at": o.started_at.isoformat() if o.started_at else None,
+    } for o in outcomes])
+    row = driver.execute(_FINISH, {"outcomes": document, "worker": worker_id},
+                         prepare=True).fetchone()
+    return set(row[0]) if row else set()
+
+
+def finish_one(conn: Connection, worker_id: str, outcome: Outcome) -> bool:
+    """Record one outcome (see :func:`finish`). False when the mark was refused."""
+    return outcome.job_id in finish(conn, worker_id, [outcome])
 
 
 # --- liveness and rescue ---------------------------------------------------------------

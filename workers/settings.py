@@ -114,8 +114,9 @@ SETTINGS: list[Setting] = [
             "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
     Setting("DB_DELIVERY_POOL", "4",
             "Most PostgreSQL connections the delivery threads of one serve/worker process "
-            "share (claim and finish transactions; SMTP runs without one). The liveness "
-            "session, the LISTEN connection and /healthz's check come on top, one each."),
+            "share: claims, the finisher's session that commits outcomes, maintenance (SMTP "
+            "runs without one). The liveness session, the LISTEN connection and /healthz's "
+            "check come on top, one each."),
     Setting("DB_STATEMENT_TIMEOUT", "5",
             "Seconds a web request's SQL statement may run before it is cancelled and the "
             "request answered 503 \"the database is busy\" (0 = no limit)."),

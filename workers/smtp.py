@@ -416,7 +416,8 @@ class SmtpTransport:
 
     # -- public API --------------------------------------------------------
 
-    def send(self, envelope_from: str, recipient: str, message: bytes) -> SendResult:
+    def send(self, envelope_from: str, recipient: str, message: bytes,
+             before_data: Callable[[], None] | None = None) -> SendResult:
         """Deliver one message to one recipient through the relay.
 
         Guarantees: never raises for SMTP, network or TLS errors -- every
@@ -425,6 +426,10 @@ class SmtpTransport:
         after the final dot). After a relay-class failure or a lost connection
         the connection is closed; after a refused RCPT/DATA it is RSET. Raises
         ValueError only for an envelope sender containing CR or LF.
+
+        ``before_data`` runs once the relay has said 354, just before the message goes
+        out (the drain waits there for the previous outcome's commit); whatever it raises
+        is raised from here, with the connection closed: that message was not sent.
         """
         if "\r" in envelope_from or "\n" in envelope_from:
             raise ValueError("envelope sender contains a line break")
@@ -435,10 +440,11 @@ class SmtpTransport:
         if self._smtp is not None and self._worn_out():
             self.close()  # recycle: QUIT and reconnect, as Postfix's own client does
         return self._with_retry_on_stale(
-            lambda: self._transaction(envelope_from, recipient, message)
+            lambda: self._transaction(envelope_from, recipient, message, before_data)
         )
 
-    def _transaction(self, envelope_from: str, recipient: str, message: bytes) -> SendResult:
+    def _transaction(self, envelope_from: str, recipient: str, message: bytes,
+                     before_data: Callable[[], None] | None = None) -> SendResult:
         started = time.perf_counter()
         opened = self._smtp if self._smtp is not None else self._open()
         if isinstance(opened, smtplib.SMTPResponseException):
@@ -460,7 +466,8 @@ class SmtpTransport:
                 )
             options.append("SMTPUTF8")
         if not options and smtp.has_extn("pipelining"):
-            return self._pipelined(smtp, envelope_from, recipient, message, started)
+            return self._pipelined(smtp, envelope_from, recipient, message, started,
+                                   before_data)
         code, reply = smtp.mail(envelope_from, options)
         if code != 250:
             return self._result(code, reply, started)
@@ -472,6 +479,7 @@ class SmtpTransport:
         code, reply = smtp.docmd("DATA")
         if code != 354:
             return self._result(code, reply, started)
+        self._before_data(before_data)
         self._stage = "send"
         smtp.send(_smtp_data(message))
         self._stage = "data_end"
@@ -479,7 +487,8 @@ class SmtpTransport:
         return self._result(code, reply, started)
 
     def _pipelined(self, smtp: smtplib.SMTP, envelope_from: str, recipient: str,
-                   message: bytes, started: float) -> SendResult:
+                   message: bytes, started: float,
+                   before_data: Callable[[], None] | None = None) -> SendResult:
         """MAIL, RCPT and DATA in one write, their replies read in order (RFC 2920): two
         round trips per message instead of four. Every reply is read, so the session stays
         in step whichever command was refused; each refusal is classified at its stage."""
@@ -507,11 +516,21 @@ class SmtpTransport:
             return self._result(*rcpt, started)
         if data[0] != 354:
             return self._result(*data, started)
+        self._before_data(before_data)
         self._stage = "send"
         smtp.send(_smtp_data(message))
         self._stage = "data_end"
         code, reply = smtp.getreply()
         return self._result(code, reply, started)
+
+    def _before_data(self, hook: Callable[[], None] | None) -> None:
+        if hook is None:
+            return
+        try:
+            hook()
+        except BaseException:
+            self._drop()  # mid-DATA: only closing the connection keeps the message unsent
+            raise
 
     def probe(self, envelope_from: str | None = None,
               recipient: str | None = None) -> SendResult:

@@ -5,6 +5,8 @@
   twice, with two worker processes draining.
 - SIGTERM while the relay is slow (the graceful stop runs out of time with messages in
   flight), then SIGKILL: after a restart every job is terminal.
+- The window is one message per thread: when the relay gets a message's final dot, the
+  outcome of the message before it on that connection is already committed.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ class TrickleRelay:
     never hits its socket timeout. It records each message (recipient, Message-ID) when
     the final dot arrives: from then on the relay has it (its own acceptance window)."""
 
-    def __init__(self) -> None:
+    def __init__(self, check: Callable[[str, str], None] | None = None) -> None:
+        self.check = check  # (previous recipient on this connection, this one) at the dot
         self.slow = threading.Event()
         self.received: list[tuple[str, str]] = []
         self.in_data = 0
@@ -99,7 +102,7 @@ class TrickleRelay:
     def _session(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as rfile:
             conn.sendall(b"220 trickle ESMTP\r\n")
-            rcpt = ""
+            rcpt = previous = ""
             while not self._stop.is_set():
                 line = rfile.readline()
                 if not line:
@@ -116,6 +119,9 @@ class TrickleRelay:
                     while (body := rfile.readline()) not in (b".\r\n", b""):
                         if not message_id and body.lower().startswith(b"message-id:"):
                             message_id = body.split(b":", 1)[1].strip().decode()
+                    if self.check is not None:
+                        self.check(previous, rcpt)
+                    previous = rcpt
                     with self._lock:
                         self.received.append((rcpt, message_id))
                         self.in_data += 1
@@ -169,3 +175,41 @@ def test_sigterm_with_a_slow_relay_then_sigkill_leaves_nothing_sending(
         assert re.search(r"took back [1-9]\d* orphaned", again.output()), again.output()
     finally:
         relay.close()
+
+
+def test_each_outcome_is_committed_before_the_next_message_reaches_the_relay(
+        engine: sa.Engine, db_url: str, spawn: Callable[..., Proc]) -> None:
+    """SPEC 10: a kill can resend at most one message per thread. So when the relay has a
+    message in full (its final dot), the previous message of that connection must no
+    longer be `sending` in the database -- its outcome committed, not just sent."""
+    unsettled: list[tuple[str, str]] = []
+    checked = Counter[str]()
+    with psycopg.connect(db_url.replace("postgresql+psycopg://", "postgresql://"),
+                         autocommit=True) as probe:
+        probe_lock = threading.Lock()
+
+        def check(previous: str, current: str) -> None:
+            if not previous:
+                return
+            with probe_lock:
+                status = probe.execute("SELECT status FROM delivery_jobs WHERE email = %s",
+                                       (previous,)).fetchone()
+                checked["checked"] += 1
+            if status is None or status[0] == "sending":
+                unsettled.append((previous, current))
+
+        relay = TrickleRelay(check)
+        try:
+            emails = [f"window{i}@example.org" for i in range(300)]
+            campaign = make_campaign(engine, emails)
+            values = settings(db_url, relay.port, WORKERS="3", NODE="window-node")
+            worker = start_worker(spawn, values)
+            wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=120,
+                     message="the campaign to finish")
+            assert worker.terminate() == 0
+        finally:
+            relay.close()
+    print(f"\n{checked['checked']} messages checked at the relay's final dot; previous "
+          f"outcome not yet committed: {len(unsettled)}")
+    assert checked["checked"] >= 250
+    assert unsettled == []
