@@ -67,10 +67,12 @@ def prepare(url: str, recipients: int,
 
 def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port: int,
           workers: int, processes: int = 1, claim_batch: int = 10,
-          synchronous_commit: str | None = None) -> dict[str, Any]:
+          synchronous_commit: str | None = None,
+          settings: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``processes`` worker processes of ``workers`` threads until all is sent.
-    ``synchronous_commit`` is set on the workers' sessions (PGOPTIONS) when given."""
-    envs = [env_for(url, port, WORKERS=str(workers), NODE=f"bench-{i}",
+    ``synchronous_commit`` is set on the workers' sessions (PGOPTIONS) when given;
+    ``settings`` are more SENDDOCK_* values for them."""
+    envs = [env_for(url, port, **(settings or {}), WORKERS=str(workers), NODE=f"bench-{i}",
                     CLAIM_BATCH=str(claim_batch)) for i in range(processes)]
     if synchronous_commit:
         for env in envs:
@@ -122,7 +124,10 @@ def main() -> None:
                         help="DKIM-sign every message with an RSA-2048 and/or ed25519 key")
     parser.add_argument("--synchronous-commit", choices=["on", "off", "local"], default=None,
                         help="PostgreSQL synchronous_commit for the workers' sessions")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a SENDDOCK_ setting for the workers, e.g. FINISHER_SESSIONS=2")
     args = parser.parse_args()
+    settings = dict(s.split("=", 1) for s in args.setting)
     dkim_algorithms = {"none": [], "rsa": ["rsa"], "ed25519": ["ed25519"],
                        "both": ["rsa", "ed25519"]}[args.dkim]
     sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]
@@ -132,7 +137,7 @@ def main() -> None:
         with fresh_database() as url, sink_process(sink, port):
             engine, _, broadcast_id, enq = prepare(url, args.recipients, dkim_algorithms)
             res = drain(engine, url, broadcast_id, args.recipients, port, args.workers,
-                        args.processes, args.claim_batch, args.synchronous_commit)
+                        args.processes, args.claim_batch, args.synchronous_commit, settings)
             engine.dispose()
         res.update(enq)
         results[sink] = res
@@ -142,7 +147,8 @@ def main() -> None:
     info = machine()
     print(table(f"Drain, {args.processes} process(es) x {args.workers} workers, "
                 f"claim batch {args.claim_batch}, DKIM {args.dkim}, synchronous_commit "
-                f"{args.synchronous_commit or 'server default'} "
+                f"{args.synchronous_commit or 'server default'}"
+                f"{''.join(f', {s}' for s in args.setting)} "
                 f"({info['cpus']} cores, "
                 f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']})",
                 ["sink", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",

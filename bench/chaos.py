@@ -327,6 +327,7 @@ class ChaosOptions:
     seed: int | None = None
     work_dir: Path | None = None
     sink: str = "senddock"  # or "postfix": Postfix's smtp-sink, the zero-latency relay
+    settings: dict[str, str] = field(default_factory=dict)  # more SENDDOCK_* for workers
 
 
 @dataclass
@@ -411,7 +412,8 @@ def run_chaos(options: ChaosOptions) -> ChaosReport:
         sink.start()
         stack.callback(sink.stop)
         campaign_id = _start_campaign(engine, options.recipients)
-        fleet = Fleet(engine, process_env(url, sink.port, WORKERS=str(options.threads),
+        fleet = Fleet(engine, process_env(url, sink.port, **options.settings,
+                                          WORKERS=str(options.threads),
                                           LOG_LEVEL="INFO"), options.workers, work)
         stack.callback(fleet.stop_all)
         started = time.monotonic()
@@ -626,13 +628,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="keep the processes' logs in a new directory under DIR")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a SENDDOCK_ setting for the workers, e.g. FINISHER_SESSIONS=2")
     args = parser.parse_args(argv)
     options = ChaosOptions(recipients=args.recipients, kills=args.kills,
                            duration=args.duration, workers=args.workers, threads=args.threads,
                            database_url=args.database_url, db_restart=args.db_restart,
                            relay_outage=args.relay_outage, seed=args.seed,
                            gap=(args.gap[0], args.gap[1]),
-                           work_dir=args.keep_logs, sink=args.sink)
+                           work_dir=args.keep_logs, sink=args.sink,
+                           settings=dict(s.split("=", 1) for s in args.setting))
     report = run_chaos(options)
     print(report.render())
     if args.json is not None:

@@ -8,6 +8,7 @@ again, so a test send after an edit shows the edit.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, replace
 from email.utils import parseaddr
@@ -57,9 +58,15 @@ class Envelope:
     campaign_sender: bool = False
 
 
+@functools.lru_cache(maxsize=256)
+def address_of(field: str) -> str:
+    """The bare address of a From field (cached: a campaign's messages share one)."""
+    return parseaddr(field)[1]
+
+
 def domain_of(address: str) -> str:
     """The domain part of a From address, for Message-IDs."""
-    addr = parseaddr(address)[1]
+    addr = address_of(address)
     return addr.rsplit("@", 1)[-1] if "@" in addr else "senddock.local"
 
 
@@ -134,6 +141,8 @@ class Composer:
         return self.kinds.retry_schedule(kind, self.config.retry_schedule)
 
     def _signed(self, envelope: Envelope) -> Envelope:
+        if not self.keys.any():
+            return envelope
         domain = from_domain(envelope.message)
         if domain is None:
             return envelope
@@ -174,7 +183,7 @@ class Composer:
         subject = rendered.subject
         if job.kind == "test":
             subject = f"[Test] {subject}"
-        from_addr = parseaddr(prepared.from_addr)[1]
+        from_addr = address_of(prepared.from_addr)
         if prepared.list_id:
             headers["List-Id"] = list_id(prepared.list_name, prepared.list_id, from_addr)
         text = rendered.text
@@ -214,4 +223,4 @@ class Composer:
         verp = self.config.feedback.bounce_address
         if verp:
             return bounce_address(verp, self.config.secret_key, job.id)
-        return parseaddr(from_addr)[1]
+        return address_of(from_addr)

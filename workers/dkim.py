@@ -21,6 +21,7 @@ still verifies, then delete it.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import logging
 import os
@@ -521,10 +522,16 @@ def from_domain(message: bytes) -> str | None:
     head = message.partition(b"\r\n\r\n")[0] + b"\r\n"
     for name, value in header_fields(head):
         if name == b"from":
-            address = parseaddr(value.replace(b"\r\n", b"").decode("utf-8", "replace"))[1]
-            domain = address.rpartition("@")[2].lower().rstrip(".")
-            return domain if "@" in address and domain else None
+            return _address_domain(value)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _address_domain(value: bytes) -> str | None:
+    """A From field's domain (cached: a campaign's messages share one From)."""
+    address = parseaddr(value.replace(b"\r\n", b"").decode("utf-8", "replace"))[1]
+    domain = address.rpartition("@")[2].lower().rstrip(".")
+    return domain if "@" in address and domain else None
 
 
 class KeyRing:
@@ -542,8 +549,18 @@ class KeyRing:
         self._loaded_at = float("-inf")
         self._lock = threading.Lock()
 
+    def any(self) -> bool:
+        """Whether any domain has an active key (no key: no message needs looking at)."""
+        self._reload_when_due()
+        return bool(self._keys)
+
     def keys_for(self, from_domain: str) -> list[SigningKey]:
         """The keys that sign mail From ``from_domain`` (empty: it goes out unsigned)."""
+        self._reload_when_due()
+        domain = signing_domain(from_domain, self._keys)
+        return self._keys[domain] if domain else []
+
+    def _reload_when_due(self) -> None:
         if time.monotonic() - self._loaded_at > self.refresh:
             with self._lock:
                 if time.monotonic() - self._loaded_at > self.refresh:
@@ -553,8 +570,6 @@ class KeyRing:
                     for error in errors:  # that domain's mail goes out unsigned, not lost
                         log.error("DKIM: %s", error)
                     self._loaded_at = time.monotonic()
-        domain = signing_domain(from_domain, self._keys)
-        return self._keys[domain] if domain else []
 
     def sign(self, message: bytes, from_domain: str) -> bytes:
         """``message`` signed with ``from_domain``'s keys, unchanged when it has none."""

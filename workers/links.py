@@ -7,6 +7,7 @@ recipient follows one. Both sides share only the secret key.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 
@@ -17,14 +18,19 @@ _UNSUBSCRIBE_SALT = "senddock-unsubscribe-v1"
 
 def make_token(secret_key: str, subscriber_id: int, campaign_id: int | None) -> str:
     """A token naming the subscriber and campaign, signed with the secret key (HMAC)."""
-    return URLSafeSerializer(secret_key, salt=_UNSUBSCRIBE_SALT).dumps(
-        [subscriber_id, campaign_id])
+    return _serializer(secret_key).dumps([subscriber_id, campaign_id])
+
+
+@functools.lru_cache(maxsize=8)
+def _serializer(secret_key: str) -> URLSafeSerializer:
+    """One serializer per secret key (thread-safe: it keeps no state between calls)."""
+    return URLSafeSerializer(secret_key, salt=_UNSUBSCRIBE_SALT)
 
 
 def read_token(secret_key: str, token: str) -> tuple[int, int | None] | None:
     """(subscriber_id, campaign_id) for a genuine token; None for a forged or broken one."""
     try:
-        value = URLSafeSerializer(secret_key, salt=_UNSUBSCRIBE_SALT).loads(token)
+        value = _serializer(secret_key).loads(token)
     except BadSignature:
         return None
     if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], int)

@@ -79,7 +79,9 @@ class Pool:
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self._db = StatementDb(engine)  # claims and outcomes, one statement at a time
-        self.finisher = Finisher(self._db.connect, self.worker_id)  # commits the outcomes
+        self.finisher = Finisher(self._db.connect, self.worker_id,  # commits the outcomes
+                                 sessions=min(config.finisher_sessions,
+                                              config.db_delivery_pool))
         self.maintenance = maintenance
         self.stopping = threading.Event()
         self._wake = threading.Condition()
