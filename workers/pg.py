@@ -458,6 +458,7 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._problem: Problem | None = None
+        self._seen: set[Problem] = set()  # the kinds this outage has shown
         self.last_ended = 0.0  # monotonic time the last outage ended (0: none yet)
 
     @property
@@ -465,14 +466,17 @@ class Outage:
         return self._since is not None
 
     def failed(self, exc: BaseException | Problem, retrying: str = "") -> Problem:
-        """Record a failure; logs only if it starts an outage or changes its kind."""
+        """Record a failure; logs only if it starts an outage or is a kind this outage has
+        not shown yet (threads that meet a failover at different moments see its kinds
+        in turn: gone, read-only, gone again -- that is one line per kind, not per turn)."""
         problem = exc if isinstance(exc, Problem) else (classify(exc) or UNREACHABLE)
         detail = "" if isinstance(exc, Problem) else first_line(exc)
         with self._lock:
-            changed = problem != self._problem
+            changed = problem not in self._seen
             if self._since is None:
                 self._since = time.monotonic()
             self._problem = problem
+            self._seen.add(problem)
         if changed:
             self.log.warning("%s: database %s (%s)%s", self.who, problem.status,
                              detail or problem.kind, f"; {retrying}" if retrying else "")
@@ -489,6 +493,7 @@ class Outage:
             length = self.last_ended - self._since
             problem = self._problem
             self._since, self._problem = None, None
+            self._seen = set()
         self.log.info("%s: database usable again after %.1f s (was: %s)", self.who,
                          length, problem.status if problem else "?")
 

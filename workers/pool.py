@@ -486,9 +486,8 @@ class Pool:
         handed.settled = True
         try:
             accepted = self._await(handed.future)
-        except DB_ERRORS as exc:
-            self.outage.failed(exc, retrying=f"recording the outcome of job {handed.job.id} "
-                               "retries")
+        except DB_ERRORS:
+            # Recorded here instead (its retries report the outage if it lasts).
             self._record(db, handed.job, handed.outcome)
         else:
             if not accepted:

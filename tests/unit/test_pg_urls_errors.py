@@ -106,10 +106,16 @@ def test_outage_logs_start_change_and_end(caplog: pytest.LogCaptureFixture) -> N
     for _ in range(5):
         outage.failed(pg.UNREACHABLE)
     outage.failed(pg.TOO_MANY_CONNECTIONS)
+    # Threads meeting the outage at different moments: its kinds in turn, no new lines.
+    for _ in range(3):
+        outage.failed(pg.UNREACHABLE)
+        outage.failed(pg.TOO_MANY_CONNECTIONS)
     outage.ok()
     outage.ok()
+    outage.failed(pg.UNREACHABLE)  # a new outage: said again
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
     assert "database unreachable" in lines[0]
     assert "too many connections" in lines[1]
     assert "usable again after" in lines[2]
+    assert "database unreachable" in lines[3]
