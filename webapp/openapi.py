@@ -297,7 +297,9 @@ PATHS["/kinds/{name}"] = {
     "get": _op("One kind", 200, KIND, 404, 422),
     "put": _also(_op("Create (201) or edit (200) a kind; fields left out keep their value "
                      "(a new kind's: its class's defaults). Template errors answer 422 with "
-                     "the template and line", 201, KIND, 400, 413, 422, request=KIND_BODY),
+                     "the template and line; a name that is not one path segment (an "
+                     "encoded '/') reaches no kind: 404", 201, KIND, 400, 404, 413, 422,
+                     request=KIND_BODY),
                  200, "edited", KIND)}
 PATHS["/messages"] = {
     "post": {**_op("Enqueue a message of a kind (202 at once). One message per user, kind "
