@@ -428,9 +428,7 @@ class Pool:
         try:
             for index, (job, slot) in enumerate(zip(jobs, slots, strict=True)):
                 if batch.stops_batch or self.stopping.is_set():
-                    self._settle(db, handed)
-                    with db.connect() as conn:
-                        queue.release(conn, jobs[index:])
+                    self._give_back(db, handed, jobs[index:])
                     return
                 if batch.holds(job) or (job.kind == "broadcast"
                                         and time.monotonic() > yield_at):
@@ -439,9 +437,7 @@ class Pool:
                 if not self._wait_for_slot(slot):
                     # The slot went by (a slow previous send): sending now would crowd
                     # the next second, so the rest goes back and fresh permits are asked.
-                    self._settle(db, handed)
-                    with db.connect() as conn:
-                        queue.release(conn, jobs[index:])
+                    self._give_back(db, handed, jobs[index:])
                     return
                 self._busy(job)
                 this = outcomes.Aftermath()
@@ -451,6 +447,13 @@ class Pool:
                 batch.absorb(this)
         finally:
             self._settle(db, handed)
+
+    def _give_back(self, db: StatementDb, handed: _Handed | None,
+                   unsent: list[queue.ClaimedJob]) -> None:
+        """The previous outcome committed, the jobs not sent handed back unsent."""
+        self._settle(db, handed)
+        with db.connect() as conn:
+            queue.release(conn, unsent)
 
     def _busy(self, job: queue.ClaimedJob) -> None:
         """``job`` is being sent, or sent with its outcome on the way: never handed back."""
