@@ -1,0 +1,90 @@
+"""The finish statement (``workers.queue.finish``, what the finisher runs for every group
+of outcomes) as a drain goes on: claims jobs and finishes them in groups of --group in
+autocommit, round after round with no vacuum in between, and prints the milliseconds per
+statement of each round.
+
+Two forms of the guard "still `sending`, under the same claim token": the one in
+workers/queue.py (a join condition: one primary-key lookup per outcome), and a plain
+``status = 'sending'`` restriction as it was until issue 12's last change, which lets the
+planner read delivery_jobs_sending_idx; that index keeps an entry for every job finished
+since the last vacuum, so the old form grows slower with the drain.
+
+    python -m bench.bench_finish [--jobs 4000] [--rounds 4] [--group 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.common import fresh_database, machine, make_campaign, save, seed_list, table
+from webapp import db
+from webapp.domain import campaigns
+from workers import queue
+from workers.queue import Outcome
+
+NEW_GUARD = "CASE WHEN j.status = 'sending' THEN j.claim_token END = o.token"
+OLD_GUARD = "j.status = 'sending' AND j.claim_token = o.token"
+
+
+def _finish(conn: sa.Connection, sql: str, jobs: list[queue.ClaimedJob]) -> None:
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    outcomes = [Outcome(j.id, j.claim_token, "sent", True, "sent", code=250, reply="250 ok",
+                        stage="data_end") for j in jobs]
+    driver.execute(sql, {"outcomes": queue.finish_document(outcomes), "worker": "bench"},
+                   prepare=True).fetchone()
+
+
+def measure(jobs: int, rounds: int, group: int) -> list[dict[str, Any]]:
+    assert NEW_GUARD in queue._FINISH
+    forms = {"join on the primary key (now)": queue._FINISH,
+             "status = 'sending' (before)": queue._FINISH.replace(NEW_GUARD, OLD_GUARD)}
+    results: list[dict[str, Any]] = []
+    for label, sql in forms.items():
+        with fresh_database() as url:
+            engine = db.make_engine(url)
+            campaign_id = make_campaign(engine, seed_list(engine, jobs * rounds))
+            with engine.begin() as conn:
+                broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
+                queue.enqueue_broadcast(conn, broadcast_id)
+                conn.execute(sa.text("ALTER TABLE delivery_jobs SET (autovacuum_enabled = off)"))
+            autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+            for n in range(rounds):
+                with engine.begin() as conn:
+                    claimed = queue.claim_batch(conn, "bench", jobs, "example.com")
+                with autocommit.connect() as conn:
+                    started = time.perf_counter()
+                    for i in range(0, len(claimed), group):
+                        _finish(conn, sql, claimed[i:i + group])
+                    elapsed = time.perf_counter() - started
+                statements = -(-len(claimed) // group)
+                results.append({"form": label, "round": n + 1,
+                                "finished_before": n * jobs,
+                                "ms_per_statement": elapsed / statements * 1000})
+            engine.dispose()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=4000, help="jobs finished per round")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--group", type=int, default=2, help="outcomes per statement")
+    args = parser.parse_args()
+    results = measure(args.jobs, args.rounds, args.group)
+    info = machine()
+    print(table(f"Finish statement, {args.group} outcomes each, {args.jobs:,} per round, no "
+                f"vacuum ({info['cpus']} cores, PostgreSQL {info['postgres']}, "
+                f"load {info['load_1m']})",
+                ["guard", "round", "jobs finished before", "ms per statement"],
+                [[r["form"], r["round"], f"{r['finished_before']:,}",
+                  f"{r['ms_per_statement']:.3f}"] for r in results]))
+    print(f"\nsaved {save('finish', {'machine': info, 'args': vars(args), 'results': results})}")
+
+
+if __name__ == "__main__":
+    main()
