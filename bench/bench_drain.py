@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--synchronous-commit", choices=["on", "off", "local"], default=None,
                         help="PostgreSQL synchronous_commit for the workers' sessions")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="a SENDDOCK_ setting for the workers, e.g. FINISHER_SESSIONS=2")
+                        help="a SENDDOCK_ setting for the workers, e.g. CLAIM_BATCH=20")
     args = parser.parse_args()
     settings = dict(s.split("=", 1) for s in args.setting)
     dkim_algorithms = {"none": [], "rsa": ["rsa"], "ed25519": ["ed25519"],

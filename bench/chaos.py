@@ -629,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the processes' logs in a new directory under DIR")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="a SENDDOCK_ setting for the workers, e.g. FINISHER_SESSIONS=2")
+                        help="a SENDDOCK_ setting for the workers, e.g. CLAIM_BATCH=20")
     args = parser.parse_args(argv)
     options = ChaosOptions(recipients=args.recipients, kills=args.kills,
                            duration=args.duration, workers=args.workers, threads=args.threads,

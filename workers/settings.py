@@ -43,11 +43,6 @@ SETTINGS: list[Setting] = [
     Setting("WORKERS", "5", "Delivery worker threads per process."),
     Setting("CLAIM_BATCH", "10",
             "Jobs a worker claims at once (their outcomes are committed one by one)."),
-    Setting("FINISHER_SESSIONS", "1",
-            "Database sessions that commit outcomes, from DB_DELIVERY_POOL. 1 groups the most "
-            "outcomes per commit (throughput); 2 takes each one up sooner, so a crash resends "
-            "fewer messages on average (never more than one per thread either way; "
-            "docs/performance.md)."),
     Setting("RETRY_SCHEDULE_BROADCAST", "30,120,480,1800,3600",
             "Seconds between attempts for campaign mail (comma-separated)."),
     Setting("RETRY_SCHEDULE_VERIFY", "30,120,600",
@@ -354,7 +349,6 @@ class Config:
     secret_key: str
     workers: int
     claim_batch: int
-    finisher_sessions: int
     retry_schedule: dict[str, tuple[int, ...]]
     retry_jitter: float
     resend_cooldown: int
@@ -441,8 +435,6 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         secret_key_generated=generated,
         workers=workers,
         claim_batch=max(1, _int("CLAIM_BATCH", req("CLAIM_BATCH"))),
-        finisher_sessions=_at_least("FINISHER_SESSIONS",
-                                    _int("FINISHER_SESSIONS", req("FINISHER_SESSIONS")), 1),
         retry_schedule={
             "broadcast": _schedule("RETRY_SCHEDULE_BROADCAST", req("RETRY_SCHEDULE_BROADCAST")),
             "verification": _schedule("RETRY_SCHEDULE_VERIFY", req("RETRY_SCHEDULE_VERIFY")),

@@ -1,19 +1,27 @@
 """The finisher (workers/finisher.py) against a real PostgreSQL: outcomes handed over by
 many threads at once are each committed, several to a statement; a refused mark says so;
 a database error reaches every outcome of its group, and the next group succeeds on a
-fresh session; after stop() outcomes are committed in the caller's thread."""
+fresh session; after stop() outcomes are committed in the caller's thread. An outcome
+handed over while an earlier statement is still running is already in PostgreSQL: it is
+committed even if the process is SIGKILLed the next moment."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tests.helpers import make_campaign
+from tests.helpers import make_campaign, wait_for
 from workers import queue
 from workers.finisher import Finisher
 from workers.pool import StatementDb
@@ -46,14 +54,14 @@ def _statuses(engine: sa.Engine) -> dict[str, int]:
 def test_outcomes_from_many_threads_are_each_committed_in_groups(
         engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     jobs = _claimed(engine, 200)
-    statements: list[int] = []
-    original = queue.finish
+    statements: list[int] = []  # outcomes per statement
+    original = queue.finish_document
 
-    def finish(conn: Connection, worker_id: str, outcomes: list[queue.Outcome]) -> set[int]:
+    def document(outcomes: list[queue.Outcome]) -> str:
         statements.append(len(outcomes))
-        return original(conn, worker_id, outcomes)
+        return original(outcomes)
 
-    monkeypatch.setattr(queue, "finish", finish)
+    monkeypatch.setattr(queue, "finish_document", document)
     finisher = Finisher(StatementDb(engine).connect, "w-fin")
     finisher.start()
     results: list[bool] = []
@@ -96,7 +104,7 @@ def test_refused_error_and_after_stop(engine: sa.Engine) -> None:
         with db.connect() as conn:
             yield conn
 
-    finisher = Finisher(first_fails, "w-fin", sessions=1)
+    finisher = Finisher(first_fails, "w-fin")
     finisher.start()
     try:
         with pytest.raises(sa.exc.OperationalError):
@@ -115,3 +123,115 @@ def test_refused_error_and_after_stop(engine: sa.Engine) -> None:
         left = conn.execute(sa.text(
             "SELECT email FROM delivery_jobs WHERE status = 'sending'")).scalars().all()
     assert left == [jobs[2].email]
+
+
+def _lock_row(engine: sa.Engine, job: queue.ClaimedJob) -> Connection:
+    """Hold ``job``'s row in another session: a statement finishing it waits."""
+    conn = engine.connect()
+    conn.begin()
+    conn.execute(sa.text("SELECT 1 FROM delivery_jobs WHERE id = :id FOR UPDATE"),
+                 {"id": job.id})
+    return conn
+
+
+def _waiting_on_lock(engine: sa.Engine) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'")).scalars())
+
+
+def test_a_statement_error_reaches_its_group_only(engine: sa.Engine) -> None:
+    jobs = _claimed(engine, 3)
+    finisher = Finisher(StatementDb(engine).connect, "w-fin")
+    finisher.start()
+    try:
+        bad = queue.Outcome(job_id=jobs[0].id, claim_token=jobs[0].claim_token,
+                            status="no-such-state", counted=False)
+        with pytest.raises(psycopg.errors.CheckViolation):
+            finisher.submit(bad).result(timeout=30)
+        # The next outcomes go out on a fresh session and are committed.
+        assert finisher.submit(_sent(jobs[0])).result(timeout=30) is True
+        assert finisher.submit(_sent(jobs[1])).result(timeout=30) is True
+    finally:
+        finisher.stop()
+    assert _statuses(engine) == {"sent": 2, "sending": 1}
+
+
+def test_a_lost_session_fails_every_statement_in_flight(engine: sa.Engine) -> None:
+    jobs = _claimed(engine, 2)
+    blocker = _lock_row(engine, jobs[0])
+    finisher = Finisher(StatementDb(engine).connect, "w-fin")
+    finisher.start()
+    try:
+        first = finisher.submit(_sent(jobs[0]))
+        wait_for(lambda: bool(_waiting_on_lock(engine)), timeout=10,
+                 message="the first statement to wait for the row")
+        second = finisher.submit(_sent(jobs[1]))  # sent behind it, on the same session
+        time.sleep(0.2)
+        assert not second.done(), "a statement overtook the one before it"
+        (pid,) = _waiting_on_lock(engine)
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        for future in (first, second):
+            with pytest.raises(psycopg.OperationalError):
+                future.result(timeout=30)
+        blocker.rollback()
+        # What a drain thread does next: hand it over again. A fresh session commits it.
+        assert finisher.submit(_sent(jobs[0])).result(timeout=30) is True
+        assert finisher.submit(_sent(jobs[1])).result(timeout=30) is True
+    finally:
+        blocker.close()
+        finisher.stop()
+    assert _statuses(engine) == {"sent": 2}
+
+
+_CHILD = """
+import json, os, signal, sys, time
+from webapp import db
+from workers import queue
+from workers.finisher import Finisher
+from workers.pool import StatementDb
+
+url, jobs = sys.argv[1], json.loads(sys.argv[2])
+finisher = Finisher(StatementDb(db.make_engine(url, pool_size=2)).connect, "w-fin")
+finisher.start()
+outcomes = [queue.Outcome(job_id=j, claim_token=t, status="sent", counted=True,
+                          reply_class="sent", code=250, reply="250 ok", stage="data_end",
+                          duration_ms=1.0) for j, t in jobs]
+finisher.submit(outcomes[0])
+print("first", flush=True)
+sys.stdin.readline()
+finisher.submit(outcomes[1])
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_an_outcome_handed_over_survives_a_sigkill_while_another_statement_runs(
+        engine: sa.Engine, db_url: str) -> None:
+    """The kill window of SPEC 10 in the finisher: the second outcome arrives while the
+    first statement is still running (held here by a row lock); the process is then
+    SIGKILLed. Both are committed: each was in PostgreSQL before the kill."""
+    jobs = _claimed(engine, 2)
+    blocker = _lock_row(engine, jobs[0])
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, db_url,
+         json.dumps([[j.id, j.claim_token] for j in jobs])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "first"
+        wait_for(lambda: bool(_waiting_on_lock(engine)), timeout=10,
+                 message="the first statement to wait for the row")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.wait(timeout=30) == -signal.SIGKILL
+        assert _statuses(engine) == {"sending": 2}  # nothing committed yet
+        blocker.rollback()
+        wait_for(lambda: _statuses(engine) == {"sent": 2}, timeout=10,
+                 message="both outcomes committed after the kill")
+    finally:
+        blocker.close()
+        if child.poll() is None:
+            child.kill()
