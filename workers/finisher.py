@@ -1,16 +1,17 @@
-"""The finisher: one thread with one database session that commits the drain threads'
-outcomes as they come (SPEC 10, "The duplicate window is per message").
+"""The finisher: one database session that commits the drain threads' outcomes as they come
+(SPEC 10, "The duplicate window is per message").
 
 A drain thread hands its outcome over right after the relay's reply, builds its next
 message meanwhile, and waits for the commit at the relay's 354, before that message goes
 out: so a crash resends at most one message per thread.
 
-The session runs in libpq's pipeline mode. Whatever has been handed over is sent at once
-as one statement (with its own sync point, so its own transaction), even while earlier
-statements are still running: an outcome never waits in this process for a statement to
-finish, it waits in PostgreSQL, which commits it even if this process dies the next
-moment. Outcomes that arrive while the thread is busy go out together in the next
-statement (group commit). No outcome is ever held back to fill a group.
+The session runs in libpq's pipeline mode. The drain thread that hands an outcome over
+writes its statement to the session itself, with its own sync point (so its own
+transaction), even while earlier statements are still running: an outcome never waits
+in this process, not even for another thread to wake up; it waits in PostgreSQL, which
+commits it even if this process dies the next moment. The finisher's thread opens the
+session, reads the results and settles each outcome's future. Outcomes handed over while
+no session is open (the first, or after an error) are sent together once one is.
 
 If a statement fails, every outcome of its group gets the error and its drain thread
 retries it itself (:meth:`workers.pool.Pool._record`); the session is then dropped and the
@@ -27,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import pq
@@ -55,12 +57,14 @@ class Finisher:
     def __init__(self, connect: Connect, worker_id: str) -> None:
         self.connect = connect
         self.worker_id = worker_id
-        self._waiting: deque[Item] = deque()
+        # Guards everything below and every libpq call on the session: a drain thread
+        # writes a statement while the finisher's thread may be reading results.
         self._lock = threading.Lock()
+        self._session = _Session(self)
+        self._waiting: deque[Item] = deque()  # handed over while no session was ready
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._signalled = False
         self._thread: threading.Thread | None = None
         self._stopped = False
 
@@ -68,7 +72,7 @@ class Finisher:
         with self._lock:
             if self._thread is not None or self._stopped:
                 return
-            self._thread = threading.Thread(target=_Session(self).run, name="finisher",
+            self._thread = threading.Thread(target=self._session.run, name="finisher",
                                             daemon=True)
             self._thread.start()
 
@@ -91,17 +95,18 @@ class Finisher:
         return self._thread is not None and self._thread.is_alive()
 
     def submit(self, outcome: Outcome) -> Future[bool]:
-        future: Future[bool] = Future()
+        item: Item = (outcome, Future())
         with self._lock:
             inline = self._stopped or self._thread is None
-            if not inline:
-                self._waiting.append((outcome, future))
-                wake, self._signalled = not self._signalled, True
+            sent = not inline and self._session.send([item])
+            if not inline and not sent:
+                self._waiting.append(item)
+            wake = not inline and (not sent or self._session.needs_thread)
         if inline:
-            self.commit_inline([(outcome, future)])
+            self.commit_inline([item])
         elif wake:
             self._wake()
-        return future
+        return item[1]
 
     def commit_inline(self, group: Sequence[Item]) -> None:
         """On a connection of the caller's thread (after stop, or left over)."""
@@ -115,13 +120,11 @@ class Finisher:
 
     # --- for the session thread --------------------------------------------------------
 
-    def take(self) -> tuple[list[Item], bool]:
-        """Everything handed over so far; True once stop() was called."""
-        with self._lock:
-            self._signalled = False
-            group = list(self._waiting)
-            self._waiting.clear()
-            return group, self._stopped
+    def _take(self) -> list[Item]:
+        """What is waiting for a session (call with the lock held)."""
+        group = list(self._waiting)
+        self._waiting.clear()
+        return group
 
     def _wake(self) -> None:
         try:
@@ -129,7 +132,7 @@ class Finisher:
         except BlockingIOError:  # the thread has wake-ups enough to read
             pass
 
-    def woken(self) -> None:
+    def _woken(self) -> None:
         try:
             while self._wake_r.recv(4096):
                 pass
@@ -138,9 +141,9 @@ class Finisher:
 
 
 class _Session:
-    """The finisher's thread and its session in pipeline mode: a connection from the pool,
+    """The session in pipeline mode and the finisher's thread: a connection from the pool,
     opened when an outcome comes, given back after IDLE_RELEASE idle seconds, dropped after
-    an error."""
+    an error. Every attribute but the selector is the finisher's lock's."""
 
     def __init__(self, finisher: Finisher) -> None:
         self.finisher = finisher
@@ -150,57 +153,92 @@ class _Session:
         self._fd = -1  # its socket (pgconn.socket raises once the connection is lost)
         self._in_flight: deque[list[Item] | None] = deque()  # None: the PREPARE
         self._results: list[pq.abc.PGresult] = []  # of the oldest statement in flight
-        self._unflushed = False
+        self.unflushed = False  # libpq holds bytes the socket did not take yet
+        self._watching_write = False
         self._broken: BaseException | None = None  # no more statements on this session
         self._selector = selectors.DefaultSelector()
-        self._selector.register(finisher._wake_r, selectors.EVENT_READ)
 
-    def run(self) -> None:
-        finisher = self.finisher
-        try:
-            while True:
-                group, stopping = finisher.take()
-                for start in range(0, len(group), MAX_GROUP):
-                    self._send(group[start:start + MAX_GROUP])
-                if stopping and not self._in_flight:
-                    return
-                if not self._wait():
-                    self._release()
-        except BaseException as exc:  # never leave a drain thread waiting on a future
-            log.exception("the finisher stopped; outcomes are committed by their threads")
-            for pending in self._in_flight:
-                _fail(pending or [], exc)
-            self._in_flight.clear()
-            group, _ = finisher.take()
-            with finisher._lock:
-                finisher._stopped = True  # from now on, submit() commits inline
-            if group:
-                finisher.commit_inline(group)
-            raise
-        finally:
-            self._release(self._broken)
-            self._selector.close()
+    # --- any thread, with the lock held ------------------------------------------------
 
-    def _send(self, group: list[Item]) -> None:
-        """Send the group's statement and its sync point; on any trouble the group gets
-        the error (its threads retry it)."""
-        while self._broken is not None and self._in_flight:  # let the old session drain
-            self._wait()
-        if self._broken is not None:
-            self._release(self._broken)
+    @property
+    def needs_thread(self) -> bool:
+        """The finisher's thread must act: bytes left to write, or the session failed."""
+        return self.unflushed or self._broken is not None
+
+    def send(self, group: list[Item]) -> bool:
+        """Write the group's statement and its sync point. False (nothing sent) when no
+        session is ready; on any trouble the group gets the error and the session is
+        given up (the finisher's thread cleans it up)."""
+        pgconn = self._pgconn
+        if pgconn is None or self._broken is not None:
+            return False
         try:
-            pgconn = self._pgconn or self._open()
             pgconn.send_query_prepared(STATEMENT, [
                 queue.finish_document([o for o, _ in group]).encode(),
                 self.finisher.worker_id.encode()])
             pgconn.pipeline_sync()
             self._in_flight.append(group)
-            self._flush()
+            self.unflushed = pgconn.flush() == 1
         except Exception as exc:
             _fail(group, exc)
-            self._lost(exc)
+            self._broken = self._broken or exc
+        return True
 
-    def _open(self) -> pq.abc.PGconn:
+    # --- the finisher's thread ---------------------------------------------------------
+
+    def run(self) -> None:
+        finisher = self.finisher
+        self._selector.register(finisher._wake_r, selectors.EVENT_READ)
+        try:
+            while True:
+                with finisher._lock:
+                    stopping = finisher._stopped
+                    cleanup = self._broken is not None and not self._in_flight
+                    lost = self._broken is not None and self._pgconn is not None \
+                        and self._pgconn.status != pq.ConnStatus.OK
+                if lost or cleanup:
+                    self._lost(self._broken or psycopg.OperationalError("session lost"))
+                self._send_waiting()
+                with finisher._lock:
+                    if stopping and not self._in_flight and not finisher._waiting:
+                        return
+                    self._watch_write()
+                if not self._wait():
+                    self._release_if_idle()
+        except BaseException as exc:  # never leave a drain thread waiting on a future
+            log.exception("the finisher stopped; outcomes are committed by their threads")
+            with finisher._lock:
+                finisher._stopped = True  # from now on, submit() commits inline
+                pending = [g for g in self._in_flight if g] + [finisher._take()]
+                self._in_flight.clear()
+            for group in pending:
+                _fail(group, exc)
+            raise
+        finally:
+            self._close(self._detach(), self._broken)
+            self._selector.close()
+
+    def _send_waiting(self) -> None:
+        """Open a session if outcomes wait for one, and send them."""
+        with self.finisher._lock:
+            if not self.finisher._waiting or self._broken is not None:
+                return
+            ready = self._pgconn is not None
+        if not ready:
+            try:
+                self._open()
+            except Exception as exc:
+                with self.finisher._lock:
+                    group = self.finisher._take()
+                _fail(group, exc)
+                return
+        with self.finisher._lock:
+            group = self.finisher._take()
+            for start in range(0, len(group), MAX_GROUP):
+                self.send(group[start:start + MAX_GROUP])
+
+    def _open(self) -> None:
+        """Check a connection out (outside the lock: it may wait for the database)."""
         stack = ExitStack()
         try:
             conn = stack.enter_context(self.finisher.connect())
@@ -214,42 +252,54 @@ class _Session:
         except BaseException as exc:
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        self._stack, self._conn, self._pgconn, self._fd = stack, conn, pgconn, pgconn.socket
+        with self.finisher._lock:
+            self._stack, self._conn, self._pgconn = stack, conn, pgconn
+            self._fd = pgconn.socket
+            self._in_flight.append(None)
+            self.unflushed = pgconn.flush() == 1
         self._selector.register(self._fd, selectors.EVENT_READ)
-        self._in_flight.append(None)
-        return pgconn
+        self._watching_write = False
 
-    def _flush(self) -> None:
-        assert self._pgconn is not None
-        unflushed = self._pgconn.flush() == 1
-        if unflushed != self._unflushed:
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if unflushed else 0)
-            self._selector.modify(self._fd, events)
-            self._unflushed = unflushed
+    def _watch_write(self) -> None:
+        """Watch the socket for room while libpq holds unsent bytes (lock held)."""
+        if self._pgconn is None or self.unflushed == self._watching_write:
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.unflushed else 0)
+        self._selector.modify(self._fd, events)
+        self._watching_write = self.unflushed
 
     def _wait(self) -> bool:
-        """Wait for a wake-up or for results, and take the results in. False after
+        """Wait for a wake-up or for results, and settle what came back. False after
         IDLE_RELEASE seconds with nothing in flight and nothing handed over."""
-        timeout = None if self._in_flight else IDLE_RELEASE
-        events = self._selector.select(timeout)
+        with self.finisher._lock:
+            busy = bool(self._in_flight)
+        events = self._selector.select(None if busy else IDLE_RELEASE)
         if not events:
-            return bool(self._in_flight)
+            return busy
+        done: list[tuple[list[Item] | None, list[pq.abc.PGresult]]] = []  # settled outside
         for key, mask in events:
             if key.fileobj is self.finisher._wake_r:
-                self.finisher.woken()
-            elif self._pgconn is not None:
+                self.finisher._woken()
+                continue
+            with self.finisher._lock:
+                if self._pgconn is None:
+                    continue
                 try:
                     if mask & selectors.EVENT_WRITE:
-                        self._flush()
+                        self.unflushed = self._pgconn.flush() == 1
                     if mask & selectors.EVENT_READ:
-                        self._receive(self._pgconn)
+                        done += self._receive(self._pgconn)
                 except psycopg.Error as exc:
-                    self._lost(exc)
+                    self._broken = self._broken or exc
+        for group, results in done:
+            self._settle(group, results)
         return True
 
-    def _receive(self, pgconn: pq.abc.PGconn) -> None:
-        """Settle every statement whose sync point has come back."""
+    def _receive(self, pgconn: pq.abc.PGconn) -> list[tuple[list[Item] | None,
+                                                            list[pq.abc.PGresult]]]:
+        """The statements whose sync point has come back, with their results (lock held)."""
         pgconn.consume_input()
+        done = []
         while self._in_flight and not pgconn.is_busy():
             result = pgconn.get_result()
             if result is None:
@@ -257,9 +307,9 @@ class _Session:
             if result.status != pq.ExecStatus.PIPELINE_SYNC:
                 self._results.append(result)
                 continue
-            group, results = self._in_flight.popleft(), self._results
+            done.append((self._in_flight.popleft(), self._results))
             self._results = []
-            self._settle(group, results)
+        return done
 
     def _settle(self, group: list[Item] | None, results: list[pq.abc.PGresult]) -> None:
         error = next((r for r in results if r.status != pq.ExecStatus.TUPLES_OK
@@ -267,45 +317,74 @@ class _Session:
         if error is not None:
             exc = _error(error)
             _fail(group or [], exc)
-            self._broken = self._broken or exc  # no more statements on this session
+            with self.finisher._lock:
+                self._broken = self._broken or exc  # no more statements on this session
             return
         if group:
             rows = [r for r in results if r.status == pq.ExecStatus.TUPLES_OK]
             _settle(group, queue.finished_ids(rows[0].get_value(0, 0) if rows else None))
 
     def _lost(self, exc: BaseException) -> None:
-        """The connection failed: every statement in flight gets the error."""
-        for group in self._in_flight:
-            _fail(group or [], exc)
-        self._in_flight.clear()
-        self._results = []
-        self._release(exc)
+        """Give the session up: every statement still in flight gets the error."""
+        with self.finisher._lock:
+            pending = [g for g in self._in_flight if g]
+            self._in_flight.clear()
+            self._results = []
+            detached = self._detach()
+        for group in pending:
+            _fail(group, exc)
+        self._close(detached, exc)
 
-    def _release(self, exc: BaseException | None = None) -> None:
-        """Give the connection back to the pool (after an error: so the pool drops it)."""
-        stack, conn, pgconn = self._stack, self._conn, self._pgconn
+    def _release_if_idle(self) -> None:
+        """Give the connection back unless a drain thread has just used it."""
+        with self.finisher._lock:
+            if self._in_flight or self.finisher._waiting:
+                return
+            detached = self._detach()
+        self._close(detached, None)
+
+    def _detach(self) -> _Detached | None:
+        """Take the connection off the session, so no statement goes out on it any more
+        (lock held, or the thread's last act)."""
+        stack, conn, pgconn, fd = self._stack, self._conn, self._pgconn, self._fd
         self._stack = self._conn = self._pgconn = None
+        self._fd = -1
         self._broken = None
-        self._unflushed = False
-        if stack is None or pgconn is None:
+        self.unflushed = False
+        if stack is None or conn is None or pgconn is None:
+            return None
+        return _Detached(stack, conn, pgconn, fd)
+
+    def _close(self, detached: _Detached | None, exc: BaseException | None) -> None:
+        """Give a detached connection back to the pool (after an error: so the pool
+        drops it)."""
+        if detached is None:
             return
         try:
-            self._selector.unregister(self._fd)
+            self._selector.unregister(detached.fd)
         except (KeyError, ValueError, OSError):
             pass
-        self._fd = -1
+        self._watching_write = False
         try:
             if exc is None:
-                _leave_pipeline(pgconn)
+                _leave_pipeline(detached.pgconn)
         except Exception as err:
             log.debug("finisher session left pipeline mode with an error", exc_info=True)
             exc = err
         try:
-            if exc is not None and conn is not None:
-                conn.invalidate()  # still in pipeline mode, or broken: the pool drops it
-            stack.close()
+            if exc is not None:
+                detached.conn.invalidate()  # still in pipeline mode, or broken: dropped
+            detached.stack.close()
         except Exception:
             log.debug("finisher session closed with an error", exc_info=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Detached:
+    stack: ExitStack
+    conn: Connection
+    pgconn: pq.abc.PGconn
+    fd: int
 
 
 def _leave_pipeline(pgconn: pq.abc.PGconn) -> None:

@@ -2,9 +2,9 @@
 
 - N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
   claim a batch and hand each message's outcome to the finisher (workers/finisher.py)
-  the moment the relay has answered it; the finisher sends the outcomes of all threads to
-  PostgreSQL as they come, on one pipelined session (those that arrive together in one
-  statement). A thread builds its next message meanwhile and
+  the moment the relay has answered it: the thread writes the outcome's statement to the
+  finisher's one pipelined session itself, and the finisher's thread reads the commits
+  back. A thread builds its next message meanwhile and
   waits for that commit at the relay's 354, before the message itself goes out (SPEC 10:
   a crash resends at most one message per thread);
 - a liveness session holding the worker's advisory lock, and a heartbeat (P4);
