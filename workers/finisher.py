@@ -193,11 +193,13 @@ class _Session:
             while True:
                 with finisher._lock:
                     stopping = finisher._stopped
-                    cleanup = self._broken is not None and not self._in_flight
-                    lost = self._broken is not None and self._pgconn is not None \
-                        and self._pgconn.status != pq.ConnStatus.OK
-                if lost or cleanup:
-                    self._lost(self._broken or psycopg.OperationalError("session lost"))
+                    broken = self._broken
+                    # A failed session is given up once nothing is in flight on it, or
+                    # at once if the connection itself is gone.
+                    give_up = not self._in_flight or (
+                        self._pgconn is not None and self._pgconn.status != pq.ConnStatus.OK)
+                if broken is not None and give_up:
+                    self._lost(broken)
                 self._send_waiting()
                 with finisher._lock:
                     if stopping and not self._in_flight and not finisher._waiting:
@@ -235,7 +237,10 @@ class _Session:
         with self.finisher._lock:
             group = self.finisher._take()
             for start in range(0, len(group), MAX_GROUP):
-                self.send(group[start:start + MAX_GROUP])
+                if not self.send(group[start:start + MAX_GROUP]):
+                    # The session failed on an earlier part: the rest waits for the next.
+                    self.finisher._waiting.extendleft(reversed(group[start:]))
+                    break
 
     def _open(self) -> None:
         """Check a connection out (outside the lock: it may wait for the database)."""
