@@ -17,6 +17,7 @@ import psutil
 import sqlalchemy as sa
 
 from bench.common import (
+    add_settings_option,
     env_for,
     free_port,
     fresh_database,
@@ -24,6 +25,7 @@ from bench.common import (
     make_campaign,
     save,
     seed_list,
+    settings_from,
     sink_process,
     table,
 )
@@ -124,10 +126,9 @@ def main() -> None:
                         help="DKIM-sign every message with an RSA-2048 and/or ed25519 key")
     parser.add_argument("--synchronous-commit", choices=["on", "off", "local"], default=None,
                         help="PostgreSQL synchronous_commit for the workers' sessions")
-    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="a SENDDOCK_ setting for the workers, e.g. CLAIM_BATCH=20")
+    add_settings_option(parser)
     args = parser.parse_args()
-    settings = dict(s.split("=", 1) for s in args.setting)
+    settings = settings_from(args.setting)
     dkim_algorithms = {"none": [], "rsa": ["rsa"], "ed25519": ["ed25519"],
                        "both": ["rsa", "ed25519"]}[args.dkim]
     sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]

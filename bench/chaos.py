@@ -47,7 +47,15 @@ import sqlalchemy as sa
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DEFAULT_SERVER, free_port, fresh_database, seed_list, table
+from bench.common import (
+    DEFAULT_SERVER,
+    add_settings_option,
+    free_port,
+    fresh_database,
+    seed_list,
+    settings_from,
+    table,
+)
 from bench.common import make_campaign as make_bench_campaign
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -628,8 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="keep the processes' logs in a new directory under DIR")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
-    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="a SENDDOCK_ setting for the workers, e.g. CLAIM_BATCH=20")
+    add_settings_option(parser)
     args = parser.parse_args(argv)
     options = ChaosOptions(recipients=args.recipients, kills=args.kills,
                            duration=args.duration, workers=args.workers, threads=args.threads,
@@ -637,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
                            relay_outage=args.relay_outage, seed=args.seed,
                            gap=(args.gap[0], args.gap[1]),
                            work_dir=args.keep_logs, sink=args.sink,
-                           settings=dict(s.split("=", 1) for s in args.setting))
+                           settings=settings_from(args.setting))
     report = run_chaos(options)
     print(report.render())
     if args.json is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -134,6 +135,17 @@ def env_for(url: str, smtp_port: int, **extra: str) -> dict[str, str]:
                 "SENDDOCK_FROM": "Bench <bench@example.com>"})
     env.update({f"SENDDOCK_{k}": v for k, v in extra.items()})
     return env
+
+
+def add_settings_option(parser: argparse.ArgumentParser) -> None:
+    """``--setting NAME=VALUE`` (repeatable): more SENDDOCK_* values for the workers;
+    :func:`settings_from` turns them into keyword arguments for :func:`env_for`."""
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a SENDDOCK_ setting for the workers, e.g. SMTP_MAX_MESSAGES=1000")
+
+
+def settings_from(values: Sequence[str]) -> dict[str, str]:
+    return dict(value.split("=", 1) for value in values)
 
 
 def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
