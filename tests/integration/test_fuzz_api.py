@@ -343,6 +343,8 @@ def test_unknown_ids_are_404_with_a_message(api: Any) -> None:
     ("/lists", {"name": None}, "name"),
     ("/campaigns", {"name": "x", "list_id": "1", "subject": "s", "text": "t"}, "list_id"),
     ("/campaigns", {"name": "x", "list_id": True, "subject": "s", "text": "t"}, "list_id"),
+    ("/campaigns", {"name": "x", "list_id": "{list}", "subject": "s", "text": "t",
+                    "from": "News <no-at-sign>"}, "from"),
     ("/lists/{list}/subscribers", {"subscribers": "a@b.c"}, "subscribers"),
     ("/verifications", {"user_id": [1], "email": "a@example.org",
                         "verify_url": "https://x.example/v"}, "user_id"),
@@ -357,6 +359,7 @@ def test_unknown_ids_are_404_with_a_message(api: Any) -> None:
 def test_wrong_types_are_422_naming_the_field(api: Any, path: str, body: dict[str, Any],
                                               field_name: str) -> None:
     list_id = api.post("/lists", {"name": "Types"}).get_json()["id"]
+    body = json.loads(json.dumps(body).replace('"{list}"', str(list_id)))
     answer = api.post(path.replace("{list}", str(list_id)), body)
     assert answer.status_code == 422, answer.get_json()
     assert field_name in answer.get_json()["error"]["fields"], answer.get_json()

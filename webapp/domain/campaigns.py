@@ -86,7 +86,11 @@ def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
         raise Invalid(N_("missing: %(fields)s", fields=", ".join(missing)), fields=missing)
     from_addr = _text(data, "from") or _text(data, "from_addr") or default_from.strip()
     _refuse_control_characters({"subject": subject, "from": from_addr})
-    check_email(from_addr.rsplit("<", 1)[-1].rstrip(">") if "<" in from_addr else from_addr)
+    try:
+        check_email(from_addr.rsplit("<", 1)[-1].rstrip(">") if "<" in from_addr else from_addr)
+    except Invalid as exc:  # the field is From, whatever the address check calls it
+        raise Invalid(exc.message, fields={"from": exc.fields.get("email", exc.message)}
+                      ) from None
     text, html = data.get("text"), data.get("html")
     for field, value in (("text", text), ("html", html)):
         if value is not None and not isinstance(value, str):
