@@ -89,6 +89,24 @@ def test_kind_input_answers_name_the_field(api: Api) -> None:
         assert field in r.get_json()["error"]["fields"], (name, r.get_json())
 
 
+def test_null_schedule_and_cooldown_are_the_class_defaults(api: Api) -> None:
+    """As the OpenAPI document says: null for retry_schedule or resend_cooldown is the
+    class's default (for the built-in kind, the setting's)."""
+    r = put_kind(api, "churn", {**ONBOARDING, "retry_schedule": None,
+                                "resend_cooldown": None})
+    assert r.status_code == 201, r.get_json()
+    assert r.get_json()["retry_schedule"] == [300, 1800, 7200, 21600]
+    assert r.get_json()["resend_cooldown"] == 3600
+    r = put_kind(api, "churn", {"class": "critical", "retry_schedule": None})
+    assert r.status_code == 200 and r.get_json()["retry_schedule"] == [30, 120, 600]
+
+
+def test_resend_names_an_unknown_field(api: Api) -> None:
+    put_kind(api, "onboarding", ONBOARDING)
+    r = api.post("/messages/resend", {"kind": "onboarding", "user_id": "u-42", "usr": "x"})
+    assert r.status_code == 422 and r.get_json()["error"]["fields"] == {"usr": "unknown field"}
+
+
 def test_send_with_an_event_and_read_it_back(api: Api, engine: sa.Engine) -> None:
     put_kind(api, "onboarding", ONBOARDING)
     r = api.post("/messages", message())

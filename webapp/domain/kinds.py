@@ -197,6 +197,10 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
     else:
         base = current
     merged = {**base, **body}
+    if not (current and current["builtin"]) and merged["class"] in CLASSES:
+        for field in ("retry_schedule", "resend_cooldown"):  # null: the class's default
+            if merged.get(field) is None:
+                merged[field] = DEFAULTS[merged["class"]][field]
     if current is not None and current["builtin"]:
         if merged["class"] != "critical" or merged["active"] is not True:
             raise Invalid(N_("%(name)s is built in: it stays active and critical (P7)",
