@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from webapp.domain import fields as rules
-from webapp.domain import lists, suppressions, verifications
+from webapp.domain import kinds as kinds_input
+from webapp.domain import lists, messages, suppressions, verifications
 from webapp.models import SUPPRESSION_REASONS
-from workers import states
+from workers import kinds, states
 
 BIGINT_MAX = 2**63 - 1
 
@@ -78,6 +79,8 @@ USER_ID = {"oneOf": [
     {"type": "integer", "minimum": verifications.MIN_INT_USER_ID,
      "maximum": verifications.MAX_INT_USER_ID}],
     "description": "the SaaS's user id: text without control characters, or an integer"}
+VERIFY_URL = {"type": "string", "maxLength": verifications.MAX_URL, "pattern": rules.HTTP_URL,
+              "description": "an absolute http:// or https:// URL"}
 SUBSCRIBER = {"type": "object", "required": ["email"], "additionalProperties": False,
               "properties": {
                   "email": EMAIL,
@@ -205,7 +208,8 @@ PATHS: dict[str, Any] = {
                 "parameters": {"email": "$response.body#/email"}})))),
     },
     "/suppressions/{email}": {
-        "parameters": [{"name": "email", "in": "path", "required": True, "schema": TEXT},
+        "parameters": [{"name": "email", "in": "path", "required": True,
+                        "schema": {"type": "string", "pattern": rules.NOT_BLANK}},
                        {"name": "note", "in": "query", "required": False, "schema": TEXT,
                         "description": "why (audit log)"}],
         "delete": {"operationId": "deleteSuppression",
@@ -218,9 +222,7 @@ PATHS: dict[str, Any] = {
         "for the same user returns that job with existing=true)", 202, VERIFICATION,
         400, 409, 413, 422, 503, request=_request(["user_id", "email", "verify_url"], {
             "user_id": USER_ID, "email": EMAIL,
-            "verify_url": {"type": "string", "maxLength": verifications.MAX_URL,
-                           "pattern": rules.HTTP_URL,
-                           "description": "an absolute http:// or https:// URL"}})),
+            "verify_url": VERIFY_URL})),
         202, _links(GetJob=("getJob", BY_ID), Resend=("resendVerification", {
             "requestBody": {"user_id": "$request.body#/user_id"}}))))},
     "/verifications/resend": {"post": _id("resendVerification", _op(
@@ -255,10 +257,29 @@ KIND: dict[str, Any] = {"type": "object",
             "version": {"type": "integer"}, "priority": {"type": "integer"},
             "sample_data": {"type": "object"}, "sample_event": {"type": "object"}}}
 KIND_BODY = {"type": "object", "properties": {
-    k: v for k, v in KIND["properties"].items()
-    if k not in ("name", "builtin", "version", "priority")}, "example": KIND_EXAMPLE}
+    **{k: v for k, v in KIND["properties"].items()
+       if k not in ("name", "builtin", "version", "priority")},
+    "description": {"type": "string", "maxLength": kinds_input.MAX_DESCRIPTION},
+    "subject": {"type": "string", "maxLength": kinds_input.MAX_TEMPLATE,
+                "pattern": rules.NOT_BLANK},
+    **{body: {"type": ["string", "null"], "maxLength": kinds_input.MAX_TEMPLATE}
+       for body in ("text", "html")},
+    "retry_schedule": {"type": ["array", "null"], "maxItems": kinds_input.MAX_SCHEDULE,
+                       "items": {"type": "integer", "minimum": 0,
+                                 "maximum": kinds_input.MAX_DELAY},
+                       "description": "seconds between attempts; [] never retries; null: "
+                                      "the class's default (the built-in kind: the "
+                                      "setting's)"},
+    "resend_cooldown": {"type": ["integer", "null"], "minimum": 0,
+                        "maximum": kinds_input.MAX_COOLDOWN,
+                        "description": "seconds; null: as for retry_schedule"},
+    "dedupe_window": {"type": "integer", "minimum": 0, "maximum": kinds_input.MAX_WINDOW,
+                      "description": "seconds; 0 = no window"}},
+    "additionalProperties": False,
+    "example": KIND_EXAMPLE}
 EVENT = {"type": "object", "required": ["name"], "properties": {
-    "name": {"type": "string"}, "id": {"type": ["string", "integer"]},
+    "name": {"type": "string", "maxLength": messages.MAX_EVENT_NAME, "pattern": rules.NOT_BLANK},
+    "id": {"type": ["string", "integer"]},
     "at": {"type": "string", "format": "date-time"}},
     "additionalProperties": True, "description": "what caused the message (at most 64 KB)"}
 MESSAGE = {"type": "object", "required": ["id", "status", "kind", "correlation_id", "flags"],
@@ -274,26 +295,30 @@ MESSAGE = {"type": "object", "required": ["id", "status", "kind", "correlation_i
                "existing_because": {"type": ["string", "null"], "enum": [
                    "idempotency_key", "dedupe_window", "live", None]},
                "reused": {"type": "boolean"}}}
-MESSAGE_BODY = {"type": "object", "required": ["kind", "user_id", "email"], "properties": {
-    "kind": {"type": "string"}, "user_id": {"type": ["string", "integer"]},
-    "email": {"type": "string"},
+KIND_NAME = {"type": "string", "pattern": states.KIND_NAME}
+MESSAGE_BODY = _request(["kind", "user_id", "email"], {
+    "kind": KIND_NAME, "user_id": USER_ID, "email": EMAIL,
     "data": {"type": "object", "description": "what the template sees as data (≤ 64 KB)"},
     "event": EVENT,
     "send_at": {"type": "string", "format": "date-time",
                 "description": "schedule it: not in the past, at most a year ahead"}},
-    "example": {"kind": "onboarding", "user_id": "u-42", "email": "ada@example.com",
+    # The built-in verification kind's templates link to data.verify_url.
+    **{"if": {"required": ["kind"], "properties": {"kind": {"const": kinds.BUILTIN}}},
+       "then": {"required": ["data"], "properties": {"data": {
+           "required": ["verify_url"], "properties": {"verify_url": VERIFY_URL}}}}},
+    example={"kind": "onboarding", "user_id": "u-42", "email": "ada@example.com",
                 "data": {"first_name": "Ada", "setup_url": "https://app.example/setup"},
                 "event": {"name": "signup", "id": "evt_9f2", "at": "2026-12-01T09:00:00Z"},
-                "send_at": "2026-12-04T09:00:00Z"}}
+                "send_at": "2026-12-04T09:00:00Z"})
 IDEMPOTENCY = [{"name": "Idempotency-Key", "in": "header", "required": False,
-                "schema": {"type": "string", "maxLength": 255},
+                "schema": {"type": "string", "maxLength": verifications.MAX_IDEMPOTENCY_KEY,
+                           "pattern": rules.PRINTABLE_ASCII_NOT_BLANK},
                 "description": "the same key returns the same message, whatever its state"}]
 PATHS["/kinds"] = {"get": _op("Every transactional kind", 200, {
     "type": "object", "required": ["kinds"],
     "properties": {"kinds": {"type": "array", "items": KIND}}})}
 PATHS["/kinds/{name}"] = {
-    "parameters": [{"name": "name", "in": "path", "required": True,
-                    "schema": {"type": "string"}}],
+    "parameters": [{"name": "name", "in": "path", "required": True, "schema": KIND_NAME}],
     "get": _op("One kind", 200, KIND, 404, 422),
     "put": _also(_op("Create (201) or edit (200) a kind; fields left out keep their value "
                      "(a new kind's: its class's defaults). Template errors answer 422 with "
@@ -322,10 +347,8 @@ PATHS["/messages"] = {
 PATHS["/messages/resend"] = {"post": _op(
     "Resend the user's latest message of the kind (429 + Retry-After inside the kind's "
     "cooldown; a still-waiting one is reused, reused=true)", 202, MESSAGE,
-    400, 404, 409, 422, 429, 503, request={
-        "type": "object", "required": ["kind", "user_id"],
-        "properties": {"kind": {"type": "string"},
-                       "user_id": {"type": ["string", "integer"]}}})}
+    400, 404, 409, 422, 429, 503, request=_request(["kind", "user_id"], {
+        "kind": KIND_NAME, "user_id": USER_ID}))}
 
 PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     "required": False, "description": "optional: schedule for a later time instead of now",
@@ -365,13 +388,73 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
+_NOT_RULES = frozenset({"if", "example", "examples", "description", "summary", "enum",
+                        "const", "default"})
+
+
+def _storable(schema: Any) -> Any:
+    """``schema`` with the rule every request obeys said in it: PostgreSQL stores no NUL,
+    so no text anywhere in a request (keys of free-form objects included) may hold one
+    (webapp.security answers 422 naming the field). A string without a pattern gets
+    :data:`rules.NO_NUL`; an object with no word on its keys or extra values takes only
+    storable ones."""
+    if isinstance(schema, list):
+        return [_storable(item) for item in schema]
+    if not isinstance(schema, dict) or "$ref" in schema:
+        return schema
+    out = {k: v if k in _NOT_RULES else _storable(v) for k, v in schema.items()
+           if k not in ("properties", "patternProperties")}
+    for key in ("properties", "patternProperties"):
+        if key in schema:
+            out[key] = {name: _storable(sub) for name, sub in schema[key].items()}
+    if _types(out) & {"string"} and "pattern" not in out and "enum" not in out:
+        out["pattern"] = rules.NO_NUL
+    if "object" in _types(out):
+        out.setdefault("propertyNames", {"pattern": rules.NO_NUL})
+        if out.get("additionalProperties", True) is True:
+            out["additionalProperties"] = {"$ref": STORABLE_REF}
+    if "array" in _types(out):
+        out.setdefault("items", {"$ref": STORABLE_REF})
+    return out
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    return {kind} if isinstance(kind, str) else set(kind or ())
+
+
+def _requests_storable(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation's parameters and request body through :func:`_storable`."""
+    out: dict[str, Any] = {}
+    for path, item in paths.items():
+        out[path] = {}
+        for key, value in item.items():
+            if key == "parameters":
+                value = [{**p, "schema": _storable(p["schema"])} for p in value]
+            elif isinstance(value, dict):
+                value = {**value}
+                if "parameters" in value:
+                    value["parameters"] = [{**p, "schema": _storable(p["schema"])}
+                                           for p in value["parameters"]]
+                if "requestBody" in value:
+                    body = value["requestBody"]
+                    media = body["content"]["application/json"]
+                    value["requestBody"] = {**body, "content": {"application/json": {
+                        **media, "schema": _storable(media["schema"])}}}
+            out[path][key] = value
+    return out
+
+
 def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
-        "info": {"title": "SendDock API", "version": "1"},
+        "info": {"title": "SendDock API", "version": "1", "description": (
+            "Text anywhere in a request (path, query, body, the keys of its objects) must "
+            "not contain a NUL character: PostgreSQL cannot store one (422 naming the "
+            "field).")},
         "servers": [{"url": "/api/v1"}],
         "components": {"schemas": SCHEMAS, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
-        "paths": PATHS,
+        "paths": _requests_storable(PATHS),
     }

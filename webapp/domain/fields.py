@@ -18,6 +18,8 @@ NO_NUL = "^[^\\x00]*$"
 NOT_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
 # Text with at least one character that is not white space, and no control character.
 PLAIN_NOT_BLANK = f"^[^{CONTROL_CLASS}]*[^\\s{CONTROL_CLASS}][^{CONTROL_CLASS}]*$"
+# Printable ASCII (space to tilde) with at least one character that is not a space.
+PRINTABLE_ASCII_NOT_BLANK = "^[ -~]*[!-~][ -~]*$"
 # An absolute http(s) URL: scheme, a host part, then anything but white space, controls
 # and square brackets (only valid around an IPv6 host, which urlsplit would then check).
 _URL_CHAR = f"[^\\s\\[\\]{CONTROL_CLASS}]"

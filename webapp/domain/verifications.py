@@ -104,7 +104,7 @@ def check_idempotency_key(raw: str | None) -> str | None:
     if raw is None:
         return None
     key = raw.strip()
-    if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isascii() or not key.isprintable():
+    if len(key) > MAX_IDEMPOTENCY_KEY or not rules.matches(rules.PRINTABLE_ASCII_NOT_BLANK, key):
         problem = f"1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"
         raise Invalid(f"the Idempotency-Key header must be {problem}",
                       fields={"Idempotency-Key": problem})

@@ -32,7 +32,7 @@ def cancel_messages() -> Response:
 
 @bp.post("/messages/resend")
 def resend_message() -> Response:
-    data = body()
+    data = body("kind", "user_id")
     user_ref = verifications.check_user_id(data.get("user_id"))
     kind = data.get("kind")
     with engine().begin() as conn:
