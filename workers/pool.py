@@ -323,6 +323,8 @@ class Pool:
                         for _ in conn.notifies(timeout=1.0, stop_after=1):
                             self.wake()
             except psycopg.Error as exc:
+                if self.stopping.is_set():
+                    return  # stopping: the database going away now is no outage
                 # Say it once per outage; loops still poll every second meanwhile.
                 (log.warning if backoff == 0.5 else log.debug)(
                     "listener lost the database, reconnecting with backoff: %s",
