@@ -142,6 +142,7 @@ def test_define_send_dedupe_schedule_cancel_and_measure_through_postfix(
     assert ada["X-SendDock-Correlation-ID"] == first.get_json()["correlation_id"]
     assert "Your plan pro ended 2026-11-30T12:00:00Z" in \
         delivered["eve@example.org"].message.get_content()
+    relay.wait_for_log(r"to=<ada@example.org>.*status=sent")  # logged after the mailbox
     assert relay.count(r"to=<ada@example.org>.*status=sent") == 1
     assert "bob@example.org" not in {m.recipient for m in relay.messages()}
     job = api.get(f"/jobs/{first.get_json()['id']}").get_json()
