@@ -65,6 +65,27 @@ SWITCH_INTERVAL = 0.0001
 
 log = logging.getLogger("senddock.worker")
 
+# Ticks that run every second and may well overrun on a busy machine: the next one simply
+# waits (coalesced). APScheduler warns about every skipped run; for these that is noise.
+EVERY_SECOND_TICKS = frozenset({"maintenance", "event-webhooks"})
+
+
+class _SkippedTickFilter(logging.Filter):
+    """Turns APScheduler's 'skipped: maximum number of running instances reached' for an
+    every-second tick into a debug line of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        job_id = getattr(args[0], "id", None) if args else None
+        if job_id in EVERY_SECOND_TICKS and "maximum number of running instances" in str(
+                record.msg):
+            log.debug("tick %s still running; the next one waits", job_id)
+            return False
+        return True
+
+
+SKIPPED_TICKS = _SkippedTickFilter()
+
 DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError,
              psycopg.OperationalError)
 
@@ -133,6 +154,7 @@ class Pool:
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
                  self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
+        logging.getLogger("apscheduler.scheduler").addFilter(SKIPPED_TICKS)  # once per process
         scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(self.config.workers + 6)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},

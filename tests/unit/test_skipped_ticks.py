@@ -1,0 +1,30 @@
+"""APScheduler's warning about a skipped run is noise for the every-second ticks (the next
+one waits) and stays a warning for every other job."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+from workers.pool import SKIPPED_TICKS
+
+MESSAGE = 'Execution of job "%s" skipped: maximum number of running instances reached (%d)'
+
+
+def record(job_id: str) -> logging.LogRecord:
+    return logging.LogRecord("apscheduler.scheduler", logging.WARNING, __file__, 1, MESSAGE,
+                             (SimpleNamespace(id=job_id), 1), None)
+
+
+def test_an_every_second_tick_that_overran_is_not_a_warning() -> None:
+    assert SKIPPED_TICKS.filter(record("maintenance")) is False
+    assert SKIPPED_TICKS.filter(record("event-webhooks")) is False
+
+
+def test_other_jobs_and_other_messages_are_kept() -> None:
+    assert SKIPPED_TICKS.filter(record("heartbeat")) is True
+    assert SKIPPED_TICKS.filter(record("rescuer")) is True
+    other = logging.LogRecord("apscheduler.scheduler", logging.WARNING, __file__, 1,
+                              "Run time of job %s was missed", (SimpleNamespace(id="maintenance"),),
+                              None)
+    assert SKIPPED_TICKS.filter(other) is True
