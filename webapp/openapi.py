@@ -423,26 +423,25 @@ def _types(schema: dict[str, Any]) -> set[str]:
     return {kind} if isinstance(kind, str) else set(kind or ())
 
 
-def _requests_storable(paths: dict[str, Any]) -> dict[str, Any]:
-    """Every operation's parameters and request body through :func:`_storable`."""
-    out: dict[str, Any] = {}
-    for path, item in paths.items():
-        out[path] = {}
-        for key, value in item.items():
-            if key == "parameters":
-                value = [{**p, "schema": _storable(p["schema"])} for p in value]
-            elif isinstance(value, dict):
-                value = {**value}
-                if "parameters" in value:
-                    value["parameters"] = [{**p, "schema": _storable(p["schema"])}
-                                           for p in value["parameters"]]
-                if "requestBody" in value:
-                    body = value["requestBody"]
-                    media = body["content"]["application/json"]
-                    value["requestBody"] = {**body, "content": {"application/json": {
-                        **media, "schema": _storable(media["schema"])}}}
-            out[path][key] = value
-    return out
+def _parameters(parameters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**p, "schema": _storable(p["schema"])} for p in parameters]
+
+
+def _operation(op: dict[str, Any]) -> dict[str, Any]:
+    op = {**op}
+    if "parameters" in op:
+        op["parameters"] = _parameters(op["parameters"])
+    if "requestBody" in op:
+        body = op["requestBody"]
+        media = body["content"]["application/json"]
+        op["requestBody"] = {**body, "content": {"application/json": {
+            **media, "schema": _storable(media["schema"])}}}
+    return op
+
+
+# Every operation's parameters and request body through _storable, once.
+REQUEST_PATHS = {path: {key: _parameters(value) if key == "parameters" else _operation(value)
+                        for key, value in item.items()} for path, item in PATHS.items()}
 
 
 def document() -> dict[str, Any]:
@@ -456,5 +455,5 @@ def document() -> dict[str, Any]:
         "components": {"schemas": SCHEMAS, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
-        "paths": _requests_storable(PATHS),
+        "paths": REQUEST_PATHS,
     }
