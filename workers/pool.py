@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parseaddr
 from typing import Any
 
@@ -65,9 +65,10 @@ SWITCH_INTERVAL = 0.0001
 
 log = logging.getLogger("senddock.worker")
 
-# Ticks that run every second and may well overrun on a busy machine: the next one simply
-# waits (coalesced). APScheduler warns about every skipped run; for these that is noise.
-EVERY_SECOND_TICKS = frozenset({"maintenance", "event-webhooks"})
+# Ticks that run every second or more often may well overrun on a busy machine: the next
+# one simply waits (coalesced). APScheduler warns about every skipped run; for these that
+# is noise.
+EVERY_SECOND = timedelta(seconds=1)
 
 
 class _SkippedTickFilter(logging.Filter):
@@ -76,10 +77,11 @@ class _SkippedTickFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        job_id = getattr(args[0], "id", None) if args else None
-        if job_id in EVERY_SECOND_TICKS and "maximum number of running instances" in str(
-                record.msg):
-            log.debug("tick %s still running; the next one waits", job_id)
+        job = args[0] if args else None
+        interval = getattr(getattr(job, "trigger", None), "interval", None)
+        if isinstance(interval, timedelta) and interval <= EVERY_SECOND and \
+                "maximum number of running instances" in str(record.msg):
+            log.debug("tick %s still running; the next one waits", getattr(job, "id", job))
             return False
         return True
 

@@ -6,14 +6,24 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
+from apscheduler.triggers.interval import IntervalTrigger
+
 from workers.pool import SKIPPED_TICKS
 
 MESSAGE = 'Execution of job "%s" skipped: maximum number of running instances reached (%d)'
 
 
+# The pool's jobs and their intervals in seconds (workers/pool.py, workers/after_acceptance.py).
+INTERVALS = {"maintenance": 1, "event-webhooks": 1, "heartbeat": 5, "rescuer": 10}
+
+
+def job(job_id: str) -> SimpleNamespace:
+    return SimpleNamespace(id=job_id, trigger=IntervalTrigger(seconds=INTERVALS[job_id]))
+
+
 def record(job_id: str) -> logging.LogRecord:
     return logging.LogRecord("apscheduler.scheduler", logging.WARNING, __file__, 1, MESSAGE,
-                             (SimpleNamespace(id=job_id), 1), None)
+                             (job(job_id), 1), None)
 
 
 def test_an_every_second_tick_that_overran_is_not_a_warning() -> None:
@@ -25,6 +35,6 @@ def test_other_jobs_and_other_messages_are_kept() -> None:
     assert SKIPPED_TICKS.filter(record("heartbeat")) is True
     assert SKIPPED_TICKS.filter(record("rescuer")) is True
     other = logging.LogRecord("apscheduler.scheduler", logging.WARNING, __file__, 1,
-                              "Run time of job %s was missed", (SimpleNamespace(id="maintenance"),),
+                              "Run time of job %s was missed", (job("maintenance"),),
                               None)
     assert SKIPPED_TICKS.filter(other) is True
