@@ -3,7 +3,8 @@ process reports the same numbers (the queue's, not one process's memory).
 
 Gauges (the queue now): ``senddock_jobs{kind,state}``, ``senddock_oldest_pending_seconds``,
 ``senddock_backlog`` / ``senddock_max_backlog``, ``senddock_workers_live``,
-``senddock_in_flight``, ``senddock_relay_up``, ``senddock_alarm{name}``.
+``senddock_in_flight``, ``senddock_relay_up``, ``senddock_relay_paced_rate`` (a throttling
+relay's pace, 0 when none), ``senddock_alarm{name}``.
 
 Counters and a histogram (cumulative since the database was created, kept by a trigger in
 the same transaction as each job's change, so they only grow and ``rate()`` works, and
@@ -113,6 +114,11 @@ class QueueCollector(Collector):
         relay = queue.relay_status(conn)
         yield GaugeMetricFamily("senddock_relay_up", "1 if the SMTP relay is usable.",
                                 value=1 if relay.get("status") != "down" else 0)
+        paced = relay.get("paced_rate")
+        yield GaugeMetricFamily(
+            "senddock_relay_paced_rate", "Messages per second a throttling relay is paced at "
+            "(every process together); 0 while it is not throttling us.",
+            value=float(paced) if paced is not None else 0.0)
         alarm = GaugeMetricFamily("senddock_alarm", "1 while the alarm is raised.",
                                   labels=["name"])
         raised = {a.name for a in health.compute_alarms(conn, self.config)}

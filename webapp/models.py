@@ -421,6 +421,8 @@ relay_state = Table(
     Column("throttled_until", DateTime(timezone=True)),
     Column("throttle_reply", Text),
     Column("throttle_hits", Integer, nullable=False, server_default=text("0")),
+    # Pauses in a row of a relay that closes the channel (421): the backoff step in force.
+    Column("pause_hits", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("id = 1", name="relay_state_single_row"),
     CheckConstraint("status IN ('ok', 'down')", name="relay_state_status_check"),
 )
@@ -443,7 +445,24 @@ rate_limiter = Table(
     "rate_limiter", metadata,
     Column("id", SmallInteger, primary_key=True),
     Column("tat", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # A relay that throttles us paces every process (SPEC 16, AIMD): the send rate in force
+    # (NULL: not paced), the additive step it grows back by, and when it last changed.
+    Column("paced_rate", Float),
+    Column("paced_step", Float),
+    Column("paced_at", DateTime(timezone=True)),
     CheckConstraint("id = 1", name="rate_limiter_single_row"),
+)
+
+# A From address the relay refuses (SPEC 16): probed with the same MAIL FROM on a backoff;
+# the campaigns it paused resume by themselves once the relay accepts it.
+sender_refusals = Table(
+    "sender_refusals", metadata,
+    Column("sender", Text, primary_key=True),
+    Column("since", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_reply", Text),
+    Column("failures", Integer, nullable=False, server_default=text("1")),
+    Column("next_probe_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("probe_recipient", Text),
 )
 
 # Sends started per minute (database clock): SENDDOCK_RATE_LIMIT_HOUR/_DAY over rolling

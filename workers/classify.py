@@ -62,7 +62,9 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -391,3 +393,99 @@ class RefusalStreak:
     def reset(self) -> None:
         with self._lock:
             self._row.clear()
+
+
+# --- whom a throttle concerns: evidence across domains (SPEC 16) ---------------------------
+
+THROTTLES = frozenset({ReplyClass.RELAY_THROTTLE, ReplyClass.DOMAIN_THROTTLE})
+
+
+class ThrottleJudge:
+    """Whether a throttle reply is about the relay or about the recipient's domain, decided
+    by what the relay does with the other domains; the table's class (from the wording) is
+    only the hint used when there is no evidence.
+
+    - the same reply (recipient and its domain taken out: :func:`refusal_key`) for a
+      second domain within ``window`` seconds: the relay throttles us (the domains judged
+      throttled for that reply are handed back, so their backoff can be lifted);
+    - else, another domain accepted within ``window`` seconds: this domain throttles us;
+    - else the hint. A throttle before RCPT (no recipient yet) is always the relay's.
+      When the hint said "the relay" and, within ``window``, another domain is accepted
+      while no other domain got that reply, the hint was wrong: :meth:`accepted` hands
+      that domain back (its backoff instead of the relay's pace).
+
+    A *temporary* refusal of our sender at RCPT (Proofpoint's inbound limit says "450
+    4.7.1 Sender address rejected") is judged the same way, with the evidence that the
+    same sender was accepted for another domain within ``window``.
+
+    Fed every outcome of the process (all threads). Thread-safe."""
+
+    def __init__(self, window: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._accepted: dict[str, float] = {}  # domain -> last 250
+        self._senders: dict[tuple[str, str], float] = {}  # (sender, domain) -> last 250
+        self._seen: dict[str, dict[str, float]] = {}  # reply key -> domain -> last seen
+        # reply key -> (domain, time, reply): judged the relay's on the wording alone
+        self._hinted: dict[str, tuple[str, float, str]] = {}
+
+    def accepted(self, domain: str, sender: str = "") -> dict[str, str]:
+        """Record a 250 for ``domain`` (and ``sender``). Returns {domain: reply} for
+        throttles judged the relay's on wording alone that this acceptance contradicts:
+        they were that domain's."""
+        domain = domain.lower()
+        with self._lock:
+            now = self._clock()
+            self._accepted[domain] = now
+            wrong: dict[str, str] = {}
+            for key, (hinted, at, reply) in list(self._hinted.items()):
+                if at < now - self.window:
+                    del self._hinted[key]
+                elif hinted != domain and set(self._seen.get(key, {})) <= {hinted}:
+                    wrong[hinted] = reply
+                    del self._hinted[key]
+            if sender:
+                if len(self._senders) > 1000:
+                    self._senders = {k: t for k, t in self._senders.items()
+                                     if t >= now - self.window}
+                self._senders[(sender.lower(), domain)] = now
+            return wrong
+
+    def judge(self, cls: ReplyClass, code: int | None, text: str, recipient: str,
+              stage: str, sender: str = "") -> tuple[ReplyClass, list[str]]:
+        """(the class to act on; domains earlier judged throttled for the same reply, now
+        known to be the relay's: their backoff should be lifted)."""
+        if stage not in MESSAGE_STAGES:
+            return cls, []
+        domain = recipient.rpartition("@")[2].lower()
+        if cls is ReplyClass.SENDER:
+            if code is None or code // 100 != 4 or not sender:
+                return cls, []
+            horizon = self._clock() - self.window
+            with self._lock:
+                elsewhere = any(t >= horizon and s == sender.lower() and d != domain
+                                for (s, d), t in self._senders.items())
+            return (ReplyClass.DOMAIN_THROTTLE if elsewhere else cls), []
+        if cls not in THROTTLES:
+            return cls, []
+        key = refusal_key(code, text, recipient)
+        now = self._clock()
+        with self._lock:
+            horizon = now - self.window
+            seen = {d: t for d, t in self._seen.get(key, {}).items() if t >= horizon}
+            others = [d for d in seen if d != domain]
+            seen[domain] = now
+            self._seen[key] = seen
+            if len(self._seen) > 1000:  # forget replies nobody repeats
+                self._seen = {k: v for k, v in self._seen.items()
+                              if max(v.values()) >= horizon}
+            if others:
+                self._hinted.pop(key, None)
+                return ReplyClass.RELAY_THROTTLE, others
+            if any(t >= horizon for d, t in self._accepted.items() if d != domain):
+                return ReplyClass.DOMAIN_THROTTLE, []
+            if cls is ReplyClass.RELAY_THROTTLE:
+                self._hinted[key] = (domain, now, f"{code} {text}".strip())
+            return cls, []

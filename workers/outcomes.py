@@ -73,15 +73,24 @@ class Aftermath:
     login_refused: bool = False
     probe_recipient: str | None = None
     relay_throttle: str | None = None
+    relay_closed: bool = False  # the throttle was a 421: the relay closed the channel
     domain_throttles: dict[str, str] = field(default_factory=dict)
     paused_campaigns: dict[int, str] = field(default_factory=dict)
+    # A refused campaign From -> (the reply, a recipient it was refused for): probed later.
+    refused_senders: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     reprieve: list[int] = field(default_factory=list)
+    # Domains judged throttled for a reply that turned out to be the relay's (SPEC 16).
+    lift_domains: list[str] = field(default_factory=list)
+    # A throttle judged the relay's on its wording alone, contradicted by another domain's
+    # acceptance: the relay's pace is lifted (the domain waits instead, domain_throttles).
+    unpace: bool = False
 
     @property
     def empty(self) -> bool:
         """Nothing beyond the recipients: there is nothing else to record."""
         return not (self.relay_down or self.relay_throttle or self.domain_throttles
-                    or self.paused_campaigns or self.reprieve)
+                    or self.paused_campaigns or self.reprieve or self.lift_domains
+                    or self.unpace)
 
     def absorb(self, other: Aftermath) -> None:
         """Add what one message's reply said to the batch's view (what stops it, what
@@ -90,9 +99,13 @@ class Aftermath:
         self.login_refused = self.login_refused or other.login_refused
         self.probe_recipient = other.probe_recipient or self.probe_recipient
         self.relay_throttle = other.relay_throttle or self.relay_throttle
+        self.relay_closed = self.relay_closed or other.relay_closed
+        self.refused_senders.update(other.refused_senders)
         self.domain_throttles.update(other.domain_throttles)
         self.paused_campaigns.update(other.paused_campaigns)
         self.reprieve.extend(other.reprieve)
+        self.lift_domains.extend(other.lift_domains)
+        self.unpace = self.unpace or other.unpace
 
     @property
     def stops_batch(self) -> bool:
@@ -105,10 +118,12 @@ class Aftermath:
             job.campaign_id is not None and job.kind == "broadcast"
             and job.campaign_id in self.paused_campaigns)
 
-    def note(self, job: ClaimedJob, result: SendResult, *, campaign_sender: bool) -> None:
+    def note(self, job: ClaimedJob, result: SendResult, *, campaign_sender: bool,
+             sender: str | None = None) -> None:
         """Record what ``result`` (for ``job``) means beyond its recipient.
         ``campaign_sender``: a refused sender is the campaign's own From (not an envelope
-        sender every message shares), so only that campaign pauses."""
+        sender every message shares), so only that campaign pauses, and ``sender`` (the
+        MAIL FROM that was refused) is probed until the relay accepts it again."""
         cls, reply = result.reply_class, reply_line(result)
         if cls is ReplyClass.RELAY:
             self.relay_down = reply
@@ -117,12 +132,16 @@ class Aftermath:
                 self.probe_recipient = job.email
         elif cls is ReplyClass.RELAY_THROTTLE:
             self.relay_throttle = reply
+            self.relay_closed = self.relay_closed or result.code == 421
         elif cls is ReplyClass.DOMAIN_THROTTLE:
             self.domain_throttles[recipient_domain(job.email)] = reply
         elif cls is ReplyClass.SENDER and job.kind != "test":
             if campaign_sender and job.kind == "broadcast" and job.campaign_id is not None:
                 self.paused_campaigns[job.campaign_id] = (
                     f"the relay refuses this From address: {reply}")
+                if sender:
+                    self.refused_senders[sender.lower()] = (
+                        reply, job.email if result.stage in MESSAGE_STAGES else None)
             else:
                 self.relay_down = f"the relay refuses our sender address: {reply}"
                 if result.stage in MESSAGE_STAGES:

@@ -47,13 +47,15 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
 from workers import after_acceptance, outcomes, pg, queue
-from workers.classify import RefusalStreak, ReplyClass
+from workers.classify import RefusalStreak, ReplyClass, ThrottleJudge
 from workers.compose import Composer, domain_of
 from workers.finisher import Finisher
 from workers.message import TemplateError
 from workers.settings import Config
 from workers.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
 
+PACE_CHECK = 1.0  # seconds between looks at whether a peer's throttle reply paces us
+SENDER_PROBE_MAX = 30.0  # seconds: the longest wait between probes of a refused From
 BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
 # Python's GIL switch interval in a process that hosts the pool (default 5 ms). A drain
 # thread the relay has just answered, and the finisher woken by an outcome or by
@@ -107,6 +109,11 @@ class Pool:
         self.smtp_fingerprint = hmac.new(config.secret_key.encode(), config.smtp_url.encode(),
                                          hashlib.sha256).hexdigest()[:16]
         self.streak = RefusalStreak(config.same_refusal_streak)
+        self.judge = ThrottleJudge()  # a throttle: the relay's or one domain's (SPEC 16)
+        # A throttling relay paces every process (queue.throttle_relay); this process
+        # learns it at its own throttle reply or within PACE_CHECK seconds of another's.
+        self._paced = False
+        self._paced_checked = 0.0
         self.login_gate = LoginGate()  # one failed AUTH per process, not per thread
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
@@ -322,6 +329,7 @@ class Pool:
             with self.engine.begin() as conn:
                 for campaign_id in queue.complete_finished_campaigns(conn):
                     log.info("campaign %d finished", campaign_id)
+            self._probe_senders()
             self.outage.ok()
         except DB_ERRORS as exc:
             self.outage.failed(exc)
@@ -390,27 +398,39 @@ class Pool:
         finally:
             transport.close()
 
-    def _rate_limited(self) -> bool:
+    def _rate_limited(self, db: StatementDb) -> bool:
+        """A rate limit is configured, or a throttling relay paces us (checked again every
+        PACE_CHECK seconds while not paced, so a peer's throttle reaches this process)."""
         config = self.config
-        return config.rate_limit > 0 or config.rate_limit_hour > 0 or config.rate_limit_day > 0
+        if config.rate_limit > 0 or config.rate_limit_hour > 0 or config.rate_limit_day > 0:
+            return True
+        if not self._paced and time.monotonic() - self._paced_checked > PACE_CHECK:
+            with db.connect() as conn:
+                self._paced = queue.paced_rate(conn) is not None
+            self._paced_checked = time.monotonic()
+        return self._paced
 
-    def _claim(self, db: StatementDb, token: str) -> tuple[list[queue.ClaimedJob], list[float]]:
-        """Claim a batch under ``token``; with a rate limit, also the (monotonic) time each
-        job's send may start, from permits granted on the database's clock (SPEC 10)."""
+    def _claim(self, db: StatementDb,
+               token: str) -> tuple[list[queue.ClaimedJob], list[float], float]:
+        """Claim a batch under ``token``; with a rate limit (or a throttling relay's pace),
+        also the (monotonic) time each job's send may start, from permits granted on the
+        database's clock (SPEC 10), and the interval between them."""
         n = self.config.claim_batch
         config = self.config
-        if not self._rate_limited():
+        if not self._rate_limited(db):
             with db.connect() as conn:
                 jobs = queue.claim_batch(conn, self.worker_id, n, self.domain, token)
-            return jobs, [0.0] * len(jobs)
+            return jobs, [0.0] * len(jobs), 0.0
         with self.engine.begin() as conn:
             permits = queue.acquire_permits(conn, n, config.rate_limit,
                                             config.rate_limit_hour, config.rate_limit_day)
+            self._paced = permits.rate > 0 and permits.rate != config.rate_limit
             if permits.granted == 0:
-                return [], []
+                return [], [], 0.0
             jobs = queue.claim_batch(conn, self.worker_id, permits.granted, self.domain, token)
             queue.refund_permits(conn, permits, len(jobs))
-        return jobs, [permits.first_at + i * permits.interval for i in range(len(jobs))]
+        return (jobs, [permits.first_at + i * permits.interval for i in range(len(jobs))],
+                permits.interval)
 
     def _drain_once(self, transport: SmtpTransport, db: StatementDb) -> bool:
         """Claim one batch and deliver it message by message. Returns False when there was
@@ -421,20 +441,20 @@ class Pool:
         with self._holding_lock:
             self._claims[token] = {}
         try:
-            jobs, slots = self._claim(db, token)
+            jobs, slots, interval = self._claim(db, token)
             with self._holding_lock:
                 self._claims[token] = {job.id: job for job in jobs}
             if not jobs:
                 self._maybe_probe_relay(transport)
                 return False
-            self._deliver(transport, db, jobs, slots)
+            self._deliver(transport, db, jobs, slots, interval)
             return True
         finally:
             with self._holding_lock:
                 self._claims.pop(token, None)
                 self._sending.pop(threading.get_ident(), None)
 
-    def _wait_for_slot(self, slot: float) -> bool:
+    def _wait_for_slot(self, slot: float, interval: float) -> bool:
         """Wait for a rate-limit slot. False when it has already gone by too far (half a
         slot: a slow previous send) -- sending now would crowd the next second, so the job
         goes back unsent and a fresh permit is asked for."""
@@ -442,11 +462,10 @@ class Pool:
         if delay > 0:
             self.stopping.wait(delay)
             return True
-        return not (slot and self.config.rate_limit > 0
-                    and -delay > 0.5 / self.config.rate_limit)
+        return not (slot and interval > 0 and -delay > 0.5 * interval)
 
     def _deliver(self, transport: SmtpTransport, db: StatementDb, jobs: list[queue.ClaimedJob],
-                 slots: list[float]) -> None:
+                 slots: list[float], interval: float = 0.0) -> None:
         """Send the batch one message at a time. Each outcome goes to the finisher the
         moment the relay has answered, and is committed before the next message goes out
         (SPEC 10); the next message is built meanwhile. What a reply says beyond its
@@ -468,7 +487,7 @@ class Pool:
                                         and time.monotonic() > yield_at):
                     handed = self._hand_over(db, handed, job, outcomes.released(job))
                     continue
-                if not self._wait_for_slot(slot):
+                if not self._wait_for_slot(slot, interval):
                     # The slot went by (a slow previous send): sending now would crowd
                     # the next second, so the rest goes back and fresh permits are asked.
                     self._give_back(db, handed, jobs[index:])
@@ -571,9 +590,16 @@ class Pool:
             return outcomes.build_failed(job, f"could not send the message: "
                                               f"{type(exc).__name__}: {exc}", stage="send")
         result = self._judge_streak(job, result, aftermath)
-        aftermath.note(job, result, campaign_sender=envelope.campaign_sender)
+        result = self._judge_throttle(job, result, aftermath, envelope.mail_from)
+        aftermath.note(job, result, campaign_sender=envelope.campaign_sender,
+                       sender=envelope.mail_from)
         if result.reply_class is ReplyClass.SENT:
             self.sent += 1
+            wrong = self.judge.accepted(outcomes.recipient_domain(job.email),
+                                        envelope.mail_from)
+            if wrong:  # a throttle taken for the relay's was that domain's (SPEC 16)
+                aftermath.unpace = True
+                aftermath.domain_throttles.update(wrong)
         return outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
                                     self.config.retry_jitter, started)
 
@@ -599,6 +625,17 @@ class Pool:
         return dataclasses.replace(result, reply_class=cls,
                                    text=f"{RefusalStreak.WHY}: {result.text}")
 
+    def _judge_throttle(self, job: queue.ClaimedJob, result: SendResult,
+                        aftermath: outcomes.Aftermath, sender: str) -> SendResult:
+        """A throttle reply is the relay's or its recipient domain's by evidence across
+        domains (SPEC 16); the wording only decides when there is none."""
+        cls, lift = self.judge.judge(result.reply_class, result.code, result.text, job.email,
+                                     result.stage, sender)
+        aftermath.lift_domains.extend(lift)
+        if cls is result.reply_class:
+            return result
+        return dataclasses.replace(result, reply_class=cls)
+
     def _record_aftermath(self, conn: Connection, aftermath: outcomes.Aftermath) -> None:
         config = self.config
         if aftermath.reprieve:
@@ -612,16 +649,29 @@ class Pool:
                                   probe_max=config.relay_probe_max)
             log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
         if aftermath.relay_throttle is not None:
-            delay = queue.throttle_relay(conn, aftermath.relay_throttle,
-                                         config.throttle_backoff)
-            log.warning("the relay is throttling us: pausing %.0fs: %s", delay,
-                        aftermath.relay_throttle)
+            rate = queue.throttle_relay(conn, aftermath.relay_throttle,
+                                        config.throttle_backoff, rate_limit=config.rate_limit,
+                                        pause=aftermath.relay_closed)
+            self._paced = True
+            if rate is not None:
+                log.warning("the relay is throttling us: pacing every process at %.2f "
+                            "message(s) per second: %s", rate, aftermath.relay_throttle)
+        if aftermath.lift_domains:
+            queue.lift_domain_throttles(conn, aftermath.lift_domains)
+        if aftermath.unpace:
+            queue.reset_pacing(conn)
+            log.info("another domain is accepted: the throttle was %s's, not the relay's; "
+                     "the relay's pace is lifted", ", ".join(aftermath.domain_throttles))
         for domain, reply in aftermath.domain_throttles.items():
             delay = queue.throttle_domain(conn, domain, reply, config.throttle_backoff)
-            log.warning("%s is throttling us: its mail waits %.0fs: %s", domain, delay, reply)
+            if delay is not None:
+                log.warning("%s is throttling us: its mail waits %.0fs: %s", domain, delay,
+                            reply)
         for campaign_id, reason in aftermath.paused_campaigns.items():
             if queue.pause_campaign_for_sender(conn, campaign_id, reason):
                 log.error("campaign %d paused: %s", campaign_id, reason)
+        for sender, (reply, recipient) in aftermath.refused_senders.items():
+            queue.refuse_sender(conn, sender, reply, recipient)
 
     def _record(self, db: StatementDb, job: queue.ClaimedJob, outcome: queue.Outcome,
                 aftermath: outcomes.Aftermath | None = None) -> None:
@@ -680,8 +730,34 @@ class Pool:
                                       login=result.login_refused,
                                       fingerprint=self.smtp_fingerprint,
                                       login_interval=interval,
-                                      probe_max=self.config.relay_probe_max)
+                                      probe_max=self.config.relay_probe_max, probe=True)
                 log.warning("relay still unavailable: %s", outcomes.reply_line(result))
+
+    def _probe_senders(self) -> None:
+        """Probe refused From addresses whose turn has come, with the same MAIL FROM (and
+        RCPT, where the relay reported the refusal): accepted, the campaigns it paused
+        resume by themselves (SPEC 16)."""
+        transport: SmtpTransport | None = None
+        try:
+            for _ in range(5):  # a few per tick; the rest wait for the next one
+                with self.engine.begin() as conn:
+                    due = queue.take_sender_probe(conn, min(self.config.relay_probe_max,
+                                                            SENDER_PROBE_MAX))
+                if due is None:
+                    return
+                sender, recipient = due
+                transport = transport or self._transport()
+                result = transport.probe(sender, recipient)
+                with self.engine.begin() as conn:
+                    if result.reply_class is ReplyClass.SENT:
+                        resumed = queue.sender_accepted(conn, sender)
+                        log.info("the relay accepts %s again; campaign(s) %s resume", sender,
+                                 ", ".join(map(str, resumed)) or "none")
+                    else:
+                        queue.sender_still_refused(conn, sender, outcomes.reply_line(result))
+        finally:
+            if transport is not None:
+                transport.close()
 
     def status(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "threads": self.config.workers,

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from email.utils import parseaddr
 from typing import Any
 
 import sqlalchemy as sa
@@ -481,30 +482,45 @@ def mark_worker_stopped(conn: Connection, worker_id: str) -> int:
 # 2, 4, ... s up to :probe_max (SENDDOCK_RELAY_PROBE_MAX); after a refused login no more
 # often than :login_interval (SPEC 10: a fail2ban jail must never ban us). The refused
 # URL's fingerprint is kept, so a process started with a different one probes at once.
+# The pause escalates once per probe cycle (SPEC 16): a failure seen by a drain thread
+# while the relay is already down (another thread's reply, or a send that started before
+# the pause) changes neither the failure count nor the next probe; only a failed probe,
+# or a different reason (a refused login now), does. The row lock makes this a
+# compare-and-set across every thread and process.
 _RELAY_DOWN = sa.text("""
 UPDATE relay_state
    SET status = 'down', since = CASE WHEN status = 'down' THEN since ELSE now() END,
-       last_error = :error, failures = failures + 1,
+       last_error = :error,
+       failures = CASE WHEN status = 'down' AND NOT :probe
+                        AND reason IS NOT DISTINCT FROM :reason
+                       THEN failures ELSE failures + 1 END,
        reason = :reason, smtp_fingerprint = :fingerprint,
        probe_recipient = coalesce(:probe_recipient, probe_recipient),
-       next_probe_at = now() + make_interval(secs => CASE WHEN :reason = 'login'
+       next_probe_at = CASE WHEN status = 'down' AND NOT :probe
+                             AND reason IS NOT DISTINCT FROM :reason THEN next_probe_at
+           ELSE now() + make_interval(secs => CASE WHEN :reason = 'login'
            THEN :login_interval
-           ELSE least(:probe_max, power(2, least(failures, 10))) END),
+           ELSE least(:probe_max, power(2, least(failures, 10))) END) END,
        updated_at = now()
  WHERE id = 1
+RETURNING failures
 """)
 
 
 def mark_relay_down(conn: Connection, error: str, *, login: bool = False,
                     fingerprint: str | None = None, probe_recipient: str | None = None,
-                    login_interval: float = 300, probe_max: float = 60) -> None:
+                    login_interval: float = 300, probe_max: float = 60,
+                    probe: bool = False) -> int:
     """Pause all delivery and probe with backoff (``login``: the relay refused our
     credentials -- probed at most every ``login_interval`` seconds). ``probe_recipient``:
-    the probe also asks RCPT for this address (a refusal reported only at RCPT)."""
-    conn.execute(_RELAY_DOWN, {"error": error[:1000], "reason": "login" if login else None,
-                               "fingerprint": fingerprint, "probe_recipient": probe_recipient,
-                               "login_interval": float(login_interval),
-                               "probe_max": float(probe_max)})
+    the probe also asks RCPT for this address (a refusal reported only at RCPT).
+    ``probe``: this failure is a probe's (it escalates the backoff); a drain thread's
+    failure while the relay is already down counts once. Returns the failure count."""
+    return int(conn.execute(_RELAY_DOWN, {
+        "error": error[:1000], "reason": "login" if login else None,
+        "fingerprint": fingerprint, "probe_recipient": probe_recipient,
+        "login_interval": float(login_interval), "probe_max": float(probe_max),
+        "probe": probe}).scalar_one())
 
 
 def mark_relay_ok(conn: Connection) -> bool:
@@ -551,33 +567,118 @@ def note_smtp_url(conn: Connection, fingerprint: str) -> bool:
 
 def relay_status(conn: Connection) -> dict[str, Any]:
     row = conn.execute(sa.text("""
-        SELECT *, throttled_until > now() AS throttled FROM relay_state WHERE id = 1""")
+        SELECT r.*, coalesce(r.throttled_until > now(), false) AS paused,
+               l.paced_rate, coalesce(r.throttled_until > now(), false)
+                             OR l.paced_rate IS NOT NULL AS throttled
+          FROM relay_state r LEFT JOIN rate_limiter l ON l.id = 1 WHERE r.id = 1""")
                        ).mappings().first()
     return dict(row) if row else {"status": "ok"}
 
 
-# --- throttling (SPEC 10): slow down, never fail -----------------------------------------
-# The n-th throttle in a row waits backoff[n-1] seconds (the last step repeats). Nothing
-# is claimed for the relay, or for that recipient domain, until then; no attempt is used.
+# --- throttling (SPEC 10, 16): slow down, never fail -------------------------------------
+# A relay that throttles us is paced (AIMD, on the shared rate limiter's row): its rate is
+# halved at most once per second -- threads that see the same reply at the same moment
+# count once -- and grows back by a step per clean PACE_CLEAN_INTERVAL; nothing stops. A
+# relay that closes the channel (421) is also paused, and a recipient domain that throttles
+# us waits alone: the n-th pause in a row lasts backoff[n-1] seconds (the last step
+# repeats), and a pause lengthens only when a reply *after* the previous pause ended says
+# the same again (compare-and-set on the row: replies during a pause change nothing).
+
+PACE_FLOOR = 0.05  # messages per second: never slower than one every 20 s
+PACE_CLEAN_INTERVAL = 2.0  # seconds without a throttle reply before the rate grows a step
+PACE_STEPS = 5  # the rate grows back to where it was first halved from in this many steps
+PACE_MEASURE = 5.0  # seconds of sends the first halving measures the rate over
+PACE_START = 2.0  # the rate the first halving assumes when fewer were measured
+# A relay that counts per fixed window (Postfix's anvil) refuses everything until its
+# window ends, however slowly we send: halving on each refusal would fall far below what
+# it accepts. So a halving never goes below half the rate the relay accepted over the
+# last PACE_ACCEPTED seconds.
+PACE_ACCEPTED = 10.0
+
+_PACE_DOWN = sa.text(f"""
+WITH measured AS (
+    SELECT greatest(count(*) / {PACE_MEASURE}, {PACE_START}) AS rate FROM delivery_jobs
+     WHERE status = 'sent' AND finished_at > now() - make_interval(secs => {PACE_MEASURE})
+), accepted AS (
+    SELECT count(*) / {PACE_ACCEPTED} AS rate FROM delivery_jobs
+     WHERE status = 'sent' AND finished_at > now() - make_interval(secs => {PACE_ACCEPTED})
+), cur AS (
+    SELECT least(coalesce(l.paced_rate, CASE WHEN :limit > 0 THEN :limit
+                                             ELSE (SELECT rate FROM measured) END),
+                 CASE WHEN :limit > 0 THEN :limit ELSE 'infinity'::float8 END) AS rate
+      FROM rate_limiter l WHERE id = 1
+)
+UPDATE rate_limiter l
+   SET paced_rate = greatest((SELECT rate FROM cur) / 2, (SELECT rate FROM accepted) / 2,
+                             {PACE_FLOOR}),
+       paced_step = coalesce(l.paced_step,
+                             greatest((SELECT rate FROM cur) / {PACE_STEPS}, {PACE_FLOOR})),
+       paced_at = now()
+ WHERE id = 1 AND (l.paced_at IS NULL OR l.paced_rate IS NULL
+                   OR l.paced_at <= now() - interval '1 second')
+RETURNING paced_rate
+""")
 
 _THROTTLE_RELAY = sa.text("""
 UPDATE relay_state
-   SET throttle_hits = CASE WHEN throttled_until > now() - interval '10 minutes'
-                            THEN throttle_hits + 1 ELSE 1 END,
+   SET throttle_hits = throttle_hits + CASE WHEN :counted THEN 1 ELSE 0 END,
        throttle_reply = :reply, updated_at = now()
  WHERE id = 1
-RETURNING throttle_hits
+""")
+
+# 421: the relay closed the channel. A pause, escalated once per cycle (see above).
+_PAUSE_RELAY = sa.text("""
+UPDATE relay_state
+   SET pause_hits = CASE WHEN throttled_until > now() - interval '10 minutes'
+                         THEN pause_hits + 1 ELSE 1 END
+ WHERE id = 1 AND (throttled_until IS NULL OR throttled_until <= now())
+RETURNING pause_hits
 """)
 
 
-def throttle_relay(conn: Connection, reply: str, backoff: Sequence[int]) -> float:
-    """The relay throttles us: pause every claim for the next backoff step. Returns the
-    seconds paused (a throttle within 10 minutes of the last one escalates)."""
-    hits = conn.execute(_THROTTLE_RELAY, {"reply": reply[:1000]}).scalar_one()
-    delay = float(backoff[min(hits, len(backoff)) - 1])
-    conn.execute(sa.text("UPDATE relay_state SET throttled_until = now() + "
-                         "make_interval(secs => :d) WHERE id = 1"), {"d": delay})
-    return delay
+def throttle_relay(conn: Connection, reply: str, backoff: Sequence[int], *,
+                   rate_limit: float = 0, pause: bool = False) -> float | None:
+    """The relay throttles us: halve the paced send rate of every process (at most once a
+    second; the first time from the rate measured over the last seconds, never above
+    ``rate_limit`` when one is set). ``pause`` (a 421: the relay closed the channel): also
+    stop claiming for the next backoff step, escalated once per pause cycle. Returns the
+    rate in force when this call lowered it, else None."""
+    rate = conn.execute(_PACE_DOWN, {"limit": float(rate_limit)}).scalar()
+    hits = conn.execute(_PAUSE_RELAY).scalar() if pause else None
+    if hits is not None:
+        delay = float(backoff[min(int(hits), len(backoff)) - 1])
+        conn.execute(sa.text("UPDATE relay_state SET throttled_until = now() + "
+                             "make_interval(secs => :d) WHERE id = 1"), {"d": delay})
+    conn.execute(_THROTTLE_RELAY, {"reply": reply[:1000],
+                                   "counted": rate is not None or hits is not None})
+    return None if rate is None else float(rate)
+
+
+# Grow the paced rate back by one step per clean interval; pacing ends once the rate is
+# back above the configured limit (or, without one, above twice where it was halved from).
+_PACE_CEILING = f"CASE WHEN :limit > 0 THEN :limit ELSE paced_step * {PACE_STEPS} * 2 END"
+_PACE_UP = sa.text(f"""
+UPDATE rate_limiter
+   SET paced_rate = CASE WHEN paced_rate + paced_step >= {_PACE_CEILING}
+                         THEN NULL ELSE paced_rate + paced_step END,
+       paced_step = CASE WHEN paced_rate + paced_step >= {_PACE_CEILING}
+                         THEN NULL ELSE paced_step END,
+       paced_at = now()
+ WHERE id = 1 AND paced_rate IS NOT NULL
+   AND paced_at <= now() - make_interval(secs => {PACE_CLEAN_INTERVAL})
+RETURNING paced_rate
+""")
+
+
+def paced_rate(conn: Connection) -> float | None:
+    """The rate a throttling relay is paced at now (None: not paced)."""
+    value = conn.execute(sa.text("SELECT paced_rate FROM rate_limiter WHERE id = 1")).scalar()
+    return None if value is None else float(value)
+
+
+def reset_pacing(conn: Connection) -> None:
+    conn.execute(sa.text("UPDATE rate_limiter SET paced_rate = NULL, paced_step = NULL, "
+                         "paced_at = NULL WHERE id = 1"))
 
 
 _THROTTLE_DOMAIN = sa.text("""
@@ -586,21 +687,33 @@ VALUES (:domain, now() + make_interval(secs => :first), :reply, 1)
 ON CONFLICT (domain) DO UPDATE
    SET hits = CASE WHEN t.until > now() - interval '10 minutes' THEN t.hits + 1 ELSE 1 END,
        last_reply = excluded.last_reply, updated_at = now()
+ WHERE t.until <= now()
 RETURNING hits
 """)
 
 
 def throttle_domain(conn: Connection, domain: str, reply: str,
-                    backoff: Sequence[int]) -> float:
+                    backoff: Sequence[int]) -> float | None:
     """A recipient domain throttles us: its jobs wait for the next backoff step while the
-    other domains keep flowing. Returns the seconds that domain is paused."""
+    other domains keep flowing. A reply while the domain is already waiting (another
+    thread's, a send started before the pause) changes nothing: returns None; else the
+    seconds that domain now waits."""
     domain = domain.lower()
     hits = conn.execute(_THROTTLE_DOMAIN, {"domain": domain, "reply": reply[:1000],
-                                           "first": float(backoff[0])}).scalar_one()
-    delay = float(backoff[min(hits, len(backoff)) - 1])
+                                           "first": float(backoff[0])}).scalar()
+    if hits is None:
+        return None
+    delay = float(backoff[min(int(hits), len(backoff)) - 1])
     conn.execute(sa.text("UPDATE domain_throttles SET until = now() + make_interval(secs => :d) "
                          "WHERE domain = :domain"), {"d": delay, "domain": domain})
     return delay
+
+
+def lift_domain_throttles(conn: Connection, domains: Sequence[str]) -> None:
+    """Those domains were judged throttled for a reply that turned out to be the relay's
+    (SPEC 16): their mail need not wait."""
+    conn.execute(sa.text("DELETE FROM domain_throttles WHERE domain = ANY(:domains)"),
+                 {"domains": [d.lower() for d in domains]})
 
 
 def domain_throttles(conn: Connection) -> list[dict[str, Any]]:
@@ -640,6 +753,90 @@ def pause_campaign_for_sender(conn: Connection, campaign_id: int, reason: str) -
     call paused it (False: not sending any more, or already paused)."""
     return conn.execute(_PAUSE_FOR_SENDER, {"campaign_id": campaign_id,
                                             "reason": reason[:1000]}).first() is not None
+
+
+# --- a refused From is probed until the relay accepts it (SPEC 16) -----------------------
+
+SENDER_REFUSED = "the relay refuses this From address"
+
+_REFUSE_SENDER = sa.text("""
+INSERT INTO sender_refusals AS r (sender, last_reply, probe_recipient, next_probe_at)
+VALUES (:sender, :reply, :recipient, now() + interval '2 seconds')
+ON CONFLICT (sender) DO UPDATE
+   SET last_reply = excluded.last_reply,
+       probe_recipient = coalesce(excluded.probe_recipient, r.probe_recipient)
+""")
+
+
+def refuse_sender(conn: Connection, sender: str, reply: str,
+                  recipient: str | None = None) -> None:
+    """The relay refuses ``sender`` (a campaign's From, paused): probe it with the same MAIL
+    FROM (and RCPT for ``recipient``: Postfix reports it there) until it is accepted. A
+    refusal already known changes only its last reply (no escalation per thread)."""
+    conn.execute(_REFUSE_SENDER, {"sender": sender.lower(), "reply": reply[:1000],
+                                  "recipient": recipient})
+
+
+# Exactly one process probes a refused sender at a time: it moves next_probe_at first
+# (2, 4, 8 ... s up to :probe_max, escalated once per failed probe).
+_TAKE_SENDER_PROBE = sa.text("""
+UPDATE sender_refusals
+   SET next_probe_at = now() + make_interval(secs => least(:probe_max,
+                                                          power(2, least(failures, 10))))
+ WHERE sender = (SELECT sender FROM sender_refusals WHERE next_probe_at <= now()
+                  ORDER BY next_probe_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING sender, probe_recipient
+""")
+
+
+def take_sender_probe(conn: Connection, probe_max: float) -> tuple[str, str | None] | None:
+    """A refused sender whose probe is due (and this caller's turn to probe it)."""
+    row = conn.execute(_TAKE_SENDER_PROBE, {"probe_max": float(probe_max)}).first()
+    return None if row is None else (row.sender, row.probe_recipient)
+
+
+def sender_still_refused(conn: Connection, sender: str, reply: str) -> None:
+    conn.execute(sa.text("UPDATE sender_refusals SET failures = failures + 1, "
+                         "last_reply = :reply WHERE sender = :sender"),
+                 {"sender": sender, "reply": reply[:1000]})
+
+
+_PAUSED_FOR_SENDER = sa.text("""
+SELECT id, broadcast_id, from_addr FROM campaigns
+ WHERE status = 'paused' AND paused_reason LIKE :reason FOR UPDATE
+""")
+
+
+def sender_accepted(conn: Connection, sender: str) -> list[int]:
+    """The relay accepts ``sender`` again: forget the refusal and resume the campaigns it
+    paused (only those SendDock paused for it, never one a person paused). Returns their
+    ids."""
+    conn.execute(sa.text("DELETE FROM sender_refusals WHERE sender = :sender"),
+                 {"sender": sender})
+    resumed = []
+    for row in conn.execute(_PAUSED_FOR_SENDER, {"reason": f"{SENDER_REFUSED}%"}).all():
+        if parseaddr(row.from_addr)[1].lower() != sender:
+            continue
+        set_broadcast_paused(conn, row.broadcast_id, False)
+        conn.execute(sa.text("""
+            WITH c AS (UPDATE campaigns SET status = 'sending', paused_reason = NULL,
+                                            updated_at = now() WHERE id = :id)
+            INSERT INTO audit_log (actor, action, target, details)
+            VALUES ('system', 'campaign.resume', 'campaign:' || CAST(:id AS text),
+                    jsonb_build_object('reason', CAST(:reason AS text)))"""),
+                     {"id": row.id, "reason": f"the relay accepts {sender} again"})
+        resumed.append(int(row.id))
+    if resumed:
+        notify_new_jobs(conn, "broadcast")
+    return resumed
+
+
+def sender_refusals(conn: Connection) -> list[dict[str, Any]]:
+    """Refused From addresses being probed (Queue health, the alarm): sender, since when,
+    the last reply, the failed probes and the next one."""
+    rows = conn.execute(sa.text("SELECT sender, since, last_reply, failures, next_probe_at "
+                                "FROM sender_refusals ORDER BY since LIMIT 50"))
+    return [dict(r) for r in rows.mappings()]
 
 
 # --- the same refusal for many recipients in a row (SPEC 10) ------------------------------
@@ -688,15 +885,16 @@ class Permits:
     first_at: float = 0.0
     interval: float = 0.0
     retry_in: float = 0.0
+    rate: float = 0.0  # the per-second rate in force (0: none; a throttling relay's pace)
 
 
 _RATE_STATE = sa.text("""
 WITH cur AS (
     SELECT extract(epoch FROM tat)::float8 AS tat,
-           extract(epoch FROM clock_timestamp())::float8 AS now
+           extract(epoch FROM clock_timestamp())::float8 AS now, paced_rate
       FROM rate_limiter WHERE id = 1 FOR UPDATE
 )
-SELECT c.tat, c.now,
+SELECT c.tat, c.now, c.paced_rate,
        (SELECT coalesce(sum(used), 0) FROM rate_minutes
          WHERE minute >= date_trunc('minute', now() - interval '1 hour')) AS hour,
        (SELECT coalesce(sum(used), 0) FROM rate_minutes
@@ -724,8 +922,11 @@ def acquire_permits(conn: Connection, want: int, per_second: float, per_hour: in
     the relay's reply before the next second begins. Slots up to ``horizon`` seconds ahead
     are handed out; the caller waits for each. Unused ones go back with
     :func:`refund_permits` in the same transaction."""
+    conn.execute(_PACE_UP, {"limit": float(per_second)})
     state = conn.execute(_RATE_STATE).one()
     observed = time.monotonic()  # the database's clock was read before this instant
+    if state.paced_rate is not None:  # a throttling relay paces every process
+        per_second = min(per_second or math.inf, float(state.paced_rate))
     n, retry_in = want, 1.0
     interval = 1.0 / per_second if per_second > 0 else 0.0
     start = max(state.tat, state.now)
@@ -739,9 +940,10 @@ def acquire_permits(conn: Connection, want: int, per_second: float, per_hour: in
         if limit > 0 and limit - int(used) < n:
             n, retry_in = max(0, limit - int(used)), window
     if n <= 0:
-        return Permits(0, retry_in=retry_in)
+        return Permits(0, retry_in=retry_in, rate=per_second)
     conn.execute(_RATE_TAKE, {"tat": start + interval * n, "n": n})
-    return Permits(n, first_at=observed + max(0.0, start - state.now), interval=interval)
+    return Permits(n, first_at=observed + max(0.0, start - state.now), interval=interval,
+                   rate=per_second)
 
 
 def refund_permits(conn: Connection, permits: Permits, used: int) -> None:

@@ -369,6 +369,30 @@ def recent_finishes(conn: Connection, broadcast_id: int, since: datetime,
                                            "sample": sample}).one()
 
 
+# A campaign's jobs waiting for a recipient domain that throttles us (SPEC 16): per domain
+# throttled now, how many of the broadcast's waiting jobs go there. Only read while some
+# domain is throttled, and bounded: at most THROTTLED_SCAN waiting jobs are looked at
+# (``more``: there may be more than counted).
+THROTTLED_SCAN = 50_000
+_THROTTLED_WAITING = sa.text(f"""
+WITH t AS (SELECT domain, until FROM domain_throttles WHERE until > now()
+            ORDER BY domain LIMIT 20),
+w AS (SELECT lower(split_part(j.email, '@', 2)) AS domain FROM delivery_jobs j
+       WHERE j.broadcast_id = :broadcast_id AND j.status IN {sql_list(CLAIMABLE)}
+         AND EXISTS (SELECT 1 FROM t)
+       LIMIT {THROTTLED_SCAN})
+SELECT t.domain, t.until, count(w.domain) AS n,
+       (SELECT count(*) FROM w) >= {THROTTLED_SCAN} AS more
+  FROM t JOIN w ON w.domain = t.domain GROUP BY t.domain, t.until ORDER BY t.domain
+""")
+
+
+def throttled_waiting(conn: Connection, broadcast_id: int) -> list[dict[str, Any]]:
+    """[{domain, until, n, more}]: the broadcast's jobs waiting for a throttled domain."""
+    return [dict(r) for r in conn.execute(_THROTTLED_WAITING,
+                                          {"broadcast_id": broadcast_id}).mappings()]
+
+
 def retry_due(conn: Connection, broadcast_id: int) -> tuple[datetime | None, datetime | None]:
     """(when the first retrying job of the broadcast comes due, when the last one does)."""
     row = conn.execute(_RETRY_DUE, {"broadcast_id": broadcast_id,

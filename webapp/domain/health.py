@@ -151,12 +151,26 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
             alarms.append(Alarm("relay_down", N_(
                 "The SMTP relay is down%(since)s: delivery is paused and resumes by itself. "
                 "Last error: %(last)s", since=when, last=last)))
-    if relay.get("throttled"):
+    if relay.get("paused"):
         until = relay["throttled_until"]
         alarms.append(Alarm("relay_throttled", N_(
             "The relay is throttling us: delivery is slowed down until %(until)s UTC (no "
             "attempt is used). Last reply: %(reply)s", until=f"{until:%H:%M:%S}",
             reply=relay.get("throttle_reply") or N_("unknown")), "warn"))
+    elif relay.get("paced_rate") is not None:
+        alarms.append(Alarm("relay_throttled", N_(
+            "The relay is throttling us: delivery is paced at %(rate)s messages per second "
+            "and speeds up again while the relay accepts (no attempt is used). Last reply: "
+            "%(reply)s", rate=f"{relay['paced_rate']:.2f}",
+            reply=relay.get("throttle_reply") or N_("unknown")), "warn"))
+    for refused in queue.sender_refusals(conn):
+        alarms.append(Alarm("sender_refused", N_(
+            "The relay refuses the From address %(sender)s since %(since)s UTC: its campaigns "
+            "are paused and resume by themselves once the relay accepts it (probed again at "
+            "%(next)s UTC). Last reply: %(reply)s", sender=refused["sender"],
+            since=f"{refused['since']:%Y-%m-%d %H:%M:%S}",
+            next=f"{refused['next_probe_at']:%H:%M:%S}",
+            reply=refused["last_reply"] or N_("unknown")), "warn"))
     oldest = queue_reads.oldest_due_age(conn)
     if config.alarm_oldest_pending > 0 and oldest > config.alarm_oldest_pending:
         alarms.append(Alarm("oldest_pending", N_(
@@ -206,7 +220,7 @@ def _complaints(c: dict[str, Any], level: float, config: Config) -> dict[str, An
             "pause": f"{config.feedback.complaint_pause_rate:.1%}"}
 
 
-ALARM_NAMES = ("relay_down", "relay_throttled", "oldest_pending", "failure_rate",
+ALARM_NAMES = ("relay_down", "relay_throttled", "sender_refused", "oldest_pending", "failure_rate",
                "no_workers", "complaint_rate", "event_webhook_disabled")
 _ALARM_TTL = 5.0
 _alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}

@@ -80,11 +80,13 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
     campaign["due"] = counts["pending"] + counts["sending"]
     campaign["percent"] = percent_done(campaign["done"], campaign["total"])
     campaign.update(rate=None, rate_window=None, stalled_for=None, eta_seconds=None,
-                    errors=[], retry_next_at=None, retry_last_at=None)
+                    errors=[], retry_next_at=None, retry_last_at=None, throttled=[])
     broadcast_id = campaign["broadcast_id"]
     if not broadcast_id:
         return campaign
     campaign["errors"] = queue_reads.top_errors(conn, broadcast_id)
+    campaign["throttled"] = queue_reads.throttled_waiting(conn, broadcast_id) \
+        if campaign["status"] in ("sending", "paused") else []
     if counts["retry"]:
         next_at, last_at = queue_reads.retry_due(conn, broadcast_id)
         campaign["retry_next_at"], campaign["retry_last_at"] = next_at, last_at
