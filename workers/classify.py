@@ -26,8 +26,8 @@ row   reply                                                           class
 6     4xx/421 "too many ... from <us>", "too much mail from",           relay_throttle
       "throttling", "sending rate", "quota exceeded"
 7     421 at any stage (the relay closing the channel)                  relay_throttle
-8     4.2.1 "rate", 4xx x.7.x "too many" / "rate" / "try again later"   domain_throttle
-      (the recipient's domain slows us)
+8     4.2.1 "rate" / "too quickly" (Gmail), 4xx x.7.x "too many" /      domain_throttle
+      "rate" / "try again later" (the recipient's domain slows us)
 9     530/534/535/538, x.7.8, x.7.9, x.7.57 (login required/refused)    relay (login)
 10    "Must issue a STARTTLS", x.7.10, x.7.11 (encryption required)    relay
 11    "Client host rejected", "Helo command rejected", "Relay access    relay
@@ -189,7 +189,7 @@ RULES: tuple[Rule, ...] = (
     Rule(7, ReplyClass.RELAY_THROTTLE, N_("the relay closed the connection (busy or going down)"),
          codes=_s("421")),
     Rule(8, ReplyClass.DOMAIN_THROTTLE, N_("the recipient's domain is throttling us"),
-         codes=_s("4xx"), detail=_s("2.1"), text=_words(r"\brate\b")),
+         codes=_s("4xx"), detail=_s("2.1"), text=_words(r"\brate\b", r"too quickly")),
     Rule(8, ReplyClass.DOMAIN_THROTTLE, N_("the recipient's domain is throttling us"),
          codes=_s("4xx"), detail_range=("7", 0, 999),
          text=_words(r"too many", r"\brate\b", r"try again later")),

@@ -75,9 +75,11 @@ SETTINGS: list[Setting] = [
             "Seconds a kept-open relay connection is used before it is closed and reopened "
             "(so a relay's reload or changed limits are seen)."),
     Setting("THROTTLE_BACKOFF", "30,60,120,300,900",
-            "Seconds to slow down after successive throttling replies (421, 450 4.7.x 'too "
-            "many'...): the whole relay for a relay throttle, one recipient domain for a "
-            "domain throttle. No attempt is used."),
+            "Seconds a recipient domain that throttles us waits after successive throttling "
+            "replies (Gmail 4.7.28, Outlook 4.7.650...), and the relay after it closed the "
+            "channel (421); a step further only when the first try after the wait is "
+            "throttled again. A relay that throttles at RCPT is paced instead (its rate "
+            "halved, grown back while it accepts). No attempt is used."),
     Setting("RELAY_PROBE_MAX", "60",
             "Longest wait in seconds between probes of a relay that is down (the probes "
             "back off 2, 4, 8 ... s up to this)."),

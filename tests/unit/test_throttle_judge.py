@@ -3,6 +3,9 @@ wording (the table's class) is only the hint."""
 
 from __future__ import annotations
 
+import pytest
+
+from tests.provider_throttles import PROVIDER_THROTTLES, ProviderReply
 from workers.classify import ReplyClass, ThrottleJudge, classify_reply
 
 DOMAIN = ReplyClass.DOMAIN_THROTTLE
@@ -110,3 +113,17 @@ def test_a_hint_confirmed_by_a_second_domain_stays_the_relays() -> None:
     assert judged(judge, 450, ANVIL_REPLY, "a@one.example")[0] is RELAY
     assert judged(judge, 450, ANVIL_REPLY, "b@two.example") == (RELAY, ["one.example"])
     assert judge.accepted("three.example") == {}
+
+
+@pytest.mark.parametrize("row", PROVIDER_THROTTLES, ids=lambda r: f"{r.provider}-{r.reply[:9]}")
+def test_every_documented_provider_throttle_is_a_throttle(row: ProviderReply) -> None:
+    """Every row of the provider table (docs/reliability.md): the table alone already
+    calls it a throttle (or, for Proofpoint's inbound limit, a refused sender), never a
+    recipient's failure; with another domain accepted just now it is that domain's."""
+    code, text = int(row.reply[:3]), row.reply[4:]
+    hint = classify_reply(code, text, "rcpt")
+    assert hint in (DOMAIN, RELAY, ReplyClass.SENDER), hint
+    judge = ThrottleJudge(clock=Clock())
+    judge.accepted("ok.example", "news@example.com")
+    assert judge.judge(hint, code, text, "s0@provider.example", "rcpt",
+                       "news@example.com") == (DOMAIN, [])
