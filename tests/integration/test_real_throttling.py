@@ -30,9 +30,9 @@ from tests.integration.test_real_relays import (
     statuses,
 )
 from tests.real.postfix import Postfix
-from workers import queue
-from workers.pool import Pool
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from workers import queue
+from workers.delivery import queue
 
 THREADS = 8
 

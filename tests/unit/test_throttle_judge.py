@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.provider_throttles import PROVIDER_THROTTLES, ProviderReply
-from workers.classify import ReplyClass, ThrottleJudge, classify_reply
+from workers.delivery.classify import ReplyClass, ThrottleJudge, classify_reply
 
 DOMAIN = ReplyClass.DOMAIN_THROTTLE
 RELAY = ReplyClass.RELAY_THROTTLE

@@ -68,7 +68,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from workers.i18n import N_
+from workers.core.i18n import N_
 
 
 class ReplyClass(StrEnum):
