@@ -23,7 +23,7 @@ from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
 from workers.building import dkim
 from workers.core.settings import Config
 from workers.delivery.classify import ReplyClass
-from workers.delivery.smtp import AUTH_PREFERENCE, SmtpTransport, parse_smtp_url
+from workers.delivery.smtp import AUTH_PREFERENCE, RelaySpec, SmtpTransport, parse_relays
 
 
 def run_checks(config: Config) -> list[Check]:
@@ -94,10 +94,11 @@ def _script_heads(url: str) -> list[str]:
 # -- relay -----------------------------------------------------------------------------
 
 
-def make_transport(config: Config) -> SmtpTransport:
+def make_transport(config: Config, relay: RelaySpec | None = None) -> SmtpTransport:
     """The transport the delivery pool uses (workers.delivery.pool), with the same settings: EHLO
-    name, CA file, one AUTH mechanism."""
-    return SmtpTransport(parse_smtp_url(config.smtp_url), timeout=config.smtp_timeout,
+    name, CA file, one AUTH mechanism; to ``relay`` (default: the first of SMTP_URL)."""
+    relay = relay or parse_relays(config.smtp_url)[0]
+    return SmtpTransport(relay.smtp, timeout=config.smtp_timeout,
                          local_hostname=config.smtp_helo, ca_file=config.smtp_ca_file)
 
 
@@ -130,11 +131,19 @@ def envelope_sender(config: Config) -> str:
 
 def relay_checks(config: Config) -> list[Check]:
     """Connect, EHLO, STARTTLS and the certificate, AUTH, MAIL FROM: one line per step up
-    to the first that fails."""
+    to the first that fails, for each relay of SENDDOCK_SMTP_URL (SPEC 16; with several,
+    each line names its relay and role)."""
     try:
-        transport = make_transport(config)
+        relays = parse_relays(config.smtp_url)
     except ValueError as exc:
         return [Check("relay", PROBLEM, f"SENDDOCK_SMTP_URL: {exc}", "fix SENDDOCK_SMTP_URL")]
+    if len(relays) == 1:
+        return _one_relay(config, make_transport(config, relays[0]))
+    return [Check(f"{c.name} ({r.name}, {r.role})", c.status, c.verdict, c.fix)
+            for r in relays for c in _one_relay(config, make_transport(config, r))]
+
+
+def _one_relay(config: Config, transport: SmtpTransport) -> list[Check]:
     smtp_config = transport.config
     sender = envelope_sender(config)
     probe_recipient = f"postmaster@{sender.rpartition('@')[2]}"
@@ -226,7 +235,7 @@ def domain_report_checks(config: Config, engine: Any) -> Iterator[Check]:
         yield Check("DKIM key", PROBLEM, error, "restore the secret key, or create a new key "
                     "(senddock dkim create DOMAIN) and publish it")
     bounce = config.feedback.bounce_address
-    relay_host = parse_smtp_url(config.smtp_url).host
+    relay_host = parse_relays(config.smtp_url)[0].smtp.host
     for domain in domains:
         report = dc.check_domain(resolver, domain, keys, relay_host=relay_host,
                                  bounce_address=bounce or f"{envelope_sender(config)}",

@@ -3,7 +3,7 @@ process reports the same numbers (the queue's, not one process's memory).
 
 Gauges (the queue now): ``senddock_jobs{kind,state}``, ``senddock_oldest_pending_seconds``,
 ``senddock_backlog`` / ``senddock_max_backlog``, ``senddock_workers_live``,
-``senddock_in_flight``, ``senddock_relay_up``, ``senddock_relay_paced_rate`` (a throttling
+``senddock_in_flight``, ``senddock_relay_up{relay}``, ``senddock_relay_paced_rate`` (a throttling
 relay's pace, 0 when none), ``senddock_alarm{name}``.
 
 Counters and a histogram (cumulative since the database was created, kept by a trigger in
@@ -113,8 +113,11 @@ class QueueCollector(Collector):
         yield GaugeMetricFamily("senddock_in_flight", "Jobs being sent by live pools now.",
                                 value=sum(w["in_flight"] for w in live))
         relay = queue.relay_status(conn)
-        yield GaugeMetricFamily("senddock_relay_up", "1 if the SMTP relay is usable.",
-                                value=1 if relay.get("status") != "down" else 0)
+        up = GaugeMetricFamily("senddock_relay_up", "1 if the SMTP relay is usable (one "
+                               "sample per relay of SENDDOCK_SMTP_URL).", labels=["relay"])
+        for each in health.relays_with_state(conn, self.config):
+            up.add_metric([each["name"]], 1 if each["state"].get("status") != "down" else 0)
+        yield up
         paced = relay.get("paced_rate")
         yield GaugeMetricFamily(
             "senddock_relay_paced_rate", "Messages per second a throttling relay is paced at "

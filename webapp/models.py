@@ -401,7 +401,8 @@ workers = Table(
     Index("workers_node_idx", "node"),
 )
 
-# One row (id = 1): the relay's health as every process sees it (P6).
+# One row per relay of SENDDOCK_SMTP_URL (id = its place in the list, 1 for a single
+# relay): its health as every process sees it (P6, SPEC 16).
 relay_state = Table(
     "relay_state", metadata,
     Column("id", SmallInteger, primary_key=True),
@@ -425,7 +426,6 @@ relay_state = Table(
     Column("throttle_hits", Integer, nullable=False, server_default=text("0")),
     # Pauses in a row of a relay that closes the channel (421): the backoff step in force.
     Column("pause_hits", Integer, nullable=False, server_default=text("0")),
-    CheckConstraint("id = 1", name="relay_state_single_row"),
     CheckConstraint("status IN ('ok', 'down')", name="relay_state_status_check"),
 )
 

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import wait_for
-from tests.helpers import attempts_of, campaign_status, jobs_by_email, suppressed
+from tests.helpers import Browser, attempts_of, campaign_status, jobs_by_email, suppressed
 from tests.integration.test_real_relays import (
     campaign,
     delivered_once,
@@ -39,16 +39,11 @@ pytestmark = pytest.mark.slow
 ANVIL_LIMIT, ANVIL_WINDOW, ANVIL_MESSAGES = 20, 5, 90
 
 
-def web_client(config: Config, engine: sa.Engine, make_user: Any, role: str = "admin") -> Any:
+def web_client(config: Config, engine: sa.Engine, make_user: Any,
+               role: str = "admin") -> Browser:
     from webapp import create_app
 
-    web = create_app(config, engine=engine).test_client()
-    user = make_user(role)
-    page = web.get("/login").get_data(as_text=True)
-    token = re.search(r'name="csrf_token" value="([^"]+)"', page)[1]  # type: ignore[index]
-    web.post("/login", data={"email": user["email"], "password": user["password"],
-                             "csrf_token": token})
-    return web
+    return Browser(create_app(config, engine=engine).test_client(), make_user(role))
 
 
 def test_anvil_limit_is_met_by_pacing(relay: Postfix, engine: sa.Engine,

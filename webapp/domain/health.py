@@ -21,6 +21,7 @@ from workers.core import pg
 from workers.core.i18n import N_, Text
 from workers.core.settings import Config
 from workers.delivery import queue
+from workers.delivery.smtp import parse_relays
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
 CHART = timedelta(hours=1)  # the sent-per-minute chart
@@ -137,8 +138,11 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
     mail is waiting. Thresholds: SENDDOCK_ALARM_OLDEST_PENDING, SENDDOCK_ALARM_FAILURE_RATE
     (0 disables either)."""
     alarms: list[Alarm] = []
-    relay = queue.relay_status(conn)
-    if relay.get("status") == "down":
+    relays = relays_with_state(conn, config)
+    relay = relays[0]["state"]
+    if len(relays) > 1:
+        alarms.extend(_several_relays_alarms(relays))
+    elif relay.get("status") == "down":
         since = relay.get("since")
         when = N_(" since %(at)s UTC", at=f"{since:%Y-%m-%d %H:%M:%S}") if since \
             else Text.verbatim("")
@@ -154,13 +158,14 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
             alarms.append(Alarm("relay_down", N_(
                 "The SMTP relay is down%(since)s: delivery is paused and resumes by itself. "
                 "Last error: %(last)s", since=when, last=last)))
-    if relay.get("paused"):
-        until = relay["throttled_until"]
+    paused = [r["state"] for r in relays if r["state"].get("paused")]
+    for state in paused:
+        until = state["throttled_until"]
         alarms.append(Alarm("relay_throttled", N_(
             "The relay is throttling us: delivery is slowed down until %(until)s UTC (no "
             "attempt is used). Last reply: %(reply)s", until=f"{until:%H:%M:%S}",
-            reply=relay.get("throttle_reply") or N_("unknown")), "warn"))
-    elif relay.get("paced_rate") is not None:
+            reply=state.get("throttle_reply") or N_("unknown")), "warn"))
+    if not paused and relay.get("paced_rate") is not None:
         alarms.append(Alarm("relay_throttled", N_(
             "The relay is throttling us: delivery is paced at %(rate)s messages per second "
             "and speeds up again while the relay accepts (no attempt is used). Last reply: "
@@ -270,6 +275,7 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
         "chart": sent_per_minute(conn),
         "workers": queue_reads.running_workers(conn, config.worker_timeout),
         "relay": queue.relay_status(conn),
+        "relays": relays_with_state(conn, config),
         "domain_throttles": queue.domain_throttles(conn),
         "rate": rate_limits(conn, config),
         "login_probe_interval": config.login_probe_interval,
@@ -277,6 +283,39 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
         "thresholds": {"oldest_pending": config.alarm_oldest_pending,
                        "failure_rate": config.alarm_failure_rate},
     }
+
+
+def relays_with_state(conn: Connection, config: Config) -> list[dict[str, Any]]:
+    """Each relay of SENDDOCK_SMTP_URL (SPEC 16): name, role, redacted URL and its state
+    row (``relay_state``), in the configured (failover) order."""
+    specs = parse_relays(config.smtp_url)  # it parsed when the settings were loaded
+    states = queue.relay_states(conn, len(specs))
+    return [{"name": spec.name, "role": spec.role, "url": spec.smtp.redacted(),
+             "state": state} for spec, state in zip(specs, states, strict=True)]
+
+
+def _several_relays_alarms(relays: list[dict[str, Any]]) -> list[Alarm]:
+    """One alarm per relay that is down: its traffic goes through the others meanwhile."""
+    alarms = []
+    for relay in relays:
+        state = relay["state"]
+        if state.get("status") != "down":
+            continue
+        since = state.get("since")
+        at = f"{since:%Y-%m-%d %H:%M:%S}" if since else "?"
+        last = state.get("last_error") or N_("unknown")
+        if state.get("reason") == "login":
+            alarms.append(Alarm("relay_down", N_(
+                "Relay %(name)s (%(role)s) refused our login since %(since)s UTC — check its "
+                "credentials in SENDDOCK_SMTP_URL. Its traffic goes through the other relays "
+                "meanwhile. Last error: %(last)s", name=relay["name"], role=relay["role"],
+                since=at, last=last)))
+        else:
+            alarms.append(Alarm("relay_down", N_(
+                "Relay %(name)s (%(role)s) is down since %(since)s UTC: its traffic goes "
+                "through the other relays and comes back once it answers. Last error: "
+                "%(last)s", name=relay["name"], role=relay["role"], since=at, last=last)))
+    return alarms
 
 
 def rate_limits(conn: Connection, config: Config) -> dict[str, Any]:

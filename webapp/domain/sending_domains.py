@@ -20,7 +20,7 @@ from webapp.domain.errors import Invalid
 from workers.building import dkim
 from workers.core.i18n import N_, message_of
 from workers.core.settings import Config
-from workers.delivery.smtp import parse_smtp_url
+from workers.delivery.smtp import parse_relays
 
 _UNSUBSCRIBE_VARIABLE = re.compile(r"\{\{-?\s*unsubscribe_url\b")
 _CACHE_SECONDS = 60.0
@@ -120,7 +120,7 @@ def report(conn: Connection, config: Config, domain: str, *,
     keys = dkim.list_keys(conn)
     try:
         resolver = dc.make_resolver(config.dns_resolver, timeout=2.0)
-        relay_host = parse_smtp_url(config.smtp_url).host
+        relay_host = parse_relays(config.smtp_url)[0].smtp.host
     except ValueError as exc:
         return dc.DomainReport(domain, [dc.Check("settings", dc.PROBLEM, str(exc))])
     bounce = config.feedback.bounce_address

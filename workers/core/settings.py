@@ -33,7 +33,10 @@ SETTINGS: list[Setting] = [
     Setting("DATA_DIR", "./.senddock",
             "Where the embedded PostgreSQL and the demo keep their files."),
     Setting("SMTP_URL", "smtp://127.0.0.1:2525?tls=none",
-            "Relay: smtp://[user:password@]host:port[?tls=none|starttls|ssl]."),
+            "Relay: smtp://[user:password@]host:port[?tls=none|starttls|ssl]. Several "
+            "relays: URLs separated by commas or spaces, each with an optional "
+            "&role=all|transactional|campaign (the stream it carries first; every relay is "
+            "the others' failover, in the order given) and &name=."),
     Setting("FROM", "SendDock <noreply@localhost>", "Default From address."),
     Setting("BASE_URL", "http://127.0.0.1:5000",
             "Public URL of the web app, used in unsubscribe and verification links."),
@@ -232,10 +235,10 @@ def _nonnegative(name: str, value: float) -> Any:
 
 def _smtp_url(raw: str) -> str:
     """The URL as given, once it parses: a bad one is one line naming the variable."""
-    from workers.delivery.smtp import parse_smtp_url
+    from workers.delivery.smtp import parse_relays
 
     try:
-        parse_smtp_url(raw)
+        parse_relays(raw)
     except ValueError as exc:
         message = str(exc)
         if message.startswith("SMTP URL:"):

@@ -70,6 +70,7 @@ class Aftermath:
     batch's sum to know what to hold back."""
 
     relay_down: str | None = None
+    relay: int = 1  # which relay of SENDDOCK_SMTP_URL the reply came from (SPEC 16)
     login_refused: bool = False
     probe_recipient: str | None = None
     relay_throttle: str | None = None
@@ -95,6 +96,8 @@ class Aftermath:
     def absorb(self, other: Aftermath) -> None:
         """Add what one message's reply said to the batch's view (what stops it, what
         it must hold back)."""
+        if other.relay_down or other.relay_throttle:
+            self.relay = other.relay
         self.relay_down = other.relay_down or self.relay_down
         self.login_refused = self.login_refused or other.login_refused
         self.probe_recipient = other.probe_recipient or self.probe_recipient

@@ -54,9 +54,17 @@ from workers.core.settings import Config
 from workers.delivery import outcomes, queue
 from workers.delivery.classify import RefusalStreak, ReplyClass, ThrottleJudge
 from workers.delivery.finisher import Finisher
-from workers.delivery.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
+from workers.delivery.smtp import (
+    LoginGate,
+    RelaySpec,
+    SendResult,
+    SmtpTransport,
+    parse_relays,
+    route,
+)
 
 PACE_CHECK = 1.0  # seconds between looks at whether a peer's throttle reply paces us
+RELAY_CHECK = 1.0  # seconds between looks at which relays the other processes saw down
 SENDER_PROBE_MAX = 30.0  # seconds: the longest wait between probes of a refused From
 BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
 # Python's GIL switch interval in a process that hosts the pool (default 5 ms). A drain
@@ -106,17 +114,24 @@ class Pool:
         self.node = node or config.node or socket.gethostname()
         self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
         self.lock_key = random.randint(1, 2**62)
-        self.smtp = parse_smtp_url(config.smtp_url)
-        # Which SMTP URL this process uses (keyed hash: never the password itself).
-        self.smtp_fingerprint = hmac.new(config.secret_key.encode(), config.smtp_url.encode(),
-                                         hashlib.sha256).hexdigest()[:16]
+        # The relays of SENDDOCK_SMTP_URL (SPEC 16): a stream goes through the first of its
+        # route that is not down; each relay has its own state row, login gate (one failed
+        # AUTH per process and relay) and fingerprint (a keyed hash of its URL, never the
+        # password itself).
+        self.relays = parse_relays(config.smtp_url)
+        self.fingerprints = {r.index: hmac.new(config.secret_key.encode(), r.url.encode(),
+                                               hashlib.sha256).hexdigest()[:16]
+                             for r in self.relays}
+        self.login_gates = {r.index: LoginGate() for r in self.relays}
+        self._relays_down: set[int] = set()  # as this process last saw them
+        self._relays_checked = 0.0
+        self._probed_at = 0.0
         self.streak = RefusalStreak(config.same_refusal_streak)
         self.judge = ThrottleJudge()  # a throttle: the relay's or one domain's (SPEC 16)
         # A throttling relay paces every process (queue.throttle_relay); this process
         # learns it at its own throttle reply or within PACE_CHECK seconds of another's.
         self._paced = False
         self._paced_checked = 0.0
-        self.login_gate = LoginGate()  # one failed AUTH per process, not per thread
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self._db = StatementDb(engine)  # claims and outcomes, one statement at a time
@@ -153,9 +168,11 @@ class Pool:
                 if self._live is None:
                     self._connect_liveness(register=True)
             with self.engine.begin() as conn:
-                if queue.note_smtp_url(conn, self.smtp_fingerprint):
-                    log.info("the relay was marked down with a different SMTP URL: "
-                             "probing at once")
+                queue.ensure_relays(conn, len(self.relays))
+                for relay in self.relays:
+                    if queue.note_smtp_url(conn, self.fingerprints[relay.index], relay.index):
+                        log.info("relay %s was marked down with a different SMTP URL: "
+                                 "probing at once", relay.name)
             return self._rescue()
 
         taken = pg.wait_until(register_and_rescue, self.outage, self.stopping,
@@ -163,7 +180,9 @@ class Pool:
         if taken is None:
             return
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
-                 self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
+                 self.worker_id, self.config.workers,
+                 ", ".join(f"{r.name}={r.smtp.redacted()} ({r.role})" if len(self.relays) > 1
+                           else r.smtp.redacted() for r in self.relays), sum(taken.values()))
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         logging.getLogger("apscheduler.scheduler").addFilter(SKIPPED_TICKS)  # once per process
         scheduler = BackgroundScheduler(
@@ -372,15 +391,35 @@ class Pool:
 
     # --- delivery ----------------------------------------------------------------------
 
-    def _transport(self) -> SmtpTransport:
+    def _transport(self, relay: RelaySpec) -> SmtpTransport:
         config = self.config
-        return SmtpTransport(self.smtp, timeout=config.smtp_timeout,
+        return SmtpTransport(relay.smtp, timeout=config.smtp_timeout,
                              local_hostname=config.smtp_helo, ca_file=config.smtp_ca_file,
                              max_messages=config.smtp_max_messages, max_age=config.smtp_max_age,
-                             login_gate=self.login_gate)
+                             login_gate=self.login_gates[relay.index])
+
+    def _relay_for(self, job: queue.ClaimedJob) -> RelaySpec:
+        """The relay for ``job``: the first of its stream's route (campaign mail and test
+        sends: the campaign stream; everything else: transactional) that this process
+        does not know to be down; the first of the route when all are."""
+        stream = "campaign" if job.kind in ("broadcast", "test") else "transactional"
+        candidates = route(self.relays, stream)
+        return next((r for r in candidates if r.index not in self._relays_down),
+                    candidates[0])
+
+    def _watch_relays(self, db: StatementDb) -> None:
+        """Every RELAY_CHECK seconds, learn which relays are down (another process may have
+        seen it, or probed one back up). A relay this process sees go down is marked at
+        once (:meth:`_record_aftermath`): its threads fail over without waiting."""
+        if len(self.relays) == 1 or time.monotonic() - self._relays_checked < RELAY_CHECK:
+            return
+        with db.connect() as conn:
+            states = queue.relay_states(conn, len(self.relays))
+        self._relays_down = {s["id"] for s in states if s["status"] == "down" or s["paused"]}
+        self._relays_checked = time.monotonic()
 
     def _drain_loop(self) -> None:
-        transport = self._transport()
+        transport = _Transports(self)
         db = self._db
         backoff = 0.5
         try:
@@ -421,7 +460,8 @@ class Pool:
         config = self.config
         if not self._rate_limited(db):
             with db.connect() as conn:
-                jobs = queue.claim_batch(conn, self.worker_id, n, self.domain, token)
+                    jobs = queue.claim_batch(conn, self.worker_id, n, self.domain, token,
+                                         len(self.relays))
             return jobs, [0.0] * len(jobs), 0.0
         with self.engine.begin() as conn:
             permits = queue.acquire_permits(conn, n, config.rate_limit,
@@ -429,12 +469,13 @@ class Pool:
             self._paced = permits.rate > 0 and permits.rate != config.rate_limit
             if permits.granted == 0:
                 return [], [], 0.0
-            jobs = queue.claim_batch(conn, self.worker_id, permits.granted, self.domain, token)
+            jobs = queue.claim_batch(conn, self.worker_id, permits.granted, self.domain, token,
+                                     len(self.relays))
             queue.refund_permits(conn, permits, len(jobs))
         return (jobs, [permits.first_at + i * permits.interval for i in range(len(jobs))],
                 permits.interval)
 
-    def _drain_once(self, transport: SmtpTransport, db: StatementDb) -> bool:
+    def _drain_once(self, transport: _Transports, db: StatementDb) -> bool:
         """Claim one batch and deliver it message by message. Returns False when there was
         nothing to do. Every job of the batch leaves `sending`: marked with its outcome,
         handed back unsent, or (if the database is lost meanwhile) put back by the
@@ -443,6 +484,12 @@ class Pool:
         with self._holding_lock:
             self._claims[token] = {}
         try:
+            self._watch_relays(db)
+            if len(self.relays) > 1 and self._relays_down \
+                    and time.monotonic() - self._probed_at > RELAY_CHECK:
+                # a relay is down while another carries its traffic: probe it meanwhile
+                self._probed_at = time.monotonic()
+                self._maybe_probe_relay(transport)
             jobs, slots, interval = self._claim(db, token)
             with self._holding_lock:
                 self._claims[token] = {job.id: job for job in jobs}
@@ -466,7 +513,7 @@ class Pool:
             return True
         return not (slot and interval > 0 and -delay > 0.5 * interval)
 
-    def _deliver(self, transport: SmtpTransport, db: StatementDb, jobs: list[queue.ClaimedJob],
+    def _deliver(self, transport: _Transports, db: StatementDb, jobs: list[queue.ClaimedJob],
                  slots: list[float], interval: float = 0.0) -> None:
         """Send the batch one message at a time. Each outcome goes to the finisher the
         moment the relay has answered, and is committed before the next message goes out
@@ -561,7 +608,7 @@ class Pool:
                 if not future.done() and not self.finisher.alive:
                     raise psycopg.OperationalError("the finisher stopped") from None
 
-    def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob,
+    def _attempt(self, transports: _Transports, job: queue.ClaimedJob,
                  aftermath: outcomes.Aftermath,
                  before_send: Callable[[], None] = lambda: None) -> queue.Outcome:
         """This job's outcome (and, in ``aftermath``, what its reply says beyond its
@@ -580,6 +627,9 @@ class Pool:
                                               f"{type(exc).__name__}: {exc}")
         if self.stopping.is_set():  # stopped while it was built: not sent
             return outcomes.released(job)
+        relay = self._relay_for(job)
+        transport = transports.get(relay)
+        aftermath.relay = relay.index
         started = datetime.now(UTC)
         try:
             result = transport.send(envelope.mail_from, job.email, envelope.message,
@@ -643,17 +693,23 @@ class Pool:
         if aftermath.reprieve:
             n = queue.reprieve_jobs(conn, aftermath.reprieve, f"relay: {RefusalStreak.WHY}")
             log.warning("gave back %d job(s) charged for a refusal that was about us", n)
+        relay = aftermath.relay
         if aftermath.relay_down is not None:
+            self._relays_down.add(relay)  # this process's threads fail over at once
             queue.mark_relay_down(conn, aftermath.relay_down, login=aftermath.login_refused,
-                                  fingerprint=self.smtp_fingerprint,
+                                  fingerprint=self.fingerprints[relay], relay=relay,
                                   probe_recipient=aftermath.probe_recipient,
                                   login_interval=config.login_probe_interval,
                                   probe_max=config.relay_probe_max)
-            log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
+            if len(self.relays) > 1:
+                log.error("relay %s unavailable, its traffic goes to the next relay: %s",
+                          self.relays[relay - 1].name, aftermath.relay_down)
+            else:
+                log.error("relay unavailable, delivery paused: %s", aftermath.relay_down)
         if aftermath.relay_throttle is not None:
             rate = queue.throttle_relay(conn, aftermath.relay_throttle,
                                         config.throttle_backoff, rate_limit=config.rate_limit,
-                                        pause=aftermath.relay_closed)
+                                        pause=aftermath.relay_closed, relay=relay)
             self._paced = True
             if rate is not None:
                 log.warning("the relay is throttling us: pacing every process at %.2f "
@@ -713,27 +769,36 @@ class Pool:
                     "again", job.id, job.email, outcome.status,
                     outcome.reply or outcome.error or "no reply")
 
-    def _maybe_probe_relay(self, transport: SmtpTransport) -> None:
+    def _maybe_probe_relay(self, transports: _Transports) -> None:
+        """Probe each relay that is down whose turn has come (one process at a time, on
+        its backoff). Back up, it takes its traffic back."""
+        for relay in self.relays:
+            self._probe_relay(relay, transports.get(relay))
+
+    def _probe_relay(self, relay: RelaySpec, transport: SmtpTransport) -> None:
         interval = self.config.login_probe_interval
         with self.engine.begin() as conn:
-            state = queue.relay_status(conn)
+            state = queue.relay_status(conn, relay.index)
             if state["status"] != "down" or not queue.take_probe_turn(
-                    conn, interval, self.config.relay_probe_max):
+                    conn, interval, self.config.relay_probe_max, relay.index):
                 return
         result = transport.probe(self.probe_sender, state.get("probe_recipient"))
+        name = f"relay {relay.name}" if len(self.relays) > 1 else "relay"
         with self.engine.begin() as conn:
             if result.reply_class is ReplyClass.SENT:
-                queue.mark_relay_ok(conn)
+                queue.mark_relay_ok(conn, relay.index)
                 queue.notify_new_jobs(conn, "relay")
+                self._relays_down.discard(relay.index)
                 self.streak.reset()
-                log.info("relay is back; delivery resumes")
+                log.info("%s is back; delivery resumes", name)
             else:
                 queue.mark_relay_down(conn, outcomes.reply_line(result),
                                       login=result.login_refused,
-                                      fingerprint=self.smtp_fingerprint,
+                                      fingerprint=self.fingerprints[relay.index],
                                       login_interval=interval,
-                                      probe_max=self.config.relay_probe_max, probe=True)
-                log.warning("relay still unavailable: %s", outcomes.reply_line(result))
+                                      probe_max=self.config.relay_probe_max, probe=True,
+                                      relay=relay.index)
+                log.warning("%s still unavailable: %s", name, outcomes.reply_line(result))
 
     def _probe_senders(self) -> None:
         """Probe refused From addresses whose turn has come, with the same MAIL FROM (and
@@ -748,7 +813,7 @@ class Pool:
                 if due is None:
                     return
                 sender, recipient = due
-                transport = transport or self._transport()
+                transport = transport or self._transport(route(self.relays, "campaign")[0])
                 result = transport.probe(sender, recipient)
                 with self.engine.begin() as conn:
                     if result.reply_class is ReplyClass.SENT:
@@ -764,6 +829,23 @@ class Pool:
     def status(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "threads": self.config.workers,
                 "running": self._scheduler is not None and not self.stopping.is_set()}
+
+
+class _Transports:
+    """A drain thread's connections: one per relay, opened when first used (SPEC 16)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.open: dict[int, SmtpTransport] = {}
+
+    def get(self, relay: RelaySpec) -> SmtpTransport:
+        if relay.index not in self.open:
+            self.open[relay.index] = self.pool._transport(relay)
+        return self.open[relay.index]
+
+    def close(self) -> None:
+        for transport in self.open.values():
+            transport.close()
 
 
 class _NotSent(Exception):

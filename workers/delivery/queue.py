@@ -178,14 +178,16 @@ def notify_new_jobs(conn: Connection, kind: str) -> None:
 # never take back a claim in progress. Paused campaigns are out of the claim path: the
 # transactional jobs come from their own index, and each open, unpaused broadcast's from
 # its own range of delivery_jobs_broadcast_due_idx, so a paused backlog of any size is
-# never read. Nothing is claimed while the relay is marked down (P6) or throttling us, nor
-# for a recipient domain that is throttling us (SPEC 10: the other domains keep flowing).
+# never read. Nothing is claimed while every relay (:relays of them, SPEC 16) is marked
+# down (P6) or has paused us, nor for a recipient domain that is throttling us (SPEC 10:
+# the other domains keep flowing); one relay up is enough, it carries the others' streams.
 # The Message-ID is fixed at the first claim and never changes (P3): random (it must not
 # reveal volume) on the campaign's From domain.
 _CLAIM = sa.text(rf"""
 WITH relay_up AS (
-    SELECT NOT EXISTS (SELECT 1 FROM relay_state r
-                        WHERE r.status = 'down' OR r.throttled_until > now()) AS ok
+    SELECT EXISTS (SELECT 1 FROM relay_state r
+                    WHERE r.id <= :relays AND r.status <> 'down'
+                      AND NOT coalesce(r.throttled_until > now(), false)) AS ok
 ), transactional AS (
     SELECT j.id, j.priority, j.available_at FROM delivery_jobs j
      WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
@@ -242,11 +244,13 @@ SELECT coalesce(json_agg(claimed ORDER BY claimed.id), '[]'::json) AS jobs FROM 
 
 
 def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
-                token: str | None = None) -> list[ClaimedJob]:
+                token: str | None = None, relays: int = 1) -> list[ClaimedJob]:
     """Claim up to ``n`` due jobs for ``worker_id`` under one claim ``token`` (a fresh one
-    when None). No two workers ever get the same job."""
+    when None), while one of the first ``relays`` relays is usable. No two workers ever
+    get the same job."""
     rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain,
-                                 "token": token or str(uuid.uuid4())}).scalar_one()
+                                 "token": token or str(uuid.uuid4()),
+                                 "relays": relays}).scalar_one()
     jobs = [ClaimedJob(**row) for row in rows]
     jobs.sort(key=lambda j: (j.priority, j.id))
     return jobs
@@ -502,7 +506,7 @@ UPDATE relay_state
            THEN :login_interval
            ELSE least(:probe_max, power(2, least(failures, 10))) END) END,
        updated_at = now()
- WHERE id = 1
+ WHERE id = :relay
 RETURNING failures
 """)
 
@@ -510,7 +514,7 @@ RETURNING failures
 def mark_relay_down(conn: Connection, error: str, *, login: bool = False,
                     fingerprint: str | None = None, probe_recipient: str | None = None,
                     login_interval: float = 300, probe_max: float = 60,
-                    probe: bool = False) -> int:
+                    probe: bool = False, relay: int = 1) -> int:
     """Pause all delivery and probe with backoff (``login``: the relay refused our
     credentials -- probed at most every ``login_interval`` seconds). ``probe_recipient``:
     the probe also asks RCPT for this address (a refusal reported only at RCPT).
@@ -520,15 +524,15 @@ def mark_relay_down(conn: Connection, error: str, *, login: bool = False,
         "error": error[:1000], "reason": "login" if login else None,
         "fingerprint": fingerprint, "probe_recipient": probe_recipient,
         "login_interval": float(login_interval), "probe_max": float(probe_max),
-        "probe": probe}).scalar_one())
+        "probe": probe, "relay": relay}).scalar_one())
 
 
-def mark_relay_ok(conn: Connection) -> bool:
-    """Resume delivery. Returns True if the relay had been down."""
+def mark_relay_ok(conn: Connection, relay: int = 1) -> bool:
+    """Resume delivery through ``relay``. Returns True if it had been down."""
     row = conn.execute(sa.text("""
         UPDATE relay_state SET status = 'ok', failures = 0, next_probe_at = NULL,
                reason = NULL, probe_recipient = NULL, updated_at = now(), since = now()
-         WHERE id = 1 AND status = 'down' RETURNING id""")).first()
+         WHERE id = :relay AND status = 'down' RETURNING id"""), {"relay": relay}).first()
     return row is not None
 
 
@@ -537,42 +541,58 @@ _TAKE_PROBE = sa.text("""
 UPDATE relay_state
    SET next_probe_at = now() + make_interval(secs => CASE WHEN reason = 'login'
            THEN :login_interval ELSE least(:probe_max, power(2, least(failures, 10))) END)
- WHERE id = 1 AND status = 'down' AND (next_probe_at IS NULL OR next_probe_at <= now())
+ WHERE id = :relay AND status = 'down' AND (next_probe_at IS NULL OR next_probe_at <= now())
 RETURNING id
 """)
 
 
 def take_probe_turn(conn: Connection, login_interval: float = 300,
-                    probe_max: float = 60) -> bool:
+                    probe_max: float = 60, relay: int = 1) -> bool:
     return conn.execute(_TAKE_PROBE, {"login_interval": float(login_interval),
-                                      "probe_max": float(probe_max)}).first() is not None
+                                      "probe_max": float(probe_max),
+                                      "relay": relay}).first() is not None
 
 
 def probe_now(conn: Connection) -> bool:
-    """An admin's "Retry now": the next idle worker probes at once. True if it was down."""
+    """An admin's "Retry now": every relay that is down is probed at once. True if one
+    was down."""
     row = conn.execute(sa.text("UPDATE relay_state SET next_probe_at = now() "
-                               "WHERE id = 1 AND status = 'down' RETURNING id")).first()
+                               "WHERE status = 'down' RETURNING id")).first()
     return row is not None
 
 
-def note_smtp_url(conn: Connection, fingerprint: str) -> bool:
+def note_smtp_url(conn: Connection, fingerprint: str, relay: int = 1) -> bool:
     """At start: if the relay is down because of a *different* SMTP URL (say, the password
     was fixed), probe at once instead of waiting out the old backoff. True if so."""
     row = conn.execute(sa.text("""
         UPDATE relay_state SET next_probe_at = now()
-         WHERE id = 1 AND status = 'down' AND smtp_fingerprint IS DISTINCT FROM :fp
-        RETURNING id"""), {"fp": fingerprint}).first()
+         WHERE id = :relay AND status = 'down' AND smtp_fingerprint IS DISTINCT FROM :fp
+        RETURNING id"""), {"fp": fingerprint, "relay": relay}).first()
     return row is not None
 
 
-def relay_status(conn: Connection) -> dict[str, Any]:
+def ensure_relays(conn: Connection, relays: int) -> None:
+    """A ``relay_state`` row for each of the configured relays (1..relays)."""
+    conn.execute(sa.text("INSERT INTO relay_state (id, status) SELECT i, 'ok' "
+                         "FROM generate_series(1, :n) i ON CONFLICT (id) DO NOTHING"),
+                 {"n": relays})
+
+
+def relay_states(conn: Connection, relays: int) -> list[dict[str, Any]]:
+    """The state of each configured relay (1..relays), in order; a relay no worker has
+    used yet is ok."""
+    return [relay_status(conn, i) for i in range(1, relays + 1)]
+
+
+def relay_status(conn: Connection, relay: int = 1) -> dict[str, Any]:
     row = conn.execute(sa.text("""
         SELECT r.*, coalesce(r.throttled_until > now(), false) AS paused,
                l.paced_rate, coalesce(r.throttled_until > now(), false)
                              OR l.paced_rate IS NOT NULL AS throttled
-          FROM relay_state r LEFT JOIN rate_limiter l ON l.id = 1 WHERE r.id = 1""")
-                       ).mappings().first()
-    return dict(row) if row else {"status": "ok"}
+          FROM relay_state r LEFT JOIN rate_limiter l ON l.id = 1 WHERE r.id = :relay"""),
+                       {"relay": relay}).mappings().first()
+    return dict(row) if row else {"id": relay, "status": "ok", "throttled": False,
+                                  "paused": False, "paced_rate": None}
 
 
 # --- throttling (SPEC 10, 16): slow down, never fail -------------------------------------
@@ -591,8 +611,8 @@ PACE_MEASURE = 5.0  # seconds of sends the first halving measures the rate over
 PACE_START = 2.0  # the rate the first halving assumes when fewer were measured
 # A relay that counts per fixed window (Postfix's anvil) refuses everything until its
 # window ends, however slowly we send: halving on each refusal would fall far below what
-# it accepts. So a halving never goes below half the rate the relay accepted over the
-# last PACE_ACCEPTED seconds.
+# it accepts. So a halving never goes below the rate the relay accepted over the last
+# PACE_ACCEPTED seconds (it demonstrably takes that much).
 PACE_ACCEPTED = 10.0
 
 _PACE_DOWN = sa.text(f"""
@@ -609,7 +629,7 @@ WITH measured AS (
       FROM rate_limiter l WHERE id = 1
 )
 UPDATE rate_limiter l
-   SET paced_rate = greatest((SELECT rate FROM cur) / 2, (SELECT rate FROM accepted) / 2,
+   SET paced_rate = greatest((SELECT rate FROM cur) / 2, (SELECT rate FROM accepted),
                              {PACE_FLOOR}),
        paced_step = coalesce(l.paced_step,
                              greatest((SELECT rate FROM cur) / {PACE_STEPS}, {PACE_FLOOR})),
@@ -623,7 +643,7 @@ _THROTTLE_RELAY = sa.text("""
 UPDATE relay_state
    SET throttle_hits = throttle_hits + CASE WHEN :counted THEN 1 ELSE 0 END,
        throttle_reply = :reply, updated_at = now()
- WHERE id = 1
+ WHERE id = :relay
 """)
 
 # 421: the relay closed the channel. A pause, escalated once per cycle (see above).
@@ -631,25 +651,27 @@ _PAUSE_RELAY = sa.text("""
 UPDATE relay_state
    SET pause_hits = CASE WHEN throttled_until > now() - interval '10 minutes'
                          THEN pause_hits + 1 ELSE 1 END
- WHERE id = 1 AND (throttled_until IS NULL OR throttled_until <= now())
+ WHERE id = :relay AND (throttled_until IS NULL OR throttled_until <= now())
 RETURNING pause_hits
 """)
 
 
 def throttle_relay(conn: Connection, reply: str, backoff: Sequence[int], *,
-                   rate_limit: float = 0, pause: bool = False) -> float | None:
+                   rate_limit: float = 0, pause: bool = False,
+                   relay: int = 1) -> float | None:
     """The relay throttles us: halve the paced send rate of every process (at most once a
     second; the first time from the rate measured over the last seconds, never above
     ``rate_limit`` when one is set). ``pause`` (a 421: the relay closed the channel): also
     stop claiming for the next backoff step, escalated once per pause cycle. Returns the
     rate in force when this call lowered it, else None."""
     rate = conn.execute(_PACE_DOWN, {"limit": float(rate_limit)}).scalar()
-    hits = conn.execute(_PAUSE_RELAY).scalar() if pause else None
+    hits = conn.execute(_PAUSE_RELAY, {"relay": relay}).scalar() if pause else None
     if hits is not None:
         delay = float(backoff[min(int(hits), len(backoff)) - 1])
         conn.execute(sa.text("UPDATE relay_state SET throttled_until = now() + "
-                             "make_interval(secs => :d) WHERE id = 1"), {"d": delay})
-    conn.execute(_THROTTLE_RELAY, {"reply": reply[:1000],
+                             "make_interval(secs => :d) WHERE id = :relay"),
+                     {"d": delay, "relay": relay})
+    conn.execute(_THROTTLE_RELAY, {"reply": reply[:1000], "relay": relay,
                                    "counted": rate is not None or hits is not None})
     return None if rate is None else float(rate)
 

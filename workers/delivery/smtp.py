@@ -142,6 +142,84 @@ def parse_smtp_url(url: str) -> SmtpConfig:
     )
 
 
+# --- several relays (SPEC 16) -----------------------------------------------------------
+
+#: A relay's role: which stream it carries first. Every relay is also the failover of the
+#: other stream (after that stream's own relays), so mail goes out while any relay works.
+ROLES = ("all", "transactional", "campaign")
+STREAMS = ("transactional", "campaign")
+_RELAY_SPLIT = re.compile(r"[\s,]+(?=smtps?://)")
+_RELAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}")
+
+
+@dataclass(frozen=True)
+class RelaySpec:
+    """One relay of ``SENDDOCK_SMTP_URL``: its place in the list (1-based: the failover
+    order and the ``relay_state`` row), name, role and connection settings. ``url`` is the
+    URL as configured (hashed for the fingerprint, never shown)."""
+
+    index: int
+    name: str
+    role: str
+    smtp: SmtpConfig
+    url: str = field(repr=False)
+
+    def serves(self, stream: str) -> bool:
+        return self.role in ("all", stream)
+
+
+def parse_relays(raw: str) -> list[RelaySpec]:
+    """Parse ``SENDDOCK_SMTP_URL``: one relay URL, or several separated by commas or
+    whitespace, each with an optional ``role=all|transactional|campaign`` (default all)
+    and ``name=`` (default host:port) in its query, e.g. ``smtp://tx.example:587?tls=
+    starttls&role=transactional smtp://bulk.example:587?tls=starttls&role=campaign``.
+
+    Guarantees: at least one relay, names unique, each URL as :func:`parse_smtp_url`
+    accepts it. Raises ValueError with a one-line message naming the relay (by its place
+    in the list when there are several) and the problem, never echoing a password."""
+    urls = [u for u in _RELAY_SPLIT.split(raw.strip()) if u]
+    if not urls:
+        raise ValueError("SMTP URL is empty")
+    relays: list[RelaySpec] = []
+    for index, url in enumerate(urls, start=1):
+        where = f"relay {index}: " if len(urls) > 1 else ""
+        parts = urlsplit(url)
+        kept, role, name = [], "all", ""
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if key == "role":
+                role = value
+            elif key == "name":
+                name = value
+            else:
+                kept.append(f"{quote(key, safe='')}={quote(value, safe='')}")
+        if role not in ROLES:
+            raise ValueError(f"SMTP URL: {where}role={role!r} must be one of "
+                             f"{', '.join(ROLES)}")
+        if name and not _RELAY_NAME.fullmatch(name):
+            raise ValueError(f"SMTP URL: {where}name={name!r} must be 1-40 letters, digits, "
+                             "'.', '_' or '-'")
+        try:
+            smtp = parse_smtp_url(parts._replace(query="&".join(kept)).geturl())
+        except ValueError as exc:
+            if not where:
+                raise
+            problem = str(exc).removeprefix("SMTP URL").lstrip(": ")
+            raise ValueError(f"SMTP URL: {where}{problem}") from None
+        name = name or (f"{smtp.host}:{smtp.port}" if len(urls) > 1 else "relay")
+        if any(r.name == name for r in relays):
+            raise ValueError(f"SMTP URL: {where}the name {name!r} is used twice "
+                             "(add name=... to tell them apart)")
+        relays.append(RelaySpec(index, name, role, smtp, url))
+    return relays
+
+
+def route(relays: list[RelaySpec], stream: str) -> list[RelaySpec]:
+    """The relays to try for ``stream``, in order: those whose role serves it (in the
+    configured order), then the others as failover."""
+    return ([r for r in relays if r.serves(stream)]
+            + [r for r in relays if not r.serves(stream)])
+
+
 class LoginGate:
     """Shared by the transports of one process: until a login has worked, only one
     connection at a time may try AUTH, and once the relay refused it no other connection
