@@ -34,9 +34,9 @@ SETTINGS: list[Setting] = [
             "Where the embedded PostgreSQL and the demo keep their files."),
     Setting("SMTP_URL", "smtp://127.0.0.1:2525?tls=none",
             "Relay: smtp://[user:password@]host:port[?tls=none|starttls|ssl]. Several "
-            "relays: URLs separated by commas or spaces, each with an optional "
-            "&role=all|transactional|campaign (the stream it carries first; every relay is "
-            "the others' failover, in the order given) and &name=."),
+            "relays: URLs separated by commas or spaces, each with an optional role= (all, "
+            "transactional or campaign: the stream it carries first; every relay is the "
+            "others' failover, in the order given) and name= (docs/configuration.md)."),
     Setting("FROM", "SendDock <noreply@localhost>", "Default From address."),
     Setting("BASE_URL", "http://127.0.0.1:5000",
             "Public URL of the web app, used in unsubscribe and verification links."),
