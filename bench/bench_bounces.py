@@ -121,7 +121,7 @@ def evaluate(corpus: Path, only: str | None = None) -> Result:
             if expected == "hard":
                 fam.hard += 1
                 fam.hard_missed += mine != "hard"
-            elif mine == "hard":
+            elif mine == "hard" and expected != "unknown":
                 fam.wrongly_suppressed += 1
             if expected == "complaint":
                 fam.complaints += 1

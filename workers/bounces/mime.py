@@ -171,10 +171,43 @@ def _original_of(part: Message) -> Message | None:
     return None
 
 
+_BOUNDARY_LINE = re.compile(rb"^--([^\s-][^\r\n]{0,200}?)(?:--)?\r?$", re.MULTILINE)
+
+
+def _repaired(msg: Message, raw: bytes) -> Message:
+    """A multipart message whose declared boundary is not in its body (broken by a relay, or
+    by anonymising) parsed again with the boundary its body does use."""
+    try:
+        if not msg.get_content_maintype() == "multipart" or msg.is_multipart():
+            return msg
+        _head, sep, body = raw.partition(b"\n\n")
+        if not sep:
+            _head, sep, body = raw.partition(b"\r\n\r\n")
+        seen: dict[bytes, int] = {}
+        for found in _BOUNDARY_LINE.finditer(body):
+            seen[found[1]] = seen.get(found[1], 0) + 1
+        used = max(seen.items(), key=lambda kv: kv[1], default=(b"", 0))
+        if used[1] < 2:
+            return msg
+        fixed = copy_with_boundary(msg, used[0].decode("ascii", "replace"))
+        return email.message_from_bytes(fixed + b"\n\n" + body, policy=email.policy.compat32)
+    except Exception:
+        return msg
+
+
+def copy_with_boundary(msg: Message, boundary: str) -> bytes:
+    lines = []
+    for key, value in msg.items():
+        if key.lower() == "content-type":
+            value = f'{msg.get_content_type()}; boundary="{boundary}"'
+        lines.append(f"{key}: {value}")
+    return "\n".join(lines).encode("utf-8", "replace")
+
+
 def read_letter(raw: bytes) -> Letter:
     """Parse ``raw`` leniently into a :class:`Letter` (never raises on content)."""
     raw = raw[:MAX_BYTES]
-    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+    msg = _repaired(email.message_from_bytes(raw, policy=email.policy.compat32), raw)
     letter = Letter(msg, _headers_of(msg))
     texts: list[str] = []
     html_texts: list[str] = []
@@ -213,6 +246,10 @@ def _walk(part: Message, letter: Letter, texts: list[str], html_texts: list[str]
             for sub in payload:
                 if isinstance(sub, Message):
                     _walk(sub, letter, texts, html_texts, depth=depth + 1, count=count)
+        return
+    if ctype.startswith("multipart/"):
+        # A multipart without its boundary (or with a broken header): read it as text.
+        texts.append(part_text(part))
         return
     if ctype == "application/json" or (ctype == "text/plain" and depth == 0
                                        and part_text(part).lstrip().startswith("{")):

@@ -34,7 +34,7 @@ _COMMAND = re.compile(
     r"(?:>>>\s*|in reply to |after |did not like our |command[: ]+|rejected our |"
     r"error in reply to |after end of |to )(rcpt|mail from|mail|data|ehlo|helo|"
     r"end of data|conn)\b", re.IGNORECASE)
-_RCPT_ANYWHERE = re.compile(r"\brcpt to\b", re.IGNORECASE)
+_RCPT_ANYWHERE = re.compile(r"\brcpt to\b|\bsmtp:rcpt\b", re.IGNORECASE)
 _DELAY_SUBJECT = re.compile(
     r"delayed|delay(?:ed)? (?:notification|warning)|warning: could not send|still being "
     r"retried|\(delay\)|delivery status notification \(delay\)|not yet been delivered|"
@@ -61,7 +61,7 @@ _BOUNCE_SUBJECT = re.compile(
     r"delivery report|delivery problem|error|failed|warning|nondeliverable|"
     r"unzustellbar|no se puede entregar|r[ée]ponse|配信|不達|エラー|未送達|returned", re.IGNORECASE)
 _DAEMON_FROM = re.compile(
-    r"mailer-daemon|postmaster|mail delivery|mail administrator|mail\.delivery|"
+    r"mailer-daemon|post_?master|mail delivery|mail administrator|mail\.delivery|"
     r"microsoftexchange|mailerdaemon|mdaemon|daemon|noreply|no-reply|bounce|"
     r"system administrator|mail system|mail router", re.IGNORECASE)
 
@@ -104,8 +104,19 @@ class Reading:
 # --- helpers ---------------------------------------------------------------------------
 
 
+def _clean(addr: str) -> str:
+    """An address as found in text, without the quoting around it (``'a@b``,
+    ``smtp=a@b``, ``SMTP:a@b``), lower-cased."""
+    addr = addr.lower().strip(".'`")
+    local, _, domain = addr.rpartition("@")
+    for prefix in ("smtp=", "smtp:", "rfc822;", "rfc822="):
+        if local.startswith(prefix):
+            local = local[len(prefix):]
+    return f"{local.lstrip(chr(39))}@{domain}"
+
+
 def _addresses_in(value: str) -> list[str]:
-    return [a.lower().strip(".") for a in ADDRESS.findall(value or "")]
+    return [_clean(a) for a in ADDRESS.findall(value or "")]
 
 
 def _header_addresses(letter: Letter, *names: str) -> list[str]:
@@ -161,14 +172,17 @@ def _command(text: str) -> str:
 
 def _failure(recipient: str, diagnostic: str, status: str = "", *, action: str = "",
              alt: str = "", delayed: bool = False, dtype: str = "",
-             extra: str = "") -> Failure:
+             extra: str = "", near: str = "") -> Failure:
+    """One recipient's failure from its diagnostic (and status, action): ``extra`` is more
+    text to read when the diagnostic alone says too little, ``near`` the lines about this
+    recipient (where the SMTP command it failed at is named, when the diagnostic does not)."""
     text = " ".join(diagnostic.split())
     status = status if status and rs.STATUS_RE.fullmatch(status) else ""
     found_status = rs.find_status(text)
     if not status or (status.endswith(".0.0") and found_status):
         status = found_status or status
     reply = rs.find_reply(text)
-    command = _command(text) or _command(extra)
+    command = _command(text) or _command(near)
     if dtype.startswith("X-UNIX") and not rs.matches("mailboxfull", text.lower()):
         reason = "mailererror"
     else:
@@ -339,18 +353,20 @@ def _excluded(letter: Letter, trailing: str) -> set[str]:
     return ours
 
 
-def _candidates(text: str, excluded: set[str]) -> list[str]:
+def _candidates(text: str, excluded: set[str], *, daemons: bool = False) -> list[str]:
+    """The addresses ``text`` names that may be failed recipients, in order: not ours (the
+    ``excluded`` senders), not a Message-ID, not a mail daemon's (unless ``daemons``)."""
     found: list[str] = []
     for line in text.split("\n"):
         if _NOT_RECIPIENT_LINE.match(line) or _MAIL_FROM.search(line):
             continue
         line = _URLISH.sub(" ", line)
         for match in ADDRESS.finditer(line):
-            addr = match[1].lower().strip(".")
+            addr = _clean(match[1])
             before = line[max(0, match.start() - 4):match.start()].lower()
             if "id " in before or before.endswith(("id<", "=")) or addr in excluded:
                 continue
-            if _DAEMON.match(addr) or addr in found:
+            if (_DAEMON.match(addr) and not daemons) or addr in found:
                 continue
             # A Message-ID (`<…@…>` with a long random local part and digits) is no address.
             local = addr.split("@", 1)[0]
@@ -386,7 +402,8 @@ def _dsn(letter: Letter, own: str, extra_text: str) -> list[Failure]:
         action = group.get("action").split()[0].lower() if group.get("action") else ""
         status = (group.get("status").split() or [""])[0] if group.get("status") else ""
         dtype, diag = dsnf.diagnostic_field(group.get("diagnostic-code"))
-        context = _context(lines, rcpt) or (_context(lines, alt) if alt else "")
+        near = _context(lines, rcpt) or (_context(lines, alt) if alt else "")
+        context = near
         if len(groups) == 1 and context != own:
             context = f"{context}\n{own}" if context else own
         if action in ("delivered", "relayed", "expanded"):
@@ -397,14 +414,21 @@ def _dsn(letter: Letter, own: str, extra_text: str) -> list[Failure]:
         if not diag and group.get("x-supplementary-info"):
             diag = group.get("x-supplementary-info")
         failure = _failure(rcpt, diag, status, action=action, alt=alt, delayed=delayed,
-                           dtype=dtype, extra=context + "\n" + extra_text)
+                           dtype=dtype, extra=context + "\n" + extra_text, near=near)
         out.append(failure)
     return out
 
 
 def _text_bounce(letter: Letter, own: str, trailing: str) -> list[Failure]:
     excluded = _excluded(letter, trailing)
-    rcpts = _candidates(own, excluded)
+    # Exim, Gmail and Google Groups name the failed recipients in a header.
+    rcpts = [a for a in _addresses_in(letter.header("x-failed-recipients"))]
+    if not rcpts:
+        rcpts = _candidates(own, excluded)
+    if not rcpts:
+        # A daemon's address can be the recipient (postmaster@…), and an anonymised sample
+        # can name the sender as the recipient: the bounce's own From is still not one.
+        rcpts = _candidates(own, set(_header_addresses(letter, "From")), daemons=True)
     if not rcpts:
         orig_to = _addresses_in(_orig_header(letter.original, "To"))
         if not orig_to:
@@ -420,7 +444,7 @@ def _text_bounce(letter: Letter, own: str, trailing: str) -> list[Failure]:
             rs.matches(r, " ".join(context.lower().split())) for r in rs.FIRST))
         diag = context if signal and len(rcpts) > 1 else (context + "\n" + own
                                                           if context else own)
-        out.append(_failure(rcpt, diag, delayed=delayed, extra=own))
+        out.append(_failure(rcpt, diag, delayed=delayed, extra=own, near=context))
     return out
 
 
@@ -434,7 +458,27 @@ def _looks_like_bounce(letter: Letter, own: str) -> bool:
                     and _PERMANENT_TEXT.search(own)))
 
 
-def read(raw: bytes) -> Reading:
+def _nested_bounce(orig: Message) -> bool:
+    try:
+        sender = header_text(orig.get("From")) + " " + header_text(orig.get("Return-Path"))
+        subject = header_text(orig.get("Subject"))
+        return orig.get_content_type() == "multipart/report" or bool(
+            _DAEMON_FROM.search(sender) and _BOUNCE_SUBJECT.search(subject))
+    except Exception:
+        return False
+
+
+def _as_bytes(msg: Message) -> bytes:
+    try:
+        return msg.as_bytes()
+    except Exception:
+        try:
+            return msg.as_string().encode("utf-8", "replace")
+        except Exception:
+            return b""
+
+
+def read(raw: bytes, depth: int = 0) -> Reading:
     """Read one mail from the bounce mailbox. Raises only on a bug; callers that must go
     on whatever happens use :func:`read_safely`."""
     letter = read_letter(raw)
@@ -466,6 +510,14 @@ def read(raw: bytes) -> Reading:
         failures = _dsn(letter, own, "")
         if failures:
             reading.kind, reading.failures = "dsn", failures
+            return reading
+    if depth == 0 and letter.original is not None and _nested_bounce(letter.original):
+        # The report returned a bounce (a bounce of a bounce): the inner one names them.
+        inner = read(_as_bytes(letter.original), depth=1)
+        if inner.failures:
+            reading.kind, reading.failures = inner.kind, inner.failures
+            reading.original_message_id = inner.original_message_id \
+                or reading.original_message_id
             return reading
     failures = _text_bounce(letter, own, trailing)
     if failures:
