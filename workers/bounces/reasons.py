@@ -142,6 +142,7 @@ def status_reason(status: str | None) -> str:
     return _STATUS.get(rest, "")
 
 
+_SECURITY_STATUS = re.compile(r"(?<![\d.])[45]\.7\.\d{1,3}(?![\d.]\d)")
 STATUS_RE = re.compile(r"[245]\.\d{1,3}\.\d{1,3}")
 STATUS_IN_TEXT = re.compile(r"(?<![\d.#])#?([245]\.\d{1,3}\.\d{1,3})(?![\d.]\d)")
 REPLY_IN_TEXT = re.compile(r"(?<![\d.\w])([245][0-5]\d)(?=[\s-]|$)")
@@ -447,6 +448,14 @@ def find_reason(diagnostic: str, status: str | None = None, reply: str | None = 
     if named == "delivered" and not (reply or "").startswith(("4", "5")):
         return "delivered"
     command = (command or "").upper()
+    found = _find(text, status, named, reply, action, command)
+    if command == "MAIL" and found in ("userunknown", "hostunknown"):
+        return "rejected"  # refused at MAIL FROM: the sender's address, not the recipient's
+    return found
+
+
+def _find(text: str, status: str, named: str, reply: str, action: str | None,
+          command: str) -> str:
     for reason in FIRST:
         if _probe(reason, text, named, reply, command):
             return reason
@@ -458,6 +467,9 @@ def find_reason(diagnostic: str, status: str | None = None, reply: str | None = 
         other = next((r for r in _NOT_UNKNOWN if matches(r, text)), "")
         if other:
             return other
+        security = _SECURITY_STATUS.search(text)
+        if security and named == "userunknown":
+            return status_reason(security[0]) or "securityerror"
     if named and named != "delivered":
         return named
     major = status[:3] if status else ""
@@ -476,7 +488,9 @@ def find_reason(diagnostic: str, status: str | None = None, reply: str | None = 
 
 def _probe(reason: str, text: str, named: str, reply: str | None, command: str) -> bool:
     if reason == "userunknown":
-        if named == "suspend":
+        # Refused at MAIL FROM, or with a security status (5.7.x) anywhere in the reply:
+        # about the sender or a policy, not the address (P5).
+        if named == "suspend" or command == "MAIL" or _SECURITY_STATUS.search(text):
             return False
         if named == "userunknown":
             return not any(matches(r, text) for r in _NOT_UNKNOWN)
