@@ -25,6 +25,7 @@ from pathlib import Path
 
 from workers.bounces import read_safely
 from workers.bounces import reasons as rs
+from workers.bounces.mime import header_text
 
 ROOT = Path(__file__).resolve().parent.parent
 _OURS = {rs.HARD: "hard", rs.SOFT: "soft", rs.SENDER: "soft", rs.DELAY: "soft-delay",
@@ -107,6 +108,7 @@ def evaluate(corpus: Path, only: str | None = None) -> Result:
             expected = row["class"]
             names = [row["recipient"], *row.get("alt_recipients", [])]
             names = [n.lower() for n in names if n]
+            names += [header_text(n).lower() for n in names if "=?" in n]
             got = next((ours[n] for n in names if n in ours), None)
             if names == [UNDISCLOSED]:  # Sisimai's name for "no recipient given"
                 got = next((v for v in ours_all if v[0] == "complaint"), None)

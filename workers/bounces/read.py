@@ -29,12 +29,15 @@ _NOT_RECIPIENT_LINE = re.compile(
     r"feedback-id|errors-to|envelope-from|mail from|resent-[a-z-]+|"
     r"reporting-mta|received-from-mta|arrival-date|delivered-to)\s*:", re.IGNORECASE)
 _MAIL_FROM = re.compile(r"mail from\s*:?\s*<", re.IGNORECASE)
+_TRANSCRIPT_LINE = re.compile(r"\s*[245]\d\d[ -]<?[^\s<>]+@[^\s<>]+>?\.\.\.\s")
+_SECTION = re.compile(r"\s*(?:while talking to|-{3,}|={5,}|\*{5,})", re.IGNORECASE)
 _URLISH = re.compile(r"https?://\S+", re.IGNORECASE)
 _COMMAND = re.compile(
     r"(?:>>>\s*|in reply to |after |did not like our |command[: ]+|rejected our |"
     r"error in reply to |after end of |to )(rcpt|mail from|mail|data|ehlo|helo|"
     r"end of data|conn)\b", re.IGNORECASE)
-_RCPT_ANYWHERE = re.compile(r"\brcpt to\b|\bsmtp:rcpt\b", re.IGNORECASE)
+_RCPT_ANYWHERE = re.compile(
+    r"\brcpt to\b|\bsmtp:rcpt\b|does not like recipient|after rcpt\b", re.IGNORECASE)
 _DELAY_SUBJECT = re.compile(
     r"delayed|delay(?:ed)? (?:notification|warning)|warning: could not send|still being "
     r"retried|\(delay\)|delivery status notification \(delay\)|not yet been delivered|"
@@ -324,15 +327,17 @@ def _context(lines: list[str], addr: str) -> str:
         if addr not in line.lower():
             continue
         chunk = [line]
+        if _TRANSCRIPT_LINE.match(line):
+            out.append(line)  # "550 <a@b>... User unknown": one line per recipient
+            continue
         for follow in lines[i + 1:i + 14]:
             if not follow.strip():
                 if len(chunk) > 1 or len(out) > 0:
                     break
                 continue
-            others = [a for a in _addresses_in(follow) if a != addr]
-            if others and not follow.lstrip().startswith(("<<<", ">>>", "(", "5", "4")) \
-                    and not re.search(r"\b[45]\d\d\b", follow):
-                break
+            named = _addresses_in(follow)
+            if (named and addr not in named) or _SECTION.match(follow):
+                break  # another recipient's lines, or the next part of a transcript
             chunk.append(follow)
         out.append("\n".join(chunk))
     return "\n".join(out)

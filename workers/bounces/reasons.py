@@ -11,7 +11,8 @@ specific reason wins, then the status code decides, then the reply code's class.
 What a reason *means* for SendDock (:data:`REASONS`):
 
 - ``hard``: the address is dead: ``userunknown``, ``hostunknown``, ``hasmoved``, and
-  ``notaccept`` with a permanent (5xx) code. Only these suppress at once (P5).
+  ``notaccept`` with a permanent (5xx) code. Only these suppress at once (P5). (A bounce
+  is the MTA's final word: a "450 4.1.1 user unknown" it gave up on is a dead address too.)
 - ``sender``: the refusal is about us, not the recipient: a blocklist, our IP's reputation,
   our rate, our authentication or relaying (``blocked``, ``badreputation``, ``speeding``,
   ``toomanyconn``, ``norelaying``, ``authfailure``, ``requireptr``, ``rejected``,
@@ -88,9 +89,8 @@ def effect_of(reason: str, status: str | None = None, reply: str | None = None,
         return entry.effect
     if delayed:
         return DELAY
-    if entry.effect == HARD and (status or reply or "5")[:1] == "4":
-        # A temporary code says the address may come back: never suppressed at once.
-        return SOFT
+    if reason == "notaccept" and (status or reply or "5")[:1] == "4":
+        return SOFT  # a domain that accepts no mail *for now*
     return entry.effect
 
 
@@ -375,7 +375,8 @@ P = {
         r"timeout waiting for input", r"transaction failed ", r"unable to connect .{1,40}daemon",
         r"interrupted system call", r"error while being processed"),
     "networkerror": _rx(
-        r"could not connect and send", r"dns records for the destination", r"hop count exceeded",
+        r"dns error", r"\bnxdomain\b", r"could not connect and send",
+        r"dns records for the destination", r"hop count exceeded",
         r"host is unreachable", r"host name lookup failure", r"host not found, try again",
         r"name server reply", r"routing loop", r"message looping", r"no route to host",
         r"too many hops", r"unable to resolve route", r"unrouteable mail domain"),
@@ -429,6 +430,17 @@ _NOT_UNKNOWN = ("norelaying", "blocked", "mailboxfull", "hasmoved", "rejected", 
                 "badreputation", "authfailure", "requireptr", "policyviolation", "virusdetected")
 
 
+_UNKNOWN_SURELY = _rx(
+    r"the recipient name is not recognized", r"\bunknown recipient\b", r"unknown user:",
+    r"invalid final delivery userid", r"not listed in (?:the )?(?:domino directory|public name)",
+    r"unable to deliver message to <[^>]+> \(and other recipients in the same domain\)",
+    r"no mailbox here by that name", r"no such user here", r"delivery error: dd this user",
+    r"because the address couldn'?t be found\. check for typos",
+    r"adresse (?:d.{0,20})?destinataire invalide",
+    r"requested action not taken: mailbox unavailable \(-?\d",
+    r"<[^<>\s]+@[^<>\s]+>:? ?(?:user unknown|unknown user)",
+    r"mailbox not found", r"user not found", r"no such (?:recipient|mailbox)",
+    r"(?:recipient|mailbox|address) does not exist", r"user (?:does not|doesn'?t) exist")
 _NO_ADDRESS = re.compile(r"\b[45]\d\d:?\s*(?:<>)?\s*:\s*(?:user|recipient|address)")
 
 
@@ -456,8 +468,9 @@ def find_reason(diagnostic: str, status: str | None = None, reply: str | None = 
 
 def _find(text: str, status: str, named: str, reply: str, action: str | None,
           command: str) -> str:
+    temporary = status.startswith("4")
     for reason in FIRST:
-        if _probe(reason, text, named, reply, command):
+        if _probe(reason, text, named, reply, command, temporary):
             return reason
     for reason in SECOND:
         if matches(reason, text):
@@ -486,7 +499,8 @@ def _find(text: str, status: str, named: str, reply: str, action: str | None,
     return "onhold" if text else "undefined"
 
 
-def _probe(reason: str, text: str, named: str, reply: str | None, command: str) -> bool:
+def _probe(reason: str, text: str, named: str, reply: str | None, command: str,
+           temporary: bool = False) -> bool:
     if reason == "userunknown":
         # Refused at MAIL FROM, or with a security status (5.7.x) anywhere in the reply:
         # about the sender or a policy, not the address (P5).
@@ -499,14 +513,21 @@ def _probe(reason: str, text: str, named: str, reply: str | None, command: str) 
         # A rejection that names no recipient ("550 : User unknown") came after DATA.
         if command == "RCPT":
             return matches(reason, text)
-        if named in ("", "undefined", "onhold", "expired", "networkerror") and \
-                command in ("", "MAIL") and not _NO_ADDRESS.search(text):
-            return matches(reason, text)
+        # No command and no address status: only a format's own words for "no such user"
+        # (Exchange, Notes, IMail, qmail…) or a rejection naming the address ("550 <a@b>:
+        # User unknown", answered at RCPT) say the address is dead. A bare "user unknown"
+        # may be a filter's answer after DATA: Sisimai reads it as ``filtered``.
+        if named in ("", "undefined", "onhold", "expired", "networkerror", "systemerror") \
+                and command == "" and not _NO_ADDRESS.search(text):
+            return bool(_UNKNOWN_SURELY.search(text))
         return False
     if reason == "hostunknown":
         if named == "hostunknown":
             return not matches("networkerror", text)
-        return matches(reason, text) and not matches("networkerror", text)
+        # A name server's temporary answer (4.x.x: "DNS Error … NXDOMAIN" from Gmail) is a
+        # network error, not a domain that does not exist.
+        return matches(reason, text) and not matches("networkerror", text) and \
+            not temporary
     if reason == "filtered":
         if named == "suspend":
             return False
