@@ -35,6 +35,8 @@ def groups(text: str) -> tuple[dict[str, str], list[Group]]:
     per_message: dict[str, str] = {}
     found: list[Group] = []
     current: Group | None = None
+    pending: dict[str, str] = {}
+    after: set[str] = set()  # the current group's fields written after its recipient
     last: str | None = None
     for raw_line in text.replace("\r", "").split("\n"):
         if raw_line[:1] in (" ", "\t") and raw_line.strip() and last:
@@ -51,10 +53,12 @@ def groups(text: str) -> tuple[dict[str, str], list[Group]]:
             # A recipient's group starts at a recipient field the current group already
             # has, or after the current group got its action or status (either order of
             # Original- and Final-Recipient, with or without blank lines between groups).
-            starts = current is None or name in current.fields or any(
-                k in current.fields for k in ("action", "status", "diagnostic-code"))
+            starts = current is None or name in current.fields or bool(
+                after & {"action", "status", "diagnostic-code"})
             if starts:
-                current = Group()
+                current = Group(dict(pending))  # fields written before the recipient's
+                pending.clear()
+                after = set()
                 found.append(current)
             assert current is not None
             current.fields[name] = value
@@ -62,7 +66,11 @@ def groups(text: str) -> tuple[dict[str, str], list[Group]]:
         elif current is not None and (name in _PER_RECIPIENT or name.startswith("x-")):
             if name not in current.fields:
                 current.fields[name] = value
+                after.add(name)
             last = name if name in current.fields else None
+        elif current is None and name in _PER_RECIPIENT:
+            pending.setdefault(name, value)
+            last = None
         else:
             per_message.setdefault(name, value)
             last = name

@@ -440,6 +440,7 @@ _UNKNOWN_SURELY = _rx(
     r"requested action not taken: mailbox unavailable \(-?\d",
     r"<[^<>\s]+@[^<>\s]+>:? ?(?:user unknown|unknown user)",
     r"mailbox not found", r"user not found", r"no such (?:recipient|mailbox)",
+    r"reason: 5\d\d \S+@\S+\.\.\. no such user",  # MessageLabs: the reply it got
     r"(?:recipient|mailbox|address) does not exist", r"user (?:does not|doesn'?t) exist")
 _NO_ADDRESS = re.compile(r"\b[45]\d\d:?\s*(?:<>)?\s*:\s*(?:user|recipient|address)")
 
