@@ -15,6 +15,7 @@ Printed: one row per family (Sisimai's module name) and the totals the targets a
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
@@ -25,7 +26,6 @@ from pathlib import Path
 
 from workers.bounces import read_safely
 from workers.bounces import reasons as rs
-from workers.bounces.mime import header_text
 
 ROOT = Path(__file__).resolve().parent.parent
 _OURS = {rs.HARD: "hard", rs.SOFT: "soft", rs.SENDER: "soft", rs.DELAY: "soft-delay",
@@ -108,7 +108,13 @@ def evaluate(corpus: Path, only: str | None = None) -> Result:
             expected = row["class"]
             names = [row["recipient"], *row.get("alt_recipients", [])]
             names = [n.lower() for n in names if n]
-            names += [header_text(n).lower() for n in names if "=?" in n]
+            # An encoded-word local part (=?utf-8?b?…?=) lower-cased by the corpus' builder
+            # cannot be decoded back: compare our decoded address encoded the same way.
+            for name, value in list(ours.items()):
+                local, _, domain = name.rpartition("@")
+                if not local.isascii():
+                    b64 = base64.b64encode(local.encode()).decode().lower()
+                    ours.setdefault(f"=?utf-8?b?{b64}?=@{domain}", value)
             got = next((ours[n] for n in names if n in ours), None)
             if names == [UNDISCLOSED]:  # Sisimai's name for "no recipient given"
                 got = next((v for v in ours_all if v[0] == "complaint"), None)

@@ -93,14 +93,20 @@ def html_text(markup: str) -> str:
     return html.unescape(_TAG.sub("", _BREAK_TAG.sub("\n", markup)))
 
 
+def payload_of(part: Message, decode: bool = False) -> object:
+    """``part.get_payload(decode)``, or None where the email package raises on it (a
+    charset parameter with a NUL in it, for one)."""
+    try:
+        return part.get_payload(decode=decode)
+    except Exception:
+        return None
+
+
 def part_text(part: Message) -> str:
     """A leaf part's decoded text (transfer encoding and charset), never raising."""
-    try:
-        payload = part.get_payload(decode=True)
-    except Exception:
-        payload = None
+    payload = payload_of(part, decode=True)
     if payload is None:
-        raw = part.get_payload()
+        raw = payload_of(part)
         if isinstance(raw, str):
             payload = raw.encode("utf-8", "surrogateescape")
         elif isinstance(raw, list):
@@ -114,9 +120,16 @@ def part_text(part: Message) -> str:
     except Exception:
         charset = None
     text = decode_bytes(payload[:PART_CHARS * 2], charset)[:PART_CHARS]
-    if part.get_content_subtype() == "html":
+    if _subtype(part) == "html":
         text = html_text(text)
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _subtype(part: Message) -> str:
+    try:
+        return part.get_content_subtype()
+    except Exception:
+        return ""
 
 
 def _as_text(msg: Message) -> str:
@@ -125,7 +138,7 @@ def _as_text(msg: Message) -> str:
         lines = [f"{k}: {header_text(v)}" for k, v in msg.items()]
     except Exception:
         lines = []
-    body = msg.get_payload()
+    body = payload_of(msg)
     if isinstance(body, str) and body.strip():
         lines.append("")
         lines.append(body)
@@ -162,7 +175,7 @@ def _headers_of(msg: Message) -> dict[str, str]:
 
 
 def _original_of(part: Message) -> Message | None:
-    inner = part.get_payload()
+    inner = payload_of(part)
     if isinstance(inner, list) and inner and isinstance(inner[0], Message):
         return inner[0]
     text = part_text(part)
@@ -241,7 +254,7 @@ def _walk(part: Message, letter: Letter, texts: list[str], html_texts: list[str]
                 _body_text(letter.original)
         return
     if part.is_multipart():
-        payload = part.get_payload()
+        payload = payload_of(part)
         if isinstance(payload, list):
             for sub in payload:
                 if isinstance(sub, Message):
