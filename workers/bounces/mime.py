@@ -97,7 +97,7 @@ def payload_of(part: Message, decode: bool = False) -> object:
     """``part.get_payload(decode)``, or None where the email package raises on it (a
     charset parameter with a NUL in it, for one)."""
     try:
-        return part.get_payload(decode=decode)
+        return part.get_payload(decode=True) if decode else part.get_payload()
     except Exception:
         return None
 
