@@ -24,8 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.bounces import read_safely
-from workers.bounces import reasons as rs
+from workers.after_acceptance.bounces import read_safely
+from workers.after_acceptance.bounces import reasons as rs
 
 ROOT = Path(__file__).resolve().parent.parent
 _OURS = {rs.HARD: "hard", rs.SOFT: "soft", rs.SENDER: "soft", rs.DELAY: "soft-delay",

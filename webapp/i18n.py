@@ -21,8 +21,8 @@ from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 
 from webapp.resources import resource_dir
-from workers.bounces.reasons import find_reason
-from workers.i18n import Text
+from workers.after_acceptance.bounces.reasons import find_reason
+from workers.core.i18n import Text
 
 LANGUAGES = {"en": "English", "es": "Español"}
 DEFAULT = "en"
@@ -107,7 +107,8 @@ def label(value: Any) -> str:
     return str(text) if text is not None else str(value)
 
 
-# Bounce reasons (Sisimai's vocabulary, workers/bounces/reasons.py) as people read them.
+# Bounce reasons (Sisimai's vocabulary: workers/after_acceptance/bounces/reasons.py) as
+# people read them.
 BOUNCE_REASONS = {
     "userunknown": _l("user unknown"), "hostunknown": _l("domain does not exist"),
     "hasmoved": _l("address has moved"), "notaccept": _l("domain accepts no mail"),
@@ -156,7 +157,7 @@ def key_state(value: Any) -> str:
 
 
 def localize(message: Any) -> Any:
-    """A message built by the domain code or the engine (:class:`workers.i18n.Text`) in
+    """A message built by the domain code or the engine (:class:`workers.core.i18n.Text`) in
     the page's language; anything else as it is."""
     return message.say(gettext, num) if isinstance(message, Text) else message
 

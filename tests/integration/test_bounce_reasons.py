@@ -16,10 +16,10 @@ from tests.helpers import Browser
 from tests.integration.test_bounce_mailbox import BOUNCES, SECRET, dsn, poller, sent_jobs
 from tests.real.dovecot import Mailbox
 from webapp.domain import health
-from workers import feedback, mailbox
-from workers.links import bounce_address
-from workers.mailbox import BouncePoller, PollResult
-from workers.reports import parse_report
+from workers.after_acceptance import feedback, mailbox
+from workers.after_acceptance.mailbox import BouncePoller, PollResult
+from workers.after_acceptance.reports import parse_report
+from workers.building.links import bounce_address
 
 UNREADABLE = "Could not read"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.bench_bounces import corpus_dir
-from workers.bounces import read, read_safely
-from workers.reports import parse_report
+from workers.after_acceptance.bounces import read, read_safely
+from workers.after_acceptance.reports import parse_report
 
 CORPUS = corpus_dir()
 needs_corpus = pytest.mark.skipif(CORPUS is None, reason="the bounce corpus is not here "

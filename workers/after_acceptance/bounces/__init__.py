@@ -1,5 +1,5 @@
 """Bounce mail as Sisimai reads it: every bounce gets a reason from a documented vocabulary
-(:mod:`workers.bounces.reasons`) and what SendDock does follows from the reason.
+(:mod:`workers.after_acceptance.bounces.reasons`) and what SendDock does follows from the reason.
 
 - :mod:`.mime`: reading any mail as text without raising (charsets, broken MIME, size);
 - :mod:`.fields`: RFC 3464 delivery-status fields, read leniently;
@@ -9,7 +9,7 @@
   DragonFly, Japanese carriers…), recognised by their shape rather than by their software.
 """
 
-from workers.bounces.read import Failure, Reading, read, read_safely
-from workers.bounces.reasons import REASONS, VOCABULARY, label_of
+from workers.after_acceptance.bounces.read import Failure, Reading, read, read_safely
+from workers.after_acceptance.bounces.reasons import REASONS, VOCABULARY, label_of
 
 __all__ = ["REASONS", "VOCABULARY", "Failure", "Reading", "label_of", "read", "read_safely"]

@@ -1,9 +1,10 @@
 """Bounce and complaint reports in the mail, as :class:`Feedback` events.
 
-The mail is read by :mod:`workers.bounces` (DSNs, broken ones too, bounces in text from
-~75 kinds of mail software, ARF and Microsoft JMRP complaints, Amazon SES notifications by
-mail, auto-replies), which gives every recipient a *reason* from Sisimai's vocabulary and
-what it means (:mod:`workers.bounces.reasons`). Here that becomes events:
+The mail is read by :mod:`workers.after_acceptance.bounces` (DSNs, broken ones too, bounces
+in text from ~75 kinds of mail software, ARF and Microsoft JMRP complaints, Amazon SES
+notifications by mail, auto-replies), which gives every recipient a *reason* from Sisimai's
+vocabulary and what it means (:mod:`workers.after_acceptance.bounces.reasons`). Here that
+becomes events:
 
 - ``hard`` bounces (``userunknown``, ``hostunknown``, ``hasmoved``, ``notaccept`` 5xx):
   the address is dead (P5);
@@ -15,7 +16,8 @@ what it means (:mod:`workers.bounces.reasons`). Here that becomes events:
   events (``MailReport.ignored``).
 
 :func:`bounce_class` classifies a provider's (webhook) status and text with the engine's
-SMTP rules. Nothing here touches the database; :mod:`workers.feedback` applies the events.
+SMTP rules. Nothing here touches the database; :mod:`workers.after_acceptance.feedback`
+applies the events.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from workers.bounces import Failure, read_safely
-from workers.bounces import reasons as rs
-from workers.classify import ReplyClass, classify_reply, parse_enhanced
+from workers.after_acceptance.bounces import Failure, read_safely
+from workers.after_acceptance.bounces import reasons as rs
+from workers.delivery.classify import ReplyClass, classify_reply, parse_enhanced
 
 COMPLAINT_TYPES = frozenset({"abuse", "fraud", "virus", "other"})
 _REPLY = re.compile(r"^\s*(?:smtp|x-postfix|x-unix|x-local)?\s*;?\s*(\d{3})\b[\s-]*(.*)$",
@@ -53,7 +55,7 @@ class Feedback:
     status: str | None = None
     message_id: str | None = None
     event_id: str | None = None  # the provider's id for this event (deduplication)
-    code: str | None = None      # the reason (workers/bounces/reasons.py), when known
+    code: str | None = None      # the reason (after_acceptance/bounces/reasons.py), if known
 
 
 @dataclass
@@ -101,10 +103,10 @@ _BOUNCE = {rs.HARD: "hard", rs.SOFT: "soft", rs.SENDER: "sender"}
 
 
 def parse_report(raw: bytes) -> MailReport:
-    """Read one mail from the bounce mailbox (:mod:`workers.bounces`). Never raises: what
-    cannot be read at all is ``kind='unreadable'`` with ``error`` saying why; what is no
-    report (or only says "delayed", "delivered", "away") is ``kind='other'`` or its kind with
-    no events."""
+    """Read one mail from the bounce mailbox (:mod:`workers.after_acceptance.bounces`). Never
+    raises: what cannot be read at all is ``kind='unreadable'`` with ``error`` saying why;
+    what is no report (or only says "delayed", "delivered", "away") is ``kind='other'`` or
+    its kind with no events."""
     reading = read_safely(raw)
     report = MailReport(reading.kind, addresses=reading.addresses,
                         original_message_id=reading.original_message_id,

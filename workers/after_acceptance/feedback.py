@@ -16,8 +16,8 @@ Every statement says what it guarantees. In short:
 - a ``sender`` bounce (a blocklist, our reputation, our rate: about us) is kept on the job
   and raises the sender alarm; it counts against nobody.
 
-Each event keeps its reason (``reason_code``: Sisimai's vocabulary, workers/bounces), and a
-suppression keeps the reason it was made for.
+Each event keeps its reason (``reason_code``: Sisimai's vocabulary,
+workers/after_acceptance/bounces), and a suppression keeps the reason it was made for.
 
 Outgoing event webhooks for ``bounced`` and ``complained`` are queued by triggers on the
 same rows (migration 0015), so they commit or roll back with the change itself.
@@ -33,8 +33,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from workers.reports import Feedback
-from workers.states import BOUNCED, SENT, sql_list
+from workers.after_acceptance.reports import Feedback
+from workers.core.states import BOUNCED, SENT, sql_list
 
 SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
 RAW_LIMIT = 256 * 1024  # bytes of raw source kept per event

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from email.message import Message
 from email.utils import getaddresses
 
-from workers.bounces import fields as dsnf
-from workers.bounces import reasons as rs
-from workers.bounces.mime import Letter, header_text, own_text, read_letter
+from workers.after_acceptance.bounces import fields as dsnf
+from workers.after_acceptance.bounces import reasons as rs
+from workers.after_acceptance.bounces.mime import Letter, header_text, own_text, read_letter
 
 ADDRESS = re.compile(
     r"(?<![\w.!#$%&'*+/=?^`{|}~@-])"
