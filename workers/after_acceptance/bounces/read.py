@@ -63,6 +63,10 @@ _BOUNCE_SUBJECT = re.compile(
     r"delivery fail|non[- ]?delivery|not delivered|could not|bounce|rejected|"
     r"delivery report|delivery problem|error|failed|warning|nondeliverable|"
     r"unzustellbar|no se puede entregar|r[ée]ponse|配信|不達|エラー|未送達|returned", re.IGNORECASE)
+_SURE_SUBJECT = re.compile(
+    r"undeliver|returned mail|delivery status notification|failure notice|mail delivery "
+    r"fail|non[- ]?delivery|delivery failure|nondeliverable|unzustellbar|配信|不達|未送達",
+    re.IGNORECASE)
 _DAEMON_FROM = re.compile(
     r"mailer-daemon|post_?master|mail delivery|mail administrator|mail\.delivery|"
     r"microsoftexchange|mailerdaemon|mdaemon|daemon|noreply|no-reply|bounce|"
@@ -458,9 +462,13 @@ def _looks_like_bounce(letter: Letter, own: str) -> bool:
         return True
     subject = letter.header("subject")
     sender = letter.header("from") + " " + letter.header("return-path")
-    return bool(_BOUNCE_SUBJECT.search(subject) or _DAEMON_FROM.search(sender)
-                or (letter.header("return-path").strip() in ("<>", "")
-                    and _PERMANENT_TEXT.search(own)))
+    if _DAEMON_FROM.search(sender) or _SURE_SUBJECT.search(subject) or \
+            letter.header("from").strip() in ("", "<>"):
+        return True
+    # From a person (or an unknown program): only when the text reads like a bounce too.
+    says_so = bool(_PERMANENT_TEXT.search(own) or _DELAY_TEXT.search(own))
+    return says_so and bool(_BOUNCE_SUBJECT.search(subject)
+                            or letter.header("return-path").strip() in ("<>", ""))
 
 
 def _nested_bounce(orig: Message) -> bool:
