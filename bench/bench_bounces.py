@@ -66,6 +66,8 @@ class Result:
     families: dict[str, Family] = field(default_factory=lambda: defaultdict(Family))
     misses: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    message_ids: int = 0        # messages Sisimai found the original's Message-ID in
+    message_ids_same: int = 0   # ... and the reader found the same
 
     def total(self) -> Family:
         out = Family()
@@ -98,6 +100,12 @@ def evaluate(corpus: Path, only: str | None = None) -> Result:
         reading = read_safely(raw)
         if reading.crashed:
             fam.exceptions += 1
+        expected_ids = {r["messageid"].strip("<>") for r in message["rows"]
+                        if r.get("messageid")}
+        if expected_ids:
+            result.message_ids += 1
+            result.message_ids_same += (reading.original_message_id or "").strip("<>") \
+                in expected_ids
         ours: dict[str, tuple[str, str]] = {}
         ours_all = [(_OURS[f.effect], f.reason) for f in reading.failures]
         for failure in reading.failures:
@@ -179,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nagreement {pct(total.agree, total.rows)} of {total.rows} recipients; hard missed "
           f"{total.hard_missed} of {total.hard}; suppressed though not hard "
           f"{total.wrongly_suppressed}; complaints missed {total.complaints_missed}; "
-          f"exceptions {total.exceptions}; {result.seconds:.2f} s for "
+          f"exceptions {total.exceptions}; the original's Message-ID found in "
+          f"{result.message_ids_same} of {result.message_ids}; {result.seconds:.2f} s for "
           f"{total.messages} messages")
     if args.show_misses:
         print("\n".join(result.misses))
