@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from workers.after_acceptance.bounces.reasons import find_reason
 from workers.after_acceptance.reports import Feedback
 from workers.core.states import BOUNCED, SENT, sql_list
 
@@ -197,9 +198,10 @@ def apply_event(conn: Connection, source: str, feedback: Feedback, job_id: int |
     provider callers pass ``job_id=None`` only for what they record as unmatched."""
     job = conn.execute(_JOB, {"id": job_id}).mappings().first() if job_id else None
     if job is not None and not feedback.email:
-        feedback = Feedback(feedback.type, str(job["email"]).lower(), feedback.bounce,
-                            feedback.reason, feedback.status, feedback.message_id,
-                            feedback.event_id, feedback.code)
+        feedback = replace(feedback, email=str(job["email"]).lower())
+    if feedback.code is None:  # a provider's event: its reason, read from its text
+        feedback = replace(feedback, code="feedback" if feedback.type == "complaint"
+                           else find_reason(feedback.reason, feedback.status))
     event_id = record_event(conn, source, feedback, job_id, raw)
     if event_id is None:
         return Applied(None, job_id, "duplicate")

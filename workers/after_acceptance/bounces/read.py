@@ -348,6 +348,8 @@ def _context(lines: list[str], addr: str) -> str:
 
 
 def _excluded(letter: Letter, trailing: str) -> set[str]:
+    """Addresses that are not failed recipients: the bounce's own headers' and the returned
+    original's sender (ours), and whoever a transcript's MAIL FROM names."""
     ours = set(_header_addresses(letter, "From", "To", "Cc", "Reply-To", "Return-Path",
                                  "Delivered-To", "Envelope-To", "X-Envelope-To", "Sender",
                                  "Errors-To"))
@@ -386,6 +388,8 @@ def _candidates(text: str, excluded: set[str], *, daemons: bool = False) -> list
 
 
 def _is_delay(letter: Letter, own: str) -> bool:
+    """A delay notice (the MTA still retries), not a final failure: its subject says so, or
+    its text says it will retry and nothing else in it says the delivery failed."""
     subject = letter.header("subject")
     if _DELAY_SUBJECT.search(subject):
         return True
@@ -393,7 +397,9 @@ def _is_delay(letter: Letter, own: str) -> bool:
         _DELAY_TEXT.sub("", own[:3000]))
 
 
-def _dsn(letter: Letter, own: str, extra_text: str) -> list[Failure]:
+def _dsn(letter: Letter, own: str) -> list[Failure]:
+    """One failure per recipient group of the delivery-status fields (in a
+    ``message/delivery-status`` part, else in the bounce's own text)."""
     text = "\n".join(letter.status_parts)
     if not dsnf.HAS_FIELDS.search(text) and dsnf.HAS_FIELDS.search(own):
         text = own
@@ -423,7 +429,7 @@ def _dsn(letter: Letter, own: str, extra_text: str) -> list[Failure]:
         if not diag and group.get("x-supplementary-info"):
             diag = group.get("x-supplementary-info")
         failure = _failure(rcpt, diag, status, action=action, alt=alt, delayed=delayed,
-                           dtype=dtype, extra=context + "\n" + extra_text, near=near)
+                           dtype=dtype, extra=context, near=near)
         out.append(failure)
     return out
 
@@ -520,7 +526,7 @@ def read(raw: bytes, depth: int = 0) -> Reading:
     if not _looks_like_bounce(letter, own):
         return reading
     if letter.status_parts or dsnf.HAS_FIELDS.search(own):
-        failures = _dsn(letter, own, "")
+        failures = _dsn(letter, own)
         if failures:
             reading.kind, reading.failures = "dsn", failures
             return reading
