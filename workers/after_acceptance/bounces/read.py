@@ -196,11 +196,17 @@ def _failure(recipient: str, diagnostic: str, status: str = "", *, action: str =
         reason = rs.find_reason(text, status, reply, action=action, command=command)
         if reason in ("onhold", "undefined", "systemerror", "securityerror",
                       "expired", "networkerror") and extra and extra.strip() != text:
-            better = rs.find_reason(f"{text} {' '.join(extra.split())}", status,
-                                    reply or rs.find_reply(extra), action=action,
-                                    command=command)
+            more = " ".join(extra.split())
+            # A status that says nothing (x.0.0) gives way to the one the text quotes.
+            known = status if status and not status.endswith(".0.0") else \
+                rs.find_status(" ".join(near.split())) or status
+            better = rs.find_reason(f"{text} {more}", known, reply or rs.find_reply(extra),
+                                    action=action, command=command)
             if better not in ("onhold", "undefined"):
                 reason = better
+    if reason == "filtered" and command not in ("MAIL",) and rs.surely_unknown(near) and \
+            not (status or "").startswith("5.2"):
+        reason = "userunknown"  # the lines about this recipient say it in their own words
     if not status and not reply and extra:
         status = rs.find_status(" ".join(extra.split()))
     effect = rs.effect_of(reason, status, reply, delayed=delayed)
@@ -331,8 +337,10 @@ def _context(lines: list[str], addr: str) -> str:
         if addr not in line.lower():
             continue
         chunk = [line]
+        if i and lines[i - 1].lstrip().startswith(">>>"):
+            chunk.insert(0, lines[i - 1])  # the command this reply answered
         if _TRANSCRIPT_LINE.match(line):
-            out.append(line)  # "550 <a@b>... User unknown": one line per recipient
+            out.append("\n".join(chunk))  # "550 <a@b>... User unknown": one line each
             continue
         for follow in lines[i + 1:i + 14]:
             if not follow.strip():

@@ -208,6 +208,8 @@ P = {
         r"not a gateway", r"not local host", r"specified domain is not allowed",
         r"isn'?t in my list of allowed rcpthosts?"),
     "authfailure": _rx(
+        r"\bdmarc\b.{0,20}\bfail", r"authentication checks failed",
+        r"does not have authentication information", r"fails to pass authentication",
         r"dmarc polic", r"\bspf\b.{0,30}\b(?:fail|violation|record)", r"sender policy framework",
         r"spf\.pobox\.com", r"per it'?s spf record",
         r"unauthenticated email from .{0,80} is not accepted"),
@@ -312,7 +314,13 @@ P = {
         r"unknown domain name", r"dns lookup failure: host \S+ not found",
         r"553 .{1,80} does not exist"),
     "spamdetected": _rx(
-        r"\bspam\b(?! ?complaints? rate)(?!hau)(?!cop)", r"unsolicited",
+        r"(?:detected|identified|classified|considered|marked|rejected|scored|flagged|"
+        r"regarded|recognized|treated) as (?:probable |possible )?spam",
+        r"spam (?:detected|message|content|filter|check|score|email|mail|blocked|rejection|"
+        r"refused|not accepted|points)", r"(?:looks|appears to be|seems to be|is probably|is|"
+        r"be) (?:like )?spam\b", r"spam-like", r"probable spam", r"high probability of spam",
+        r"\(spam\)", r" - spam\b", r"no spam please", r"we dont accept spam", r"too much spam",
+        r"spamming not allowed", r"spam complaints", r"help_spam", r"unsolicited",
         r"bulk (?:e-?mail|mail|\.advertising)",
         r"content filter rejection", r"rejecting (?:banned|mail) content", r"mail content denied",
         r"message content rejected", r"unacceptable content", r"rejected for policy reasons",
@@ -329,10 +337,12 @@ P = {
         r"too many (?:connections|concurrent|smtp sessions|errors from your ip|recipients)",
         r"maximum connection limit", r"connection rate limit", r"per-domain connection limit",
         r"max emails per hour", r"throttling failure", r"trop de connexions",
+        r"connection frequency limited",
         r"numerous attempts to deliver"),
     "blocked": _rx(
         r"blacklist(?:ed)?\b", r"black list", r"blocklist", r"block list", r"\bdnsbl\b", r"\brbl\b",
         r"spamhaus", r"spamcop", r"barracudacentral", r"abuseat\.org", r"sorbs", r"blocked using",
+        r"invalid ip for sending", r"client host blocked", r"ip source bloquee", r"blocked ip\b",
         r"(?:client|sender|bad|sending|your) (?:host|ip)(?: address)? .{0,60}"
         r"(?:rejected|blocked|listed|refused)",
         r"\bip\b.{0,60}\b(?:is )?(?:blocked|listed|banned|rejected)", r"banned sending ip",
@@ -396,14 +406,15 @@ P = {
         r"retry timeout exceeded", r"(?:delivery|message) (?:has been )?delayed",
         r"still (?:being )?(?:retried|trying)", r"could not be delivered within"),
     "securityerror": _rx(
-        r"account not subscribed to ses",
+        r"account not subscribed to ses", r"turn on smtp authentication",
         r"authentication (?:credentials invalid|failure|required|failed)",
         r"authentication turned on", r"executable files are not allowed",
         r"unauthenticated senders",
         r"verification failure", r"not authorized to send mail", r"is a dead domain",
         r"not authorized to perform ses", r"authentification"),
     "failedstarttls": _rx(
-        r"starttls", r"requiretls", r"must issue a starttls", r"encryption required"),
+        r"starttls", r"requiretls", r"must issue a starttls", r"encryption required",
+        r"does not support tls"),
     "mailererror": _rx(
         r" \|\| exit ", r"procmail", r"maildrop", r"command failed", r"command died with status",
         r"command output:", r"mailer error", r"pipe to \|", r"x-unix;", r"mail for .{1,40} loops",
@@ -440,9 +451,16 @@ _UNKNOWN_SURELY = _rx(
     r"requested action not taken: mailbox unavailable \(-?\d",
     r"<[^<>\s]+@[^<>\s]+>:? ?(?:user unknown|unknown user)",
     r"mailbox not found", r"user not found", r"no such (?:recipient|mailbox)",
+    r"resolver\.adr\.(?:ex)?recip(?:ient)?notfound",
     r"reason: 5\d\d \S+@\S+\.\.\. no such user",  # MessageLabs: the reply it got
     r"(?:recipient|mailbox|address) does not exist", r"user (?:does not|doesn'?t) exist")
 _NO_ADDRESS = re.compile(r"\b[45]\d\d:?\s*(?:<>)?\s*:\s*(?:user|recipient|address)")
+
+
+def surely_unknown(text: str) -> bool:
+    """The text uses a format's own words for "no such user" (see ``_UNKNOWN_SURELY``)."""
+    text = " ".join(text.lower().split())
+    return bool(_UNKNOWN_SURELY.search(text)) and not _NO_ADDRESS.search(text)
 
 
 def matches(reason: str, text: str) -> bool:
@@ -518,8 +536,8 @@ def _probe(reason: str, text: str, named: str, reply: str | None, command: str,
         # (Exchange, Notes, IMail, qmail…) or a rejection naming the address ("550 <a@b>:
         # User unknown", answered at RCPT) say the address is dead. A bare "user unknown"
         # may be a filter's answer after DATA: Sisimai reads it as ``filtered``.
-        if named in ("", "undefined", "onhold", "expired", "networkerror", "systemerror") \
-                and command == "" and not _NO_ADDRESS.search(text):
+        if named in ("", "undefined", "onhold", "expired", "networkerror", "systemerror",
+                     "notaccept") and command in ("", "DATA") and not _NO_ADDRESS.search(text):
             return bool(_UNKNOWN_SURELY.search(text))
         return False
     if reason == "hostunknown":
@@ -536,7 +554,10 @@ def _probe(reason: str, text: str, named: str, reply: str | None, command: str,
             return matches("userunknown", text) or matches("filtered", text)
         if command in ("CONN", "EHLO", "HELO", "MAIL", "RCPT"):
             return False
-        return matches("filtered", text)
+        # "User unknown" that is not a dead address (after DATA, no 5.1.x): a filter.
+        return matches("filtered", text) or matches("userunknown", text)
+    if reason == "hasmoved" and named == "hasmoved":
+        return True  # 5.1.6: "mailbox has moved, no forwarding address"
     if reason == "suspend" and reply == "525":
         return True
     if reason == "mesgtoobig":
