@@ -149,10 +149,12 @@ REPLY_IN_TEXT = re.compile(r"(?<![\d.\w])([245][0-5]\d)(?=[\s-]|$)")
 
 
 def find_status(text: str) -> str:
-    """The first enhanced status code in ``text`` that is not x.0.0 (else the first)."""
+    """The first failure's enhanced status code in ``text`` (4.x.x or 5.x.x), preferring
+    one that is not x.0.0; else the first code there is."""
     found = [m[1] for m in STATUS_IN_TEXT.finditer(text or "")]
-    good = [s for s in found if not s.endswith(".0.0")]
-    return (good or found or [""])[0]
+    failed = [s for s in found if s[0] in "45"]  # a transcript's 2.x.x lines said "ok"
+    good = [s for s in failed if not s.endswith(".0.0")]
+    return (good or failed or found or [""])[0]
 
 
 def find_reply(text: str) -> str:
