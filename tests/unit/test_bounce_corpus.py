@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bench_bounces import corpus_dir, evaluate, table
+from bench.bench_bounces import Result, corpus_dir, evaluate, table
 
 CORPUS = corpus_dir()
 pytestmark = pytest.mark.skipif(
@@ -31,9 +31,13 @@ CONTRADICTED = {
 }
 
 
-def test_the_bounce_corpus_meets_the_targets() -> None:
+@pytest.fixture(scope="module")
+def result() -> Result:
     assert CORPUS is not None
-    result = evaluate(CORPUS)
+    return evaluate(CORPUS)  # read once for both tests (~600 messages)
+
+
+def test_the_bounce_corpus_meets_the_targets(result: Result) -> None:
     printed = table(result)
     print("\n" + printed)
     total = result.total()
@@ -47,11 +51,9 @@ def test_the_bounce_corpus_meets_the_targets() -> None:
     assert wrongly == [], "\n".join(wrongly) + "\n" + printed
 
 
-def test_every_family_reads_at_least_most_of_its_recipients() -> None:
+def test_every_family_reads_at_least_most_of_its_recipients(result: Result) -> None:
     """No family is left behind by the average: each agrees on at least 2 of 3 recipients
     (families of one or two samples excepted: one odd sample is not a family's rule)."""
-    assert CORPUS is not None
-    result = evaluate(CORPUS)
     weak = {name: f"{fam.agree}/{fam.rows}" for name, fam in result.families.items()
             if fam.rows >= 3 and fam.agree < 2 * fam.rows / 3}
     assert weak == {}, table(result)
