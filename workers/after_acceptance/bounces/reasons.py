@@ -556,8 +556,10 @@ def _probe(reason: str, text: str, named: str, reply: str | None, command: str,
             return matches("userunknown", text) or matches("filtered", text)
         if command in ("CONN", "EHLO", "HELO", "MAIL", "RCPT"):
             return False
-        # "User unknown" that is not a dead address (after DATA, no 5.1.x): a filter.
-        return matches("filtered", text) or matches("userunknown", text)
+        # "User unknown" that is not a dead address (after DATA, no 5.1.x): a filter; but
+        # not where a security status (5.7.x) says what the refusal was.
+        return matches("filtered", text) or (matches("userunknown", text)
+                                             and not _SECURITY_STATUS.search(text))
     if reason == "hasmoved" and named == "hasmoved":
         return True  # 5.1.6: "mailbox has moved, no forwarding address"
     if reason == "suspend" and reply == "525":
