@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness.dovecot import Mailbox
 from tests.conftest import Api
 from tests.helpers import Browser
 from tests.integration.test_bounce_mailbox import BOUNCES, SECRET, dsn, poller, sent_jobs
-from tests.real.dovecot import Mailbox
 from webapp.domain import health
 from workers.after_acceptance import feedback, mailbox
 from workers.after_acceptance.mailbox import BouncePoller, PollResult

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bench_bounces import Result, corpus_dir, evaluate, table
+from harness.bounce_corpus import Result, corpus_dir, evaluate, table
 
 CORPUS = corpus_dir()
 pytestmark = pytest.mark.skipif(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_bounces import corpus_dir
+from harness.bounce_corpus import corpus_dir
 from workers.after_acceptance.bounces import read, read_safely
 from workers.after_acceptance.reports import parse_report
 
