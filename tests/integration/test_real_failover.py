@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 import pytest
 import sqlalchemy as sa
 
+from harness import postfix
+from harness.postfix import Postfix
 from tests.conftest import wait_for
 from tests.helpers import campaign_status, jobs_by_email
 from tests.integration.test_real_relays import campaign, pools  # noqa: F401  (fixture)
-from tests.real import postfix
-from tests.real.postfix import Postfix
 from workers.core.settings import Config
 from workers.delivery import queue
 from workers.delivery.pool import Pool

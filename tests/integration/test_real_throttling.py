@@ -1,4 +1,4 @@
-"""SPEC 16 against a real Postfix (tests.real.postfix): throttling slows what it concerns
+"""SPEC 16 against a real Postfix (harness.postfix): throttling slows what it concerns
 and never stops everything. Judged by Postfix's own clock and mailbox.
 
 - Postfix's anvil (20 recipients / 5 s): the relay's limit is met by pacing every
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness.postfix import Postfix
 from tests.conftest import wait_for
 from tests.helpers import Browser, attempts_of, campaign_status, jobs_by_email, suppressed
 from tests.integration.test_real_relays import (
@@ -29,7 +30,6 @@ from tests.integration.test_real_relays import (
     relay_row,
     statuses,
 )
-from tests.real.postfix import Postfix
 from workers.core.settings import Config
 from workers.delivery import queue
 from workers.delivery.pool import Pool
