@@ -135,3 +135,21 @@ def test_pacing_without_a_limit_starts_from_the_measured_rate(engine: sa.Engine)
     assert rate == 2.0  # 20 sent in the last 5 s = 4/s, halved
     with engine.begin() as conn:
         assert queue.acquire_permits(conn, 1, 0).rate == 2.0
+
+
+def test_the_pace_in_force_is_on_queue_health_and_in_metrics(engine: sa.Engine, client: Any,
+                                                               make_user: Any) -> None:
+    from tests.helpers import Browser
+    from webapp.domain import health
+
+    health._alarm_cache.clear()
+    admin = Browser(client, make_user("admin"))
+    assert "senddock_relay_paced_rate 0.0" in admin.get("/metrics").get_data(as_text=True)
+    with engine.begin() as conn:
+        queue.throttle_relay(conn, "450 4.7.1 Error: too many recipients from 127.0.0.1",
+                             (30,), rate_limit=8)
+    health._alarm_cache.clear()
+    page = admin.get("/health/").get_data(as_text=True)
+    assert 'id="relay-paced-rate">4.00<' in page
+    assert 'data-alarm="relay_throttled"' in page and "paced at 4.00 messages per second" in page
+    assert "senddock_relay_paced_rate 4.0" in admin.get("/metrics").get_data(as_text=True)
