@@ -124,3 +124,33 @@ def test_check_checks_each_relay(sink: Any, bulk_sink: SinkServer,
     assert by_name["relay connection (tx, transactional)"].status == "ok"
     assert by_name["relay MAIL FROM (tx, transactional)"].status == "ok"
     assert by_name["relay connection (bulk, campaign)"].status == "problem"
+
+
+def test_a_relay_refusing_our_login_hands_its_traffic_over(
+        engine: sa.Engine, sink: Any, bulk_sink: SinkServer,
+        config_for: Callable[..., Config], make_user: Any) -> None:
+    """The campaign relay refuses our login (535): one failed AUTH, the relay is marked
+    'login refused' (probed at most every LOGIN_PROBE_INTERVAL), and the campaign goes out
+    through the other relay meanwhile; nobody is charged an attempt for it."""
+    bulk_sink.set_rules({"auth": {"username": "u", "password": "right"}})
+    url = (f"smtp://127.0.0.1:{sink.port}?tls=none&role=transactional&name=tx, "
+           f"smtp://u:wrong@127.0.0.1:{bulk_sink.port}?tls=none&role=campaign&name=bulk")
+    emails = [f"l{i:02d}@example.org" for i in range(20)]
+    campaign = make_campaign(engine, emails)
+    config = config_for(None, SMTP_URL=url, WORKERS=str(WORKERS))
+    pool = Pool(engine, config, node="login-refused")
+    pool.start()
+    try:
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=60)
+    finally:
+        pool.stop()
+    assert sorted(recipients(sink)) == emails and bulk_sink.records() == []
+    assert all(j["attempts"] == 1 for j in jobs_by_email(engine, campaign["id"]).values())
+    with engine.connect() as conn:
+        tx, bulk = queue.relay_states(conn, 2)
+    assert tx["status"] == "ok" and bulk["status"] == "down" and bulk["reason"] == "login"
+    from webapp import create_app
+
+    web = Browser(create_app(config, engine=engine).test_client(), make_user("admin"))
+    health = web.get("/health/").get_data(as_text=True)
+    assert re.search(r"Relay bulk \(campaign\) refused our login since", health)
