@@ -52,10 +52,13 @@ different recipients in a row is about us, whatever the text says (it becomes ``
 What the engine does with each class: ``hard_bounce`` -> job ``bounced``, address
 suppressed; ``rejected`` -> job ``failed``, address not suppressed; ``transient`` -> retry
 on the schedule; ``relay`` -> job back to ``pending``, no attempt, delivery paused and
-probed (P6); ``relay_throttle`` -> back to ``pending``, no attempt, the whole relay slowed
-down for a backoff; ``domain_throttle`` -> the same for the recipient's domain only;
+probed (P6); ``relay_throttle`` -> back to ``pending``, no attempt, every process paced
+slower (and, after a 421, paused for a backoff); ``domain_throttle`` -> back to
+``pending``, no attempt, that recipient domain waits for a backoff alone; which of the two
+a throttle is, is decided by evidence across domains (:class:`ThrottleJudge`, SPEC 16);
 ``sender`` -> back to ``pending``, no attempt, that campaign paused with the reason shown
-(transactional mail: delivery paused like ``relay``); ``sent`` -> ``sent``.
+(transactional mail: delivery paused like ``relay``; a refused From is probed and the
+campaign resumes by itself); ``sent`` -> ``sent``.
 """
 
 from __future__ import annotations
