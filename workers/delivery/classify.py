@@ -56,9 +56,9 @@ probed (P6); ``relay_throttle`` -> back to ``pending``, no attempt, every proces
 slower (and, after a 421, paused for a backoff); ``domain_throttle`` -> back to
 ``pending``, no attempt, that recipient domain waits for a backoff alone; which of the two
 a throttle is, is decided by evidence across domains (:class:`ThrottleJudge`, SPEC 16);
-``sender`` -> back to ``pending``, no attempt, that campaign paused with the reason shown
-(transactional mail: delivery paused like ``relay``; a refused From is probed and the
-campaign resumes by itself); ``sent`` -> ``sent``.
+``sender`` -> back to ``pending``, no attempt, that campaign paused with the reason shown,
+its From probed until the relay accepts it and the campaign resumed by itself
+(transactional mail: delivery paused like ``relay``); ``sent`` -> ``sent``.
 """
 
 from __future__ import annotations
