@@ -127,3 +127,15 @@ def test_every_documented_provider_throttle_is_a_throttle(row: ProviderReply) ->
     judge.accepted("ok.example", "news@example.com")
     assert judge.judge(hint, code, text, "s0@provider.example", "rcpt",
                        "news@example.com") == (DOMAIN, [])
+
+
+def test_memory_stays_bounded_by_the_window() -> None:
+    clock = Clock()
+    judge = ThrottleJudge(window=5.0, clock=clock)
+    for i in range(50_000):
+        clock.now += 0.01  # 100 acceptances a second, each at another domain
+        judge.accepted(f"d{i}.example", "news@example.com")
+    # 500 domains in the 5 s window, in both maps, plus the slack before the next pruning
+    assert len(judge._accepted) + len(judge._senders) <= 4000
+    judge.accepted("fast.example")
+    assert judged(judge, 450, ISSUE_REPLY, "a@slow.example")[0] is DOMAIN

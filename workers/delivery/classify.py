@@ -433,6 +433,7 @@ class ThrottleJudge:
         self._seen: dict[str, dict[str, float]] = {}  # reply key -> domain -> last seen
         # reply key -> (domain, time, reply): judged the relay's on the wording alone
         self._hinted: dict[str, tuple[str, float, str]] = {}
+        self._prune_at = 2000
 
     def accepted(self, domain: str, sender: str = "") -> dict[str, str]:
         """Record a 250 for ``domain`` (and ``sender``). Returns {domain: reply} for
@@ -441,6 +442,14 @@ class ThrottleJudge:
         domain = domain.lower()
         with self._lock:
             now = self._clock()
+            if len(self._accepted) + len(self._senders) > self._prune_at:
+                # only the last window's acceptances matter; pruned at doubling sizes, so
+                # a busy window costs amortized constant time per acceptance
+                self._accepted = {d: t for d, t in self._accepted.items()
+                                  if t >= now - self.window}
+                self._senders = {k: t for k, t in self._senders.items()
+                                 if t >= now - self.window}
+                self._prune_at = max(2000, 2 * (len(self._accepted) + len(self._senders)))
             self._accepted[domain] = now
             wrong: dict[str, str] = {}
             for key, (hinted, at, reply) in list(self._hinted.items()):
@@ -450,9 +459,6 @@ class ThrottleJudge:
                     wrong[hinted] = reply
                     del self._hinted[key]
             if sender:
-                if len(self._senders) > 1000:
-                    self._senders = {k: t for k, t in self._senders.items()
-                                     if t >= now - self.window}
                 self._senders[(sender.lower(), domain)] = now
             return wrong
 
