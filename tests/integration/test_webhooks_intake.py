@@ -299,6 +299,7 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
         assert queue.claim_batch(conn, "w", 10, "example.com") == []
 
 
+@pytest.mark.slow  # runs the senddock command in processes
 def test_webhook_token_commands(hook_app: Any, hc: Any, db_url: str) -> None:
     """``senddock webhook-token create`` prints the token alone; it opens the generic
     webhook until ``senddock webhook-token revoke`` closes it."""
