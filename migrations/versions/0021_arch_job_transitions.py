@@ -13,7 +13,7 @@ the latest trigger's moves agree; tests/integration/test_job_transitions.py trie
 pair of states against the database).
 
 Revision ID: 0021_arch
-Revises: 0020
+Revises: 0021
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0021_arch"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
