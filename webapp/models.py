@@ -39,7 +39,7 @@ metadata = MetaData()
 JOB_STATUSES = states.STATES
 JOB_KINDS = states.KINDS
 ROLES = ("admin", "marketer", "support")
-CAMPAIGN_STATUSES = ("draft", "scheduled", "sending", "paused", "cancelled", "sent")
+CAMPAIGN_STATUSES = states.Campaign.STATES
 SUPPRESSION_REASONS = ("bounced", "unsubscribed", "complaint", "manual")
 
 
@@ -195,7 +195,6 @@ broadcasts = Table(
     Column("id", BigInteger, primary_key=True),
     Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE"),
            nullable=False),
-    Column("paused", Boolean, nullable=False, server_default=text("false")),
     # Audience summary fixed at send time: who was enqueued and who was left out, and why.
     Column("total", Integer, nullable=False, server_default=text("0")),
     Column("skipped_suppressed", Integer, nullable=False, server_default=text("0")),
@@ -207,6 +206,9 @@ broadcasts = Table(
     Column("finished_at", DateTime(timezone=True)),
     # Jobs of this broadcast with at least one complaint (SPEC 12's complaint rate).
     Column("complaints", Integer, nullable=False, server_default=text("0")),
+    # When retention rolled it up (SPEC 17): its counters stay exact, its failed and
+    # bounced jobs (and any job with a feedback event) stay, the rest of its rows are gone.
+    Column("rolled_up_at", DateTime(timezone=True)),
 )
 
 delivery_jobs = Table(
@@ -263,6 +265,10 @@ delivery_jobs = Table(
                                 "AND broadcast_id IS NULL")),
     Index("delivery_jobs_broadcast_due_idx", "broadcast_id", "available_at", "id",
           postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)}")),
+    # The jobs browser's Retrying tab, in the order they come due (retries are few: the
+    # index holds only them, whatever the size of the campaigns around them).
+    Index("delivery_jobs_retry_idx", "priority", "available_at", "id",
+          postgresql_where=text("status = 'retry'")),
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
           postgresql_where=text("status = 'sending'")),

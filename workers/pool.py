@@ -46,7 +46,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
-from workers import after_acceptance, outcomes, pg, queue
+from workers import after_acceptance, lifecycle, outcomes, pg, queue, retention
 from workers.classify import RefusalStreak, ReplyClass
 from workers.compose import Composer, domain_of
 from workers.finisher import Finisher
@@ -131,6 +131,10 @@ class Pool:
         self.process = str(config.extra.get("process", "worker"))
         # One line when the database becomes unusable, one when it is back (workers.pg).
         self.outage = pg.Outage(f"delivery {self.worker_id}", log)
+        self.settler = lifecycle.Settler(engine, stopping=self.stopping)
+        self.retention = retention.Retention(
+            engine, config.retention_campaign_days, config.retention_transactional_days,
+            stopping=self.stopping)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -169,6 +173,11 @@ class Pool:
         scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
         if self.maintenance:
             scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
+            # The lifecycle's periodic services, each bounded per tick (SPEC 17).
+            scheduler.add_job(self._service(self.settler.tick), "interval", seconds=1,
+                              id="settler")
+            scheduler.add_job(self._service(self.retention.tick), "interval", seconds=60,
+                              id="retention")
             after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id,
                                       self.outage)
         scheduler.start()
@@ -325,6 +334,16 @@ class Pool:
             self.outage.ok()
         except DB_ERRORS as exc:
             self.outage.failed(exc)
+
+    def _service(self, tick: Callable[[], Any]) -> Callable[[], None]:
+        """A periodic service's tick, with database trouble reported like maintenance's."""
+        def run() -> None:
+            try:
+                tick()
+                self.outage.ok()
+            except DB_ERRORS as exc:
+                self.outage.failed(exc)
+        return run
 
     def _broadcasts_to_enqueue(self) -> list[int]:
         with self.engine.connect() as conn:
@@ -620,7 +639,7 @@ class Pool:
             delay = queue.throttle_domain(conn, domain, reply, config.throttle_backoff)
             log.warning("%s is throttling us: its mail waits %.0fs: %s", domain, delay, reply)
         for campaign_id, reason in aftermath.paused_campaigns.items():
-            if queue.pause_campaign_for_sender(conn, campaign_id, reason):
+            if lifecycle.pause_campaign(conn, campaign_id, reason, "system"):
                 log.error("campaign %d paused: %s", campaign_id, reason)
 
     def _record(self, db: StatementDb, job: queue.ClaimedJob, outcome: queue.Outcome,

@@ -29,6 +29,7 @@ from workers.states import (
     RETRY,
     TERMINAL,
     WAITING,
+    Campaign,
     sql_list,
 )
 
@@ -84,11 +85,11 @@ class Outcome:
 # the list (one per address: subscribers are unique by lower(email)), and reports who was
 # left out. Runs once per broadcast: the row lock and enqueued_at guard make a second run a
 # no-op, and a crash rolls the whole statement back so it is simply run again.
-_ENQUEUE_BROADCAST = sa.text("""
+_ENQUEUE_BROADCAST = sa.text(f"""
 WITH b AS (
     SELECT b.id, b.campaign_id, c.list_id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
      WHERE b.id = :broadcast_id AND b.enqueued_at IS NULL
-       AND c.status IN ('sending', 'paused')
+       AND c.status IN {sql_list(Campaign.STARTED)}
        FOR UPDATE OF b SKIP LOCKED
 ), audience AS MATERIALIZED (
     SELECT s.id, s.email, s.status,
@@ -127,9 +128,9 @@ def enqueue_broadcast(conn: Connection, broadcast_id: int) -> dict[str, int] | N
 
 
 # Broadcasts that were accepted but whose jobs do not exist yet (the send request returned).
-_BROADCASTS_TO_ENQUEUE = sa.text("""
+_BROADCASTS_TO_ENQUEUE = sa.text(f"""
 SELECT b.id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
- WHERE b.enqueued_at IS NULL AND c.status IN ('sending', 'paused') ORDER BY b.id LIMIT 10
+ WHERE b.enqueued_at IS NULL AND c.status IN {sql_list(Campaign.STARTED)} ORDER BY b.id LIMIT 10
 """)
 
 
@@ -174,10 +175,12 @@ def notify_new_jobs(conn: Connection, kind: str) -> None:
 # the batch's claim token and the database clock at the claim (clock_timestamp(), not the
 # transaction start: a claim that waited on a lock is as young as its commit). The caller
 # registers the token as held *before* the statement runs, so the lost-claim release can
-# never take back a claim in progress. Paused campaigns are out of the claim path: the
-# transactional jobs come from their own index, and each open, unpaused broadcast's from
-# its own range of delivery_jobs_broadcast_due_idx, so a paused backlog of any size is
-# never read. Nothing is claimed while the relay is marked down (P6) or throttling us, nor
+# never take back a claim in progress. Paused and cancelled campaigns are out of the claim
+# path: the transactional jobs come from their own index, and each open broadcast whose
+# campaign is `sending` (the lifecycle's one-row decision, workers.lifecycle) from its own
+# range of delivery_jobs_broadcast_due_idx, so a paused or cancelled backlog of any size is
+# never read, and a cancelled campaign's jobs not settled yet are never claimed. Nothing
+# is claimed while the relay is marked down (P6) or throttling us, nor
 # for a recipient domain that is throttling us (SPEC 10: the other domains keep flowing).
 # The Message-ID is fixed at the first claim and never changes (P3): random (it must not
 # reveal volume) on the campaign's From domain.
@@ -207,7 +210,9 @@ WITH relay_up AS (
          ORDER BY j.available_at, j.id
          LIMIT :n
            FOR UPDATE OF j SKIP LOCKED) d
-     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL AND NOT b.paused
+     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL
+       AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = b.campaign_id
+                      AND c.status = '{Campaign.SENDING}')
        AND (SELECT ok FROM relay_up)
 ), due AS (
     SELECT id FROM (SELECT * FROM transactional UNION ALL SELECT * FROM campaign) c
@@ -616,32 +621,6 @@ def prune_domain_throttles(conn: Connection) -> None:
     conn.execute(sa.text("DELETE FROM domain_throttles WHERE until < now() - interval '1 day'"))
 
 
-# --- the relay refuses one campaign's From (SPEC 10) -------------------------------------
-
-# Pause that campaign only, with the reason on its page; the relay stays open for the
-# others (no relay-wide pause, no flapping). The marketer resumes it once fixed.
-_PAUSE_FOR_SENDER = sa.text("""
-WITH c AS (
-    UPDATE campaigns SET status = 'paused', paused_reason = :reason, updated_at = now()
-     WHERE id = :campaign_id AND status = 'sending'
-    RETURNING id, broadcast_id
-), b AS (
-    UPDATE broadcasts SET paused = true WHERE id IN (SELECT broadcast_id FROM c)
-)
-INSERT INTO audit_log (actor, action, target, details)
-SELECT 'system', 'campaign.pause', 'campaign:' || id, jsonb_build_object('reason', :reason)
-  FROM c
-RETURNING id
-""")
-
-
-def pause_campaign_for_sender(conn: Connection, campaign_id: int, reason: str) -> bool:
-    """Pause a sending campaign because the relay refuses its From address. True if this
-    call paused it (False: not sending any more, or already paused)."""
-    return conn.execute(_PAUSE_FOR_SENDER, {"campaign_id": campaign_id,
-                                            "reason": reason[:1000]}).first() is not None
-
-
 # --- the same refusal for many recipients in a row (SPEC 10) ------------------------------
 
 # Undo what a streak of identical refusals charged to recipients before it was recognized
@@ -919,24 +898,6 @@ def broadcast_counts_slow(conn: Connection, broadcast_id: int) -> dict[str, int]
     for row in conn.execute(_GROUP_BY_STATUS, {"broadcast_id": broadcast_id}):
         counts[row.status] = int(row.n)
     return counts
-
-
-# Pause/resume flip one flag that the claim reads; cancel ends every job not yet claimed.
-def set_broadcast_paused(conn: Connection, broadcast_id: int, paused: bool) -> None:
-    conn.execute(sa.text("UPDATE broadcasts SET paused = :p WHERE id = :id"),
-                 {"p": paused, "id": broadcast_id})
-
-
-_CANCEL_BROADCAST = sa.text(f"""
-UPDATE delivery_jobs SET status = 'cancelled', finished_at = now(), claimed_by = NULL,
-       claim_token = NULL
- WHERE broadcast_id = :broadcast_id AND status IN {sql_list((*CLAIMABLE, 'held'))}
-""")
-
-
-def cancel_broadcast(conn: Connection, broadcast_id: int) -> int:
-    """Mark every job not in flight `cancelled`; in-flight ones finish as they are."""
-    return conn.execute(_CANCEL_BROADCAST, {"broadcast_id": broadcast_id}).rowcount
 
 
 # Waiting jobs without counting a million rows: campaign jobs from the counters of the

@@ -1,0 +1,34 @@
+"""Scale (issue 28): the campaign's status is the pause/cancel decision the claim reads
+(broadcasts.paused goes), retention stamps rolled-up broadcasts, and the jobs browser's
+Retrying tab gets an index of its own.
+
+Revision ID: 0021_scale
+Revises: 0020
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0021_scale"
+down_revision = "0020"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.drop_column("broadcasts", "paused")
+    op.add_column("broadcasts", sa.Column("rolled_up_at", sa.DateTime(timezone=True)))
+    op.create_index("delivery_jobs_retry_idx", "delivery_jobs",
+                    ["priority", "available_at", "id"], unique=False,
+                    postgresql_where=sa.text("status = 'retry'"))
+
+
+def downgrade() -> None:
+    op.drop_index("delivery_jobs_retry_idx", table_name="delivery_jobs")
+    op.drop_column("broadcasts", "rolled_up_at")
+    op.add_column("broadcasts", sa.Column("paused", sa.Boolean(), nullable=False,
+                                          server_default=sa.text("false")))
+    op.execute("UPDATE broadcasts b SET paused = true FROM campaigns c "
+               "WHERE c.id = b.campaign_id AND c.status = 'paused'")
