@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from tests.helpers import Browser, make_campaign
 from webapp.domain import campaigns
 from webapp.domain.errors import Conflict
-from workers import lifecycle, queue, retention
-from workers.states import CANCELLED, COUNTED, TERMINAL, Campaign
+from workers.core.states import CANCELLED, COUNTED, TERMINAL, Campaign
+from workers.delivery import lifecycle, queue, retention
 
 N = 60
 

@@ -13,12 +13,13 @@ from webapp.domain import audit, composer
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
-from workers import lifecycle, queue, states
-from workers.compose import recipient_context
-from workers.i18n import N_, word
-from workers.links import unsubscribe_url
-from workers.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
-from workers.states import Campaign
+from workers.building.compose import recipient_context
+from workers.building.links import unsubscribe_url
+from workers.building.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
+from workers.core import states
+from workers.core.i18n import N_, word
+from workers.core.states import Campaign
+from workers.delivery import lifecycle, queue
 
 EDITABLE = Campaign.EDITABLE
 # The header-bound fields as a message names them.
@@ -240,7 +241,7 @@ def resume(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict
 
 def cancel(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
     """Cancel: from the commit on none of its jobs is claimed (one row, any size); the
-    engine then moves the waiting ones to `cancelled` in chunks (workers.lifecycle), and
+    engine then moves the waiting ones to `cancelled` in chunks (workers.delivery.lifecycle), and
     the page counts them down. In-flight ones finish."""
     if not lifecycle.cancel_campaign(conn, campaign_id, actor):
         raise _refused(get(conn, campaign_id), Campaign.CANCELLED)

@@ -78,7 +78,7 @@ def sql_list(values: Iterable[str]) -> str:
 class Campaign:
     """The campaign vocabulary (``campaigns.status``), beside the jobs' (its words overlap
     theirs — a campaign is `sending` while its jobs go `pending → sending → sent` — so
-    they live in their own namespace). The moves are made by :mod:`workers.lifecycle`
+    they live in their own namespace). The moves are made by :mod:`workers.delivery.lifecycle`
     (pause, resume, cancel) and the queue (start, finish, reopen on a retry)::
 
         draft ⇄ scheduled ──(due)──▶ sending ⇄ paused

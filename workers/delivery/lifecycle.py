@@ -23,7 +23,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers.states import CANCELLED, CLAIMABLE, Campaign, sql_list
+from workers.core.states import CANCELLED, CLAIMABLE, Campaign, sql_list
 
 log = logging.getLogger("senddock.lifecycle")
 

@@ -26,7 +26,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers.states import CANCELLED, PROBLEM, SENT, SKIPPED, TERMINAL, Campaign, sql_list
+from workers.core.states import CANCELLED, PROBLEM, SENT, SKIPPED, TERMINAL, Campaign, sql_list
 
 log = logging.getLogger("senddock.retention")
 
