@@ -203,6 +203,9 @@ broadcasts = Table(
     # Set when the jobs exist. The send request only records the broadcast (durably) and
     # returns; a worker enqueues the audience in one set-based statement (SPEC 3).
     Column("enqueued_at", DateTime(timezone=True)),
+    # The enqueue goes through the list in subscriber order, a chunk per transaction: the
+    # last subscriber id done (workers.delivery.queue.enqueue_chunk).
+    Column("enqueued_upto", BigInteger, nullable=False, server_default=text("0")),
     _now(),
     Column("finished_at", DateTime(timezone=True)),
     # Jobs of this broadcast with at least one complaint (SPEC 12's complaint rate).

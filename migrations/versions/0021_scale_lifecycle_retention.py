@@ -1,6 +1,7 @@
 """Scale (issue 28): the campaign's status is the pause/cancel decision the claim reads
-(broadcasts.paused goes), retention stamps rolled-up broadcasts, and the jobs browser's
-Retrying tab gets an index of its own.
+(broadcasts.paused goes), the enqueue keeps its place in the list (it runs in chunks),
+retention stamps rolled-up broadcasts, and the jobs browser's Retrying tab gets an index
+of its own.
 
 Revision ID: 0021_scale
 Revises: 0020
@@ -20,6 +21,8 @@ depends_on = None
 def upgrade() -> None:
     op.drop_column("broadcasts", "paused")
     op.add_column("broadcasts", sa.Column("rolled_up_at", sa.DateTime(timezone=True)))
+    op.add_column("broadcasts", sa.Column("enqueued_upto", sa.BigInteger(), nullable=False,
+                                          server_default=sa.text("0")))
     op.create_index("delivery_jobs_retry_idx", "delivery_jobs",
                     ["priority", "available_at", "id"], unique=False,
                     postgresql_where=sa.text("status = 'retry'"))
@@ -27,6 +30,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("delivery_jobs_retry_idx", table_name="delivery_jobs")
+    op.drop_column("broadcasts", "enqueued_upto")
     op.drop_column("broadcasts", "rolled_up_at")
     op.add_column("broadcasts", sa.Column("paused", sa.Boolean(), nullable=False,
                                           server_default=sa.text("false")))

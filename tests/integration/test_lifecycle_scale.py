@@ -296,3 +296,58 @@ def test_the_jobs_browser_pages_a_big_campaign_along_its_index(engine: sa.Engine
     print(f"\nindex entries read, 3,000 waiting: first {first}, deep {deep}, "
           f"campaign filter {filtered}")
     assert max(first, deep, filtered) < 4 * jobs.PAGE_SIZE
+
+
+def test_the_enqueue_goes_through_the_list_in_chunks_with_the_same_result(
+        engine: sa.Engine) -> None:
+    """Chunk by chunk (each its own transaction in the engine), the audience and its
+    summary are exactly what one pass gives; jobs are claimable from the first chunk; a
+    finished broadcast is not enqueued again."""
+    from webapp.domain import suppressions
+
+    emails = [f"c{i:02d}@example.net" for i in range(30)]
+    campaign = make_campaign(engine, emails, name="Chunked")
+    with engine.begin() as conn:
+        suppressions.suppress(conn, "c03@example.net", "manual", actor="t")
+        conn.execute(sa.text("UPDATE subscribers SET status = 'unsubscribed' "
+                             "WHERE email IN ('c04@example.net', 'c05@example.net')"))
+    b = campaign["broadcast_id"]
+    steps = []
+    with engine.begin() as conn:
+        steps.append(queue.enqueue_chunk(conn, b, 7))
+    # c00..c06: c03 suppressed, c04 and c05 unsubscribed.
+    assert steps[0] is not None and not steps[0].done and steps[0].added == 4
+    assert len(_claim(engine, 100)) == 4  # sending starts before the enqueue ends
+    while not steps[-1].done:  # type: ignore[union-attr]
+        with engine.begin() as conn:
+            steps.append(queue.enqueue_chunk(conn, b, 7))
+    assert len(steps) == 5  # 30 members: 7+7+7+7+2
+    assert steps[-1].summary() == {"total": 27, "skipped_suppressed": 1,  # type: ignore[union-attr]
+                                   "skipped_inactive": 2}
+    with engine.begin() as conn:
+        assert queue.enqueue_chunk(conn, b, 7) is None
+        assert queue.enqueue_broadcast(conn, b) is None
+        jobs = conn.execute(sa.text("SELECT email FROM delivery_jobs WHERE broadcast_id = :b"),
+                            {"b": b}).scalars().all()
+    assert sorted(jobs) == sorted(set(emails) - {"c03@example.net", "c04@example.net",
+                                                 "c05@example.net"})
+
+
+def test_a_big_campaign_does_not_fill_the_transactional_backlog(
+        engine: sa.Engine, config_for: Any, sink: Any) -> None:
+    """SENDDOCK_MAX_BACKLOG bounds transactional mail; a campaign's waiting jobs (ten
+    million of them at SPEC 17's size) must not make verification mail refused (P7)."""
+    from webapp.domain import limits
+    from webapp.domain.errors import Overloaded
+
+    config = config_for(sink.port, MAX_BACKLOG="3")
+    _enqueued(engine, 20)
+    with engine.connect() as conn:
+        assert queue.backlog(conn) == 20
+        limits.check_backlog(conn, config)  # 20 campaign jobs waiting: not refused
+    with engine.begin() as conn:
+        for i in range(3):
+            queue.enqueue_single(conn, kind="verification", email=f"v{i}@example.org",
+                                 user_ref=f"u{i}", payload="{}")
+    with engine.connect() as conn, pytest.raises(Overloaded):
+        limits.check_backlog(conn, config)

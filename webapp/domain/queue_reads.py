@@ -240,7 +240,7 @@ SELECT extract(epoch FROM now() - min(t.available_at)) FROM (
                AND j.available_at <= now()
              ORDER BY j.available_at LIMIT 1)
       FROM broadcasts b
-     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL
+     WHERE b.finished_at IS NULL
        AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = b.campaign_id
                       AND c.status = '{Campaign.SENDING}')) t
 """)
@@ -543,7 +543,7 @@ SELECT w.*, c.name AS campaign_name FROM (
          WHERE j.broadcast_id = b.id AND j.status IN {sql_list(CLAIMABLE)}
            AND j.status = 'pending'{{extra}}{{campaign_keyset}}
          ORDER BY j.available_at, j.id LIMIT :limit) d
-     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL{{campaign}}
+     WHERE b.finished_at IS NULL{{campaign}}
 ) w LEFT JOIN campaigns c ON c.id = w.campaign_id
  ORDER BY w.priority, w.available_at, w.id LIMIT :limit
 """

@@ -88,7 +88,8 @@ SETTINGS: list[Setting] = [
             "The same refusal for this many different recipients in a row is treated as "
             "about us (delivery pauses), whatever its text says (0 = off)."),
     Setting("MAX_BACKLOG", "5000000",
-            "Most jobs waiting (pending+retry) before new enqueues are refused with 429/503."),
+            "Most transactional jobs waiting (pending+retry) before new ones are refused "
+            "with 503; campaign jobs do not count (a campaign's list bounds it)."),
     Setting("RETENTION_CAMPAIGN_DAYS", "30",
             "Days after a campaign finished before it is rolled up: its counts stay exact, "
             "its failed and bounced jobs stay, the other per-recipient rows are deleted "

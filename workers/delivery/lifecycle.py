@@ -97,17 +97,18 @@ SELECT b.id, w.n FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
 """)
 
 # One chunk: the next waiting jobs along delivery_jobs_broadcast_due_idx after the cursor
-# (a keyset, so each chunk reads only its own entries, never the ones already settled),
-# skipping any a claim or an admin holds right now; they become `cancelled` (a legal move
-# from `pending` and `retry`), and the count triggers move them between the counters in
-# the same statement. Returns how many moved and where the chunk ended.
+# (a keyset, so each chunk reads only its own entries, never the ones already settled);
+# they become `cancelled` (a legal move from `pending` and `retry`; the UPDATE re-checks
+# the state under the row lock, so a job a rescue is moving is settled as it ends up), and
+# the count triggers move them between the counters in the same statement. No FOR UPDATE
+# first: locking each row before updating it cost a WAL record per job (20 % of the
+# chunk). Returns how many moved and where the chunk ended.
 _SETTLE_CHUNK = sa.text(f"""
 WITH chunk AS MATERIALIZED (
     SELECT id, available_at FROM delivery_jobs
      WHERE broadcast_id = :broadcast_id AND status IN {sql_list(CLAIMABLE)}
        AND (available_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
      ORDER BY available_at, id LIMIT :n
-       FOR UPDATE SKIP LOCKED
 ), settled AS (
     UPDATE delivery_jobs j
        SET status = '{CANCELLED}', finished_at = now(), claimed_by = NULL, claim_token = NULL

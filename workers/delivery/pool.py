@@ -325,11 +325,7 @@ class Pool:
             with self.engine.begin() as conn:
                 queue.start_due_campaigns(conn)
             for broadcast_id in self._broadcasts_to_enqueue():
-                with self.engine.begin() as conn:
-                    summary = queue.enqueue_broadcast(conn, broadcast_id)
-                    if summary is not None:
-                        queue.notify_new_jobs(conn, "broadcast")
-                        log.info("broadcast %d enqueued: %s", broadcast_id, summary)
+                self._enqueue(broadcast_id)
             with self.engine.begin() as conn:
                 for campaign_id in queue.complete_finished_campaigns(conn):
                     log.info("campaign %d finished", campaign_id)
@@ -346,6 +342,20 @@ class Pool:
             except DB_ERRORS as exc:
                 self.outage.failed(exc)
         return run
+
+    def _enqueue(self, broadcast_id: int) -> None:
+        """Enqueue the broadcast chunk by chunk, each committed on its own (the workers
+        start sending after the first)."""
+        while not self.stopping.is_set():
+            with self.engine.begin() as conn:
+                step = queue.enqueue_chunk(conn, broadcast_id)
+                if step is None:
+                    return
+                if step.added:
+                    queue.notify_new_jobs(conn, "broadcast")
+            if step.done:
+                log.info("broadcast %d enqueued: %s", broadcast_id, step.summary())
+                return
 
     def _broadcasts_to_enqueue(self) -> list[int]:
         with self.engine.connect() as conn:

@@ -81,21 +81,36 @@ class Outcome:
 
 # --- enqueue ---------------------------------------------------------------------------
 
-# Set-based and atomic: one statement inserts one job per active, non-suppressed member of
-# the list (one per address: subscribers are unique by lower(email)), and reports who was
-# left out. Runs once per broadcast: the row lock and enqueued_at guard make a second run a
-# no-op, and a crash rolls the whole statement back so it is simply run again.
-_ENQUEUE_BROADCAST = sa.text(f"""
+# Set-based, in chunks of the list in subscriber order: one statement inserts one job per
+# active, non-suppressed member of the next `chunk` members after the broadcast's cursor
+# (one per address: subscribers are unique by lower(email)), adds who was left out to the
+# summary and moves the cursor, all in the caller's transaction. Each chunk reads its
+# members along memberships' primary key and the subscribers by theirs, so its cost and
+# memory do not grow with the list (one 10M-row statement spilled its hash join, its
+# materialized audience and the count trigger's transition table to disk). The chunk that
+# finds fewer members than asked stamps enqueued_at. (The id range on subscribers keeps
+# the join to this chunk's slice of the table: without it every chunk read all of it.)
+# The row lock (SKIP LOCKED) keeps two processes off the same broadcast; a crash rolls
+# back only the chunk in progress, and the next run goes on from the cursor. Jobs can be
+# claimed from the first chunk on.
+_ENQUEUE_CHUNK = sa.text(f"""
 WITH b AS (
-    SELECT b.id, b.campaign_id, c.list_id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
+    SELECT b.id, b.campaign_id, b.enqueued_upto, c.list_id
+      FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
      WHERE b.id = :broadcast_id AND b.enqueued_at IS NULL
        AND c.status IN {sql_list(Campaign.STARTED)}
        FOR UPDATE OF b SKIP LOCKED
+), members AS MATERIALIZED (
+    SELECT m.subscriber_id FROM memberships m
+     WHERE m.list_id = (SELECT list_id FROM b)
+       AND m.subscriber_id > (SELECT enqueued_upto FROM b)
+     ORDER BY m.subscriber_id LIMIT :chunk
 ), audience AS MATERIALIZED (
     SELECT s.id, s.email, s.status,
            EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email)) AS suppressed
-      FROM b JOIN memberships m ON m.list_id = b.list_id
-      JOIN subscribers s ON s.id = m.subscriber_id
+      FROM members m JOIN subscribers s ON s.id = m.subscriber_id
+     WHERE s.id > (SELECT enqueued_upto FROM b)
+       AND s.id <= (SELECT max(subscriber_id) FROM members)
 ), ins AS (
     INSERT INTO delivery_jobs (kind, priority, status, email, broadcast_id, campaign_id,
                                subscriber_id)
@@ -106,25 +121,62 @@ WITH b AS (
 ), summary AS (
     SELECT (SELECT count(*) FROM ins) AS total,
            count(*) FILTER (WHERE suppressed) AS skipped_suppressed,
-           count(*) FILTER (WHERE NOT suppressed AND status <> 'active') AS skipped_inactive
+           count(*) FILTER (WHERE NOT suppressed AND status <> 'active') AS skipped_inactive,
+           count(*) AS seen, max(id) AS upto
       FROM audience
 )
-UPDATE broadcasts SET enqueued_at = now(), total = summary.total,
-       skipped_suppressed = summary.skipped_suppressed, skipped_inactive = summary.skipped_inactive
+UPDATE broadcasts SET total = broadcasts.total + summary.total,
+       skipped_suppressed = broadcasts.skipped_suppressed + summary.skipped_suppressed,
+       skipped_inactive = broadcasts.skipped_inactive + summary.skipped_inactive,
+       enqueued_upto = coalesce(summary.upto, broadcasts.enqueued_upto),
+       enqueued_at = CASE WHEN summary.seen < :chunk THEN now() END
   FROM summary, b WHERE broadcasts.id = b.id
-RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_inactive
+RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_inactive,
+          broadcasts.enqueued_at IS NOT NULL AS done, summary.total AS added
 """)
 
+#: Members per enqueue chunk (bench/bench_ten_million.py measured the choice).
+ENQUEUE_CHUNK = 200_000
 
-def enqueue_broadcast(conn: Connection, broadcast_id: int) -> dict[str, int] | None:
-    """Create the broadcast's jobs in one statement. Returns the audience summary, or None
-    when the broadcast is already enqueued or another process is enqueueing it now."""
-    row = conn.execute(_ENQUEUE_BROADCAST, {"broadcast_id": broadcast_id,
-                                            "priority": PRIORITY["broadcast"]}).first()
+
+@dataclass
+class EnqueueStep:
+    total: int
+    skipped_suppressed: int
+    skipped_inactive: int
+    added: int  # jobs this chunk created
+    done: bool  # the whole audience is enqueued
+
+    def summary(self) -> dict[str, int]:
+        return {"total": self.total, "skipped_suppressed": self.skipped_suppressed,
+                "skipped_inactive": self.skipped_inactive}
+
+
+def enqueue_chunk(conn: Connection, broadcast_id: int,
+                  chunk: int = ENQUEUE_CHUNK) -> EnqueueStep | None:
+    """Create the jobs of the broadcast's next ``chunk`` members. None when the broadcast
+    is already enqueued, not sending, or another process holds it right now."""
+    row = conn.execute(_ENQUEUE_CHUNK, {"broadcast_id": broadcast_id, "chunk": chunk,
+                                        "priority": PRIORITY["broadcast"]}).first()
     if row is None:
         return None
-    return {"total": row.total, "skipped_suppressed": row.skipped_suppressed,
-            "skipped_inactive": row.skipped_inactive}
+    return EnqueueStep(row.total, row.skipped_suppressed, row.skipped_inactive, row.added,
+                       row.done)
+
+
+def enqueue_broadcast(conn: Connection, broadcast_id: int,
+                      chunk: int = ENQUEUE_CHUNK) -> dict[str, int] | None:
+    """Create all of the broadcast's jobs in the caller's transaction (chunk after chunk).
+    Returns the audience summary, or None when the broadcast is already enqueued or
+    another process is enqueueing it now. The engine commits each chunk on its own."""
+    step = None
+    while True:
+        last = enqueue_chunk(conn, broadcast_id, chunk)
+        if last is None:
+            return step.summary() if step is not None else None
+        step = last
+        if step.done:
+            return step.summary()
 
 
 # Broadcasts that were accepted but whose jobs do not exist yet (the send request returned).
@@ -210,7 +262,7 @@ WITH relay_up AS (
          ORDER BY j.available_at, j.id
          LIMIT :n
            FOR UPDATE OF j SKIP LOCKED) d
-     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL
+     WHERE b.finished_at IS NULL
        AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = b.campaign_id
                       AND c.status = '{Campaign.SENDING}')
        AND (SELECT ok FROM relay_up)
@@ -911,6 +963,20 @@ SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
          WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL
            AND priority < :broadcast_priority) AS n
 """)
+
+
+_TRANSACTIONAL_BACKLOG = sa.text(f"""
+SELECT count(*) FROM delivery_jobs
+ WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL
+""")
+
+
+def transactional_backlog(conn: Connection) -> int:
+    """Transactional jobs waiting (pending + retry), from the claim index: what
+    SENDDOCK_MAX_BACKLOG bounds. A campaign's jobs never count: its audience is bounded by
+    its list, and a 10,000,000-recipient campaign must not refuse a verification email
+    (P7)."""
+    return int(conn.execute(_TRANSACTIONAL_BACKLOG).scalar_one())
 
 
 def backlog(conn: Connection) -> int:
