@@ -313,7 +313,9 @@ delivery_jobs = Table(
           postgresql_where=text("idempotency_key IS NOT NULL")),
     Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
     # A campaign's sending rate: jobs finished in the last minute, read from the newest end.
-    Index("delivery_jobs_broadcast_finished_idx", "broadcast_id", "finished_at",
+    # Retention walks it too, with a keyset on (finished_at, id): the id is in the key
+    # because a cancel settles thousands of jobs with one finished_at.
+    Index("delivery_jobs_broadcast_finished_idx", "broadcast_id", "finished_at", "id",
           postgresql_where=text("broadcast_id IS NOT NULL AND finished_at IS NOT NULL")),
 )
 

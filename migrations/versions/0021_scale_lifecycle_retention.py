@@ -26,9 +26,19 @@ def upgrade() -> None:
     op.create_index("delivery_jobs_retry_idx", "delivery_jobs",
                     ["priority", "available_at", "id"], unique=False,
                     postgresql_where=sa.text("status = 'retry'"))
+    _finished_index(["broadcast_id", "finished_at", "id"])
+
+
+def _finished_index(columns: list[str]) -> None:
+    # Retention's keyset is (finished_at, id); a settled cancel shares one finished_at.
+    op.drop_index("delivery_jobs_broadcast_finished_idx", table_name="delivery_jobs")
+    op.create_index("delivery_jobs_broadcast_finished_idx", "delivery_jobs", columns,
+                    unique=False, postgresql_where=sa.text(
+                        "broadcast_id IS NOT NULL AND finished_at IS NOT NULL"))
 
 
 def downgrade() -> None:
+    _finished_index(["broadcast_id", "finished_at"])
     op.drop_index("delivery_jobs_retry_idx", table_name="delivery_jobs")
     op.drop_column("broadcasts", "enqueued_upto")
     op.drop_column("broadcasts", "rolled_up_at")

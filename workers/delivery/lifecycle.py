@@ -102,7 +102,10 @@ SELECT b.id, w.n FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
 # the state under the row lock, so a job a rescue is moving is settled as it ends up), and
 # the count triggers move them between the counters in the same statement. No FOR UPDATE
 # first: locking each row before updating it cost a WAL record per job (20 % of the
-# chunk). Returns how many moved and where the chunk ended.
+# chunk). The ids go to the UPDATE as one array (a primary-key probe each): as a join the
+# planner merged it with the primary key read from its start, so every chunk read all the
+# rows before it (a 1M cancel settled 10,000 rows per 25 s). Returns how many moved and
+# where the chunk ended.
 _SETTLE_CHUNK = sa.text(f"""
 WITH chunk AS MATERIALIZED (
     SELECT id, available_at FROM delivery_jobs
@@ -112,7 +115,7 @@ WITH chunk AS MATERIALIZED (
 ), settled AS (
     UPDATE delivery_jobs j
        SET status = '{CANCELLED}', finished_at = now(), claimed_by = NULL, claim_token = NULL
-      FROM chunk WHERE j.id = chunk.id AND j.status IN {sql_list(CLAIMABLE)}
+     WHERE j.id = ANY(ARRAY(SELECT id FROM chunk)) AND j.status IN {sql_list(CLAIMABLE)}
     RETURNING j.id
 )
 SELECT (SELECT count(*) FROM settled) AS n, last.available_at, last.id

@@ -55,8 +55,9 @@ SELECT b.id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
 
 # One chunk of a campaign: its next finished jobs along
 # delivery_jobs_broadcast_finished_idx after the (finished_at, id) cursor; the ones in a
-# dropped state with no feedback event are deleted, and what the count trigger subtracts
-# for them is added back in the same statement, so the counters never move (P8).
+# dropped state with no feedback event are deleted (by id array: a primary-key probe each,
+# never a merge with the whole key), and what the count trigger subtracts for them is
+# added back in the same statement, so the counters never move (P8).
 _CAMPAIGN_CHUNK = sa.text(f"""
 WITH chunk AS MATERIALIZED (
     SELECT id, finished_at, status FROM delivery_jobs
@@ -64,8 +65,8 @@ WITH chunk AS MATERIALIZED (
        AND (finished_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
      ORDER BY finished_at, id LIMIT :n
 ), gone AS (
-    DELETE FROM delivery_jobs j USING chunk
-     WHERE j.id = chunk.id AND j.status IN {sql_list(DROPPED)}
+    DELETE FROM delivery_jobs j
+     WHERE j.id = ANY(ARRAY(SELECT id FROM chunk)) AND j.status IN {sql_list(DROPPED)}
        AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = j.id)
     RETURNING j.broadcast_id, j.status
 ), kept AS ({_put_back("broadcast_counts", "broadcast_id")})
@@ -83,11 +84,11 @@ _ROLLED_UP = sa.text("UPDATE broadcasts SET rolled_up_at = now() WHERE id = :id"
 _TRANSACTIONAL_CHUNK = sa.text(f"""
 WITH gone AS (
     DELETE FROM delivery_jobs j
-     WHERE j.id IN (SELECT id FROM delivery_jobs
+     WHERE j.id = ANY(ARRAY(SELECT id FROM delivery_jobs
                      WHERE kind <> 'broadcast' AND kind = :kind
                        AND created_at < now() - CAST(:days AS float8) * interval '1 day'
                        AND status IN {sql_list(TERMINAL)}
-                     ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED)
+                     ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED))
        AND j.status IN {sql_list(TERMINAL)}
     RETURNING j.kind, j.status
 ), kept AS ({_put_back("kind_counts", "kind")})
