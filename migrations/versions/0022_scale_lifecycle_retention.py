@@ -3,8 +3,8 @@
 retention stamps rolled-up broadcasts, and the jobs browser's Retrying tab gets an index
 of its own.
 
-Revision ID: 0021_scale
-Revises: 0020
+Revision ID: 0022_scale
+Revises: 0021
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021_scale"
-down_revision = "0020"
+revision = "0022_scale"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
