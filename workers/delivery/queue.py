@@ -32,6 +32,7 @@ from workers.core.states import (
     Campaign,
     sql_list,
 )
+from workers.delivery.lifecycle import custom_plan
 
 
 @dataclass
@@ -156,6 +157,7 @@ def enqueue_chunk(conn: Connection, broadcast_id: int,
                   chunk: int = ENQUEUE_CHUNK) -> EnqueueStep | None:
     """Create the jobs of the broadcast's next ``chunk`` members. None when the broadcast
     is already enqueued, not sending, or another process holds it right now."""
+    custom_plan(conn)  # each chunk planned for its own place in the list
     row = conn.execute(_ENQUEUE_CHUNK, {"broadcast_id": broadcast_id, "chunk": chunk,
                                         "priority": PRIORITY["broadcast"]}).first()
     if row is None:

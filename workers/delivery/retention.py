@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from workers.core.states import CANCELLED, PROBLEM, SENT, SKIPPED, TERMINAL, Campaign, sql_list
+from workers.delivery.lifecycle import custom_plan
 
 log = logging.getLogger("senddock.retention")
 
@@ -150,6 +151,7 @@ class Retention:
         for kind in kinds:
             while self._more_time(deadline):
                 with self.engine.begin() as conn:
+                    custom_plan(conn)
                     n = int(conn.execute(_TRANSACTIONAL_CHUNK, {
                         "kind": kind, "days": self.transactional_days, "n": self.chunk}
                     ).scalar_one())
@@ -162,6 +164,7 @@ def roll_up_chunk(conn: Connection, broadcast_id: int, after: tuple[datetime | s
                   n: int) -> tuple[int, tuple[datetime, int] | None]:
     """Delete the dropped rows among the next ``n`` finished jobs of the broadcast after
     the keyset ``after``; returns (rows deleted, where the chunk ended or None at the end)."""
+    custom_plan(conn)
     row = conn.execute(_CAMPAIGN_CHUNK, {"broadcast_id": broadcast_id, "after_at": after[0],
                                          "after_id": after[1], "n": n}).one()
     return int(row.n), ((row.finished_at, int(row.id)) if row.id is not None else None)
