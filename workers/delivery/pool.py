@@ -355,7 +355,17 @@ class Pool:
                     queue.notify_new_jobs(conn, "broadcast")
             if step.done:
                 log.info("broadcast %d enqueued: %s", broadcast_id, step.summary())
+                self._analyze_jobs()
                 return
+
+    def _analyze_jobs(self) -> None:
+        """Refresh the jobs table's statistics after a big enqueue, instead of waiting for
+        autovacuum: planned on the statistics of an emptier table, the claim's and the
+        pages' per-broadcast reads chose delivery_jobs_broadcast_idx and sorted every
+        waiting job (the 1M bench's jobs browser: 3.7 s a page; 1 ms once analyzed)."""
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("ANALYZE delivery_jobs"))
+            conn.commit()
 
     def _broadcasts_to_enqueue(self) -> list[int]:
         with self.engine.connect() as conn:
