@@ -4,7 +4,7 @@ retention stamps rolled-up broadcasts, and the jobs browser's Retrying tab gets 
 of its own.
 
 Revision ID: 0022_scale
-Revises: 0021
+Revises: 0021_arch
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022_scale"
-down_revision = "0021"
+down_revision = "0021_arch"
 branch_labels = None
 depends_on = None
 
