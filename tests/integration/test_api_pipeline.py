@@ -18,8 +18,8 @@ from tests.conftest import Api
 from tests.integration.test_kinds_api import ONBOARDING, message, put_kind
 from webapp import create_app
 from webapp.domain import intake, kinds
-from workers import pg
-from workers.settings import Config
+from workers.core import pg
+from workers.core.settings import Config
 
 VERIFY = {"user_id": "u-7", "email": "ada@example.org", "verify_url": "https://app.example/v"}
 

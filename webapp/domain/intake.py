@@ -47,11 +47,11 @@ from sqlalchemy.engine import Connection
 from webapp.domain import kinds, limits
 from webapp.domain.errors import Conflict, DomainError, TooMany
 from webapp.domain.flags import FLAG_DISPOSABLE, disposable_domain
-from workers import queue
-from workers.i18n import N_
-from workers.kinds import KindSpec
-from workers.settings import Config
-from workers.states import ACTIVE, CANCELLED, HELD, PENDING, SENT, WAITING, sql_list
+from workers.building.kinds import KindSpec
+from workers.core.i18n import N_
+from workers.core.settings import Config
+from workers.core.states import ACTIVE, CANCELLED, HELD, PENDING, SENT, WAITING, sql_list
+from workers.delivery import queue
 
 ROUNDS = 4  # statements at most per request: a lost race, a replaced address, a changed kind
 
