@@ -150,7 +150,6 @@ def test_a_batch_answers_each_item(api: Api, engine: sa.Engine) -> None:
         {"kind": "verification", "user_id": "u-4", "email": "b@example.org"},
         message(user_id="u-1"),  # the first one's dedupe window
         message(user_id="u-5", data="text"),
-        "not an object",
         message(user_id="u-6", idempotency_key=""),
         message(user_id="u-7", colour="blue"),
     ]
@@ -159,8 +158,8 @@ def test_a_batch_answers_each_item(api: Api, engine: sa.Engine) -> None:
     body = r.get_json()
     results = body["results"]
     assert [x["index"] for x in results] == list(range(len(items)))
-    assert [x["http_status"] for x in results] == [202, 422, 404, 422, 202, 422, 422, 422, 422]
-    assert body["accepted"] == 2 and body["rejected"] == 7
+    assert [x["http_status"] for x in results] == [202, 422, 404, 422, 202, 422, 422, 422]
+    assert body["accepted"] == 2 and body["rejected"] == 6
     assert results[0]["existing"] is False and results[4]["existing"] is True
     assert results[4]["id"] == results[0]["id"]
     assert results[4]["existing_because"] == "dedupe_window"
@@ -168,8 +167,8 @@ def test_a_batch_answers_each_item(api: Api, engine: sa.Engine) -> None:
     assert "kind" in results[2]["error"]["fields"]
     assert "data.verify_url" in results[3]["error"]["fields"]
     assert "data" in results[5]["error"]["fields"]
-    assert "idempotency_key" in results[7]["error"]["fields"]
-    assert results[8]["error"]["fields"] == {"colour": "unknown field"}
+    assert "idempotency_key" in results[6]["error"]["fields"]
+    assert results[7]["error"]["fields"] == {"colour": "unknown field"}
     [job] = rows(engine, "onboarding")
     assert job["idempotency_key"] == "k-1" and job["user_ref"] == "u-1"
     # The same key again returns the same message; used for another user it is a 409.
@@ -178,6 +177,11 @@ def test_a_batch_answers_each_item(api: Api, engine: sa.Engine) -> None:
         message(user_id="u-9", idempotency_key="k-1")]}).get_json()["results"]
     assert again[0]["id"] == job["id"] and again[0]["existing_because"] == "idempotency_key"
     assert again[1]["http_status"] == 409 and "Idempotency-Key" in again[1]["error"]["fields"]
+    # An item that is not an object is a malformed call, not a bad message.
+    odd = api.post("/messages/batch", {"messages": [message(user_id="u-8"), "text"]})
+    assert odd.status_code == 422 and odd.get_json()["error"]["fields"] == {
+        "messages[1]": "must be a JSON object"}
+    assert len(rows(engine, "onboarding")) == 1
 
 
 def test_a_batch_of_500_is_one_call_and_501_is_refused(api: Api, engine: sa.Engine) -> None:

@@ -149,18 +149,20 @@ def parse_batch(conn: Connection, body: Any) -> tuple[list[intake.Ask | None],
     """Validate a ``POST /messages/batch`` body: ``{"messages": [...]}`` of 1 to
     :data:`MAX_BATCH` items, each a ``POST /messages`` body plus an optional
     ``idempotency_key``. A bad item is an error at its index (naming its fields), never a
-    refusal of the others; only a malformed envelope refuses the whole call."""
+    refusal of the others; only a malformed envelope (not a list of 1 to 500 objects)
+    refuses the whole call."""
     items = body.get("messages")
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
         problem = f"a list of 1 to {MAX_BATCH} messages"
         raise Invalid(f"messages must be {problem}", fields={"messages": problem})
+    odd = [i for i, item in enumerate(items) if not isinstance(item, dict)]
+    if odd:
+        raise Invalid("each message must be a JSON object", fields={
+            f"messages[{i}]": "must be a JSON object" for i in odd})
     asks: list[intake.Ask | None] = []
     errors: dict[int, DomainError] = {}
     for index, item in enumerate(items):
         try:
-            if not isinstance(item, dict):
-                raise Invalid("each message must be a JSON object",
-                              fields={"": "must be a JSON object"})
             fields = {k: v for k, v in item.items() if k != "idempotency_key"}
             key = item.get("idempotency_key")
             if key is not None and not isinstance(key, str):
