@@ -2,12 +2,13 @@
 and ``POST /verifications`` keep every promise through the same statement — parallel
 requests make one message, the verification cooldown holds whichever endpoint is asked,
 another address replaces a waiting job, a batch answers per item, a kind edited between two
-requests is seen at once, and workers are woken once per burst, not once per request."""
+requests is seen at once, and workers are woken once per statement, not once per message."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -230,25 +231,24 @@ def _notifications(conn: psycopg.Connection[Any]) -> list[str]:
     return [n.payload for n in conn.notifies(timeout=0.5)]
 
 
-def test_workers_are_woken_once_per_burst(engine: sa.Engine, listener: Any,
-                                          config_for: Callable[..., Config]) -> None:
+def test_workers_are_woken_once_per_statement(engine: sa.Engine, listener: Any,
+                                              config_for: Callable[..., Config]) -> None:
     config = config_for()
     with engine.connect() as conn:
         spec = kinds.active(conn, "verification")
 
-        def ask(i: int) -> intake.Ask:
+        def ask(i: int, **more: Any) -> intake.Ask:
             return intake.Ask(spec, f"u-{i}", f"u{i}@example.org",
-                              {"verify_url": "https://app.example/v"})
+                              {"verify_url": "https://app.example/v"}, **more)
 
-        intake.submit(conn, config, [ask(1)], actor="test")  # an idle queue: wake
+        intake.submit(conn, config, [ask(1)], actor="test")
         conn.commit()
         assert _notifications(listener) == ["verification"]
-        for i in range(2, 6):  # one is waiting: the workers draining it will see these
-            intake.submit(conn, config, [ask(i)], actor="test")
-            conn.commit()
+        # A batch of 200 wakes the workers once; a scheduled one not at all (not due).
+        intake.submit(conn, config, [ask(i) for i in range(2, 202)], actor="test")
+        conn.commit()
+        assert _notifications(listener) == ["verification"]
+        later = datetime.now(UTC) + timedelta(hours=1)
+        intake.submit(conn, config, [ask(300, send_at=later)], actor="test")
+        conn.commit()
         assert _notifications(listener) == []
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent'"))
-        conn.commit()
-        intake.submit(conn, config, [ask(9)], actor="test")  # idle again: wake
-        conn.commit()
-        assert _notifications(listener) == ["verification"]

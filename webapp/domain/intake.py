@@ -21,10 +21,11 @@ Guarantees kept here, all in the database so they hold across processes:
   cooldown since the last one was created, sent or resent (429 + Retry-After), the same
   rule as the resend buttons, so no endpoint walks around it;
 - the backlog limit (SPEC 5): past ``SENDDOCK_MAX_BACKLOG`` an item is refused with 503;
-- each new message is written with its audit row in the same statement; idle workers are
-  woken (NOTIFY) only when no other due transactional job was already waiting (a worker
-  busy with that one claims again before it idles), so a burst sends a few wake-ups, not
-  one per request.
+- each new message is written with its audit row in the same statement, and idle workers
+  are woken once per statement and kind (a batch of 500 sends one NOTIFY). Waking them
+  only when no other job was waiting was tried and measured: the delivery threads that
+  found nothing to claim slept their full second while the queue grew, and P7's p95 went
+  from 0.7 s to 20 s during a burst (docs/performance.md, "The transactional API").
 
 Concurrency: the statement reads under its snapshot and inserts with ``ON CONFLICT DO
 NOTHING``; a request that lost a race against one committed meanwhile inserts nothing and
@@ -123,7 +124,7 @@ _JOB = f"""SELECT {queue.JOB_COLUMNS} FROM delivery_jobs"""
 # looked up by the same predicates as the constraints that guard the insert; the asks left
 # are admitted while the backlog has room, inserted (a conflict with a request committed
 # after this statement's snapshot inserts nothing: the caller's next round answers it),
-# audited in the same statement, and workers woken once if the queue was idle. A kind
+# audited in the same statement, and workers woken (one NOTIFY per kind). A kind
 # changed since the caller read it (its version, class, window or cooldown) answers
 # ``stale`` and is read again. A replaced job (another address) is cancelled first: the
 # insert reads `replaced`, so the old job has left the one-live index before the new row
@@ -204,7 +205,6 @@ WITH item AS (
     SELECT pg_notify('senddock_jobs', k.kind)
       FROM (SELECT DISTINCT n.kind FROM inserted n
              WHERE n.status = '{PENDING}' AND n.available_at <= now()) k
-     WHERE NOT EXISTS ({queue.DUE_TRANSACTIONAL})
 )
 SELECT i.i,
        CASE WHEN s.i IS NOT NULL THEN 'stale' WHEN e.id IS NOT NULL THEN e.why

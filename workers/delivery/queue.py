@@ -952,12 +952,6 @@ SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
            AND priority < {PRIORITY["broadcast"]})"""
 _BACKLOG = sa.text(f"{BACKLOG_COUNT} AS n")
 
-# A due transactional job is waiting (the workers' claim index): a new one needs no
-# wake-up, the workers draining that one claim again before they idle.
-DUE_TRANSACTIONAL = f"""
-SELECT 1 FROM delivery_jobs
- WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL AND available_at <= now()"""
-
 
 def backlog(conn: Connection) -> int:
     """Jobs waiting to be sent (pending + retry)."""
