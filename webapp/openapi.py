@@ -286,7 +286,8 @@ EVENT = {"type": "object", "required": ["name"], "properties": {
     "id": {"type": ["string", "integer"]},
     "at": {"type": "string", "format": "date-time"}},
     "additionalProperties": True, "description": "what caused the message (at most 64 KB)"}
-MESSAGE = {"type": "object", "required": ["id", "status", "kind", "correlation_id", "flags"],
+MESSAGE: dict[str, Any] = {
+    "type": "object", "required": ["id", "status", "kind", "correlation_id", "flags"],
            "properties": {
                "id": {"type": "integer"}, "status": {"type": "string"},
                "kind": {"type": "string"}, "correlation_id": {"type": "string"},
