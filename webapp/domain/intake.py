@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -112,7 +111,7 @@ def _row(ask: Ask, i: int, config: Config, replace: int | None) -> dict[str, Any
         "flags": flags, "hold": held(spec, flags, config),
         "send_at": payload.get("send_at"), "one_live": policy.one_live,
         "cooldown": kinds.cooldown_of(spec, config) if policy.request_cooldown else None,
-        "replace_id": replace, "correlation_id": str(uuid.uuid4()),
+        "replace_id": replace,
         "action": f"{'verification' if policy.one_live else 'message'}.request",
         "details": {"kind": spec.name, "email": ask.email, "send_at": payload.get("send_at"),
                     "event": event.get("name"), "event_id": event.get("id")}}
@@ -135,7 +134,7 @@ WITH item AS (
         i int, kind text, priority int, version int, kind_class text, dedupe_window int,
         kind_cooldown int, user_ref text, email text, key text, payload jsonb, flags jsonb,
         hold boolean, send_at timestamptz, one_live boolean, cooldown int,
-        replace_id bigint, correlation_id uuid, action text, details jsonb)
+        replace_id bigint, action text, details jsonb)
 ), stale AS (
     SELECT i.i FROM item i
      WHERE NOT EXISTS (SELECT 1 FROM kinds k
@@ -173,7 +172,9 @@ WITH item AS (
         ) c ORDER BY rank LIMIT 1) e
      WHERE i.i NOT IN (SELECT i FROM stale)
 ), fresh AS (
-    SELECT i.*, row_number() OVER (ORDER BY i.i) AS nth FROM item i
+    -- The correlation id is also how the rows the insert returns find their ask.
+    SELECT i.*, row_number() OVER (ORDER BY i.i) AS nth,
+           gen_random_uuid() AS correlation_id FROM item i
      WHERE i.i NOT IN (SELECT i FROM stale) AND i.i NOT IN (SELECT i FROM earlier)
 ), admitted AS (
     SELECT f.* FROM fresh f
@@ -199,7 +200,7 @@ WITH item AS (
     SELECT :actor, a.action, 'user:' || a.user_ref,
            a.details || jsonb_build_object('job_id', n.id, 'status', n.status,
                                            'flags', n.flags, 'replaced_job_id', a.replace_id)
-      FROM inserted n JOIN item a ON a.correlation_id = CAST(n.correlation_id AS uuid)
+      FROM inserted n JOIN admitted a ON a.correlation_id = CAST(n.correlation_id AS uuid)
     RETURNING 1
 ), woken AS (
     SELECT pg_notify('senddock_jobs', k.kind)
@@ -209,8 +210,7 @@ WITH item AS (
 SELECT i.i,
        CASE WHEN s.i IS NOT NULL THEN 'stale' WHEN e.id IS NOT NULL THEN e.why
             WHEN n.id IS NOT NULL THEN 'new'
-            WHEN f.i IS NOT NULL AND NOT EXISTS (SELECT 1 FROM admitted a WHERE a.i = i.i)
-            THEN 'full' ELSE 'busy' END AS outcome,
+            WHEN f.i IS NOT NULL AND a.i IS NULL THEN 'full' ELSE 'busy' END AS outcome,
        e.wait,
        coalesce(to_jsonb(n), (SELECT to_jsonb(d) FROM ({_JOB} WHERE id = e.id) d)) AS job,
        (SELECT count(*) FROM woken) AS woken
@@ -218,7 +218,8 @@ SELECT i.i,
   LEFT JOIN stale s ON s.i = i.i
   LEFT JOIN earlier e ON e.i = i.i
   LEFT JOIN fresh f ON f.i = i.i
-  LEFT JOIN inserted n ON CAST(n.correlation_id AS uuid) = i.correlation_id
+  LEFT JOIN admitted a ON a.i = i.i
+  LEFT JOIN inserted n ON CAST(n.correlation_id AS uuid) = a.correlation_id
  ORDER BY i.i
 """
 # Only when an ask replaces a job: an UPDATE, even of no row, runs the jobs table's

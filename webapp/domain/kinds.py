@@ -117,7 +117,7 @@ _ACTIVE: dict[tuple[str, str], KindSpec] = {}
 def active(conn: Connection, name: str, *, fresh: bool = False) -> KindSpec:
     """An active kind for a request: :class:`NotFound` listing the known ones, a 409 when
     it is inactive. Read from the database when not cached or ``fresh``."""
-    key = (conn.engine.url.render_as_string(hide_password=True), name)
+    key = (str(conn.engine.url.database), name)  # our engines' URLs name host and database
     spec = None if fresh else _ACTIVE.get(key)
     if spec is None:
         spec = get(conn, name)
