@@ -22,6 +22,7 @@ import argparse
 import http.client
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
@@ -203,6 +204,29 @@ class RssWatch:
         return self.process.memory_info().rss / 2**20
 
 
+def _before(args: argparse.Namespace, url: str, smtp_port: int, token: str,
+            workdir: Path) -> dict[str, Any] | None:
+    """With ``--before DIR``: the same burst against ``senddock serve`` run from another
+    checkout (e.g. a worktree of the commit before issue 27), on the same database."""
+    if not args.before:
+        return None
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = args.before
+    try:
+        server, base = start_server(url, smtp_port, workdir / "before.log")
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = old
+    try:
+        burst(base, "/api/v1/messages", token, args.clients, 2, "warm-before")
+        return burst(base, "/api/v1/messages", token, args.clients, args.seconds, "before")
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     smtp_port = free_port()
     with fresh_database() as url, sink_process("postfix", smtp_port):
@@ -228,11 +252,15 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         finally:
             rss.stop.set()
             server.terminate()
-            minimal.terminate()
             server.wait(30)
+        try:  # last, alone with the minimal endpoint: its undelivered jobs harm no one
+            before = _before(args, url, smtp_port, token, workdir)
+        finally:
+            minimal.terminate()
             minimal.wait(30)
         engine.dispose()
     return {"floor": floor, "senddock": ours, "ratio": ours["rps"] / floor["rps"],
+            "before": before,
             "p7": latency, "batch": batches,
             "rss_mb": {"before_burst": rss_before, "after_burst": rss_after_burst,
                        "after_batch": rss_after_batch,
@@ -245,6 +273,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--batches", type=int, default=40, help="batch calls of 500")
     add_settings_option(parser)
+    parser.add_argument("--before", metavar="DIR",
+                        help="also measure POST /messages served from this checkout")
     args = parser.parse_args()
     load_before = machine()["load_1m"]
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
@@ -259,7 +289,9 @@ def main() -> None:
                 [[name, f"{r['requests']:,}", f"{r['rps']:,.0f}", f"{r['p50']:.1f}",
                   f"{r['p95']:.1f}", f"{r['p99']:.1f}", r["non_202"]]
                  for name, r in (("minimal queue (1 INSERT)", floor),
-                                 ("SendDock POST /messages", ours))]))
+                                 ("SendDock POST /messages", ours),
+                                 ("the same, before (--before)", result["before"]))
+                 if r is not None]))
     print(f"\nratio SendDock / minimal: {result['ratio']:.2f}")
     print(table("Batch: POST /messages/batch, 500 per call, 4 clients",
                 ["calls", "accepted", "seconds", "messages/s", "call p50 ms", "call p95 ms"],
