@@ -66,12 +66,11 @@ def budget(config: Any) -> pg.Budget:
 
 def web_engine(url: str, config: Any, process: str) -> Engine:
     """The web side's engine: DB_WEB_POOL connections with the request timeouts; a
-    request waits for a free connection at most the statement timeout. No pre-ping: it
-    was one round trip in three of a ``POST /messages`` (docs/performance.md); a
-    connection PostgreSQL dropped fails its request with the 503 that says so, and that
-    disconnect invalidates the whole pool, so the next requests connect afresh."""
+    request waits for a free connection at most the statement timeout. The pre-ping stays
+    (one round trip in three of a ``POST /messages``, docs/performance.md): without it a
+    connection PostgreSQL dropped while it was down answered the request after the restart
+    with a driver error instead of the page (tests/integration/test_faults.py)."""
     return make_engine(url, pool_size=config.db_web_pool, process=process, role="web",
-                       pre_ping=False,
                        statement_timeout=config.db_statement_timeout or None,
                        lock_timeout=config.db_lock_timeout or None,
                        checkout_timeout=config.db_statement_timeout or 30.0,

@@ -251,7 +251,7 @@ def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
     A waiting one is made due now instead of adding a row; otherwise a copy with the same
     data and event is queued. :class:`TooMany` inside the kind's cooldown."""
     spec = kinds.get(conn, kind_name)
-    if spec.name == BUILTIN:
+    if kinds.policy(spec).one_live:  # one live job per user: SPEC 4's resend rules
         return verifications.resend(conn, config, user_ref, actor=actor)
     queue.lock_user(conn, spec.name, user_ref)
     cooldown = kinds.cooldown_of(spec, config)
