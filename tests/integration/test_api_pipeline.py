@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
+from tests.helpers import place_jobs
 from tests.integration.test_kinds_api import ONBOARDING, message, put_kind
 from webapp import create_app
 from webapp.domain import intake, kinds
@@ -86,7 +87,7 @@ def test_eight_parallel_verifications_through_both_endpoints_make_one(
 
 def _sent_moments_ago(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
                              "WHERE kind = 'verification'"))
 
 
