@@ -87,8 +87,8 @@ def test_eight_parallel_verifications_through_both_endpoints_make_one(
 
 def _sent_moments_ago(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
-                             "WHERE kind = 'verification'"))
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', "
+                                 "finished_at = now() WHERE kind = 'verification'"))
 
 
 def test_the_cooldown_holds_through_both_endpoints(api: Api, engine: sa.Engine) -> None:
