@@ -178,7 +178,7 @@ WITH item AS (
      WHERE i.i NOT IN (SELECT i FROM stale) AND i.i NOT IN (SELECT i FROM earlier)
 ), admitted AS (
     SELECT f.* FROM fresh f
-     WHERE ({queue.BACKLOG_COUNT}) + f.nth <= :max_backlog
+     WHERE ({queue.TRANSACTIONAL_BACKLOG_COUNT}) + f.nth <= :max_backlog
 /*REPLACED*/), inserted AS (
     INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key,
                                payload, flags, requested_by, available_at, dedupe_until,
