@@ -79,7 +79,7 @@ def test_health_page_shows_counts_chart_and_workers(
         conn.execute(sa.text("""
             INSERT INTO job_attempts (job_id, attempt, outcome, started_at)
             SELECT :j, 1, 'sent', :t FROM generate_series(1, 7)"""), {"j": job, "t": minute_ago})
-        queue.register_worker(conn, worker_id="node-a:1:abc", lock_key=42, node="node-a",
+        queue.register_worker(conn, worker_id="node-a:1:abc", node="node-a", lease=30,
                               hostname="host-a", pid=1, threads=5)
     browser = Browser(client, make_user("support"))
     html = browser.get("/health/").get_data(as_text=True)
