@@ -57,9 +57,9 @@ class Heartbeat(Service):
                 log.warning("worker %s: its lease ran out %.0f s ago without a renewal; it "
                             "starts no message until the database renews it",
                             self.worker_id, out)
-            asked = time.monotonic()
             try:
                 conn = self._session()
+                asked = time.monotonic()  # the renewal runs after this moment
                 term = queue.renew_lease(conn, self.worker_id, self.lease.seconds,
                                          self.in_flight())
                 if term is None:  # the row is gone: register again

@@ -194,13 +194,14 @@ def application_name(process: str, role: str) -> str:
 def make_engine(info: str, *, process: str, role: str, size: int,
                 pre_ping: bool = True, statement_timeout: float | None = None,
                 lock_timeout: float | None = None, checkout_timeout: float = 30.0,
-                idle_timeout: float | None = 60.0, connect_timeout: int = 5) -> Engine:
+                idle_timeout: float | None = 60.0, connect_timeout: int = 5,
+                idle_in_transaction: float | None = None) -> Engine:
     """An engine that never holds more than ``size`` connections, closes the ones idle
     longer than ``idle_timeout`` seconds, names them ``application_name(process, role)``
     and runs them with the given timeouts. A checkout waits at most ``checkout_timeout``
     for a free connection (then SQLAlchemy's TimeoutError: see :func:`classify`)."""
     name = application_name(process, role)
-    options = timeout_options(statement_timeout, lock_timeout)
+    options = timeout_options(statement_timeout, lock_timeout, idle_in_transaction)
 
     def creator() -> Any:
         return connect(info, application_name=name, connect_timeout=connect_timeout,
