@@ -34,8 +34,8 @@ from tests.helpers import make_campaign
 from tests.real import netns, pgcluster
 from webapp.domain import health
 from webapp.sink import SinkServer
-from workers.settings import load
-from workers.states import TERMINAL
+from workers.core.settings import load
+from workers.core.states import TERMINAL
 
 pytestmark = pytest.mark.slow
 

@@ -11,13 +11,14 @@ from typing import Any
 
 from apscheduler.triggers.interval import IntervalTrigger
 
-from workers import services
-from workers.services import SKIPPED_TICKS
+from workers.delivery import services
+from workers.delivery.services import SKIPPED_TICKS
 
 MESSAGE = 'Execution of job "%s" skipped: maximum number of running instances reached (%d)'
 
 
-# Jobs and their intervals in seconds (workers/services.py, workers/after_acceptance.py).
+# Jobs and their intervals in seconds (workers/delivery/services.py,
+# workers/after_acceptance/pool.py).
 INTERVALS = {"maintenance": 1, "event-webhooks": 1, "heartbeat": 5, "rescuer": 5,
              "bounce-mailbox": 60}
 

@@ -1,10 +1,10 @@
-"""The heartbeat: renews this worker's lease (workers/lease.py) on a session of its own.
+"""The heartbeat: renews this worker's lease (workers/delivery/lease.py) on a session of its own.
 
 The renewal touches the ``workers`` row only, so a lock on ``delivery_jobs`` never holds
 a lease up. A session that failed is dropped and the next renewal opens a fresh one; a
 renewal after the lease had lapsed comes back under a new term (the drain threads then
 give back what they claimed before, unsent). Every wait is bounded: the session's TCP
-keepalives and ``tcp_user_timeout`` (workers/pg.py) and a statement timeout.
+keepalives and ``tcp_user_timeout`` (workers/core/pg.py) and a statement timeout.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers import pg, queue
-from workers.lease import Lease
-from workers.services import DB_ERRORS, Service
+from workers.core import pg
+from workers.delivery import queue
+from workers.delivery.lease import Lease
+from workers.delivery.services import DB_ERRORS, Service
 
 log = logging.getLogger("senddock.worker")
 

@@ -1,7 +1,7 @@
 """The worker pool, hosted by APScheduler inside the process (SPEC 2).
 
 - N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
-  claim a batch and hand each message's outcome to the finisher (workers/finisher.py)
+  claim a batch and hand each message's outcome to the finisher (workers/delivery/finisher.py)
   the moment the relay has answered it: the thread writes the outcome's statement to the
   finisher's one pipelined session itself, and the finisher's thread reads the commits
   back. A thread builds its next message meanwhile and
@@ -51,17 +51,19 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
-from workers import after_acceptance, outcomes, pg, queue, rescuer, services
-from workers.classify import RefusalStreak, ReplyClass
-from workers.compose import Composer, domain_of
-from workers.finisher import FINISH_TIMEOUT, Finisher
-from workers.heartbeat import Heartbeat
-from workers.lease import Lease
-from workers.listener import Listener
-from workers.maintenance import Maintenance
-from workers.message import TemplateError
-from workers.settings import Config
-from workers.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
+from workers.after_acceptance import pool as after_acceptance
+from workers.building.compose import Composer, domain_of
+from workers.building.message import TemplateError
+from workers.core import pg
+from workers.core.settings import Config
+from workers.delivery import outcomes, queue, rescuer, services
+from workers.delivery.classify import RefusalStreak, ReplyClass
+from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
+from workers.delivery.heartbeat import Heartbeat
+from workers.delivery.lease import Lease
+from workers.delivery.listener import Listener
+from workers.delivery.maintenance import Maintenance
+from workers.delivery.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
 
 BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
 # Python's GIL switch interval in a process that hosts the pool (default 5 ms). A drain
@@ -111,7 +113,7 @@ class Pool:
         self._sending: dict[int, set[int]] = {}
         self._holding_lock = threading.Lock()
         self.process = str(config.extra.get("process", "worker"))
-        # One line when the database becomes unusable, one when it is back (workers.pg).
+        # One line when the database becomes unusable, one when it is back (workers.core.pg).
         self.outage = pg.Outage(f"delivery {self.worker_id}", log)
         self.lease = Lease(config.worker_timeout, config.lease_margin)
         self.heartbeat = Heartbeat(engine, worker_id=self.worker_id, lease=self.lease,
@@ -126,7 +128,7 @@ class Pool:
     def start(self) -> None:
         """Register with a lease, run the startup hook, start the loops and services.
         While the database is down, full or out of connections, wait and retry (one log
-        line per change of state, see :func:`workers.pg.wait_until`); a stop() ends the
+        line per change of state, see :func:`workers.core.pg.wait_until`); a stop() ends the
         wait."""
 
         def register_and_rescue() -> dict[str, int]:

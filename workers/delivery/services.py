@@ -1,13 +1,13 @@
-"""The pool's periodic services, each a small class in its own module, registered in one
-place (:func:`schedule`): the heartbeat that renews the lease (workers/heartbeat.py), the
-rescuer that takes back dead workers' jobs (workers/rescuer.py), maintenance
-(workers/maintenance.py). The drain loops and the LISTEN thread (workers/listener.py) are
-not periodic and are started by the pool itself.
+"""The pool's periodic services, each a small class in its own module of this package,
+registered in one place (:func:`schedule`): the heartbeat that renews the lease
+(heartbeat.py), the rescuer that takes back dead workers' jobs (rescuer.py), maintenance
+(maintenance.py). The drain loops and the LISTEN thread (listener.py) are not periodic
+and are started by the pool itself.
 
 A service that overruns its interval (a slow database, a cut link) is not news:
 APScheduler's "skipped: maximum number of running instances reached" becomes a debug line
 for every registered service and every tick of a second or less; what went wrong is said
-once by the pool's outage line (workers/pg.py, ``Outage``).
+once by the pool's outage line (workers/core/pg.py, ``Outage``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import psycopg
 from sqlalchemy.engine import Engine
 
-from workers import pg
+from workers.core import pg
 
 log = logging.getLogger("senddock.worker")
 

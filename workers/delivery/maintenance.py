@@ -7,8 +7,9 @@ import logging
 
 from sqlalchemy.engine import Engine
 
-from workers import pg, queue
-from workers.services import DB_ERRORS, Service
+from workers.core import pg
+from workers.delivery import queue
+from workers.delivery.services import DB_ERRORS, Service
 
 log = logging.getLogger("senddock.worker")
 

@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Engine
 
-from workers import pg, queue
-from workers.lease import Lease
-from workers.services import DB_ERRORS, Service
+from workers.core import pg
+from workers.delivery import queue
+from workers.delivery.lease import Lease
+from workers.delivery.services import DB_ERRORS, Service
 
 log = logging.getLogger("senddock.worker")
 

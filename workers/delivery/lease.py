@@ -2,7 +2,7 @@
 
 The pool registers with a lease of ``SENDDOCK_WORKER_TIMEOUT`` seconds that its heartbeat
 (:class:`workers.services.Heartbeat`) renews; peers take its jobs back only once the lease
-expired ``SENDDOCK_LEASE_GRACE`` seconds ago (workers/services.py, ``Rescuer``). Never a
+expired ``SENDDOCK_LEASE_GRACE`` seconds ago (workers/delivery/services.py, ``Rescuer``). Never a
 TCP session or an advisory lock: a host that vanishes keeps its sessions for hours, and a
 live host cut off loses them while it still holds messages.
 
