@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tests import webhook_payloads as wp
 from tests.conftest import settings
-from tests.helpers import accepted_campaign, make_campaign
+from tests.helpers import accepted_campaign, make_campaign, place_jobs
 from webapp import create_app
 from webapp.blueprints.webhooks import SnsClient
 from webapp.domain import feedback_intake
@@ -273,7 +273,7 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
     campaign = make_campaign(engine, [*emails, "late@example.com"])
     with engine.begin() as conn:
         queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'sent', finished_at = now(),
                    message_id = '<' || id || '@example.com>'
              WHERE broadcast_id = :b AND email <> 'late@example.com'"""),
@@ -289,16 +289,16 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
         statuses.append(answer.get_json().get("paused_campaigns"))
     assert statuses == [None, [campaign["id"]]]  # 1/400 = 0.25 %: not yet
     with engine.connect() as conn:
-        row = conn.execute(sa.text("SELECT c.status, c.paused_reason, b.paused FROM campaigns c "
-                                   "JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = :c"),
-                           {"c": campaign["id"]}).one()
-    assert row.status == "paused" and row.paused is True
+        row = conn.execute(sa.text("SELECT c.status, c.paused_reason FROM campaigns c "
+                                   "WHERE c.id = :c"), {"c": campaign["id"]}).one()
+    assert row.status == "paused"
     assert "complaint rate 0.50%" in row.paused_reason
     # Nothing more is claimed for it (the late job stays pending).
     with engine.begin() as conn:
         assert queue.claim_batch(conn, "w", 10, "example.com") == []
 
 
+@pytest.mark.slow  # runs the senddock command in processes
 def test_webhook_token_commands(hook_app: Any, hc: Any, db_url: str) -> None:
     """``senddock webhook-token create`` prints the token alone; it opens the generic
     webhook until ``senddock webhook-token revoke`` closes it."""

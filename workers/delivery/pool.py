@@ -56,7 +56,7 @@ from workers.building.compose import Composer, domain_of
 from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
-from workers.delivery import outcomes, queue, rescuer, services
+from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, services
 from workers.delivery.classify import RefusalStreak, ReplyClass
 from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
 from workers.delivery.heartbeat import Heartbeat
@@ -122,6 +122,10 @@ class Pool:
                                    register=self._register)
         self.listener = Listener(engine, process=self.process, stopping=self.stopping,
                                  wake=self.wake, outage=self.outage)
+        self.settler = lifecycle.Settler(engine, stopping=self.stopping)
+        self.retention = retention.Retention(
+            engine, config.retention_campaign_days, config.retention_transactional_days,
+            stopping=self.stopping)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -161,7 +165,11 @@ class Pool:
                             grace=self.config.lease_grace, outage=self.outage,
                             held_tokens=self._held_tokens)]
         if self.maintenance:
-            periodic.append(Maintenance(self.engine, self.outage))
+            periodic.append(Maintenance(self.engine, self.outage, self.stopping))
+            # The lifecycle's periodic services, each bounded per tick (SPEC 17).
+            periodic.append(services.Periodic("settler", 1, self.settler.tick, self.outage))
+            periodic.append(services.Periodic("retention", 60, self.retention.tick,
+                                              self.outage))
         services.schedule(scheduler, periodic)
         if self.maintenance:
             after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id,
@@ -539,7 +547,7 @@ class Pool:
             delay = queue.throttle_domain(conn, domain, reply, config.throttle_backoff)
             log.warning("%s is throttling us: its mail waits %.0fs: %s", domain, delay, reply)
         for campaign_id, reason in aftermath.paused_campaigns.items():
-            if queue.pause_campaign_for_sender(conn, campaign_id, reason):
+            if lifecycle.pause_campaign(conn, campaign_id, reason, "system"):
                 log.error("campaign %d paused: %s", campaign_id, reason)
 
     def _record(self, db: StatementDb, job: queue.ClaimedJob, outcome: queue.Outcome,

@@ -1,8 +1,9 @@
 """The pool's periodic services, each a small class in its own module of this package,
 registered in one place (:func:`schedule`): the heartbeat that renews the lease
 (heartbeat.py), the rescuer that takes back dead workers' jobs (rescuer.py), maintenance
-(maintenance.py). The drain loops and the LISTEN thread (listener.py) are not periodic
-and are started by the pool itself.
+(maintenance.py), the lifecycle's settler and retention (as :class:`Periodic`). The
+drain loops and the LISTEN thread (listener.py) are not periodic and are started by the
+pool itself.
 
 A service that overruns its interval (a slow database, a cut link) is not news:
 APScheduler's "skipped: maximum number of running instances reached" becomes a debug line
@@ -13,11 +14,14 @@ once by the pool's outage line (workers/core/pg.py, ``Outage``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, ClassVar
 
 import psycopg
 import sqlalchemy as sa
+
+from workers.core import pg
 
 log = logging.getLogger("senddock.worker")
 
@@ -43,6 +47,25 @@ class Service:
 
     def run(self) -> None:
         raise NotImplementedError
+
+
+class Periodic(Service):
+    """A tick of another module as a service, its database trouble reported through the
+    pool's outage line (one line when the database goes, one when it is back)."""
+
+    def __init__(self, name: str, interval: float, tick: Callable[[], Any],
+                 outage: pg.Outage) -> None:
+        self.name = name  # type: ignore[misc]
+        self.interval = interval
+        self.tick = tick
+        self.outage = outage
+
+    def run(self) -> None:
+        try:
+            self.tick()
+            self.outage.ok()
+        except DB_ERRORS as exc:
+            self.outage.failed(exc)
 
 
 def schedule(scheduler: Any, services: list[Service]) -> None:

@@ -7,7 +7,7 @@ lapsed before their renewal: a worker whose lease lapsed gives back what it clai
 under the old term instead of sending it.
 
 Revision ID: 0021_fencing
-Revises: 0021
+Revises: 0022_scale
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021_fencing"
-down_revision = "0021"
+down_revision = "0022_scale"
 branch_labels = None
 depends_on = None
 
