@@ -6,7 +6,7 @@ advisory lock looks gone (``lock_key`` is dropped). ``lease_term`` counts the le
 lapsed before their renewal: a worker whose lease lapsed gives back what it claimed
 under the old term instead of sending it.
 
-Revision ID: 0021_fencing
+Revision ID: 0023_fencing
 Revises: 0022_scale
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021_fencing"
+revision = "0023_fencing"
 down_revision = "0022_scale"
 branch_labels = None
 depends_on = None
