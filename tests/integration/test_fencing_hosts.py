@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness import netns, pgcluster
 from tests.conftest import ROOT, process_env, settings, wait_for
 from tests.helpers import make_campaign
-from tests.real import netns, pgcluster
 from webapp.domain import health
 from webapp.sink import SinkServer
 from workers.core.settings import load
