@@ -586,8 +586,9 @@ webhook_tokens = Table(
 )
 
 # Outgoing event webhooks: endpoints admins configure. ``enabled`` is the admin's switch;
-# ``disabled_at`` is set by the deliverer when the endpoint keeps failing (an alarm), and
-# its waiting deliveries are kept until it is enabled again.
+# ``disabled_at`` is set by the deliverer when the endpoint has failed continuously since
+# ``failing_since`` for the configured time (an alarm), and its waiting deliveries are kept
+# until it is enabled again.
 webhook_endpoints = Table(
     "webhook_endpoints", metadata,
     Column("id", BigInteger, primary_key=True),
@@ -600,6 +601,7 @@ webhook_endpoints = Table(
     Column("disabled_at", DateTime(timezone=True)),
     Column("disabled_reason", Text),
     Column("consecutive_failures", Integer, nullable=False, server_default=text("0")),
+    Column("failing_since", DateTime(timezone=True)),
     Column("last_attempt_at", DateTime(timezone=True)),
     Column("last_success_at", DateTime(timezone=True)),
     Column("last_status", SmallInteger),

@@ -550,6 +550,26 @@ def count_problems(conn: Connection, where: ProblemFilter, as_of: datetime,
                             {**params, "as_of": as_of, "cap": cap}).scalar_one())
 
 
+_COUNT_RETRYABLE = """
+SELECT count(*) FROM (
+    SELECT 1 FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+     WHERE {where} AND j.finished_at <= :as_of
+       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
+       AND c.status IS DISTINCT FROM 'cancelled'
+     LIMIT :cap) retryable
+"""
+
+
+def count_retryable(conn: Connection, where: ProblemFilter, as_of: datetime,
+                    cap: int = 1_000_000) -> int:
+    """Of the problems :func:`count_problems` counts, those "retry all" can put back: not
+    on the suppression list, not of a cancelled campaign (issue 29: "Retry all 59" was
+    offered for 59 suppressed addresses, and could only refuse them all)."""
+    sql, params = where.where()
+    return int(conn.execute(sa.text(_COUNT_RETRYABLE.format(where=sql)),
+                            {**params, "as_of": as_of, "cap": cap}).scalar_one())
+
+
 _SCHEDULED_CAMPAIGNS = sa.text("""
 SELECT c.id, c.name, c.scheduled_at, l.name AS list_name, l.subscriber_count
   FROM campaigns c JOIN lists l ON l.id = c.list_id

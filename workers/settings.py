@@ -167,12 +167,17 @@ SETTINGS: list[Setting] = [
             "Complaint rate at which a campaign is paused (0.003 = 0.3 %, Gmail's limit)."),
     Setting("COMPLAINT_MIN_DELIVERED", "100",
             "Messages a campaign must have delivered before its complaint rate can pause it."),
-    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE", "10,30,120,600,1800,3600,7200,14400,28800",
-            "Seconds between attempts to deliver an outgoing event webhook; after the last "
-            "the delivery is marked failed (retry it from the endpoint's page)."),
-    Setting("EVENT_WEBHOOK_DISABLE_AFTER", "20",
-            "Consecutive failed deliveries after which an endpoint is disabled (alarm); its "
-            "waiting deliveries are kept and go out when an admin enables it again."),
+    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE",
+            "10,30,120,600,1800,3600,7200,14400,28800,43200,86400,86400",
+            "Seconds between attempts to deliver an outgoing event webhook (about 3 days in "
+            "all); after the last the delivery is marked failed (retry it from the "
+            "endpoint's page)."),
+    Setting("EVENT_WEBHOOK_DISABLE_AFTER_SECONDS", "259200",
+            "Seconds an endpoint may answer no 2xx at all before it is disabled (alarm; 3 "
+            "days, as Stripe; 0 = never); its waiting deliveries are kept and go out when an "
+            "admin enables it again. Admins are warned after EVENT_WEBHOOK_WARN_AFTER."),
+    Setting("EVENT_WEBHOOK_WARN_AFTER", "900",
+            "Seconds an endpoint may answer no 2xx before admins see a warning (0 = never)."),
     Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
     Setting("DNS_RESOLVER", None,
             "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
@@ -293,8 +298,9 @@ class FeedbackConfig:
     complaint_pause_rate: float = 0.003
     complaint_min_delivered: int = 100
     event_webhook_retry_schedule: tuple[int, ...] = (10, 30, 120, 600, 1800, 3600, 7200,
-                                                     14400, 28800)
-    event_webhook_disable_after: int = 20
+                                                     14400, 28800, 43200, 86400, 86400)
+    event_webhook_disable_after: float = 259200
+    event_webhook_warn_after: float = 900
     event_webhook_timeout: float = 10
 
 
@@ -331,8 +337,10 @@ def _feedback(get: Any) -> FeedbackConfig:
         complaint_min_delivered=_int("COMPLAINT_MIN_DELIVERED", get("COMPLAINT_MIN_DELIVERED")),
         event_webhook_retry_schedule=_schedule("EVENT_WEBHOOK_RETRY_SCHEDULE",
                                                get("EVENT_WEBHOOK_RETRY_SCHEDULE")),
-        event_webhook_disable_after=max(1, _int("EVENT_WEBHOOK_DISABLE_AFTER",
-                                                get("EVENT_WEBHOOK_DISABLE_AFTER"))),
+        event_webhook_disable_after=max(0.0, _float(
+            "EVENT_WEBHOOK_DISABLE_AFTER_SECONDS", get("EVENT_WEBHOOK_DISABLE_AFTER_SECONDS"))),
+        event_webhook_warn_after=max(0.0, _float("EVENT_WEBHOOK_WARN_AFTER",
+                                                 get("EVENT_WEBHOOK_WARN_AFTER"))),
         event_webhook_timeout=_float("EVENT_WEBHOOK_TIMEOUT", get("EVENT_WEBHOOK_TIMEOUT")),
     )
 

@@ -18,6 +18,7 @@ from webapp.domain.errors import Conflict, DomainError, Invalid
 from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
+from workers.i18n import N_
 
 bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 
@@ -283,13 +284,14 @@ def _schedule_time() -> datetime | None:
     try:
         local = datetime.fromisoformat(raw)
     except ValueError:
-        raise Invalid("choose a date and time to send at", fields={"at": "required"}) from None
+        raise Invalid(N_("choose a date and time to send at"),
+                      fields={"at": N_("required")}) from None
     offset = request.form.get("tz_offset", "")
     minutes = int(offset) if offset.lstrip("-").isdigit() else 0
     at = local.replace(tzinfo=UTC) + timedelta(minutes=minutes)
     if at <= datetime.now(UTC):
-        raise Invalid("the time to send at has already passed; choose a later one, or send "
-                      "now", fields={"at": "in the past"})
+        raise Invalid(N_("the time to send at has already passed; choose a later one, or "
+                         "send now"), fields={"at": N_("in the past")})
     return at
 
 

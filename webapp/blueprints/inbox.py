@@ -48,16 +48,20 @@ def index() -> str:
         campaigns = inbox.campaign_choices(conn)
         kind_names = job_kinds(conn)
         matching = queue_reads.count_problems(conn, where, as_of)
+        retryable = queue_reads.count_retryable(conn, where, as_of) if matching else 0
         if can_open("jobs.index"):  # the jobs browser's tabs, with this page's filters
             tab_filters = jobs.parse_filters(conn, {
                 k: v for k, v in args.items() if k in ("kind", "campaign")
                 or (k == "q" and "@" in v)})
+            # The failed tab counts what this list shows (its class, date and search
+            # filters too), never a different number than the list below it.
             tabs = {"tabs": jobs.TABS, "labels": jobs.LABELS, "tab": "failed",
-                    "counts": jobs.counts(conn, tab_filters),
+                    "counts": {**jobs.counts(conn, tab_filters), "failed": matching},
                     "filter_args": tab_filters.args()}
     return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
                            kinds=kind_names, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
-                           as_of=as_of.isoformat(), matching=matching, job_tabs=tabs,
+                           as_of=as_of.isoformat(), matching=matching,
+                           retryable=retryable, job_tabs=tabs,
                            first_page=not request.args.get("after"))
 
 
