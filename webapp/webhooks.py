@@ -1,6 +1,6 @@
 """Provider webhooks (SPEC 12): each request authenticated the way its provider documents,
-then turned into :class:`~workers.reports.Feedback` events with the references that find
-the job (VERP bounce address, Message-ID, correlation ID).
+then turned into :class:`~workers.after_acceptance.reports.Feedback` events with the
+references that find the job (VERP bounce address, Message-ID, correlation ID).
 
 - SES through SNS: the SNS signature (versions 1 and 2) checked with ``cryptography``
   against the signing certificate, fetched only over HTTPS from an allow-listed SNS host
@@ -39,7 +39,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from workers.reports import Feedback, bounce_class
+from workers.after_acceptance.reports import Feedback, bounce_class
 
 CORRELATION_HEADER = "x-senddock-correlation-id"
 

@@ -26,8 +26,8 @@ from babel.messages.pofile import read_po
 from tests.helpers import Browser
 from tests.integration.security_fixtures import ROLES, failed_job, seed
 from tests.integration.test_link_crawl import _links
-from workers import event_queue
-from workers.event_webhooks import new_secret
+from workers.after_acceptance import event_queue
+from workers.after_acceptance.event_webhooks import new_secret
 
 CATALOG = Path(__file__).resolve().parent.parent.parent / "translations" / "es" / \
     "LC_MESSAGES" / "messages.po"

@@ -18,7 +18,7 @@ from webapp.domain.errors import Conflict, DomainError, Invalid
 from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
-from workers.i18n import N_
+from workers.core.i18n import N_
 
 bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 

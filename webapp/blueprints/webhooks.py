@@ -32,7 +32,7 @@ from webapp.webhooks import (
     sendgrid_public_key,
     sns_url_allowed,
 )
-from workers.after_acceptance import thresholds
+from workers.after_acceptance.pool import thresholds
 
 log = logging.getLogger("senddock.web")
 bp = Blueprint("webhooks", __name__, url_prefix="/webhooks")

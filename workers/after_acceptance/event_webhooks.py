@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from sqlalchemy.engine import Engine
 from standardwebhooks.webhooks import Webhook
 
-from workers import event_queue
-from workers.event_queue import ClaimedDelivery
+from workers.after_acceptance import event_queue
+from workers.after_acceptance.event_queue import ClaimedDelivery
 
 log = logging.getLogger("senddock.events")
 

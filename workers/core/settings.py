@@ -235,7 +235,7 @@ def _nonnegative(name: str, value: float) -> Any:
 
 def _smtp_url(raw: str) -> str:
     """The URL as given, once it parses: a bad one is one line naming the variable."""
-    from workers.smtp import parse_smtp_url
+    from workers.delivery.smtp import parse_smtp_url
 
     try:
         parse_smtp_url(raw)
