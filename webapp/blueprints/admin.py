@@ -17,6 +17,7 @@ from webapp.context import actor, engine
 from webapp.domain import audit, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
+from webapp.form_memory import remember, show_once, take_shown
 from webapp.i18n import label, localize, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
 
@@ -166,7 +167,10 @@ bp.add_url_rule("/audit", endpoint="audit", view_func=audit_log, methods=["GET"]
 
 # --- users and tokens --------------------------------------------------------------------
 
-def users_page(new_token: str | None = None, token_owner: str | None = None) -> str:
+def users_page() -> str:
+    """Users and tokens; a token just created is shown once (handed over by
+    :func:`create_token`'s redirect, sealed)."""
+    new_token, token_owner = take_shown("new_token"), take_shown("token_owner")
     with engine().connect() as conn:
         people = users.list_users(conn)
         tokens = users.list_tokens(conn)
@@ -179,13 +183,17 @@ def users_page(new_token: str | None = None, token_owner: str | None = None) -> 
 bp.add_url_rule("/users", endpoint="users", view_func=users_page, methods=["GET"])
 
 
-def _act(action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
-    """Run a user/token change; show its result (or why it was refused) on the page."""
+def _act(action: str, fn: Callable[..., Any], *args: Any, keep_form: str | None = None,
+         **kwargs: Any) -> Response:
+    """Run a user/token change; show its result (or why it was refused) on the page, with
+    the refused form (``keep_form``) filled in again."""
     try:
         with engine().begin() as conn:
             fn(conn, *args, **kwargs)
     except DomainError as exc:
         flash(localize(exc.message), "error")
+        if keep_form:
+            remember(keep_form)
     else:
         flash(action, "success")
     return redirect(url_for("admin.users"))
@@ -196,7 +204,7 @@ def create_user() -> Response:
     email = request.form.get("email", "").strip()
     return _act(_("Created %(email)s.", email=email), users.create_user, email,
                 request.form.get("password", ""), request.form.get("role", ""),
-                actor=actor())
+                actor=actor(), keep_form="add_user")  # the password is never kept
 
 
 @bp.post("/users/<int:user_id>/role")
@@ -240,8 +248,12 @@ def create_token() -> str | Response:
                                        actor=actor(), expires_in_days=EXPIRY_CHOICES[expires])
     except DomainError as exc:
         flash(localize(exc.message), "error")
+        remember("create_token")
         return redirect(url_for("admin.users"))
-    return users_page(new_token=token, token_owner=owner["email"])
+    # POST/redirect/GET: a reload of the page that shows the token creates no second one.
+    show_once("new_token", token)
+    show_once("token_owner", owner["email"])
+    return redirect(url_for("admin.users"), 303)
 
 
 @bp.post("/tokens/<int:token_id>/revoke")

@@ -15,6 +15,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
+from webapp.form_memory import remember
 from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
@@ -303,6 +304,7 @@ def send(campaign_id: int) -> Response:
             campaign = campaigns.send(conn, campaign_id, actor=actor(), at=at)
     except DomainError as exc:
         flash(_("Not sent: %(why)s", why=localize(exc.message)), "error")
+        remember("schedule")
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
     if campaign["status"] == "scheduled":
         flash(_("Scheduled for %(at)s. It will be sent then, even if SendDock restarts in "
