@@ -4,6 +4,7 @@ support reads but cannot act. The end-to-end retry runs the real pool against th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -168,3 +169,37 @@ def test_retry_all_of_a_campaign_sends_again(engine: sa.Engine, sink: Any, clien
     delivered = [rcpt for r in sink.records() for rcpt in r["rcpt_tos"]]
     assert sorted(delivered) == sorted(
         ["ok@example.org", "policy1@example.org", "policy2@example.org"])
+
+
+def _inbox_text(browser: Browser, query: str = "", lang: str = "en") -> str:
+    return browser.get(f"/inbox/{query}", headers={"Accept-Language": lang}).get_data(
+        as_text=True)
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_retry_all_is_not_offered_for_addresses_it_cannot_retry(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]],
+        lang: str) -> None:
+    """Issue 29: "Retry all 59" was offered for 59 suppressed addresses (it could only
+    refuse them all); and the failed tab said 121 above a filtered list of 59."""
+    with engine.begin() as conn:
+        for i in range(3):
+            add_job(conn, f"gone{i}@example.org", "bounced", error_class="hard_bounce")
+            suppressions.suppress(conn, f"gone{i}@example.org", "bounced", actor="t")
+        for i in range(2):
+            add_job(conn, f"soft{i}@example.org", error_class="transient")
+    browser = Browser(client, make_user("admin"))
+    bounced = _inbox_text(browser, "?class=hard_bounce", lang)
+    assert 'id="retry-all-button"' not in bounced
+    assert 'id="retry-none"' in bounced
+    tab = re.search(r'data-tab="failed">[^<]*<span class="count">(\d+)</span>', bounced)
+    assert tab and tab[1] == "3"  # the tab counts the list below it, not all 5
+    everything = _inbox_text(browser, "", lang)
+    button = re.search(r'id="retry-all-button">([^<]+)<', everything)
+    assert button and ("Retry all 2 matching" if lang == "en"
+                       else "Reintentar los 2 que coinciden") in button[1]
+    left_out = re.search(r'id="retry-left-out">([^<]+)<', everything)
+    assert left_out and left_out[1].startswith("3 ")
+    confirm = re.search(r'class="actions retry-all"\s+data-confirm="([^"]+)"', everything)
+    assert confirm and (("Retry all 2 failed or bounced jobs in the inbox" in confirm[1])
+                        if lang == "en" else ("¿Reintentar los 2 trabajos" in confirm[1]))

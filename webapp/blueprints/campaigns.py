@@ -10,6 +10,7 @@ from flask import Blueprint, flash, redirect, render_template, request, session,
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
+from sqlalchemy.engine import Connection
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
@@ -82,20 +83,19 @@ def _compose_page(values: dict[str, Any], campaign: dict[str, Any] | None = None
                   ) -> tuple[str, int]:
     with engine().connect() as conn:
         all_lists = lists.all_lists(conn)
+        warnings = _warnings(conn, values) if campaign is not None and not error else []
     status = 409 if locked else 422 if error else 200
     return render_template("campaigns/compose.html", values=values, campaign=campaign,
-                           lists=all_lists, error=error, locked=locked,
+                           lists=all_lists, error=error, locked=locked, warnings=warnings,
                            default_from=config().mail_from), status
 
 
-def _flash_warnings(values: dict[str, Any]) -> None:
-    """Say which variables will render as nothing (saved anyway: it may be intended)."""
+def _warnings(conn: Connection, values: dict[str, Any]) -> list[Any]:
+    """Which variables will render as nothing for the list (saved anyway: it may be
+    intended), said on every page of an editable campaign while they apply."""
     if not isinstance(values.get("list_id"), int):
-        return
-    with engine().connect() as conn:
-        problems = composer.warnings_for(conn, values, values["list_id"])
-    for problem in problems:
-        flash(_("Check the %(problem)s", problem=localize(problem.text)), "warning")
+        return []
+    return list(composer.warnings_for(conn, values, values["list_id"]))
 
 
 def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +119,6 @@ def new() -> Response | tuple[str, int]:
     except Invalid as exc:
         return _compose_page(values, error=exc)
     flash(_("Draft saved. Preview it, send yourself a test, then send it."), "success")
-    _flash_warnings(values)
     return redirect(_link(campaign["id"]))
 
 
@@ -146,7 +145,6 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
         # Sent while this form was open: keep what was typed, offer it as a new draft.
         return _compose_page(values, campaign, error=exc, locked=True)
     flash(_("Changes saved."), "success")
-    _flash_warnings(values)
     return redirect(_link(campaign_id))
 
 
@@ -169,11 +167,15 @@ def detail(campaign_id: int) -> str:
     with engine().connect() as conn:
         campaign = progress.live(conn, campaign_id)
         the_list = lists.get_list(conn, campaign["list_id"])
+        warnings = _warnings(conn, {**composer.campaign_values(campaign),
+                                    "list_id": campaign["list_id"]}) \
+            if campaign["status"] in campaigns.EDITABLE and not request.args.get("fragment") \
+            else []
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
                            inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
-                           test_email=_test_email(),
+                           test_email=_test_email(), warnings=warnings,
                            complaint_alarm=config().feedback.complaint_alarm_rate)
 
 
