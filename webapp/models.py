@@ -302,7 +302,10 @@ delivery_jobs = Table(
           postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
           postgresql_where=text("idempotency_key IS NOT NULL")),
-    Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
+    # Sent per minute, and the jobs browser's Sent and Cancelled tabs (newest first).
+    Index("delivery_jobs_sent_idx", "finished_at", "id", postgresql_where=text("status = 'sent'")),
+    Index("delivery_jobs_cancelled_idx", "finished_at", "id",
+          postgresql_where=text("status = 'cancelled'")),
     # A campaign's sending rate: jobs finished in the last minute, read from the newest end.
     Index("delivery_jobs_broadcast_finished_idx", "broadcast_id", "finished_at",
           postgresql_where=text("broadcast_id IS NOT NULL AND finished_at IS NOT NULL")),

@@ -1274,6 +1274,38 @@ def cancel_waiting(conn: Connection, kind: str, user_ref: str, reason: str) -> l
         "kind": kind, "user_ref": user_ref, "reason": reason[:500]}))
 
 
+# An admin's bulk actions on chosen jobs (the jobs browser, as Oban Web's): cancel those
+# still waiting, retrying or held (a job already claimed finishes as it is, like a campaign
+# cancel); or make retrying ones due now. Each re-checks the state under the row lock, so a
+# job that moved on since the page was shown is left alone (and counted as not changed).
+_CANCEL_CHOSEN = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+       last_error_class = 'cancelled', claimed_by = NULL, claim_token = NULL
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status IN {sql_list((*CLAIMABLE, 'held'))}
+RETURNING id
+""")
+_RETRY_CHOSEN_NOW = sa.text("""
+UPDATE delivery_jobs SET available_at = now()
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'retry' AND available_at > now()
+RETURNING id
+""")
+
+
+def cancel_chosen(conn: Connection, job_ids: Sequence[int], reason: str) -> list[int]:
+    """Cancel the chosen jobs that are waiting, retrying or held; returns those cancelled."""
+    return [int(i) for i in conn.execute(_CANCEL_CHOSEN, {"ids": list(job_ids),
+                                                          "reason": reason}).scalars()]
+
+
+def retry_chosen_now(conn: Connection, job_ids: Sequence[int]) -> list[int]:
+    """Make the chosen retrying jobs due now (their attempt count is kept)."""
+    ids = [int(i) for i in conn.execute(_RETRY_CHOSEN_NOW, {"ids": list(job_ids)}).scalars()]
+    if ids:
+        notify_new_jobs(conn, "retry")
+    return ids
+
+
 _IN_FLIGHT_FOR_USER = sa.text("""
 SELECT count(*) FROM delivery_jobs
  WHERE kind = :kind AND user_ref = :user_ref AND status = 'sending'
