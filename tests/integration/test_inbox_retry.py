@@ -203,3 +203,32 @@ def test_retry_all_is_not_offered_for_addresses_it_cannot_retry(
     confirm = re.search(r'class="actions retry-all"\s+data-confirm="([^"]+)"', everything)
     assert confirm and (("Retry all 2 failed or bounced jobs in the inbox" in confirm[1])
                         if lang == "en" else ("¿Reintentar los 2 trabajos" in confirm[1]))
+
+
+def test_retry_and_dismiss_the_chosen_jobs(
+        client: Any, app: Any, engine: sa.Engine,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    with engine.begin() as conn:
+        ids = [add_job(conn, f"pick{i}@example.org") for i in range(4)]
+        suppressions.suppress(conn, "pick3@example.org", "bounced", actor="t")
+    browser = Browser(client, make_user("admin"))
+    page = _inbox_text(browser)
+    assert 'form="inbox-chosen"' in page and 'id="chosen-retry"' in page
+    retried = browser.post("/inbox/chosen", {"action": "retry", "back": "/inbox/",
+                                             "job": [str(ids[0]), str(ids[3])]})
+    assert retried.status_code == 200
+    dismissed = browser.client.post("/inbox/chosen", data={
+        "csrf_token": browser.token, "action": "dismiss", "job": [str(ids[1]), str(ids[2])]},
+        headers={"Accept-Language": "es"}, follow_redirects=True)
+    assert "2 trabajos descartados." in dismissed.get_data(as_text=True)
+    with engine.connect() as conn:
+        rows = dict(conn.execute(sa.text(
+            "SELECT id, status || coalesce(':' || (dismissed_at IS NOT NULL)::text, '') "
+            "FROM delivery_jobs WHERE id = ANY(:ids)"), {"ids": ids}).all())
+    assert rows[ids[0]] == "pending:false" or rows[ids[0]].startswith("pending")
+    assert rows[ids[3]].startswith("failed")  # suppressed: left out, and said
+    assert rows[ids[1]].endswith("true") and rows[ids[2]].endswith("true")
+    support = Browser(app.test_client(), make_user("support"))
+    assert 'form="inbox-chosen"' not in _inbox_text(support)  # read-only for support
+    assert support.post("/inbox/chosen", {"action": "dismiss", "job": [str(ids[0])]},
+                        follow_redirects=False).status_code == 403

@@ -7,6 +7,7 @@ from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_babel import gettext as _
+from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
 from webapp import access
@@ -17,6 +18,7 @@ from webapp.i18n import localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
 from workers.building.kinds import job_kinds
+from workers.delivery.queue import ProblemFilter
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -108,6 +110,30 @@ def retry_all() -> Response:
         return redirect(back)
     flash(inbox.describe_retry(result), "success" if result["retried"] else "error")
     return redirect(back)
+
+
+@bp.post("/chosen")
+def act_on_chosen() -> Response:
+    """Retry or dismiss the jobs chosen on the page (Oban Web's bulk actions): the retry
+    is "retry all" narrowed to them (suppressed addresses left out and said)."""
+    back = _local(request.form.get("back"))
+    try:
+        ids = jobs.chosen_ids(request.form.getlist("job"))
+        with engine().begin() as conn:
+            if request.form.get("action") == "dismiss":
+                dismissed = inbox.dismiss_chosen(conn, ids, actor=actor())
+                message = ngettext("%(num)s job dismissed.", "%(num)s jobs dismissed.",
+                                   dismissed)
+                ok = bool(dismissed)
+            else:
+                result = inbox.retry_all(conn, ProblemFilter(job_ids=ids),
+                                         datetime.now(UTC), actor=actor())
+                message, ok = inbox.describe_retry(result), bool(result["retried"])
+    except DomainError as exc:
+        flash(localize(exc.message), "error")
+        return redirect(back, 303)
+    flash(message, "success" if ok else "error")
+    return redirect(back, 303)
 
 
 @bp.post("/<int:job_id>/dismiss")

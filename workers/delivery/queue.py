@@ -1102,6 +1102,7 @@ class ProblemFilter:
     email: str | None = None
     correlation_id: str | None = None
     job_id: int | None = None
+    job_ids: list[int] | None = None  # the jobs an admin chose on the page
 
     def where(self) -> tuple[str, dict[str, Any]]:
         """SQL conditions on ``j`` (built from fixed fragments; values are bound), so the
@@ -1114,7 +1115,8 @@ class ProblemFilter:
                 ("since", "j.finished_at >= :since"), ("until", "j.finished_at < :until"),
                 ("email", "lower(j.email) = lower(:email)"),
                 ("correlation_id", "j.correlation_id = CAST(:correlation_id AS uuid)"),
-                ("job_id", "j.id = :job_id")):
+                ("job_id", "j.id = :job_id"),
+                ("job_ids", "j.id = ANY(CAST(:job_ids AS bigint[]))")):
             value = getattr(self, name)
             if value is not None and value != "":
                 clauses.append(clause)
