@@ -44,6 +44,7 @@ VOCABULARY = {
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
     "problem": _l("problem"), "warning": _l("warning"),
     "critical": _l("critical"), "lifecycle": _l("lifecycle"), "complained": _l("complained"),
+    "delivered": _l("delivered"),
 }
 # The keys of an audit entry's details, as the audit page names them (unknown keys are
 # shown as they are, "_" read as a space).
