@@ -62,7 +62,7 @@ def index() -> str:
     return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
                            kinds=kind_names, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
                            as_of=as_of.isoformat(), matching=matching,
-                           retryable=retryable, job_tabs=tabs,
+                           retryable=retryable, job_tabs=tabs, wide_page=True,
                            first_page=not request.args.get("after"))
 
 

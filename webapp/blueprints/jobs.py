@@ -37,7 +37,7 @@ def index() -> str | Response:
                            counts=counts, page=page, filters=filters,
                            filter_args=filters.args(), kinds=kind_names, campaigns=campaigns,
                            first_page=not request.args.get("after"),
-                           bulk_actions=jobs.BULK_ACTIONS.get(tab, ()))
+                           bulk_actions=jobs.BULK_ACTIONS.get(tab, ()), wide_page=True)
 
 
 @bp.post("/bulk")
