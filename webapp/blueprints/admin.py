@@ -20,6 +20,7 @@ from webapp.domain.errors import DomainError, Invalid
 from webapp.form_memory import remember, show_once, take_shown
 from webapp.i18n import label, localize, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
+from workers.core.i18n import N_
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
 
@@ -141,8 +142,8 @@ def _day(raw: str, field: str, *, end: bool = False) -> datetime | None:
     try:
         day = date.fromisoformat(raw)
     except ValueError:
-        raise Invalid(f"{field} must be a date (YYYY-MM-DD)", fields={field: "invalid"}) \
-            from None
+        raise Invalid(N_("%(field)s must be a date (YYYY-MM-DD)", field=field),
+                      fields={field: N_("invalid")}) from None
     return datetime.combine(day + timedelta(days=1) if end else day, time(), UTC)
 
 
@@ -239,11 +240,13 @@ def create_token() -> str | Response:
     try:
         with engine().begin() as conn:
             if not user_id.isdigit():
-                raise Invalid("choose the user the token acts as", fields={"user_id": "required"})
+                raise Invalid(N_("choose the user the token acts as"),
+                              fields={"user_id": N_("required")})
             owner = users.get_user(conn, int(user_id))
             expires = request.form.get("expires", "90")
             if expires not in EXPIRY_CHOICES:
-                raise Invalid("choose when the token expires", fields={"expires": "unknown"})
+                raise Invalid(N_("choose when the token expires"),
+                              fields={"expires": N_("unknown")})
             token = users.create_token(conn, owner["id"], request.form.get("name", "").strip(),
                                        actor=actor(), expires_in_days=EXPIRY_CHOICES[expires])
     except DomainError as exc:
