@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import ARTIFACTS, LiveServer, login
-from tests.helpers import make_campaign
+from tests.helpers import make_campaign, place_jobs
 from webapp.domain import campaigns
 from workers.delivery import queue
 
@@ -52,7 +52,7 @@ def test_cancelled_campaign_jobs_tabs_and_bulk_cancel(
     words = WORDS[lang]
     cancelled = _held_campaign(engine)
     with engine.begin() as conn:
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'sent', attempts = 1, finished_at = now()
              WHERE id IN (SELECT id FROM delivery_jobs WHERE campaign_id = :c ORDER BY id
                           LIMIT 8)"""), {"c": cancelled["id"]})

@@ -106,7 +106,7 @@ def test_the_browser_is_for_admins(client: Any, make_user: Callable[..., dict[st
 def _finished(engine: sa.Engine, campaign_id: int, n: int, status: str) -> list[int]:
     """``n`` of the campaign's pending jobs finished as ``status``, one second apart."""
     with engine.begin() as conn:
-        return list(conn.execute(sa.text("""
+        return list(place_jobs(conn, sa.text("""
             WITH picked AS (SELECT id, row_number() OVER (ORDER BY id) AS i FROM delivery_jobs
                              WHERE campaign_id = :c AND status = 'pending' ORDER BY id
                              LIMIT :n)

@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 from babel.messages.pofile import read_po
 
-from tests.helpers import Browser
+from tests.helpers import Browser, place_jobs
 from tests.integration.security_fixtures import ROLES, failed_job, seed
 from tests.integration.test_link_crawl import _links
 from workers.after_acceptance import event_queue
@@ -93,7 +93,7 @@ def everything(app: Any, engine: sa.Engine) -> dict[str, Any]:
     cancelled = make_campaign(engine, [f"c{i}@example.org" for i in range(5)],
                               name="Cancelled one")
     with engine.begin() as conn:
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'bounced', attempts = 1, finished_at = now(),
                    last_error = '550 5.1.1 no such user', last_error_class = 'hard_bounce'
              WHERE campaign_id = :c"""), {"c": ids["campaign_id"]})
