@@ -88,7 +88,15 @@ SETTINGS: list[Setting] = [
             "The same refusal for this many different recipients in a row is treated as "
             "about us (delivery pauses), whatever its text says (0 = off)."),
     Setting("MAX_BACKLOG", "5000000",
-            "Most jobs waiting (pending+retry) before new enqueues are refused with 429/503."),
+            "Most transactional jobs waiting (pending+retry) before new ones are refused "
+            "with 503; campaign jobs do not count (a campaign's list bounds it)."),
+    Setting("RETENTION_CAMPAIGN_DAYS", "30",
+            "Days after a campaign finished before it is rolled up: its counts stay exact, "
+            "its failed and bounced jobs stay, the other per-recipient rows are deleted "
+            "(0 = keep them forever)."),
+    Setting("RETENTION_TRANSACTIONAL_DAYS", "90",
+            "Days a finished transactional job (verification, test, other kinds) is kept; "
+            "its kind's counts stay exact (0 = keep them forever)."),
     Setting("DISPOSABLE_POLICY", "send",
             "send: send disposable-domain verification mail, flagged; hold: hold it for support."),
     Setting("ALARM_OLDEST_PENDING", "600",
@@ -380,6 +388,8 @@ class Config:
     relay_probe_max: float
     same_refusal_streak: int
     max_backlog: int
+    retention_campaign_days: float
+    retention_transactional_days: float
     disposable_policy: str
     alarm_oldest_pending: int
     alarm_failure_rate: float
@@ -472,6 +482,12 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         relay_probe_max=max(1.0, _float("RELAY_PROBE_MAX", req("RELAY_PROBE_MAX"))),
         same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
+        retention_campaign_days=_nonnegative(
+            "RETENTION_CAMPAIGN_DAYS",
+            _float("RETENTION_CAMPAIGN_DAYS", req("RETENTION_CAMPAIGN_DAYS"))),
+        retention_transactional_days=_nonnegative(
+            "RETENTION_TRANSACTIONAL_DAYS",
+            _float("RETENTION_TRANSACTIONAL_DAYS", req("RETENTION_TRANSACTIONAL_DAYS"))),
         disposable_policy=policy,
         alarm_oldest_pending=_int("ALARM_OLDEST_PENDING", req("ALARM_OLDEST_PENDING")),
         alarm_failure_rate=_float("ALARM_FAILURE_RATE", req("ALARM_FAILURE_RATE")),
