@@ -222,11 +222,13 @@ def test_the_compiled_catalog_is_the_catalog() -> None:
 
 
 # The modules whose messages reach pages (the API's answers are English by design).
-# verifications.py: its raw strings are the API's request validation (user_id, verify_url,
-# Idempotency-Key), which no page's form sends; feedback_intake.py answers the providers.
+# verifications.py and intake.py: their raw strings are the API's request validation
+# (user_id, verify_url, Idempotency-Key), which no page's form sends; feedback_intake.py
+# answers the providers.
 API_ONLY = {"webapp/blueprints/api", "webapp/domain/messages.py", "webapp/json_input.py",
             "webapp/openapi.py", "webapp/cli.py", "webapp/security.py",
-            "webapp/domain/verifications.py", "webapp/domain/feedback_intake.py"}
+            "webapp/domain/verifications.py", "webapp/domain/feedback_intake.py",
+            "webapp/domain/intake.py"}
 DOMAIN_ERRORS = {"Invalid", "Conflict", "DomainError", "NotFound", "Overloaded"}
 
 

@@ -967,14 +967,13 @@ SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
                   WHERE b.finished_at IS NULL AND bc.status IN {sql_list(CLAIMABLE)}), 0)
      + (SELECT count(*) FROM delivery_jobs
          WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL
-           AND priority < :broadcast_priority) AS n
-""")
+           AND priority < {PRIORITY["broadcast"]}) AS n""")
 
-
-_TRANSACTIONAL_BACKLOG = sa.text(f"""
+# What SENDDOCK_MAX_BACKLOG bounds (the request pipeline reads it inside its statement).
+TRANSACTIONAL_BACKLOG_COUNT = f"""
 SELECT count(*) FROM delivery_jobs
- WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL
-""")
+ WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL"""
+_TRANSACTIONAL_BACKLOG = sa.text(TRANSACTIONAL_BACKLOG_COUNT)
 
 
 def transactional_backlog(conn: Connection) -> int:
@@ -987,8 +986,7 @@ def transactional_backlog(conn: Connection) -> int:
 
 def backlog(conn: Connection) -> int:
     """Jobs waiting to be sent (pending + retry)."""
-    return int(conn.execute(_BACKLOG, {"broadcast_priority": PRIORITY["broadcast"]}).scalar()
-               or 0)
+    return int(conn.execute(_BACKLOG).scalar() or 0)
 
 
 # --- verification ----------------------------------------------------------------------
@@ -1009,29 +1007,6 @@ def lock_user(conn: Connection, kind: str, user_ref: str) -> None:
     (The two-key form lives in a key space apart from the workers' bigint liveness locks.)"""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(7, hashtext(:kind || ':' || :user_ref))"),
                  {"kind": kind, "user_ref": user_ref})
-
-
-# The user's live job, if any (at most one: delivery_jobs_one_active_idx).
-_LIVE_JOB_FOR_USER = sa.text(f"""
-SELECT {JOB_COLUMNS} FROM delivery_jobs
- WHERE kind = :kind AND user_ref = :user_ref AND status IN {sql_list(ACTIVE)}
-""")
-
-
-def live_job_for_user(conn: Connection, kind: str, user_ref: str) -> dict[str, Any] | None:
-    row = conn.execute(_LIVE_JOB_FOR_USER, {"kind": kind, "user_ref": user_ref}).mappings().first()
-    return dict(row) if row else None
-
-
-# The job an Idempotency-Key already created, whatever its state (delivery_jobs_idempotency_idx).
-_JOB_BY_IDEMPOTENCY_KEY = sa.text(f"""
-SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE kind = :kind AND idempotency_key = :key
-""")
-
-
-def job_by_idempotency_key(conn: Connection, kind: str, key: str) -> dict[str, Any] | None:
-    row = conn.execute(_JOB_BY_IDEMPOTENCY_KEY, {"kind": kind, "key": key}).mappings().first()
-    return dict(row) if row else None
 
 
 def single_job(conn: Connection, job_id: int) -> dict[str, Any]:
@@ -1275,20 +1250,6 @@ def enqueue_message(conn: Connection, *, kind: str, priority: int, email: str,
         "flags": flags, "requested_by": requested_by, "send_at": send_at,
         "dedupe_window": dedupe_window}).first()
     return None if row is None else int(row.id)
-
-
-# The message whose dedupe window is still open for this (kind, user): the same predicate
-# as delivery_jobs_dedupe_excl (a window overlaps one opened now iff it ends after now).
-_DEDUPED_BY = sa.text(f"""
-SELECT {JOB_COLUMNS} FROM delivery_jobs
- WHERE kind = :kind AND user_ref = :user_ref AND dedupe_until > now() AND status <> 'cancelled'
- ORDER BY created_at DESC, id DESC LIMIT 1
-""")
-
-
-def deduped_by(conn: Connection, kind: str, user_ref: str) -> dict[str, Any] | None:
-    row = conn.execute(_DEDUPED_BY, {"kind": kind, "user_ref": user_ref}).mappings().first()
-    return dict(row) if row else None
 
 
 # Cancel what is still waiting for one (kind, user): pending (scheduled or due), retry and
