@@ -395,16 +395,14 @@ suppressions = Table(
           postgresql_ops={"email": "gin_trgm_ops"}),
 )
 
-# Liveness is in the schema: each pool holds a session advisory lock (lock_key) and
-# heartbeats its row. A worker is dead when its lock can be taken; its jobs are then taken
-# back at once by its own node's next start, and by peers once its heartbeat is also older
-# than SENDDOCK_WORKER_TIMEOUT (so a blip in one connection never double-sends).
+# Liveness is in the schema: each pool holds a lease (SPEC 15), an expiry on the database
+# clock that its heartbeat renews. A worker whose lease expired more than
+# SENDDOCK_LEASE_GRACE ago is dead: peers take its jobs back. Its own node's next start
+# takes them back at once when the old process is gone from this host. Never judged by a
+# session or an advisory lock (a vanished host keeps its session for hours).
 workers = Table(
     "workers", metadata,
     Column("id", Text, primary_key=True),
-    # The pool holds pg_advisory_lock(lock_key) on a session of its own for as long as it
-    # lives; PostgreSQL releases it when that connection dies, which is how peers know.
-    Column("lock_key", BigInteger, nullable=False, unique=True),
     Column("node", Text, nullable=False),
     Column("hostname", Text, nullable=False),
     Column("pid", Integer, nullable=False),
@@ -412,6 +410,10 @@ workers = Table(
     Column("in_flight", Integer, nullable=False, server_default=text("0")),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The lease: valid until then (database clock); the term grows each time it lapsed
+    # before its renewal (claims of an older term are void for the worker).
+    Column("lease_until", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_term", Integer, nullable=False, server_default=text("0")),
     Column("stopped_at", DateTime(timezone=True)),
     Index("workers_node_idx", "node"),
 )

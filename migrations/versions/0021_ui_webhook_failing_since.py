@@ -4,7 +4,7 @@ SECONDS (3 days, as Stripe), not after a count of failures (issue 29: one campai
 bounces disabled an endpoint within 90 s).
 
 Revision ID: 0021ui
-Revises: 0022_scale
+Revises: 0023_fencing
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021ui"
-down_revision = "0022_scale"
+down_revision = "0023_fencing"
 branch_labels = None
 depends_on = None
 

@@ -305,17 +305,49 @@ def problems_since(conn: Connection, since: datetime) -> int:
     return int(conn.execute(_PROBLEMS_SINCE, {"since": since}).scalar() or 0)
 
 
-# Pools that have not stopped, with whether their heartbeat is recent (`live`).
+# Pools that have not stopped or still have jobs in flight, with whether their lease is
+# valid (`live`, on the database clock), how long ago it expired (`lease_overdue`, < 0
+# while valid) and the jobs `sending` in their name (read from the jobs, not from the row
+# the worker writes: a vanished worker writes nothing).
 _WORKERS = sa.text("""
-SELECT id, node, hostname, pid, threads, in_flight, started_at, heartbeat_at,
-       heartbeat_at > now() - make_interval(secs => :timeout) AS live,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
-  FROM workers WHERE stopped_at IS NULL ORDER BY started_at, id
+WITH sending AS (
+    SELECT claimed_by, count(*) AS n FROM delivery_jobs
+     WHERE status = 'sending' GROUP BY claimed_by
+)
+SELECT w.id, w.node, w.hostname, w.pid, w.threads, coalesce(s.n, 0) AS in_flight,
+       w.started_at, w.heartbeat_at, w.lease_until, w.lease_until > now() AS live,
+       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age,
+       extract(epoch FROM now() - w.lease_until)::float8 AS lease_overdue
+  FROM workers w LEFT JOIN sending s ON s.claimed_by = w.id
+ WHERE w.stopped_at IS NULL OR s.n > 0
+ ORDER BY w.started_at, w.id
 """)
 
 
-def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(_WORKERS, {"timeout": timeout}).mappings()]
+def running_workers(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_WORKERS).mappings()]
+
+
+# Jobs `sending` in the name of a worker whose lease expired (or that is not registered):
+# a vanished, cut-off or frozen host's; taken back SENDDOCK_LEASE_GRACE after the expiry.
+_STRANDED = sa.text("""
+SELECT count(*) AS n,
+       coalesce(max(extract(epoch FROM now() - w.lease_until)), 0)::float8 AS overdue
+  FROM delivery_jobs j LEFT JOIN workers w ON w.id = j.claimed_by
+ WHERE j.status = 'sending' AND (w.id IS NULL OR w.lease_until <= now())
+""")
+
+
+def stranded(conn: Connection) -> tuple[int, float]:
+    """(jobs `sending` under an expired lease, seconds since the oldest such expiry)."""
+    row = conn.execute(_STRANDED).one()
+    return int(row.n), float(row.overdue)
+
+
+def in_flight(conn: Connection) -> int:
+    """Every job `sending`, whoever holds it (a vanished worker's included)."""
+    return int(conn.execute(sa.text(
+        "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one())
 
 
 # --- campaign live page ----------------------------------------------------------------

@@ -58,9 +58,19 @@ SETTINGS: list[Setting] = [
     Setting("RATE_LIMIT_DAY", "0",
             "Most messages in any rolling 24 hours, across all processes (0 = no limit; "
             "SES's daily sending quota)."),
-    Setting("HEARTBEAT_INTERVAL", "5", "Seconds between worker heartbeats."),
+    Setting("HEARTBEAT_INTERVAL", "5",
+            "Seconds between worker heartbeats; each renews the worker's lease."),
     Setting("WORKER_TIMEOUT", "30",
-            "Seconds without a heartbeat after which a dead worker's jobs are taken back."),
+            "The lease: seconds a worker's right to send runs from each renewal, on the "
+            "database's clock (SPEC 15). A worker whose lease expired sends nothing more."),
+    Setting("LEASE_GRACE", "10",
+            "Seconds after a worker's lease expired before its jobs are taken back by a "
+            "peer (a dead host's jobs: within WORKER_TIMEOUT + LEASE_GRACE + 10 s)."),
+    Setting("LEASE_MARGIN", "10",
+            "Fencing: a worker starts a message (MAIL FROM, and again at the relay's 354) only "
+            "while its lease was confirmed within WORKER_TIMEOUT minus this many seconds by "
+            "its own clock; it covers the SMTP transaction. At most half of WORKER_TIMEOUT "
+            "minus HEARTBEAT_INTERVAL (a larger value is cut to that)."),
     Setting("SMTP_TIMEOUT", "30", "Seconds before an SMTP command is given up on."),
     Setting("SMTP_HELO", None,
             "The name SendDock gives in EHLO (default: this host's FQDN; an address literal "
@@ -380,6 +390,8 @@ class Config:
     rate_limit_day: int
     heartbeat_interval: float
     worker_timeout: float
+    lease_grace: float
+    lease_margin: float
     smtp_timeout: float
     smtp_helo: str | None
     smtp_ca_file: str | None
@@ -447,6 +459,11 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
     cookie_mode = req("SECURE_COOKIES").lower()
     secure = base_url.startswith("https://") if cookie_mode == "auto" else cookie_mode in {
         "1", "on", "true", "yes"}
+    heartbeat = _float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL"))
+    lease = _float("WORKER_TIMEOUT", req("WORKER_TIMEOUT"))
+    if heartbeat <= 0 or lease <= heartbeat:
+        raise ConfigError("SENDDOCK_WORKER_TIMEOUT (the lease) must be longer than "
+                          "SENDDOCK_HEARTBEAT_INTERVAL, which must be positive")
     workers = _int("WORKERS", req("WORKERS"))
     if workers < 0:
         raise ConfigError("SENDDOCK_WORKERS cannot be negative")
@@ -472,8 +489,12 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
                                      _int("RATE_LIMIT_HOUR", req("RATE_LIMIT_HOUR"))),
         rate_limit_day=_nonnegative("RATE_LIMIT_DAY",
                                     _int("RATE_LIMIT_DAY", req("RATE_LIMIT_DAY"))),
-        heartbeat_interval=_float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL")),
-        worker_timeout=_float("WORKER_TIMEOUT", req("WORKER_TIMEOUT")),
+        heartbeat_interval=heartbeat,
+        worker_timeout=lease,
+        lease_grace=_nonnegative("LEASE_GRACE", _float("LEASE_GRACE", req("LEASE_GRACE"))),
+        lease_margin=min(_nonnegative("LEASE_MARGIN",
+                                      _float("LEASE_MARGIN", req("LEASE_MARGIN"))),
+                         max(0.0, (lease - heartbeat) / 2)),
         smtp_timeout=_float("SMTP_TIMEOUT", req("SMTP_TIMEOUT")),
         smtp_helo=_helo(get("SMTP_HELO")),
         smtp_ca_file=_ca_file(get("SMTP_CA_FILE")),
