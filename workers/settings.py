@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers.outgoing import Guard
+
 
 class ConfigError(Exception):
     """A setting has a value SendDock cannot use; the message names the variable."""
@@ -174,6 +176,10 @@ SETTINGS: list[Setting] = [
             "Consecutive failed deliveries after which an endpoint is disabled (alarm); its "
             "waiting deliveries are kept and go out when an admin enables it again."),
     Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
+    Setting("OUTGOING_ALLOW", None,
+            "Internal addresses or networks (comma-separated: 10.0.0.5, 192.168.0.0/16, ::1) "
+            "that outgoing requests (event webhooks, SNS certificates) may call anyway; "
+            "unset: only public addresses are called (see docs/security.md, SSRF)."),
     Setting("DNS_RESOLVER", None,
             "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
             "as [::1]:53). Unset: the system resolver (/etc/resolv.conf)."),
@@ -296,6 +302,11 @@ class FeedbackConfig:
                                                      14400, 28800)
     event_webhook_disable_after: int = 20
     event_webhook_timeout: float = 10
+    outgoing_allow: str = ""
+
+    def guard(self, timeout: float | None = None) -> Guard:
+        """The SSRF guard every outgoing request goes through."""
+        return Guard.parse_allow(self.outgoing_allow, timeout or self.event_webhook_timeout)
 
 
 def _feedback(get: Any) -> FeedbackConfig:
@@ -308,6 +319,11 @@ def _feedback(get: Any) -> FeedbackConfig:
     if mailbox is not None and mailbox.split("://", 1)[0] not in ("imaps", "imap", "pop3s"):
         raise ConfigError("SENDDOCK_BOUNCE_MAILBOX must start with imaps://, imap:// or "
                           "pop3s://")
+    allow = get("OUTGOING_ALLOW") or ""
+    try:
+        Guard.parse_allow(allow)
+    except ValueError as exc:
+        raise ConfigError(f"SENDDOCK_OUTGOING_ALLOW: {exc}") from None
     key = get("POSTMARK_WEBHOOK_AUTH")
     if key is not None and ":" not in key:
         raise ConfigError("SENDDOCK_POSTMARK_WEBHOOK_AUTH must be user:password")
@@ -334,6 +350,7 @@ def _feedback(get: Any) -> FeedbackConfig:
         event_webhook_disable_after=max(1, _int("EVENT_WEBHOOK_DISABLE_AFTER",
                                                 get("EVENT_WEBHOOK_DISABLE_AFTER"))),
         event_webhook_timeout=_float("EVENT_WEBHOOK_TIMEOUT", get("EVENT_WEBHOOK_TIMEOUT")),
+        outgoing_allow=allow,
     )
 
 
