@@ -15,6 +15,7 @@ from werkzeug.wrappers import Response
 from webapp import access
 from webapp.context import engine, role
 from webapp.domain import users
+from webapp.domain.fields import whole_number
 
 login_manager = LoginManager()
 # Paths outside /api that also accept ``Authorization: Bearer`` (scrapers have no session).
@@ -40,10 +41,12 @@ class User(UserMixin):
 @login_manager.user_loader
 def load_user(user_key: str) -> User | None:
     parts = user_key.split(":")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+    user_id, version = (whole_number(p) for p in parts[:2]) if len(parts) == 3 else (None,
+                                                                                      None)
+    if user_id is None or version is None:
         return None  # includes cookies from before server-side sessions: log in again
     with engine().connect() as conn:
-        row = users.session_user(conn, int(parts[0]), int(parts[1]), parts[2])
+        row = users.session_user(conn, user_id, version, parts[2])
     return User(row, parts[2]) if row is not None else None
 
 

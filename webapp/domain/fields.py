@@ -52,3 +52,18 @@ def _email_pattern() -> str:
 # What email-validator (lists.check_email) adds to JSON Schema's "email" format: a dotted
 # domain that is not a special-use name (RFC 6761: .test, .localhost, .invalid, ...).
 EMAIL = _email_pattern()
+
+
+# The largest id PostgreSQL's bigint holds; a number past it can name nothing.
+MAX_ID = 2**63 - 1
+_WHOLE = re.compile(r"[0-9]{1,19}")
+
+
+def whole_number(text: str | None, *, high: int = MAX_ID) -> int | None:
+    """``text`` as a whole number from 0 to ``high`` — ASCII digits only (``str.isdigit``
+    also takes ``²``, which ``int()`` refuses, and ``int()`` refuses over 4,300 digits) —
+    or None. For query and form values, so bad input is a clear answer, never a 500."""
+    if text is None or not _WHOLE.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= high else None
