@@ -103,6 +103,14 @@ SETTINGS: list[Setting] = [
     Setting("MAX_IMPORT_BYTES", "536870912",
             "Largest CSV upload accepted, on the import form only (512 MiB; 413 above it). "
             "A reverse proxy in front needs a body limit at least this large."),
+    Setting("WEB_CONNECTION_LIMIT", "1000",
+            "Open connections the web server keeps at most (waitress); more wait in the "
+            "listen backlog until one closes."),
+    Setting("WEB_HEAD_TIMEOUT", "10",
+            "Seconds a client has to send a request's line and headers (counted from its "
+            "first byte, or from the end of the previous answer on a kept-alive connection); "
+            "a slower one is closed, so connections trickling bytes (slowloris) cannot hold "
+            "the server's connection slots. See docs/deployment.md."),
     Setting("LOG_LEVEL", "INFO", "Python log level."),
     Setting("NODE", None,
             "This host's name for worker liveness (default: the hostname). A restarted "
@@ -401,6 +409,8 @@ class Config:
     dns_resolver: str | None = None
     spf_include: str | None = None
     secret_key_generated: bool = False
+    web_connection_limit: int = 1000
+    web_head_timeout: float = 10.0
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -495,6 +505,10 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
                                   _float("DB_LOCK_TIMEOUT", req("DB_LOCK_TIMEOUT")), 0),
         db_idle_timeout=_at_least("DB_IDLE_TIMEOUT",
                                   _float("DB_IDLE_TIMEOUT", req("DB_IDLE_TIMEOUT")), 0),
+        web_connection_limit=_at_least(
+            "WEB_CONNECTION_LIMIT", _int("WEB_CONNECTION_LIMIT", req("WEB_CONNECTION_LIMIT")), 1),
+        web_head_timeout=_at_least(
+            "WEB_HEAD_TIMEOUT", _float("WEB_HEAD_TIMEOUT", req("WEB_HEAD_TIMEOUT")), 1),
         feedback=_feedback(get),
         dns_resolver=get("DNS_RESOLVER"),
         spf_include=get("SPF_INCLUDE"),
