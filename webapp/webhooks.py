@@ -8,7 +8,9 @@ the job (VERP bounce address, Message-ID, correlation ID).
   came from *some* SNS topic). Subscription confirmations are handed back to be confirmed.
 - SendGrid: the Signed Event Webhook, ECDSA P-256/SHA-256 over ``timestamp + body``.
 - Postmark: HTTP basic auth (the credentials put in the webhook URL).
-- Mailgun: HMAC-SHA256 of ``timestamp + token`` with the webhook signing key.
+- Mailgun: HMAC-SHA256 of ``timestamp + token`` with the webhook signing key; its replay
+  key (timestamp + token) is consumed as soon as the signature checks out, since the body
+  is not signed.
 - Generic: ``Authorization: Bearer <webhook token>`` (checked by the caller against the
   stored hashes), body ``{"type", "email", "message_id"?, "bounce"?, "reason"?}``.
 
@@ -405,8 +407,11 @@ def parse_sendgrid(body: bytes, headers: Any, public_key: ec.EllipticCurvePublic
     items = _json(body)
     if not isinstance(items, list):
         raise WebhookRejected(400, "a SendGrid event webhook body is a JSON array")
+    # The replay key is what the signature covers (timestamp and body), not the
+    # signature's text: base64 with junk characters ("!", "*", which b64decode skips) and
+    # ECDSA's mirror signature (r, n - s) verify too, and must not make a new request.
     inbound = Inbound("sendgrid", "sendgrid:" + hashlib.sha256(
-        signature.encode() + b"|" + stamp.encode()).hexdigest())
+        stamp.encode() + b"|" + body).hexdigest())
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("event"), str):
             raise WebhookRejected(400, "every SendGrid event is an object with an event")
@@ -499,8 +504,12 @@ def parse_postmark(body: bytes) -> Inbound:
 
 # --- Mailgun -----------------------------------------------------------------------------
 
-def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbound:
-    """Authenticate a Mailgun webhook (HMAC-SHA256 of timestamp + token) and read it."""
+def verify_mailgun(body: bytes, signing_key: str | None) -> tuple[dict[str, Any], str]:
+    """Check a Mailgun webhook's signature (HMAC-SHA256 of timestamp + token). Returns the
+    body and its replay key, built from what Mailgun signs — the timestamp and the token,
+    not the body. The caller consumes that key at once, whatever becomes of the request
+    (:func:`read_mailgun` may still refuse it): the signature does not cover the body, so
+    a refused request's signature must not be usable again with another body."""
     if not signing_key:
         raise WebhookRejected(403, "SENDDOCK_MAILGUN_SIGNING_KEY is not set: Mailgun "
                                    "webhooks are off")
@@ -512,8 +521,16 @@ def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbou
                                                                 "signature"))
     expected = hmac.new(signing_key.encode(), (stamp + token).encode(),
                         hashlib.sha256).hexdigest()
-    if not token or not hmac.compare_digest(expected, given):
+    if not token or not hmac.compare_digest(expected, given.lower()):
         raise WebhookRejected(403, "the Mailgun signature does not match")
+    key = "mailgun:" + hashlib.sha256(f"{stamp}|{token}".encode()).hexdigest()
+    return item, key
+
+
+def read_mailgun(item: dict[str, Any], max_age: float) -> Inbound:
+    """A verified Mailgun webhook (see :func:`verify_mailgun`, whose key it has consumed)
+    read as events."""
+    stamp = str(item["signature"].get("timestamp", ""))
     try:
         _fresh(float(stamp), max_age, "the Mailgun timestamp")
     except ValueError:
@@ -521,12 +538,21 @@ def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbou
     data = item.get("event-data")
     if not isinstance(data, dict) or not isinstance(data.get("event"), str):
         raise WebhookRejected(400, "the Mailgun body has no event-data")
-    inbound = Inbound("mailgun", f"mailgun:{token}")
+    inbound = Inbound("mailgun", None)  # its key was consumed before reading
     event = _mailgun_event(data)
     if event is None:
         inbound.ignored = 1
     else:
         inbound.events.append(event)
+    return inbound
+
+
+def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbound:
+    """Verify and read a Mailgun webhook in one go, its replay key on the result (for
+    callers that consume it with the effects; the web route consumes it first)."""
+    item, key = verify_mailgun(body, signing_key)
+    inbound = read_mailgun(item, max_age)
+    inbound.replay_key = key
     return inbound
 
 

@@ -23,12 +23,13 @@ from webapp.webhooks import (
     WebhookRejected,
     check_basic_auth,
     parse_generic,
-    parse_mailgun,
     parse_postmark,
     parse_sendgrid,
     parse_ses,
+    read_mailgun,
     sendgrid_public_key,
     sns_url_allowed,
+    verify_mailgun,
 )
 from workers import outgoing
 from workers.after_acceptance import thresholds
@@ -144,8 +145,10 @@ def mailgun() -> Response:
     """Mailgun's webhooks (signature object, HMAC-SHA256)."""
     def handle() -> Response:
         cfg = context.config()
-        return _apply(parse_mailgun(_body(), cfg.feedback.mailgun_signing_key,
-                                    cfg.feedback.webhook_max_age))
+        item, key = verify_mailgun(_body(), cfg.feedback.mailgun_signing_key)
+        with context.engine().begin() as conn:  # consumed even if refused below
+            feedback_intake.consume(conn, "mailgun", key)
+        return _apply(read_mailgun(item, cfg.feedback.webhook_max_age))
     return _answer(handle)
 
 
