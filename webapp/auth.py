@@ -50,11 +50,25 @@ def load_user(user_key: str) -> User | None:
     return User(row, parts[2]) if row is not None else None
 
 
+def count_password_attempt(email: str) -> tuple[int, users.LoginRefused | None]:
+    """Count a password check (login, or the current password on the account page)
+    against the failed-attempt limits before it is made, committed at once: ``(attempt
+    id, None)``, or ``(0, the refusal)`` when a limit is reached (that is recorded too)."""
+    with engine().begin() as conn:
+        try:
+            return users.reserve_attempt(conn, email, request.remote_addr or "?"), None
+        except users.LoginRefused as exc:
+            return 0, exc  # caught inside the transaction: the attempt is committed
+
+
 def start_session(user: dict[str, Any]) -> None:
     """Log ``user`` in with a new server-side session (login, and after a password change,
     which ended the old ones)."""
     with engine().begin() as conn:
         token = users.start_session(conn, int(user["id"]))
+    # A new cookie session too: nothing from before the login survives in it, the CSRF
+    # token included (a token an attacker planted or read before the login is worthless).
+    session.clear()
     login_user(User(user, token))
 
 
