@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from bench.common import fresh_database, machine, percentile, save, table
 from webapp import create_app, db
 from webapp.domain import users
-from workers.settings import load
+from workers.core.settings import load
 
 CAMPAIGNS = 20
 

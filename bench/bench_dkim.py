@@ -1,5 +1,5 @@
 """DKIM signing cost per message: dkimpy (pure-Python RSA, PyNaCl ed25519) against
-SendDock's signer (``workers.dkim``, OpenSSL through ``cryptography``), RSA-2048 and
+SendDock's signer (``workers.building.dkim``, OpenSSL through ``cryptography``), RSA-2048 and
 ed25519, on a typical campaign message (multipart, ~3 KB, List-Unsubscribe headers).
 
     python -m bench.bench_dkim --messages 2000
@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from bench.common import _cpu_model, save, table
-from workers import dkim as senddock_dkim
-from workers.message import build_mime
+from workers.building import dkim as senddock_dkim
+from workers.building.message import build_mime
 
 TEXT = ("Hello {name},\n\n" + "This month's news, with a paragraph of ordinary length. " * 30
         + "\n\nUnsubscribe: https://mail.example.com/u/{token}\n")

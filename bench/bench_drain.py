@@ -31,13 +31,13 @@ from bench.common import (
 )
 from webapp import db
 from webapp.domain import campaigns
-from workers import queue
+from workers.delivery import queue
 
 
 def add_dkim_keys(engine: sa.Engine, algorithms: list[str]) -> None:
     """Keys for the bench campaign's From domain: the worker signs every message with them
     (SENDDOCK_SECRET_KEY is env_for's "bench-secret")."""
-    from workers import dkim
+    from workers.building import dkim
 
     with engine.begin() as conn:
         for algorithm in algorithms:

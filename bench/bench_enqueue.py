@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from bench.common import fresh_database, machine, make_campaign, percentile, save, seed_list, table
 from webapp import create_app, db
 from webapp.domain import users
-from workers import queue
-from workers.settings import load
+from workers.core.settings import load
+from workers.delivery import queue
 
 
 def measure(size: int) -> dict[str, Any]:

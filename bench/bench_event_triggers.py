@@ -1,6 +1,6 @@
 """What the outgoing-event triggers (migration 0015) cost the engine's hot path.
 
-Finishes N sending jobs the way the pool does (``workers.queue.finish_batch``, batches of
+Finishes N sending jobs the way the pool does (``workers.delivery.queue.finish_batch``, batches of
 10, one transaction each) three ways: the event trigger disabled (the baseline), enabled
 with no endpoint (what every installation without event webhooks pays), and enabled with
 one endpoint subscribed to ``sent`` (one delivery row queued per job).
@@ -19,8 +19,9 @@ import sqlalchemy as sa
 from bench.common import fresh_database, machine, make_campaign, save, seed_list, table
 from webapp import db
 from webapp.domain import campaigns
-from workers import event_queue, queue
-from workers.queue import Outcome
+from workers.after_acceptance import event_queue
+from workers.delivery import queue
+from workers.delivery.queue import Outcome
 
 BATCH = 10
 

@@ -42,8 +42,8 @@ def run_once(clusters: pgcluster.Clusters, synchronous: bool, recipients: int,
     from webapp import create_app, db
     from webapp.domain import users
     from webapp.sink import SinkServer
-    from workers import pg
-    from workers.settings import load
+    from workers.core import pg
+    from workers.core.settings import load
 
     tag = uuid.uuid4().hex[:4]
     primary = clusters.primary(f"primary-{tag}")

@@ -1,10 +1,10 @@
-"""The finish statement (``workers.queue.finish``, what the finisher runs for every group
+"""The finish statement (``workers.delivery.queue.finish``, what the finisher runs for every group
 of outcomes) as a drain goes on: claims jobs and finishes them in groups of --group in
 autocommit, round after round with no vacuum in between, and prints the milliseconds per
 statement of each round.
 
 Two forms of the guard "still `sending`, under the same claim token": the one in
-workers/queue.py (a join condition: one primary-key lookup per outcome), and a plain
+workers/delivery/queue.py (a join condition: one primary-key lookup per outcome), and a plain
 ``status = 'sending'`` restriction as it was until issue 12's last change, which lets the
 planner read delivery_jobs_sending_idx; that index keeps an entry for every job finished
 since the last vacuum, so the old form grows slower with the drain.
@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from bench.common import fresh_database, machine, make_campaign, save, seed_list, table
 from webapp import db
 from webapp.domain import campaigns
-from workers import queue
-from workers.queue import Outcome
+from workers.delivery import queue
+from workers.delivery.queue import Outcome
 
 NEW_GUARD = "CASE WHEN j.status = 'sending' THEN j.claim_token END = o.token"
 OLD_GUARD = "j.status = 'sending' AND j.claim_token = o.token"

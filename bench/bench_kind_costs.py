@@ -23,7 +23,7 @@ from bench.bench_event_triggers import _finish_all
 from bench.common import fresh_database, machine, make_campaign, save, seed_list, table
 from webapp import db
 from webapp.domain import campaigns
-from workers import queue
+from workers.delivery import queue
 
 
 def finish(n: int, enabled: bool) -> dict[str, Any]:

@@ -42,8 +42,8 @@ from bench.common import (
 )
 from webapp import db
 from webapp.domain import kinds, messages, users
-from workers import queue
-from workers.settings import load
+from workers.core.settings import load
+from workers.delivery import queue
 
 ONBOARDING = {"class": "lifecycle", "subject": "{{ data.first_name }}, finish setting up",
               "text": "Hi {{ data.first_name }}, you signed up ({{ event.id }}).\n",
@@ -70,7 +70,7 @@ def counts(engine: sa.Engine, broadcast_id: int) -> dict[str, int]:
             "onboarding_sent": int(onboarding.get("sent", 0))}
 
 
-# The burst lands in one statement: rows exactly as workers.queue.enqueue_message writes
+# The burst lands in one statement: rows exactly as workers.delivery.queue.enqueue_message writes
 # them for POST /messages (class priority, payload with data/event/kind_version, dedupe
 # window), the way 50,000 day-3 reminders scheduled for 09:00 all come due at once.
 _BURST = sa.text("""

@@ -19,7 +19,7 @@ from bench.common import fresh_database, machine, save
 from bench.seed_subscribers import seed_subscribers
 from webapp import create_app, db
 from webapp.domain import users
-from workers.settings import load
+from workers.core.settings import load
 
 CAMPAIGNS = 30
 

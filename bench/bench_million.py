@@ -33,8 +33,8 @@ from bench.common import (
 from bench.seed_subscribers import seed_subscribers
 from webapp import create_app, db
 from webapp.domain import campaigns, users
-from workers import queue
-from workers.settings import load
+from workers.core.settings import load
+from workers.delivery import queue
 
 
 class Poller(threading.Thread):

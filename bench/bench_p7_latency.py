@@ -38,7 +38,7 @@ from bench.common import (
 )
 from webapp import db
 from webapp.domain import users
-from workers import queue
+from workers.delivery import queue
 
 
 class Client:

@@ -40,9 +40,9 @@ def build_app(url: str, smtp_port: int) -> Any:
     """A procrastinate app whose one task sends one message like a SendDock worker."""
     import procrastinate
 
-    from workers.links import unsubscribe_url
-    from workers.message import build_mime, compile_campaign
-    from workers.smtp import SmtpTransport, parse_smtp_url
+    from workers.building.links import unsubscribe_url
+    from workers.building.message import build_mime, compile_campaign
+    from workers.delivery.smtp import SmtpTransport, parse_smtp_url
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
     template = compile_campaign(SUBJECT, TEXT, HTML)

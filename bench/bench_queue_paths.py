@@ -30,8 +30,8 @@ from bench.common import (
     table,
 )
 from webapp import db
-from webapp.domain import campaigns
-from workers import queue, queue_reads
+from webapp.domain import campaigns, queue_reads
+from workers.delivery import queue
 
 
 def _index_reads(engine: sa.Engine) -> int:

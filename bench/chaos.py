@@ -517,7 +517,7 @@ def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet,
 
 def _relay_back(sink: SinkProcess | PostfixSinkProcess, engine: sa.Engine, report: ChaosReport,
                 started: float) -> None:
-    from workers import queue
+    from workers.delivery import queue
 
     with engine.connect() as conn:
         state = queue.relay_status(conn)
@@ -550,7 +550,7 @@ def _restart_database(server: PrivatePostgres, fleet: Fleet, engine: sa.Engine,
 def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
             report: ChaosReport) -> None:
     """Compare the queue with the sink's record and name every broken promise."""
-    from workers import queue
+    from workers.delivery import queue
 
     with engine.connect() as conn:
         status, broadcast_id = conn.execute(sa.text(

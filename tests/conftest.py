@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from tests.real.dns import shared_server as shared_dns_server
 from webapp import create_app, db
-from workers.settings import Config, load
+from workers.core.settings import Config, load
 
 ROOT = Path(__file__).resolve().parent.parent
 

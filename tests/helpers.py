@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from tests.conftest import Proc, wait_for
 from webapp.domain import campaigns, lists
-from workers import queue
+from workers.delivery import queue
 
 
 def make_campaign(engine: sa.Engine, emails: list[str], *, send: bool = True,

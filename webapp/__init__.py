@@ -11,7 +11,7 @@ from flask import Flask
 from webapp import auth, db, errors, formatting, i18n, nav, security
 from webapp.json_input import JSONProvider, JSONRequest
 from webapp.resources import resource_dir
-from workers.settings import Config, load
+from workers.core.settings import Config, load
 
 log = logging.getLogger("senddock")
 
@@ -31,7 +31,7 @@ class SendDock:
         with self._health_lock:
             if self._health is None:
                 from webapp.dbhealth import HealthProbe
-                from workers import pg
+                from workers.core import pg
 
                 self._health = HealthProbe(pg.engine_conninfo(self.engine),
                                            self.config.extra.get("process", "web"))

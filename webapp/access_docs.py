@@ -8,7 +8,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from webapp import access, create_app
-from workers.settings import load
+from workers.core.settings import load
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ import sqlalchemy as sa
 from webapp import db
 from webapp.domain import domain_checks as dc
 from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
-from workers import dkim
-from workers.classify import ReplyClass
-from workers.settings import Config
-from workers.smtp import AUTH_PREFERENCE, SmtpTransport, parse_smtp_url
+from workers.building import dkim
+from workers.core.settings import Config
+from workers.delivery.classify import ReplyClass
+from workers.delivery.smtp import AUTH_PREFERENCE, SmtpTransport, parse_smtp_url
 
 
 def run_checks(config: Config) -> list[Check]:
@@ -55,7 +55,7 @@ def database_checks(config: Config) -> tuple[list[Check], Any]:
         return [Check("database", PROBLEM, "SENDDOCK_DATABASE_URL is not set (the embedded "
                       "PostgreSQL is for the demo).", "set SENDDOCK_DATABASE_URL to your "
                       "PostgreSQL (postgresql://user:password@host:5432/db)")], None
-    from workers import pg
+    from workers.core import pg
 
     try:
         url = db.normalize_url(config.database_url)
@@ -95,7 +95,7 @@ def _script_heads(url: str) -> list[str]:
 
 
 def make_transport(config: Config) -> SmtpTransport:
-    """The transport the delivery pool uses (workers.pool), with the same settings: EHLO
+    """The transport the delivery pool uses (workers.delivery.pool), with the same settings: EHLO
     name, CA file, one AUTH mechanism."""
     return SmtpTransport(parse_smtp_url(config.smtp_url), timeout=config.smtp_timeout,
                          local_hostname=config.smtp_helo, ca_file=config.smtp_ca_file)

@@ -22,7 +22,7 @@ from webapp.runtime import (
     serve_app,
     wait_for_database,
 )
-from workers.settings import markdown_table, with_table
+from workers.core.settings import markdown_table, with_table
 
 
 class LazyCommand(click.Command):
@@ -154,7 +154,7 @@ def webhook_token_revoke(prefix: str) -> None:
 def serve(host: str, port: int, threads: int) -> None:
     """UI + API + worker pool in one process."""
     from webapp import create_app
-    from workers.pool import Pool
+    from workers.delivery.pool import Pool
 
     config = load_config(require_secret=True)
     config.extra["process"] = "serve"
@@ -186,7 +186,7 @@ def web(host: str, port: int, threads: int) -> None:
 @main.command()
 def worker() -> None:
     """The delivery pool only; drains the queue until SIGTERM."""
-    from workers.pool import Pool
+    from workers.delivery.pool import Pool
 
     config = load_config(require_secret=True)
     config.extra["process"] = "worker"
@@ -231,7 +231,7 @@ def _print_key(key: Any) -> None:
 def dkim_create(domain: str, selector: str | None, algorithm: str) -> None:
     """Generate a key for DOMAIN and print the DNS record to publish. The first key of an
     algorithm signs at once; a second one is "next" until `senddock dkim activate`."""
-    from workers import dkim
+    from workers.building import dkim
 
     config = load_config(require_secret=True)
     engine = open_engine(config)
@@ -249,7 +249,7 @@ def dkim_create(domain: str, selector: str | None, algorithm: str) -> None:
 @click.argument("selector")
 def dkim_activate(domain: str, selector: str) -> None:
     """Sign DOMAIN's mail with SELECTOR's key from now on (the old key is retired)."""
-    from workers import dkim
+    from workers.building import dkim
 
     config = load_config(require_secret=True)
     engine = open_engine(config)
@@ -264,7 +264,7 @@ def dkim_activate(domain: str, selector: str) -> None:
 @dkim_group.command("list")
 def dkim_list() -> None:
     """Every key with its status and DNS record."""
-    from workers import dkim
+    from workers.building import dkim
 
     config = load_config()
     engine = open_engine(config)

@@ -8,7 +8,7 @@ from flask import current_app, g
 from flask_login import current_user
 from sqlalchemy.engine import Engine
 
-from workers.settings import Config
+from workers.core.settings import Config
 
 
 def engine() -> Engine:

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from workers import pg
+from workers.core import pg
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ _embedded: dict[Path, Any] = {}
 
 class DatabaseUnavailable(Exception):
     """PostgreSQL cannot be reached right now. Raise it ``from`` the driver's error: the
-    error handler translates that cause (:func:`workers.pg.classify`, the one place that
+    error handler translates that cause (:func:`workers.core.pg.classify`, the one place that
     reads SQLSTATEs) into its own message."""
 
 
@@ -78,7 +78,7 @@ def stop_embedded(data_dir: Path) -> bool:
 
 def resolve_url(database_url: str | None, data_dir: Path) -> str:
     """The connection string to use (libpq's, multi-host URLs included): the configured
-    one, else the embedded server's. A bad URL raises :class:`workers.pg.DatabaseUrlError`
+    one, else the embedded server's. A bad URL raises :class:`workers.core.pg.DatabaseUrlError`
     (a ``ValueError``) whose one line names SENDDOCK_DATABASE_URL."""
     if database_url:
         return pg.conninfo(database_url)
@@ -90,7 +90,7 @@ def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock",
                 statement_timeout: float | None = None, lock_timeout: float | None = None,
                 checkout_timeout: float = 30.0, idle_timeout: float | None = 60.0) -> Engine:
     """An engine of at most ``pool_size`` connections (a hard cap: see
-    :func:`workers.pg.make_engine`), checked before use (``pre_ping``) so a restarted
+    :func:`workers.core.pg.make_engine`), checked before use (``pre_ping``) so a restarted
     PostgreSQL costs a failed request or two, not a process restart. The delivery pool
     turns the check off: it retries database errors itself, and the extra round trip per
     transaction cost about 10 % of its throughput. ``application_name`` is

@@ -117,7 +117,7 @@ def _start_sink(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 def demo(port: int, smtp_port: int, subscribers: int) -> None:
     """Run everything embedded: PostgreSQL, an SMTP sink, seeded data, the dashboard."""
     from webapp.runtime import delivery_engine, load_config, open_engine, serve_app
-    from workers.pool import Pool
+    from workers.delivery.pool import Pool
 
     data_dir = Path(os.environ.get("SENDDOCK_DATA_DIR", "./.senddock")).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

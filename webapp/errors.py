@@ -15,8 +15,8 @@ from werkzeug.wrappers import Response
 from webapp.db import DatabaseUnavailable
 from webapp.domain.errors import DomainError, Overloaded, TooMany
 from webapp.i18n import localize
-from workers import pg
-from workers.i18n import N_
+from workers.core import pg
+from workers.core.i18n import N_
 
 log = logging.getLogger("senddock.web")
 
@@ -95,7 +95,7 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(pg.DatabaseProblem)
     def db_problem(exc: pg.DatabaseProblem) -> Response | tuple[str, int]:
-        """Every database problem, translated once by :func:`workers.pg.classify`: a 503
+        """Every database problem, translated once by :func:`workers.core.pg.classify`: a 503
         with the problem's own plain message and a Retry-After, as JSON or a page."""
         problem = exc.problem
         log.warning("database %s on %s %s: %s", problem.status, request.method,

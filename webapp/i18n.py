@@ -21,7 +21,7 @@ from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 
 from webapp.resources import resource_dir
-from workers.i18n import Text
+from workers.core.i18n import Text
 
 LANGUAGES = {"en": "English", "es": "Español"}
 DEFAULT = "en"
@@ -119,7 +119,7 @@ def key_state(value: Any) -> str:
 
 
 def localize(message: Any) -> Any:
-    """A message built by the domain code or the engine (:class:`workers.i18n.Text`) in
+    """A message built by the domain code or the engine (:class:`workers.core.i18n.Text`) in
     the page's language; anything else as it is."""
     return message.say(gettext, num) if isinstance(message, Text) else message
 

@@ -28,10 +28,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.engine import Connection, Engine
 
-from webapp.domain import health
-from workers import event_queue, feedback, queue, queue_reads
-from workers.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
-from workers.settings import Config
+from webapp.domain import health, queue_reads
+from workers.after_acceptance import event_queue, feedback
+from workers.building.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
+from workers.core.settings import Config
+from workers.delivery import queue
 
 
 class QueueCollector(Collector):

@@ -2,7 +2,7 @@
 (``tests/integration/test_migrations.py`` compares them).
 
 A delivery job is the unit of the whole product: one recipient, one message, one row whose
-``status`` walks the states of :mod:`workers.states`.
+``status`` walks the states of :mod:`workers.core.states`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, ExcludeConstraint
 
-from workers import event_queue, states
-from workers.states import sql_list
+from workers.after_acceptance import event_queue
+from workers.core import states
+from workers.core.states import sql_list
 
 metadata = MetaData()
 
-# The job vocabulary belongs to the engine (workers/states.py); the CHECK constraints and
+# The job vocabulary belongs to the engine (workers/core/states.py); the CHECK constraints and
 # index predicates below are built from it.
 JOB_STATUSES = states.STATES
 JOB_KINDS = states.KINDS
@@ -229,7 +230,8 @@ delivery_jobs = Table(
     Column("email", Text, nullable=False),
     # No foreign keys on these three on purpose: each would add a per-row lookup to the
     # set-based enqueue (measured: 54k → 141k rows/s without them). Jobs are only created
-    # from an existing broadcast by workers.queue, and campaigns with jobs are never deleted.
+    # from an existing broadcast by workers.delivery.queue, and campaigns with jobs are
+    # never deleted.
     Column("broadcast_id", BigInteger),
     Column("campaign_id", BigInteger),
     Column("subscriber_id", BigInteger),
@@ -468,7 +470,7 @@ audit_log = Table(
 )
 
 # Transactional kinds (SPEC 11): the built-in `verification` and the admins' own kinds.
-# A kind's class fixes the priority of its jobs at enqueue (workers.kinds.CLASS_PRIORITY).
+# A kind's class fixes the priority of its jobs at enqueue (workers.building.kinds.CLASS_PRIORITY).
 # NULL retry_schedule / resend_cooldown: the settings' defaults (the built-in kind only).
 kinds = Table(
     "kinds", metadata,
@@ -608,8 +610,9 @@ webhook_endpoints = Table(
 )
 
 # The durable queue of outgoing events: one row per (event, endpoint), queued by triggers
-# in the transaction that made the change, claimed with SKIP LOCKED (workers.event_queue).
-# The row is the delivery log too: attempts, last status and response.
+# in the transaction that made the change, claimed with SKIP LOCKED
+# (workers.after_acceptance.event_queue). The row is the delivery log too: attempts, last
+# status and response.
 webhook_deliveries = Table(
     "webhook_deliveries", metadata,
     Column("id", BigInteger, primary_key=True),
@@ -639,7 +642,7 @@ webhook_deliveries = Table(
 )
 
 # DKIM (SPEC 13): the domains mail is sent From and their keys. The private key is stored
-# only encrypted (workers/dkim.py: AES-GCM under a key derived from SENDDOCK_SECRET_KEY).
+# only encrypted (workers/building/dkim.py: AES-GCM under a key derived from SENDDOCK_SECRET_KEY).
 # Per domain and algorithm at most one active key (signs) and one next key (published,
 # waiting to be activated): the two selectors of a rotation.
 sending_domains = Table(

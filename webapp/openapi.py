@@ -8,7 +8,8 @@ from webapp.domain import fields as rules
 from webapp.domain import kinds as kinds_input
 from webapp.domain import lists, messages, suppressions, verifications
 from webapp.models import SUPPRESSION_REASONS
-from workers import kinds, states
+from workers.building import kinds
+from workers.core import states
 
 BIGINT_MAX = 2**63 - 1
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from webapp import db
-from workers.settings import Config, ConfigError, load
+from workers.core.settings import Config, ConfigError, load
 
 
 def load_config(require_secret: bool = False) -> Config:
@@ -43,7 +43,7 @@ def wait_for_database(url: str, process: str, migrate: bool = True) -> None:
     retry with backoff, never a traceback. Ctrl-C / SIGTERM ends the wait."""
     import threading
 
-    from workers import pg
+    from workers.core import pg
 
     outage = pg.Outage(f"{process} starting", logging.getLogger("senddock"))
 
@@ -83,7 +83,7 @@ def open_engine(config: Config, migrate: bool = True, pre_ping: bool = True,
 def delivery_engine(web_engine: Any, config: Config, process: str = "serve") -> Any:
     """The delivery pool's own engine (DB_DELIVERY_POOL + the liveness session; no
     pre-ping), so a busy pool never takes the web side's connections."""
-    from workers import pg
+    from workers.core import pg
 
     return db.delivery_engine(pg.engine_conninfo(web_engine), config, process)
 

@@ -1,6 +1,6 @@
 """Provider webhooks (SPEC 12): each request authenticated the way its provider documents,
-then turned into :class:`~workers.reports.Feedback` events with the references that find
-the job (VERP bounce address, Message-ID, correlation ID).
+then turned into :class:`~workers.after_acceptance.reports.Feedback` events with the
+references that find the job (VERP bounce address, Message-ID, correlation ID).
 
 - SES through SNS: the SNS signature (versions 1 and 2) checked with ``cryptography``
   against the signing certificate, fetched only over HTTPS from an allow-listed SNS host
@@ -39,8 +39,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from workers import outgoing
-from workers.reports import Feedback, bounce_class
+from workers.after_acceptance.reports import Feedback, bounce_class
+from workers.core import outgoing
 
 CORRELATION_HEADER = "x-senddock-correlation-id"
 
@@ -138,7 +138,7 @@ def sns_url_allowed(url: str, host_pattern: re.Pattern[str] = SNS_CERT_HOST) -> 
 
 class SnsCertificates:
     """Signing certificates by URL: checked against the SNS host allow-list *before* any
-    fetch, fetched over HTTPS through the SSRF guard (:mod:`workers.outgoing`) with
+    fetch, fetched over HTTPS through the SSRF guard (:mod:`workers.core.outgoing`) with
     certificate verification, cached in memory — failures too: a URL whose fetch failed is
     not fetched again for ``failure_ttl`` seconds, and once ``max_failures`` fetches failed
     within that time no new URL is fetched until the oldest failure expires, so anonymous

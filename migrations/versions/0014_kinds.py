@@ -43,7 +43,7 @@ VERIFICATION_HTML = """<!doctype html>
 # change, so the counters only ever grow and every process scrapes the same numbers.
 # Time to sent is measured from when the job was due (its send_at when scheduled). Bucket
 # i counts jobs with BOUNDS[i-1] < seconds <= BOUNDS[i] (Prometheus "le"); the bounds are
-# workers.kinds.TIME_TO_SENT_BOUNDS (a test checks they agree).
+# workers.building.kinds.TIME_TO_SENT_BOUNDS (a test checks they agree).
 BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0,
           86400.0)
 NEGATED = ", ".join(repr(-b) for b in reversed(BOUNDS))

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import LiveServer
-from workers import queue
+from workers.delivery import queue
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import LiveServer, login
-from workers import dkim
+from workers.building import dkim
 
 pytestmark = pytest.mark.e2e
 

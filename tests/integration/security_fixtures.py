@@ -17,8 +17,9 @@ from werkzeug.routing import Rule
 from werkzeug.routing.converters import AnyConverter, IntegerConverter
 
 from webapp.domain import suppressions, users, verifications
-from workers import links, queue
-from workers.settings import Config
+from workers.building import links
+from workers.core.settings import Config
+from workers.delivery import queue
 
 ROLES = ("admin", "marketer", "support")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

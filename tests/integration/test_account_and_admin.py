@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.helpers import Browser
-from workers import queue
+from workers.delivery import queue
 
 
 def _text(html: str) -> str:

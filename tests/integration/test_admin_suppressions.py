@@ -13,7 +13,7 @@ from tests.conftest import Api
 from tests.helpers import Browser, make_campaign
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import Invalid
-from workers import queue
+from workers.delivery import queue
 
 
 def seed(engine: sa.Engine, n: int) -> None:

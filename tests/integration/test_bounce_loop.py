@@ -16,10 +16,10 @@ from tests.conftest import settings, wait_for
 from tests.helpers import make_campaign
 from tests.real.dovecot import Mailbox
 from tests.real.postfix import Postfix
-from workers import queue
-from workers.links import job_from_bounce_address
-from workers.pool import Pool
-from workers.settings import load
+from workers.building.links import job_from_bounce_address
+from workers.core.settings import load
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 SECRET = "test-secret-key-not-for-production"
 BOUNCES = "bounces@senddock.test"

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from tests.conftest import settings, wait_for
 from tests.helpers import accepted_campaign
 from tests.real.dovecot import Mailbox
-from workers.feedback import Thresholds
-from workers.links import bounce_address
-from workers.mailbox import BouncePoller
+from workers.after_acceptance.feedback import Thresholds
+from workers.after_acceptance.mailbox import BouncePoller
+from workers.building.links import bounce_address
 
 SECRET = "test-secret-key-not-for-production"
 BOUNCES = "bounces@senddock.test"
@@ -125,7 +125,7 @@ def test_a_report_seen_again_after_a_crash_before_the_move_is_not_applied_twice(
     dovecot.deliver(raw)
     box = poller(engine, dovecot.url("imaps"), dovecot.server.tls.ca_file)
     # The state a crash between the commit and the move leaves: applied, still in INBOX.
-    from workers.mailbox import PollResult
+    from workers.after_acceptance.mailbox import PollResult
 
     box.process(raw, PollResult())
     assert dovecot.count("INBOX") == 1

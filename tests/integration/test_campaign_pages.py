@@ -13,11 +13,11 @@ import sqlalchemy as sa
 
 from tests.conftest import wait_for
 from tests.helpers import Browser, campaign_status, make_campaign
-from webapp.domain import campaigns, lists, progress
+from webapp.domain import campaigns, lists, progress, queue_reads
 from webapp.domain.suppressions import suppress
-from workers import queue, queue_reads
-from workers.pool import Pool
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 
 def _counts(engine: sa.Engine, campaign_id: int) -> dict[str, int]:

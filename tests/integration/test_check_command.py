@@ -18,8 +18,8 @@ from tests.real import postfix
 from tests.real.dns import DnsServer
 from webapp.checks import format_line, run_checks
 from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
-from workers import dkim
-from workers.settings import Config
+from workers.building import dkim
+from workers.core.settings import Config
 
 SECRET = "test-secret-key-not-for-production"
 pytestmark = pytest.mark.slow

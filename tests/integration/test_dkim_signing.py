@@ -16,9 +16,9 @@ from tests.conftest import Api, wait_for
 from tests.real import opendkim
 from tests.real.dns import DnsServer
 from webapp.domain import campaigns, domain_checks, lists, verifications
-from workers import dkim as sd
-from workers.pool import Pool
-from workers.settings import Config
+from workers.building import dkim as sd
+from workers.core.settings import Config
+from workers.delivery.pool import Pool
 
 SECRET = "test-secret-key-not-for-production"
 LONG_SUBJECT = "Ünïcödé newsletter for {{ name }}: " + "a rather long subject line " * 8

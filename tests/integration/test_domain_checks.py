@@ -10,7 +10,7 @@ import pytest
 
 from tests.real.dns import DnsServer
 from webapp.domain import domain_checks as dc
-from workers import dkim as sd
+from workers.building import dkim as sd
 
 DOMAIN = "example.com"
 RSA = sd.generate_private_key("rsa")

@@ -15,8 +15,8 @@ from tests.helpers import Browser
 from tests.real.dns import DnsServer
 from webapp import create_app
 from webapp.domain import audit, campaigns, lists, sending_domains
-from workers import dkim
-from workers.settings import Config
+from workers.building import dkim
+from workers.core.settings import Config
 
 
 @pytest.fixture()

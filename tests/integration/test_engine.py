@@ -10,9 +10,9 @@ import sqlalchemy as sa
 
 from tests.conftest import wait_for
 from tests.helpers import attempts_of, campaign_status, jobs_by_email, make_campaign, suppressed
-from workers import queue
-from workers.pool import Pool
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 RULES = {"rules": [
     {"match": "hard@example.org", "reply": "550 5.1.1 User unknown"},

@@ -21,10 +21,10 @@ import sqlalchemy as sa
 
 from tests.conftest import wait_for
 from tests.helpers import campaign_status, jobs_by_email, make_campaign
-from webapp.domain import campaigns, inbox
-from workers import queue, queue_reads
-from workers.pool import Pool
-from workers.settings import Config
+from webapp.domain import campaigns, inbox, queue_reads
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 
 def _states(engine: sa.Engine) -> dict[str, int]:

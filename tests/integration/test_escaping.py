@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from tests.conftest import wait_for
 from tests.helpers import campaign_status
 from tests.integration.security_fixtures import calls, login
-from workers import links
-from workers.pool import Pool
+from workers.building import links
+from workers.delivery.pool import Pool
 
 PAYLOADS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>']
 QUERY_PARAMS = ("q", "email", "reason", "kind", "class", "campaign", "after", "subscriber",

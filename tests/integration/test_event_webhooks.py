@@ -17,10 +17,11 @@ from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import free_port, wait_for
 from tests.helpers import accepted_campaign, make_campaign
-from workers import event_queue, feedback, outgoing
-from workers.event_webhooks import EventDeliverer, new_secret
-from workers.pool import Pool
-from workers.reports import Feedback
+from workers.after_acceptance import event_queue, feedback
+from workers.after_acceptance.event_webhooks import EventDeliverer, new_secret
+from workers.after_acceptance.reports import Feedback
+from workers.core import outgoing
+from workers.delivery.pool import Pool
 
 # The receivers listen on loopback, which the SSRF guard refuses unless named
 # (SENDDOCK_OUTGOING_ALLOW).

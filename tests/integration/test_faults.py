@@ -30,9 +30,9 @@ from tests.helpers import (
 )
 from webapp import db
 from webapp.sink import SinkServer
-from workers import queue
-from workers.pool import Pool
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from tests.conftest import Api
 from tests.helpers import Browser, accepted_campaign
-from workers import event_queue, feedback
-from workers.reports import Feedback
+from workers.after_acceptance import event_queue, feedback
+from workers.after_acceptance.reports import Feedback
 
 T = feedback.Thresholds(complaint_min_sent=1)
 

@@ -1,4 +1,4 @@
-"""The finisher (workers/finisher.py) against a real PostgreSQL: outcomes handed over by
+"""The finisher (workers/delivery/finisher.py) against a real PostgreSQL: outcomes handed over by
 many threads at once are each committed (those that wait for the session together); a
 refused mark says so;
 a database error reaches every outcome of its group, and the next group succeeds on a
@@ -23,9 +23,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tests.helpers import make_campaign, wait_for
-from workers import queue
-from workers.finisher import Finisher
-from workers.pool import StatementDb
+from workers.delivery import queue
+from workers.delivery.finisher import Finisher
+from workers.delivery.pool import StatementDb
 
 
 def _claimed(engine: sa.Engine, n: int) -> list[queue.ClaimedJob]:
@@ -206,9 +206,9 @@ def test_a_lost_session_fails_every_statement_in_flight(engine: sa.Engine) -> No
 _CHILD = """
 import json, os, signal, sys, time
 from webapp import db
-from workers import queue
-from workers.finisher import Finisher
-from workers.pool import StatementDb
+from workers.delivery import queue
+from workers.delivery.finisher import Finisher
+from workers.delivery.pool import StatementDb
 
 url, jobs = sys.argv[1], json.loads(sys.argv[2])
 finisher = Finisher(StatementDb(db.make_engine(url, pool_size=2)).connect, "w-fin")

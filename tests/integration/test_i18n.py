@@ -51,7 +51,7 @@ ES = {"Accept-Language": "es"}
 
 def test_domain_errors_show_in_spanish_on_spanish_pages(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Messages built by the domain code and the engine (workers.i18n.N_) are said in the
+    """Messages built by the domain code and the engine (workers.core.i18n.N_) are said in the
     page's language; the API keeps its English contract."""
     sending = make_campaign(engine, ["a@example.org"], name="En marcha")
     marketer = make_user("marketer")

@@ -16,7 +16,7 @@ from webapp import create_app, db
 from webapp.domain import import_uploads, imports, lists
 from webapp.domain.errors import Invalid
 from webapp.domain.suppressions import suppress
-from workers.settings import Config
+from workers.core.settings import Config
 
 BROKEN = (
     "\ufeffEmail;Name;Plan;City\r\n"             # 1: BOM, semicolons, mixed-case header

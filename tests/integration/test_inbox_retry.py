@@ -13,11 +13,11 @@ import sqlalchemy as sa
 
 from tests.conftest import wait_for
 from tests.helpers import Browser, campaign_status, jobs_by_email, make_campaign
-from webapp.domain import audit, inbox, suppressions
+from webapp.domain import audit, inbox, queue_reads, suppressions
 from webapp.domain.errors import Conflict
-from workers import queue, queue_reads
-from workers.pool import Pool
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 
 def add_job(conn: sa.Connection, email: str, status: str = "failed", *,

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from tests.helpers import Browser, make_campaign
 from tests.integration.security_fixtures import failed_job
-from workers import queue
+from workers.delivery import queue
 
 
 def _text(html: str) -> str:

@@ -203,7 +203,7 @@ def test_dedupe_holds_under_parallel_requests(app: Any, api: Api, engine: sa.Eng
 
 def test_the_database_refuses_overlapping_windows(api: Api, engine: sa.Engine) -> None:
     """Whatever the code path: the exclusion constraint, not only the request's lock."""
-    from workers import queue
+    from workers.delivery import queue
 
     put_kind(api, "onboarding", ONBOARDING)
     with engine.begin() as conn:

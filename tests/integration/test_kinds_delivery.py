@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import Api, wait_for
 from tests.helpers import make_campaign
 from tests.real.postfix import Postfix
-from workers import queue
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
 
 ONBOARDING = {
     "class": "lifecycle", "subject": "{{ data.first_name }}, finish setting up",
@@ -98,7 +98,7 @@ def test_define_send_dedupe_schedule_cancel_and_measure_through_postfix(
         relay: Postfix, engine: sa.Engine, config_for: Callable[..., Config],
         make_user: Callable[..., dict[str, Any]]) -> None:
     from webapp import create_app
-    from workers.pool import Pool
+    from workers.delivery.pool import Pool
 
     config = config_for(SMTP_URL=relay.smtp_url())
     app = create_app(config, engine=engine)
@@ -173,7 +173,7 @@ def test_a_kinds_own_retry_schedule_and_retry_counter(
     """Postfix answers 451 for one address: the kind's schedule (1 s, 1 s) is used, not
     the verification one (30, 120, 600), and each retry is counted for that kind."""
     from webapp import create_app
-    from workers.pool import Pool
+    from workers.delivery.pool import Pool
 
     relay.write_map("recipient_access", {"later@example.org": "451 4.3.0 try again later"})
     config = config_for(SMTP_URL=relay.smtp_url())

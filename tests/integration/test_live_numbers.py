@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from tests.helpers import Browser, make_campaign
 from webapp.domain import audit, progress
 from webapp.domain.progress import percent_done
-from workers import queue
+from workers.delivery import queue
 
 
 def test_percentages_never_round_up_to_done() -> None:

@@ -23,7 +23,7 @@ def fresh_caches() -> None:
 
 def seed(engine: sa.Engine) -> None:
     from tests.helpers import make_campaign
-    from workers import queue
+    from workers.delivery import queue
 
     campaign = make_campaign(engine, [f"c{i}@example.org" for i in range(12)])
     with engine.begin() as conn:

@@ -30,8 +30,8 @@ def test_count_triggers_installed(engine: sa.Engine) -> None:
 
 
 def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> None:
-    """The CHECK constraints in the database list exactly workers.states' names."""
-    from workers import states
+    """The CHECK constraints in the database list exactly workers.core.states' names."""
+    from workers.core import states
 
     with engine.connect() as conn:
         defs = dict(conn.execute(sa.text(
@@ -66,7 +66,7 @@ def test_dedupe_exclusion_constraint_is_the_models(engine: sa.Engine) -> None:
 
 
 def test_builtin_verification_kind_is_the_shipped_template(engine: sa.Engine) -> None:
-    from workers.compose import builtin_verification
+    from workers.building.compose import builtin_verification
 
     with engine.connect() as conn:
         row = conn.execute(sa.text("SELECT class, subject, text_body, html_body, builtin "

@@ -1,5 +1,5 @@
 """The SSRF guard (issue 30, finding 1): every URL SendDock fetches goes through
-``workers.outgoing`` — event webhooks, SNS signing certificates and subscription
+``workers.core.outgoing`` — event webhooks, SNS signing certificates and subscription
 confirmations. Asserted against real HTTP servers on loopback: what they received (or
 not), and what SendDock stored and shows."""
 
@@ -18,9 +18,10 @@ import sqlalchemy as sa
 from tests.conftest import free_port
 from tests.helpers import Browser, accepted_campaign
 from webapp.webhooks import SnsCertificates, WebhookRejected
-from workers import event_queue, outgoing
-from workers.event_webhooks import EventDeliverer, new_secret
-from workers.outgoing import Guard
+from workers.after_acceptance import event_queue
+from workers.after_acceptance.event_webhooks import EventDeliverer, new_secret
+from workers.core import outgoing
+from workers.core.outgoing import Guard
 
 LOOPBACK = Guard.parse_allow("127.0.0.1", timeout=3)
 

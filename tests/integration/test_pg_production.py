@@ -21,8 +21,8 @@ from tests.conftest import Api, Proc, free_port, settings, wait_for
 from tests.helpers import Browser, campaign_status, check_final, in_flight, make_campaign
 from tests.real.pgcluster import Clusters, PgCluster
 from webapp import create_app, db
-from workers import pg
-from workers.settings import load
+from workers.core import pg
+from workers.core.settings import load
 
 pytestmark = pytest.mark.slow
 

@@ -24,9 +24,9 @@ import sqlalchemy as sa
 from bench.common import make_campaign as make_bench_campaign
 from bench.common import seed_list
 from tests.helpers import Browser, campaign_status, make_campaign
-from webapp.domain import campaigns, inbox
+from webapp.domain import campaigns, inbox, queue_reads
 from webapp.domain.errors import Conflict, TooMany
-from workers import queue, queue_reads
+from workers.delivery import queue
 
 
 def _tuples_read(engine: sa.Engine) -> int:

@@ -21,9 +21,9 @@ from tests.helpers import attempts_of, campaign_status, jobs_by_email, suppresse
 from tests.real import postfix
 from tests.real.postfix import Postfix, max_in_window, max_per_second
 from webapp.domain import campaigns, lists
-from workers import queue
-from workers.pool import Pool
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow
 
@@ -443,7 +443,7 @@ def test_the_same_refusal_for_many_recipients_is_about_us(
 def test_headers_and_verp_through_postfix(relay: Postfix, engine: sa.Engine,
                                           config_for: Callable[..., Config],
                                           pools: Callable[..., Pool]) -> None:
-    from workers.links import job_from_bounce_address
+    from workers.building.links import job_from_bounce_address
 
     sent = campaign(engine, ["h@example.org"], html_only=True)
     config = relay_config(config_for, relay, BOUNCE_ADDRESS="bounces@example.com")

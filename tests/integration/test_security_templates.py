@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from tests.integration.security_fixtures import login
 from webapp.domain import campaigns
-from workers.compose import recipient_context
-from workers.message import TemplateError, compile_campaign
+from workers.building.compose import recipient_context
+from workers.building.message import TemplateError, compile_campaign
 
 SECRET = "test-secret-key-not-for-production"  # tests/conftest.py settings()
 

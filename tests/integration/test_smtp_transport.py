@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from webapp.sink import SinkServer, read_records
-from workers.classify import ReplyClass
-from workers.message import build_mime
-from workers.smtp import SmtpConfig, SmtpTransport
+from workers.building.message import build_mime
+from workers.delivery.classify import ReplyClass
+from workers.delivery.smtp import SmtpConfig, SmtpTransport
 
 SENDER = "news@example.com"
 

@@ -18,10 +18,10 @@ import sqlalchemy as sa
 from tests.conftest import ROOT, Api, wait_for
 from tests.helpers import Browser, campaign_status, jobs_by_email
 from webapp.domain import campaigns, lists, verifications
-from workers import message
-from workers.message import TemplateLimit, compile_campaign
-from workers.pool import Pool
-from workers.settings import Config
+from workers.building import message
+from workers.building.message import TemplateLimit, compile_campaign
+from workers.core.settings import Config
+from workers.delivery.pool import Pool
 
 # (template, the limit it must hit) — the issue's payloads first, then their relatives.
 BOMBS = [
@@ -106,7 +106,7 @@ def test_memory_stays_flat_under_every_bomb() -> None:
     script = f"""
 import json, re, sys
 sys.path.insert(0, {str(ROOT)!r})
-from workers.message import TemplateError, compile_campaign
+from workers.building.message import TemplateError, compile_campaign
 def peak_kb():
     with open("/proc/self/status") as status:
         return int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1))

@@ -12,8 +12,8 @@ from itsdangerous import URLSafeSerializer
 
 from tests.helpers import make_campaign, suppressed
 from webapp.domain import campaigns, lists
-from workers import queue
-from workers.links import make_token, read_token
+from workers.building.links import make_token, read_token
+from workers.delivery import queue
 
 SECRET = "test-secret-key-not-for-production"  # tests/conftest.py settings()
 

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 
 from tests.conftest import Api, wait_for
 from webapp.domain import campaigns
-from workers import queue
-from workers.pool import Pool
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.pool import Pool
 
 CAMPAIGN_SIZE = 20_000
 VERIFY_TO = "verify-me@example.net"

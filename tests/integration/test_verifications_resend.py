@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from tests.conftest import Api
 from webapp import create_app
-from workers.settings import Config
+from workers.core.settings import Config
 
 GOOD = {"user_id": "u-9", "email": "grace@example.org", "verify_url": "https://app.example/v"}
 

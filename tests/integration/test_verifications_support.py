@@ -13,8 +13,9 @@ import sqlalchemy as sa
 from tests.conftest import Api
 from tests.helpers import Browser
 from webapp import create_app
-from workers import queue, queue_reads
-from workers.settings import Config
+from webapp.domain import queue_reads
+from workers.core.settings import Config
+from workers.delivery import queue
 
 TEMPMAIL = {"user_id": "t-1", "email": "someone@mailinator.com",
             "verify_url": "https://app.example/v?t=x"}

@@ -20,9 +20,9 @@ from webapp import create_app
 from webapp.blueprints.webhooks import SnsClient
 from webapp.domain import feedback_intake
 from webapp.webhooks import SnsCertificates
-from workers import queue
-from workers.links import bounce_address
-from workers.settings import load
+from workers.building.links import bounce_address
+from workers.core.settings import load
+from workers.delivery import queue
 
 SECRET = "test-secret-key-not-for-production"
 MAILGUN_KEY = "mailgun-signing-key"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,13 @@ def test_wheel_installs_and_serves_outside_the_checkout(tmp_path: Path, db_url: 
     built = _run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", ROOT)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("senddock-*.whl"))
+    # Every file of the engine ships, its sub-packages and the built-in mail templates
+    # (package data of workers.building) included.
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    engine = [p.relative_to(ROOT).as_posix() for p in (ROOT / "workers").rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts]
+    assert "workers/building/mail_templates/verification.html" in engine
+    assert [name for name in engine if name not in shipped] == []
 
     # A fresh venv with the wheel alone; its dependencies come from the test venv's
     # site-packages through a .pth line (a plain path: the checkout's editable finder,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.classify import (
+from workers.delivery.classify import (
     NOT_ABOUT_RECIPIENT,
     RefusalStreak,
     ReplyClass,

@@ -1,10 +1,10 @@
-"""Every row of the reply classification table (SPEC section 2, workers.classify)."""
+"""Every row of the reply classification table (SPEC section 2, workers.delivery.classify)."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.classify import (
+from workers.delivery.classify import (
     NOT_ABOUT_RECIPIENT,
     ReplyClass,
     classify_reply,

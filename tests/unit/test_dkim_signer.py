@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webapp.domain.domain_checks import tags
-from workers import dkim as sd
-from workers.message import build_mime
+from workers.building import dkim as sd
+from workers.building.message import build_mime
 
 KEYS = {alg: sd.generate_private_key(alg) for alg in sd.ALGORITHMS}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.settings import SETTINGS, markdown_table, with_table
+from workers.core.settings import SETTINGS, markdown_table, with_table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

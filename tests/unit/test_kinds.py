@@ -13,7 +13,8 @@ import pytest
 from webapp.domain import kinds as kind_rules
 from webapp.domain import messages
 from webapp.domain.errors import Invalid, TooLarge
-from workers import kinds, states
+from workers.building import kinds
+from workers.core import states
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-from workers import states
+from workers.core import states
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,13 +32,22 @@ def test_the_engine_never_imports_the_web_app() -> None:
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
+def test_the_engine_is_in_its_rooms() -> None:
+    """workers/ holds the four concerns as sub-packages (README "How it works"): a new
+    engine module goes into one of them, not beside them."""
+    top = {p.name for p in (ROOT / "workers").iterdir() if p.name != "__pycache__"}
+    assert top == {"__init__.py", "core", "delivery", "after_acceptance", "building"}
+    for room in top - {"__init__.py"}:
+        assert (ROOT / "workers" / room / "__init__.py").is_file(), room
+
+
 def test_the_engine_does_not_import_test_tools() -> None:
     for path in (ROOT / "workers").rglob("*.py"):
         assert "aiosmtpd" not in " ".join(_imports(path)), path
 
 
 def test_no_sql_spells_out_a_list_of_job_states() -> None:
-    """State lists in SQL come from workers.states (sql_list), so adding a state is a
+    """State lists in SQL come from workers.core.states (sql_list), so adding a state is a
     one-place change. A literal ('pending', 'retry') in a statement is a second copy."""
     job_only = set(states.STATES) - {"sending", "sent", "cancelled"}  # campaigns share these
     pattern = re.compile(r"status\s+IN\s+\([^)]*'(?:" + "|".join(sorted(job_only)) + r")'")

@@ -9,7 +9,7 @@ from email.message import EmailMessage
 
 import pytest
 
-from workers.message import (
+from workers.building.message import (
     TemplateError,
     build_mime,
     compile_campaign,

@@ -1,4 +1,4 @@
-"""workers.pg: every URL form libpq reads, one-line errors naming the variable, and the
+"""workers.core.pg: every URL form libpq reads, one-line errors naming the variable, and the
 one translation of database errors by SQLSTATE."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from psycopg.conninfo import conninfo_to_dict
 
-from workers import pg
+from workers.core import pg
 
 
 @pytest.mark.parametrize("raw, hosts, ports", [
@@ -94,7 +94,7 @@ def test_budget_formula() -> None:
     assert budget.total("serve") == 3 + 1 + 4 + 1 + 1
     assert budget.total("worker") == 4 + 1 + 1
     assert budget.total("web") == 3 + 1
-    from workers.settings import load
+    from workers.core.settings import load
 
     defaults = pg.Budget(web=load().db_web_pool, delivery=load().db_delivery_pool)
     assert defaults.total("serve") + defaults.total("worker") <= 16  # SPEC 14

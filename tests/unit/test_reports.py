@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.reports import bounce_class, parse_report
+from workers.after_acceptance.reports import bounce_class, parse_report
 
 HERE = Path(__file__).parent / "reports"
 

@@ -8,12 +8,13 @@ from types import SimpleNamespace
 
 from apscheduler.triggers.interval import IntervalTrigger
 
-from workers.pool import SKIPPED_TICKS
+from workers.delivery.pool import SKIPPED_TICKS
 
 MESSAGE = 'Execution of job "%s" skipped: maximum number of running instances reached (%d)'
 
 
-# The pool's jobs and their intervals in seconds (workers/pool.py, workers/after_acceptance.py).
+# The pool's jobs and their intervals in seconds (workers/delivery/pool.py,
+# workers/after_acceptance/pool.py).
 INTERVALS = {"maintenance": 1, "event-webhooks": 1, "heartbeat": 5, "rescuer": 10}
 
 

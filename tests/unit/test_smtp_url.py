@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.smtp import SmtpConfig, parse_smtp_url
+from workers.delivery.smtp import SmtpConfig, parse_smtp_url
 
 
 @pytest.mark.parametrize(

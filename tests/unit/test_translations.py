@@ -144,7 +144,7 @@ def _catalog() -> dict[str, str]:
 
 
 # What babel.cfg extracts: the web app, the templates, and the engine's and the domain
-# code's messages marked with workers.i18n.N_ (translated when a page shows them).
+# code's messages marked with workers.core.i18n.N_ (translated when a page shows them).
 METHOD_MAP = [("webapp/**.py", "python"), ("workers/**.py", "python"),
               ("templates/**.html", "jinja2")]
 KEYWORDS = {"_": None, "gettext": None, "lazy_gettext": None, "_l": None,
@@ -172,7 +172,7 @@ def test_the_engines_and_domain_messages_are_marked() -> None:
     """The extraction sees N_ in workers/ and webapp/domain/ (else their messages would
     stay English on Spanish pages without this file noticing)."""
     files = {file for file, _line, _message in _extracted()}
-    assert {"workers/message.py", "workers/dkim.py", "webapp/domain/campaigns.py",
+    assert {"workers/building/message.py", "workers/building/dkim.py", "webapp/domain/campaigns.py",
             "webapp/domain/domain_checks.py", "webapp/domain/imports.py"} <= files
     assert "campaign is %(status)s; only drafts can be edited" in _marked()
 

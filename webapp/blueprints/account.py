@@ -13,7 +13,7 @@ from webapp.auth import count_password_attempt, start_session
 from webapp.context import actor, engine
 from webapp.domain import users
 from webapp.domain.errors import Invalid
-from workers.i18n import message_of
+from workers.core.i18n import message_of
 
 bp = Blueprint("account", __name__, url_prefix="/account")
 

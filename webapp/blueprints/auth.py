@@ -10,7 +10,7 @@ from webapp.context import engine
 from webapp.domain import users
 from webapp.i18n import localize
 from webapp.redirects import local_path
-from workers.i18n import message_of
+from workers.core.i18n import message_of
 
 bp = Blueprint("auth", __name__)
 

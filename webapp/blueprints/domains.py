@@ -11,8 +11,8 @@ from webapp.context import actor, config, engine
 from webapp.domain import sending_domains
 from webapp.domain.errors import Invalid
 from webapp.i18n import localize
-from workers import dkim
-from workers.i18n import message_of
+from workers.building import dkim
+from workers.core.i18n import message_of
 
 bp = Blueprint("domains", __name__, url_prefix="/admin/domains")
 

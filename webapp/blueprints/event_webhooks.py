@@ -12,8 +12,9 @@ from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
 from webapp.domain import audit
-from workers import event_queue, outgoing, states
-from workers.event_webhooks import new_secret
+from workers.after_acceptance import event_queue
+from workers.after_acceptance.event_webhooks import new_secret
+from workers.core import outgoing, states
 
 bp = Blueprint("event_webhooks", __name__, url_prefix="/admin/event-webhooks")
 

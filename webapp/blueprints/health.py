@@ -12,7 +12,7 @@ from werkzeug.wrappers import Response
 from webapp import dbhealth
 from webapp.context import actor, config, engine
 from webapp.domain import audit, health
-from workers import queue
+from workers.delivery import queue
 
 bp = Blueprint("health", __name__, url_prefix="/health")
 

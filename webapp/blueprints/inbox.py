@@ -11,13 +11,12 @@ from werkzeug.wrappers import Response
 
 from webapp import access
 from webapp.context import actor, engine, role
-from webapp.domain import inbox, jobs
+from webapp.domain import inbox, jobs, queue_reads
 from webapp.domain.errors import DomainError, Invalid
 from webapp.i18n import localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
-from workers import queue_reads
-from workers.kinds import job_kinds
+from workers.building.kinds import job_kinds
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 

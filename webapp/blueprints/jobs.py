@@ -10,7 +10,7 @@ from werkzeug.wrappers import Response
 
 from webapp.context import engine
 from webapp.domain import inbox, jobs
-from workers.kinds import job_kinds
+from workers.building.kinds import job_kinds
 
 bp = Blueprint("jobs", __name__, url_prefix="/jobs")
 

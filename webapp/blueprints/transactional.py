@@ -13,13 +13,12 @@ from werkzeug.wrappers import Response
 
 from webapp.blueprints.campaigns import PREVIEW_CSP
 from webapp.context import actor, config, engine
-from webapp.domain import kinds
+from webapp.domain import kinds, queue_reads
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
 from webapp.i18n import localize
-from workers import queue_reads
-from workers.i18n import N_
-from workers.kinds import CLASSES, all_kinds
+from workers.building.kinds import CLASSES, all_kinds
+from workers.core.i18n import N_
 
 bp = Blueprint("transactional", __name__, url_prefix="/transactional")
 

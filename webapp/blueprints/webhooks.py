@@ -31,8 +31,8 @@ from webapp.webhooks import (
     sns_url_allowed,
     verify_mailgun,
 )
-from workers import outgoing
-from workers.after_acceptance import thresholds
+from workers.after_acceptance.pool import thresholds
+from workers.core import outgoing
 
 log = logging.getLogger("senddock.web")
 bp = Blueprint("webhooks", __name__, url_prefix="/webhooks")

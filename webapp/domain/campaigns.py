@@ -13,11 +13,12 @@ from webapp.domain import audit, composer
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
-from workers import queue, states
-from workers.compose import recipient_context
-from workers.i18n import N_, word
-from workers.links import unsubscribe_url
-from workers.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
+from workers.building.compose import recipient_context
+from workers.building.links import unsubscribe_url
+from workers.building.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
+from workers.core import states
+from workers.core.i18n import N_, word
+from workers.delivery import queue
 
 EDITABLE = ("draft", "scheduled")
 # The header-bound fields as a message names them.

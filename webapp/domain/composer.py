@@ -21,12 +21,12 @@ from jinja2 import TemplateSyntaxError, meta, nodes
 from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Invalid
-from workers.i18n import N_, Text
-from workers.message import TemplateError, compile_campaign, template_env
+from workers.building.message import TemplateError, compile_campaign, template_env
+from workers.core.i18n import N_, Text
 
 FIELDS = ("subject", "html", "text")
 FIELD_NAMES = {"subject": N_("subject"), "html": N_("html"), "text": N_("text")}
-# What recipient_context (workers/compose.py) gives every template, plus Jinja's own.
+# What recipient_context (workers/building/compose.py) gives every template, plus Jinja's own.
 KNOWN_NAMES = frozenset({"subscriber", "email", "name", "attributes", "unsubscribe_url",
                          "campaign", "range", "dict", "cycler", "joiner", "namespace",
                          "loop", "self", "varargs", "kwargs", "caller"})

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from webapp.domain import campaigns
-from workers import queue, queue_reads
-from workers.queue import ProblemFilter
-from workers.settings import Config
+from webapp.domain import campaigns, queue_reads
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.queue import ProblemFilter
 
 FAILURE_WINDOW = timedelta(hours=1)
 

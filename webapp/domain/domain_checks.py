@@ -20,8 +20,8 @@ import dns.rdata
 import dns.resolver
 from publicsuffixlist import PublicSuffixList
 
-from workers.dkim import KeyRecord, signing_domain
-from workers.i18n import N_, Text, message_of
+from workers.building.dkim import KeyRecord, signing_domain
+from workers.core.i18n import N_, Text, message_of
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 SPF_LOOKUP_LIMIT = 10  # RFC 7208 4.6.4: more DNS-querying terms is a permerror

@@ -15,7 +15,7 @@ class DomainError(Exception):
     def __init__(self, message: str, *, fields: Mapping[str, str] | None = None,
                  **extra: Any) -> None:
         super().__init__(message)
-        self.message = message  # a workers.i18n.Text when marked: pages show it translated
+        self.message = message  # a workers.core.i18n.Text when marked: pages show it translated
         self.fields = dict(fields or {})
         self.extra = extra
 

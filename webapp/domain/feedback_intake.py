@@ -25,8 +25,8 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit
 from webapp.domain.errors import Conflict, NotFound
 from webapp.webhooks import Inbound, ProviderEvent
-from workers import feedback
-from workers.links import job_from_bounce_address
+from workers.after_acceptance import feedback
+from workers.building.links import job_from_bounce_address
 
 # Postmark gives no reference to our message: the newest job sent to the address within
 # this window is the one (documented in docs/deliverability.md).

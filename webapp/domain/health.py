@@ -15,9 +15,12 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from workers import event_queue, feedback, pg, queue, queue_reads
-from workers.i18n import N_, Text
-from workers.settings import Config
+from webapp.domain import queue_reads
+from workers.after_acceptance import event_queue, feedback
+from workers.core import pg
+from workers.core.i18n import N_, Text
+from workers.core.settings import Config
+from workers.delivery import queue
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
 CHART = timedelta(hours=1)  # the sent-per-minute chart

@@ -26,7 +26,7 @@ from webapp.domain.lists import (
     get_list,
     upsert_subscribers,
 )
-from workers.i18n import N_, Text
+from workers.core.i18n import N_, Text
 
 BATCH = 2000
 MAX_REPORTED = 1000

@@ -14,12 +14,13 @@ import sqlalchemy as sa
 from flask_babel import lazy_gettext as _l
 from sqlalchemy.engine import Connection
 
+from webapp.domain import queue_reads
 from webapp.domain.errors import Invalid
 from webapp.domain.fields import whole_number
-from workers import queue, queue_reads
-from workers.i18n import N_
-from workers.kinds import is_kind_name
-from workers.queue import ProblemFilter
+from workers.building.kinds import is_kind_name
+from workers.core.i18n import N_
+from workers.delivery import queue
+from workers.delivery.queue import ProblemFilter
 
 PAGE_SIZE = 50
 TABS = ("waiting", "retrying", "sending", "held", "scheduled", "failed")

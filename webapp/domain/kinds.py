@@ -27,11 +27,11 @@ from webapp.domain import audit
 from webapp.domain.composer import FIELD_NAMES
 from webapp.domain.errors import Invalid, NotFound
 from webapp.domain.lists import check_email
-from workers import kinds as engine_kinds
-from workers import queue
-from workers.i18n import N_, Text
-from workers.kinds import CLASSES, KindSpec, message_context
-from workers.message import RenderedMessage, TemplateError, compile_campaign
+from workers.building import kinds as engine_kinds
+from workers.building.kinds import CLASSES, KindSpec, message_context
+from workers.building.message import RenderedMessage, TemplateError, compile_campaign
+from workers.core.i18n import N_, Text
+from workers.delivery import queue
 
 MAX_TEMPLATE = 100_000  # characters per template
 MAX_SCHEDULE = 10  # retry delays

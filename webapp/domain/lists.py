@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import Conflict, Invalid, NotFound
-from workers.i18n import N_
+from workers.core.i18n import N_
 
 MAX_NAME = 200
 

@@ -25,13 +25,13 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, kinds, limits, verifications
+from webapp.domain import audit, kinds, limits, queue_reads, verifications
 from webapp.domain.errors import Conflict, Invalid, NotFound, TooLarge, TooMany
 from webapp.domain.lists import check_email
-from workers import queue, queue_reads
-from workers.i18n import N_, word
-from workers.kinds import BUILTIN, KindSpec
-from workers.settings import Config
+from workers.building.kinds import BUILTIN, KindSpec
+from workers.core.i18n import N_, word
+from workers.core.settings import Config
+from workers.delivery import queue
 
 MAX_JSON_BYTES = 64 * 1024
 MAX_AHEAD = timedelta(days=365)

@@ -18,8 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import campaigns
-from workers import queue, queue_reads
+from webapp.domain import campaigns, queue_reads
+from workers.delivery import queue
 
 RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
 RATE_SAMPLE = 5000  # at most this many finishes are read (bounded cost at any speed)

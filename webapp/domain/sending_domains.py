@@ -17,10 +17,10 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit
 from webapp.domain import domain_checks as dc
 from webapp.domain.errors import Invalid
-from workers import dkim
-from workers.i18n import N_, message_of
-from workers.settings import Config
-from workers.smtp import parse_smtp_url
+from workers.building import dkim
+from workers.core.i18n import N_, message_of
+from workers.core.settings import Config
+from workers.delivery.smtp import parse_smtp_url
 
 _UNSUBSCRIBE_VARIABLE = re.compile(r"\{\{-?\s*unsubscribe_url\b")
 _CACHE_SECONDS = 60.0
@@ -61,7 +61,7 @@ def overview(conn: Connection, config: Config) -> list[DomainView]:
 
 def create_key(conn: Connection, config: Config, domain: str, *, algorithm: str,
                selector: str | None, actor: str) -> dkim.KeyRecord:
-    """A new key (see :func:`workers.dkim.create_key`), audited; bad input is Invalid."""
+    """A new key (see :func:`workers.building.dkim.create_key`), audited; bad input is Invalid."""
     try:
         key = dkim.create_key(conn, config.secret_key, domain, selector=selector or None,
                               algorithm=algorithm)

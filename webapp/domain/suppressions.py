@@ -22,7 +22,7 @@ from webapp.domain import audit
 from webapp.domain.errors import Invalid
 from webapp.domain.lists import check_email
 from webapp.models import SUPPRESSION_REASONS
-from workers.i18n import N_
+from workers.core.i18n import N_
 
 PAGE_SIZE = 50
 MAX_PASTE = 10_000

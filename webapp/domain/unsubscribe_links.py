@@ -1,5 +1,5 @@
 """Following an unsubscribe link: who it names, and putting them on the suppression list
-(SPEC 3). The links themselves are signed by the engine (:mod:`workers.links`)."""
+(SPEC 3). The links themselves are signed by the engine (:mod:`workers.building.links`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import NotFound
-from workers.i18n import N_
-from workers.links import read_token
+from workers.building.links import read_token
+from workers.core.i18n import N_
 
 
 def recipient_for(conn: Connection, secret_key: str, token: str) -> dict[str, Any] | None:

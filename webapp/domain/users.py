@@ -15,7 +15,7 @@ from webapp.domain import audit
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email
 from webapp.models import ROLES
-from workers.i18n import N_
+from workers.core.i18n import N_
 
 _hasher = PasswordHasher()
 TOKEN_PREFIX = "sd_"

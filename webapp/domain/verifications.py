@@ -25,16 +25,17 @@ import sqlalchemy as sa
 from disposable_email_domains import allowlist, blocklist
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, limits
+from webapp.domain import audit, limits, queue_reads
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
 from webapp.i18n import dt
-from workers import feedback, queue, queue_reads
-from workers.classify import ReplyClass, humanize
-from workers.i18n import N_, word
-from workers.kinds import load_kind
-from workers.settings import Config
+from workers.after_acceptance import feedback
+from workers.building.kinds import load_kind
+from workers.core.i18n import N_, word
+from workers.core.settings import Config
+from workers.delivery import queue
+from workers.delivery.classify import ReplyClass, humanize
 
 KIND = "verification"
 FLAG_DISPOSABLE = "disposable_domain"

@@ -11,9 +11,9 @@ from werkzeug.wrappers import Response
 from webapp import access
 from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine, role
-from webapp.domain import campaigns, lists, messages
+from webapp.domain import campaigns, lists, messages, queue_reads
 from webapp.domain.errors import Invalid, NotFound
-from workers import feedback, queue_reads
+from workers.after_acceptance import feedback
 
 
 def campaign_json(c: dict[str, Any]) -> dict[str, Any]:

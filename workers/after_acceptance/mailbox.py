@@ -1,11 +1,11 @@
 """The bounce mailbox (``SENDDOCK_BOUNCE_MAILBOX``), polled by the workers (SPEC 12).
 
-Each message is read, parsed (:mod:`workers.reports`), matched to its job (the VERP token
-in the address it was delivered to, else the original Message-ID) and applied
-(:mod:`workers.feedback`) in ONE database transaction that also stores the message's
-digest in ``feedback_receipts``. Only after that commit is the message moved to the
-Processed folder (IMAP; flagged ``\\Seen`` + ``$SendDockProcessed`` where the server cannot
-move) or deleted (POP3). So:
+Each message is read, parsed (:mod:`workers.after_acceptance.reports`), matched to its
+job (the VERP token in the address it was delivered to, else the original Message-ID) and
+applied (:mod:`workers.after_acceptance.feedback`) in ONE database transaction that also
+stores the message's digest in ``feedback_receipts``. Only after that commit is the
+message moved to the Processed folder (IMAP; flagged ``\\Seen`` + ``$SendDockProcessed``
+where the server cannot move) or deleted (POP3). So:
 
 - never lost: a process that dies before the commit leaves the message where it was, and
   the next poll processes it;
@@ -34,9 +34,9 @@ from imap_tools import MailBox, MailBoxUnencrypted
 from imap_tools.errors import MailboxFolderCreateError, MailboxMoveError
 from sqlalchemy.engine import Engine
 
-from workers import feedback
-from workers.links import job_from_bounce_address
-from workers.reports import MailReport, parse_report
+from workers.after_acceptance import feedback
+from workers.after_acceptance.reports import MailReport, parse_report
+from workers.building.links import job_from_bounce_address
 
 log = logging.getLogger("senddock.mailbox")
 

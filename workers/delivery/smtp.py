@@ -1,7 +1,7 @@
 """SMTP transport: one kept-open relay connection per worker thread.
 
 ``SmtpTransport.send`` turns every SMTP or network outcome into a classified
-``SendResult`` naming the stage it happened at (see ``workers.classify``); it
+``SendResult`` naming the stage it happened at (see ``workers.delivery.classify``); it
 never raises for relay, network or TLS problems, so a worker loop only has to
 look at ``result.reply_class``.
 
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from workers.classify import (
+from workers.delivery.classify import (
     NOT_ABOUT_RECIPIENT,
     ReplyClass,
     classify_reply,
@@ -421,7 +421,7 @@ class SmtpTransport:
         """Deliver one message to one recipient through the relay.
 
         Guarantees: never raises for SMTP, network or TLS errors -- every
-        outcome is a SendResult classified per ``workers.classify`` with the
+        outcome is a SendResult classified per ``workers.delivery.classify`` with the
         stage it happened at; SENT means the relay accepted the message (250
         after the final dot). After a relay-class failure or a lost connection
         the connection is closed; after a refused RCPT/DATA it is RSET. Raises

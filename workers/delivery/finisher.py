@@ -14,7 +14,7 @@ session, reads the results and settles each outcome's future. Outcomes handed ov
 no session is open (the first, or after an error) are sent together once one is.
 
 If a statement fails, every outcome of its group gets the error and its drain thread
-retries it itself (:meth:`workers.pool.Pool._record`); the session is then dropped and the
+retries it itself (:meth:`workers.delivery.pool.Pool._record`); the session is then dropped and the
 next outcome opens a fresh one.
 """
 
@@ -34,8 +34,8 @@ import psycopg
 from psycopg import pq
 from sqlalchemy.engine import Connection
 
-from workers import queue
-from workers.queue import Outcome
+from workers.delivery import queue
+from workers.delivery.queue import Outcome
 
 log = logging.getLogger("senddock.worker")
 

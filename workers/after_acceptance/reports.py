@@ -7,7 +7,7 @@ to (a VERP bounce address carries the job) and the Message-ID of the original me
 - DSNs: every per-recipient block of each ``message/delivery-status`` part with
   ``Action: failed`` is a bounce; ``delayed``, ``delivered``, ``relayed`` and ``expanded``
   are not. The block's ``Diagnostic-Code`` (else its ``Status``) is classified with the
-  engine's own :func:`workers.classify.classify_reply`, so a DSN suppresses an address only
+  engine's own :func:`workers.delivery.classify.classify_reply`, so a DSN suppresses an address only
   when the reply says the address is dead (P5): hard; anything else failed is soft.
 - Non-standard bounces (no delivery-status part): flufl.bounce's detectors find the
   failed recipients; they are hard only when the text says the user does not exist.
@@ -15,7 +15,7 @@ to (a VERP bounce address carries the job) and the Message-ID of the original me
   ``virus`` or ``other`` is a complaint about ``Original-Rcpt-To`` (else the original's
   ``To``). ``not-spam`` and ``auth-failure`` (RFC 6591) are not complaints.
 
-Nothing here touches the database; :mod:`workers.feedback` applies the events.
+Nothing here touches the database; :mod:`workers.after_acceptance.feedback` applies the events.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from email.utils import getaddresses, parseaddr
 
 from flufl.bounce import all_failures
 
-from workers.classify import ReplyClass, classify_reply, parse_enhanced
+from workers.delivery.classify import ReplyClass, classify_reply, parse_enhanced
 
 COMPLAINT_TYPES = frozenset({"abuse", "fraud", "virus", "other"})
 _REPLY = re.compile(r"^\s*(?:smtp|x-postfix|x-unix|x-local)?\s*;?\s*(\d{3})\b[\s-]*(.*)$",

@@ -28,8 +28,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers.message import CampaignTemplate, compile_campaign
-from workers.states import CLASS_PRIORITY, KIND_NAME
+from workers.building.message import CampaignTemplate, compile_campaign
+from workers.core.states import CLASS_PRIORITY, KIND_NAME
 
 CLASSES = ("critical", "lifecycle")
 BUILTIN = "verification"

@@ -13,11 +13,11 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from workers import pg
-from workers.event_webhooks import EventDeliverer
-from workers.feedback import Thresholds
-from workers.mailbox import BouncePoller
-from workers.settings import Config
+from workers.after_acceptance.event_webhooks import EventDeliverer
+from workers.after_acceptance.feedback import Thresholds
+from workers.after_acceptance.mailbox import BouncePoller
+from workers.core import pg
+from workers.core.settings import Config
 
 log = logging.getLogger("senddock.worker")
 

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy.engine import Connection, Engine
 
-from workers.i18n import N_, Text, word
+from workers.core.i18n import N_, Text, word
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def canonical_body(body: bytes) -> bytes:
     empty lines, a final CRLF unless the body is empty (byte for byte what dkimpy and
     OpenDKIM compute; the tests compare)."""
     # The regular expressions run only when they can change something: most bodies
-    # (quoted-printable from workers.message) have neither tabs, double spaces nor WSP at a
+    # (quoted-printable from workers.building.message) have neither tabs, double spaces nor WSP at a
     # line end, and the substring tests are several times cheaper than a regex pass.
     if b"\t" in body or b"  " in body:
         body = _WSP_RUN.sub(b" ", body)

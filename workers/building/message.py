@@ -26,7 +26,7 @@ from jinja2 import ChainableUndefined, Template, TemplateSyntaxError, nodes, pas
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
-from workers.i18n import N_, Text, message_of
+from workers.core.i18n import N_, Text, message_of
 
 CRLF = "\r\n"
 MAX_REPEAT = 100_000  # longest string/list a template may build with `*`
@@ -77,7 +77,7 @@ class TemplateError(Exception):
     def __init__(self, field: str, line: int | None, message: str) -> None:
         self.field = field
         self.line = line
-        self.message = message  # a workers.i18n.Text when written here (shown translated)
+        self.message = message  # a workers.core.i18n.Text when written here (shown translated)
         where = f"{field}, line {line}" if line is not None else field
         super().__init__(f"{where}: {message}")
 

@@ -1,7 +1,7 @@
 """The worker pool, hosted by APScheduler inside the process (SPEC 2).
 
 - N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
-  claim a batch and hand each message's outcome to the finisher (workers/finisher.py)
+  claim a batch and hand each message's outcome to the finisher (workers/delivery/finisher.py)
   the moment the relay has answered it: the thread writes the outcome's statement to the
   finisher's one pipelined session itself, and the finisher's thread reads the commits
   back. A thread builds its next message meanwhile and
@@ -46,13 +46,15 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
-from workers import after_acceptance, outcomes, pg, queue
-from workers.classify import RefusalStreak, ReplyClass
-from workers.compose import Composer, domain_of
-from workers.finisher import Finisher
-from workers.message import TemplateError
-from workers.settings import Config
-from workers.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
+from workers.after_acceptance import pool as after_acceptance
+from workers.building.compose import Composer, domain_of
+from workers.building.message import TemplateError
+from workers.core import pg
+from workers.core.settings import Config
+from workers.delivery import outcomes, queue
+from workers.delivery.classify import RefusalStreak, ReplyClass
+from workers.delivery.finisher import Finisher
+from workers.delivery.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
 
 BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
 # Python's GIL switch interval in a process that hosts the pool (default 5 ms). A drain
@@ -129,7 +131,7 @@ class Pool:
         self._sending: dict[int, set[int]] = {}
         self._holding_lock = threading.Lock()
         self.process = str(config.extra.get("process", "worker"))
-        # One line when the database becomes unusable, one when it is back (workers.pg).
+        # One line when the database becomes unusable, one when it is back (workers.core.pg).
         self.outage = pg.Outage(f"delivery {self.worker_id}", log)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -137,7 +139,7 @@ class Pool:
     def start(self) -> None:
         """Register, take the liveness lock, run the startup hook, start the loops. While
         the database is down, full or out of connections, wait and retry (one log line per
-        change of state, see :func:`workers.pg.wait_until`); a stop() ends the wait."""
+        change of state, see :func:`workers.core.pg.wait_until`); a stop() ends the wait."""
 
         def register_and_rescue() -> dict[str, int]:
             with self._live_lock:

@@ -3,7 +3,7 @@
 Each delivery is POSTed as JSON, signed per Standard Webhooks (``webhook-id``,
 ``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256>``, made with the
 ``standardwebhooks`` package from the endpoint's ``whsec_…`` secret). Every POST goes through
-the SSRF guard (:mod:`workers.outgoing`): internal addresses are refused unless
+the SSRF guard (:mod:`workers.core.outgoing`): internal addresses are refused unless
 ``SENDDOCK_OUTGOING_ALLOW`` names them, redirects are not followed, and only the status and
 a short sanitized excerpt of the answer are kept. A 2xx answer is
 delivered; anything else (an error status, a refused connection, a timeout) is retried on
@@ -22,9 +22,10 @@ from datetime import UTC, datetime
 from sqlalchemy.engine import Engine
 from standardwebhooks.webhooks import Webhook
 
-from workers import event_queue, outgoing
-from workers.event_queue import ClaimedDelivery
-from workers.outgoing import Guard
+from workers.after_acceptance import event_queue
+from workers.after_acceptance.event_queue import ClaimedDelivery
+from workers.core import outgoing
+from workers.core.outgoing import Guard
 
 log = logging.getLogger("senddock.events")
 

@@ -18,23 +18,23 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from workers.dkim import KeyRing, from_domain
-from workers.html_text import html_to_text
-from workers.kinds import KindCatalog, UnknownKind, message_context
-from workers.links import bounce_address, unsubscribe_url
-from workers.message import (
+from workers.building.dkim import KeyRing, from_domain
+from workers.building.html_text import html_to_text
+from workers.building.kinds import KindCatalog, UnknownKind, message_context
+from workers.building.links import bounce_address, unsubscribe_url
+from workers.building.message import (
     CampaignTemplate,
     TemplateError,
     build_mime,
     compile_campaign,
     list_id,
 )
-from workers.queue import ClaimedJob
-from workers.settings import Config
+from workers.core.settings import Config
+from workers.delivery.queue import ClaimedJob
 
 # The built-in verification message as shipped (migration 0014 seeded the `verification`
 # kind with it; a test keeps the two equal). Transactional mail renders from `kinds`.
-MAIL_TEMPLATES = resources.files("workers") / "mail_templates"
+MAIL_TEMPLATES = resources.files("workers.building") / "mail_templates"
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,8 @@ class Composer:
     def build(self, job: ClaimedJob) -> Envelope:
         """The envelope sender and message bytes for ``job``, DKIM-signed with the From
         domain's active keys (every kind goes through here). Raises
-        ``workers.message.TemplateError`` if a template cannot render for this recipient."""
+        ``workers.building.message.TemplateError`` if a template cannot render for this
+        recipient."""
         if job.kind == "broadcast" or (job.kind == "test" and "kind" not in job.payload):
             envelope = self._build_campaign(job)
         else:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.outgoing import Guard
+from workers.core.outgoing import Guard
 
 
 class ConfigError(Exception):
@@ -244,7 +244,7 @@ def _nonnegative(name: str, value: float) -> Any:
 
 def _smtp_url(raw: str) -> str:
     """The URL as given, once it parses: a bad one is one line naming the variable."""
-    from workers.smtp import parse_smtp_url
+    from workers.delivery.smtp import parse_smtp_url
 
     try:
         parse_smtp_url(raw)

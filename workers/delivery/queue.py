@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from workers.states import (
+from workers.core.states import (
     ACTIVE,
     CLAIMABLE,
     COUNTED,
@@ -50,7 +50,7 @@ class ClaimedJob:
     suppressed: bool
     name: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
-    priority: int = 0  # from the kind's class at enqueue (workers.states.CLASS_PRIORITY)
+    priority: int = 0  # from the kind's class at enqueue (workers.core.states.CLASS_PRIORITY)
     # The campaign's updated_at at the claim: compiled templates are cached under it.
     campaign_version: str | None = None
     # Counted attempts when the job was last retried by hand: the retry schedule restarts
@@ -256,7 +256,7 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
 # Finish jobs the moment the relay has answered (SPEC 10: the duplicate window is one
 # message per worker thread). One statement, so one round trip and one commit on an
 # autocommit session, prepared once per session; it takes one JSON document, so the
-# outcomes that reach the finisher (workers/finisher.py) together are committed together
+# outcomes that reach the finisher (workers/delivery/finisher.py) together are committed together
 # (group commit). The guard (still `sending`, under the same claim token) means a job that
 # was taken back (and maybe claimed again) is never finished twice: nothing changes, its
 # id does not come back, the mark is refused. The guard is a join condition on purpose:
@@ -316,7 +316,7 @@ def finish(conn: Connection, worker_id: str, outcomes: Sequence[Outcome]) -> set
     return set(row[0]) if row else set()
 
 
-# The same statement for a session in libpq's pipeline mode (workers/finisher.py), which
+# The same statement for a session in libpq's pipeline mode (workers/delivery/finisher.py), which
 # prepares it under its own name: $1 the outcomes (finish_document), $2 the worker's id;
 # its one value, the ids recorded, comes back as text (finished_ids).
 FINISH_PIPELINED = _FINISH % {"outcomes": "$1", "worker": "$2"}
@@ -1088,7 +1088,7 @@ def drop_held(conn: Connection, job_id: int, reason: str,
 
 # --- inbox actions -------------------------------------------------------------------
 # Failed and bounced jobs not dismissed: what an admin may retry or dismiss (the inbox's
-# read queries are in workers/queue_reads.py).
+# read queries are in webapp/domain/queue_reads.py).
 
 @dataclass
 class ProblemFilter:

@@ -28,8 +28,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from workers.reports import Feedback
-from workers.states import BOUNCED, SENT, sql_list
+from workers.after_acceptance.reports import Feedback
+from workers.core.states import BOUNCED, SENT, sql_list
 
 SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
 RAW_LIMIT = 256 * 1024  # bytes of raw source kept per event

@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from workers.states import sql_list
+from workers.core.states import sql_list
 
 PENDING, SENDING, RETRY, DELIVERED, FAILED = "pending", "sending", "retry", "delivered", "failed"
 DELIVERY_STATUSES = (PENDING, SENDING, RETRY, DELIVERED, FAILED)

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import queue as sqla_queue
 
-from workers.i18n import N_
+from workers.core.i18n import N_
 
 log = logging.getLogger("senddock.database")
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from workers.classify import MESSAGE_STAGES, ReplyClass
-from workers.queue import ClaimedJob, Outcome
-from workers.retry import next_delay
+from workers.delivery.classify import MESSAGE_STAGES, ReplyClass
+from workers.delivery.queue import ClaimedJob, Outcome
+from workers.delivery.retry import next_delay
 
 if TYPE_CHECKING:
-    from workers.smtp import SendResult
+    from workers.delivery.smtp import SendResult
 
 
 def reply_line(result: SendResult) -> str:

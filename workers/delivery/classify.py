@@ -66,7 +66,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
-from workers.i18n import N_
+from workers.core.i18n import N_
 
 
 class ReplyClass(StrEnum):
