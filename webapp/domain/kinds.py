@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit
 from webapp.domain.composer import FIELD_NAMES
-from webapp.domain.errors import Invalid, NotFound
+from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email
 from workers.building import kinds as engine_kinds
 from workers.building.kinds import CLASSES, KindSpec, message_context
@@ -180,6 +180,9 @@ def _current(conn: Connection, name: str) -> dict[str, Any] | None:
             "builtin": spec.builtin}
 
 
+DEFAULT_CLASS = "lifecycle"
+
+
 def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
     """The body over the kind's current values (or the class defaults for a new kind)."""
     unknown = sorted(set(body) - set(_FIELDS) - {"name"})
@@ -187,11 +190,13 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
         raise Invalid(N_("unknown field(s): %(fields)s", fields=", ".join(unknown)),
                       fields=dict.fromkeys(unknown, N_("unknown field")))
     if current is None:
-        kind_class = body.get("class")
+        # A new kind is lifecycle mail unless it says otherwise (the document's default).
+        kind_class = body.get("class", DEFAULT_CLASS)
         if kind_class not in CLASSES:
             problem = N_("required: critical or lifecycle")
             raise Invalid(N_("class is %(problem)s", problem=problem), fields={"class": problem})
-        base: dict[str, Any] = {**DEFAULTS[kind_class], "active": True, "description": "",
+        base: dict[str, Any] = {**DEFAULTS[kind_class], "class": kind_class, "active": True,
+                                "description": "",
                                 "sample_data": {}, "sample_event": SAMPLE_EVENT,
                                 "text": None, "html": None, "builtin": False}
     else:
@@ -203,7 +208,8 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
                 merged[field] = DEFAULTS[merged["class"]][field]
     if current is not None and current["builtin"]:
         if merged["class"] != "critical" or merged["active"] is not True:
-            raise Invalid(N_("%(name)s is built in: it stays active and critical (P7)",
+            # 409, not 422: the body is well formed; it conflicts with what this kind is.
+            raise Conflict(N_("%(name)s is built in: it stays active and critical (P7)",
                              name=name),
                           fields={"class" if merged["class"] != "critical" else "active":
                                   N_("cannot change for the built-in kind")})
