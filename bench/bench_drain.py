@@ -22,13 +22,12 @@ from bench.common import (
     free_port,
     fresh_database,
     machine,
-    make_campaign,
     save,
-    seed_list,
     settings_from,
     sink_process,
     table,
 )
+from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
 from workers.delivery import queue

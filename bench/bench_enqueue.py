@@ -16,7 +16,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench.common import fresh_database, machine, make_campaign, percentile, save, seed_list, table
+from bench.common import fresh_database, machine, percentile, save, table
+from harness.seed import make_campaign, seed_list
 from webapp import create_app, db
 from webapp.domain import users
 from workers.core.settings import load

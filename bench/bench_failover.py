@@ -1,7 +1,7 @@
 """Failover to a streaming standby, synchronous vs asynchronous: what is lost and what is
 sent twice. Prints a table (figures for docs/reliability.md).
 
-Each run: a private primary + standby (tests/real/pgcluster.py, Debian's PostgreSQL
+Each run: a private primary + standby (harness/pgcluster.py, Debian's PostgreSQL
 binaries, run as root), one real ``senddock worker`` draining a campaign to the SMTP sink
 through the multi-host URL, API clients posting verification emails all along. Mid-drain
 the primary's WAL sender is frozen for ``--lag`` seconds (SIGSTOP: an async standby
@@ -32,15 +32,24 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import process_env, settings  # noqa: E402
-from tests.helpers import campaign_status, make_campaign  # noqa: E402
-from tests.real import pgcluster  # noqa: E402
+import sqlalchemy as sa  # noqa: E402
+
+from bench.common import env_for  # noqa: E402
+from harness import pgcluster  # noqa: E402
+from harness.seed import make_campaign, seed_list  # noqa: E402
+from webapp.pgserver import debian_bindir  # noqa: E402
+
+
+def _campaign_status(engine: sa.Engine, campaign_id: int) -> str:
+    with engine.connect() as conn:
+        return str(conn.execute(sa.text("SELECT status FROM campaigns WHERE id = :id"),
+                                {"id": campaign_id}).scalar_one())
 
 
 def run_once(clusters: pgcluster.Clusters, synchronous: bool, recipients: int,
              lag: float, workdir: Path) -> dict[str, Any]:
     from webapp import create_app, db
-    from webapp.domain import users
+    from webapp.domain import campaigns, users
     from webapp.sink import SinkServer
     from workers.core import pg
     from workers.core.settings import load
@@ -52,19 +61,26 @@ def run_once(clusters: pgcluster.Clusters, synchronous: bool, recipients: int,
            f"senddock?target_session_attrs=read-write")
     sink = SinkServer(host="127.0.0.1", port=0, record_path=workdir / f"sink-{tag}.jsonl")
     sink.start()
-    values = settings(url, sink.port, WORKER_TIMEOUT="5", HEARTBEAT_INTERVAL="1")
-    config = load(values)
+    env = env_for(url, sink.port, WORKER_TIMEOUT="5", HEARTBEAT_INTERVAL="1",
+                  RETRY_JITTER="0", SMTP_TIMEOUT="5", LOG_LEVEL="INFO")
+    config = load({k.removeprefix("SENDDOCK_"): v for k, v in env.items()
+                   if k.startswith("SENDDOCK_")})
     engine = db.web_engine(pg.conninfo(url), config, "bench")
     app = create_app(config, engine=engine)
     with engine.begin() as conn:
         user = users.create_user(conn, f"bench-{tag}@example.com", "correct horse battery",
                                  "admin")
         token = users.create_token(conn, user["id"], "bench")
-    emails = [f"r{i}@example.org" for i in range(recipients)]
-    campaign = make_campaign(engine, emails)
+    list_id = seed_list(engine, recipients, name=f"failover-{tag}")
+    campaign_id = make_campaign(engine, list_id)
+    with engine.begin() as conn:
+        campaigns.send(conn, campaign_id)
+        emails = list(conn.execute(sa.text(
+            "SELECT email FROM delivery_jobs WHERE campaign_id = :id"),
+            {"id": campaign_id}).scalars())
     log = open(workdir / f"worker-{tag}.log", "wb")
     worker = subprocess.Popen([sys.executable, "-m", "webapp", "worker"],
-                              env=process_env(values), stdout=log, stderr=subprocess.STDOUT,
+                              env=env, stdout=log, stderr=subprocess.STDOUT,
                               cwd=ROOT)
     accepted: list[str] = []
     stop = threading.Event()
@@ -108,7 +124,7 @@ def run_once(clusters: pgcluster.Clusters, synchronous: bool, recipients: int,
         standby.promote()
         promoted = time.monotonic()
         deadline = time.monotonic() + 120
-        while campaign_status(engine, campaign["id"]) != "sent" and \
+        while _campaign_status(engine, campaign_id) != "sent" and \
                 time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2.0)
@@ -149,7 +165,7 @@ def main() -> None:
     reason = pgcluster.unavailable_reason()
     if reason:
         sys.exit(f"cannot run: {reason}")
-    bindir = pgcluster.find_bindir()
+    bindir = debian_bindir()
     assert bindir is not None
     from webapp import db
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench.common import fresh_database, machine, make_campaign, save, seed_list, table
+from bench.common import fresh_database, machine, save, table
+from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
 from workers.delivery import queue

@@ -29,17 +29,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.bench_p7_latency import Client, start_server
-from bench.common import (
-    free_port,
-    fresh_database,
-    machine,
-    make_campaign,
-    percentile,
-    save,
-    seed_list,
-    sink_process,
-    table,
-)
+from bench.common import free_port, fresh_database, machine, percentile, save, sink_process, table
+from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import kinds, messages, users
 from workers.core.settings import load

@@ -24,13 +24,13 @@ from bench.common import (
     free_port,
     fresh_database,
     machine,
-    make_campaign,
     percentile,
     save,
     sink_process,
     table,
 )
 from bench.seed_subscribers import seed_subscribers
+from harness.seed import make_campaign
 from webapp import create_app, db
 from webapp.domain import campaigns, users
 from workers.core.settings import load

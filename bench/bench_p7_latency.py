@@ -29,13 +29,12 @@ from bench.common import (
     free_port,
     fresh_database,
     machine,
-    make_campaign,
     percentile,
     save,
-    seed_list,
     sink_process,
     table,
 )
+from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import users
 from workers.delivery import queue

@@ -1,5 +1,5 @@
 """The figures of docs/reliability.md "Real relays", measured against a private Postfix
-3.7 (tests.real.postfix; needs root and ``apt-get install postfix sasl2-bin``):
+3.7 (harness.postfix; needs root and ``apt-get install postfix sasl2-bin``):
 
 1. rate: ``--processes`` ``senddock worker`` processes with ``SENDDOCK_RATE_LIMIT`` each of
    ``--rates``; the most messages in any one second by Postfix's own log timestamps
@@ -22,8 +22,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench.common import ROOT, fresh_database, machine, save, seed_list, table
-from tests.real import postfix
+from bench.common import ROOT, fresh_database, machine, save, table
+from harness import postfix
+from harness.seed import seed_list
 
 
 def _campaign(engine: sa.Engine, n: int) -> int:

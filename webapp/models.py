@@ -364,6 +364,7 @@ suppressions = Table(
     Column("note", Text, nullable=False, server_default=""),
     Column("created_by", Text),
     _now(),
+    Column("reason_code", Text),  # a bounce's reason (userunknown, …) when one suppressed
     CheckConstraint(_in("reason", SUPPRESSION_REASONS), name="suppressions_reason_check"),
     CheckConstraint("email = lower(email)", name="suppressions_email_lower_check"),
     # The suppression page pages by keyset (newest first, email breaks ties), optionally
@@ -551,16 +552,33 @@ job_events = Table(
     Column("message_id", Text),
     Column("effect", Text, nullable=False),
     Column("raw", Text, nullable=False, server_default=""),
+    Column("reason_code", Text),  # the bounce's reason (after_acceptance/bounces/reasons.py)
     _now(),
     CheckConstraint(_in("source", FEEDBACK_SOURCES), name="job_events_source_check"),
     CheckConstraint(_in("type", FEEDBACK_TYPES), name="job_events_type_check"),
-    CheckConstraint("bounce IS NULL OR bounce IN ('hard', 'soft')",
+    # 'sender': a bounce about us (blocklist, reputation, rate): counts against nobody.
+    CheckConstraint("bounce IS NULL OR bounce IN ('hard', 'soft', 'sender')",
                     name="job_events_bounce_check"),
     Index("job_events_job_idx", "job_id", "created_at"),
     Index("job_events_email_idx", text("lower(email)"), "created_at"),
     Index("job_events_created_idx", "created_at"),
     Index("job_events_event_key", "source", "event_id", unique=True,
           postgresql_where=text("event_id IS NOT NULL")),
+)
+
+# Bounce-mailbox mail the reader could not understand: moved to the mailbox's "could not
+# read" folder and listed on Queue health with the reason.
+mailbox_unreadable = Table(
+    "mailbox_unreadable", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("digest", Text, nullable=False, unique=True),
+    Column("subject", Text, nullable=False, server_default=""),
+    Column("sender", Text, nullable=False, server_default=""),
+    Column("error", Text, nullable=False),
+    Column("folder", Text, nullable=False, server_default=""),
+    Column("raw", Text, nullable=False, server_default=""),  # the first 256 KiB
+    _now(),
+    Index("mailbox_unreadable_created_idx", "created_at"),
 )
 
 # Requests and mails already processed: a replayed signed webhook (same SNS MessageId,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from harness.dovecot import Mailbox
+from harness.postfix import Postfix
 from tests.conftest import settings, wait_for
 from tests.helpers import make_campaign
-from tests.real.dovecot import Mailbox
-from tests.real.postfix import Postfix
 from workers.building.links import job_from_bounce_address
 from workers.core.settings import load
 from workers.delivery import queue

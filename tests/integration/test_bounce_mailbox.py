@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness.dovecot import Mailbox
 from tests.conftest import settings, wait_for
 from tests.helpers import accepted_campaign
-from tests.real.dovecot import Mailbox
 from workers.after_acceptance.feedback import Thresholds
 from workers.after_acceptance.mailbox import BouncePoller
 from workers.building.links import bounce_address

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness import postfix
+from harness.dns import DnsServer
 from tests.conftest import ROOT, free_port, process_env, settings
-from tests.real import postfix
-from tests.real.dns import DnsServer
 from webapp.checks import format_line, run_checks
 from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
 from workers.building import dkim

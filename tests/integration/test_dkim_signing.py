@@ -12,9 +12,9 @@ import dkim
 import pytest
 import sqlalchemy as sa
 
+from harness import opendkim
+from harness.dns import DnsServer
 from tests.conftest import Api, wait_for
-from tests.real import opendkim
-from tests.real.dns import DnsServer
 from webapp.domain import campaigns, domain_checks, lists, verifications
 from workers.building import dkim as sd
 from workers.core.settings import Config

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import dkim
 import pytest
 
-from tests.real.dns import DnsServer
+from harness.dns import DnsServer
 from webapp.domain import domain_checks as dc
 from workers.building import dkim as sd
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness.dns import DnsServer
 from tests.helpers import Browser
-from tests.real.dns import DnsServer
 from webapp import create_app
 from webapp.domain import audit, campaigns, lists, sending_domains
 from workers.building import dkim

@@ -5,6 +5,7 @@ SIGTERM during a drain (graceful stop)."""
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -16,7 +17,6 @@ import pytest
 import requests
 import sqlalchemy as sa
 
-from bench.chaos import PrivatePostgres, private_postgres, wait_port
 from tests.conftest import Proc, free_port, settings, wait_for
 from tests.helpers import (
     attempts_of,
@@ -29,6 +29,7 @@ from tests.helpers import (
     suppressed,
 )
 from webapp import db
+from webapp.pgserver import PostgresServer, private_postgres
 from webapp.sink import SinkServer
 from workers.core.settings import Config
 from workers.delivery import queue
@@ -41,10 +42,18 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
-def private_pg() -> Iterator[PrivatePostgres]:
+def private_pg() -> Iterator[PostgresServer]:
     """A PostgreSQL of this test's own: the machine's shared server is never stopped."""
     with private_postgres() as server:
         yield server
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
 
 
 def _login(base: str, email: str, password: str) -> requests.Session:
@@ -57,13 +66,13 @@ def _login(base: str, email: str, password: str) -> requests.Session:
     return session
 
 
-def test_postgres_restart_mid_drain(private_pg: PrivatePostgres, tmp_path: Path,
+def test_postgres_restart_mid_drain(private_pg: PostgresServer, tmp_path: Path,
                                    spawn: Callable[..., Proc]) -> None:
     from webapp.domain import users
 
-    with psycopg.connect(private_pg.url, autocommit=True) as conn:
+    with psycopg.connect(private_pg.url(), autocommit=True) as conn:
         conn.execute("CREATE DATABASE senddock")
-    url = private_pg.url.rsplit("/", 1)[0] + "/senddock"
+    url = private_pg.url("senddock")
     db.upgrade(url)
     engine = db.make_engine(url, pool_size=3)
     sink = SinkServer(record_path=tmp_path / "sink.jsonl", rules={"delay": 0.01})
@@ -77,7 +86,7 @@ def test_postgres_restart_mid_drain(private_pg: PrivatePostgres, tmp_path: Path,
         worker = start_worker(spawn, values)
         port = free_port()
         web = spawn(["web", "--port", str(port)], values)
-        wait_port(port, timeout=30)
+        wait_for(lambda: _listening(port), timeout=30, message="the web process to listen")
         base = f"http://127.0.0.1:{port}"
         browser = _login(base, "ops@example.com", "correct horse battery")
         assert browser.get(f"{base}/", timeout=10).status_code == 200

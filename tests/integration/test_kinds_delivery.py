@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.postfix import Postfix
 from tests.conftest import Api, wait_for
 from tests.helpers import make_campaign
-from tests.real.postfix import Postfix
 from workers.core.settings import Config
 from workers.delivery import queue
 

@@ -1,4 +1,4 @@
-"""SPEC 14 against private PostgreSQL clusters (tests/real/pgcluster.py): the connection
+"""SPEC 14 against private PostgreSQL clusters (harness/pgcluster.py): the connection
 budget, request timeouts, errors by SQLSTATE with their own messages, a full disk, and
 failover to a synchronous standby — asserted through PostgreSQL's catalogs
 (``pg_stat_activity``), the SMTP sink's record and the processes' own logs."""
@@ -17,9 +17,9 @@ import psycopg
 import pytest
 import requests
 
+from harness.pgcluster import Clusters, PgCluster
 from tests.conftest import Api, Proc, free_port, settings, wait_for
 from tests.helpers import Browser, campaign_status, check_final, in_flight, make_campaign
-from tests.real.pgcluster import Clusters, PgCluster
 from webapp import create_app, db
 from workers.core import pg
 from workers.core.settings import load

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.real.pgcluster import Clusters
+from harness.pgcluster import Clusters
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The private Postfix fixture does what its docstring promises (tests.real.postfix):
+"""The private Postfix fixture does what its docstring promises (harness.postfix):
 delivery with envelope and bytes, STARTTLS with the private CA, SASL from the private
 sasldb, maps the test writes, main.cf settings, its own log, stop/start."""
 
@@ -9,8 +9,8 @@ import ssl
 
 import pytest
 
-from tests.real import postfix
-from tests.real.postfix import Postfix
+from harness import postfix
+from harness.postfix import Postfix
 
 MESSAGE = b"From: a@example.com\r\nTo: b@example.org\r\nSubject: hi\r\n\r\nhello\r\n"
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bench.common import make_campaign as make_bench_campaign
-from bench.common import seed_list
+from harness.seed import make_campaign as make_bench_campaign
+from harness.seed import seed_list
 from tests.helpers import Browser, campaign_status, make_campaign
 from webapp.domain import campaigns, inbox, queue_reads
 from webapp.domain.errors import Conflict, TooMany

@@ -1,4 +1,4 @@
-"""SPEC 10 against a real Postfix 3.7 (tests.real.postfix): every promise, judged by
+"""SPEC 10 against a real Postfix 3.7 (harness.postfix): every promise, judged by
 Postfix's own log and the mail it delivered, not by SendDock's view of what happened.
 
 Each test drives the real pool (in-process, or real ``senddock worker`` processes for the
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness import postfix
+from harness.postfix import Postfix, max_in_window, max_per_second
 from tests.conftest import settings, wait_for
 from tests.helpers import attempts_of, campaign_status, jobs_by_email, suppressed
-from tests.real import postfix
-from tests.real.postfix import Postfix, max_in_window, max_per_second
 from webapp.domain import campaigns, lists
 from workers.core.settings import Config
 from workers.delivery import queue

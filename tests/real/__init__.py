@@ -1,2 +1,2 @@
-"""Real components the tests start privately (PostgreSQL clusters, Postfix, Dovecot, DNS):
-one module per component, exposed as fixtures by :mod:`tests.real.fixtures`."""
+"""The real components of :mod:`harness` (PostgreSQL clusters, Postfix, Dovecot, DNS)
+exposed to the tests as fixtures by :mod:`tests.real.fixtures`."""

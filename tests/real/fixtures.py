@@ -1,4 +1,4 @@
-"""Fixtures for the real components in :mod:`tests.real` (a pytest plugin, listed in
+"""Fixtures for the real components in :mod:`harness` (a pytest plugin, listed in
 ``tests/conftest.py``'s ``pytest_plugins``). Each component: a session-scoped fixture that
 pays the setup once, and a cheap per-test fixture that owns and stops what it started."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.real import dns, pgcluster, postfix
-from tests.real import dovecot as _dovecot
+from harness import dns, pgcluster, postfix
+from harness import dovecot as _dovecot
+from webapp.pgserver import debian_bindir
 
 # --- PostgreSQL: private clusters ------------------------------------------------------
 
@@ -25,7 +26,7 @@ def pg_template() -> Iterator[Path]:
     reason = pgcluster.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    bindir = pgcluster.find_bindir()
+    bindir = debian_bindir()
     assert bindir is not None
     from webapp import db
 
@@ -38,7 +39,7 @@ def pg_clusters(pg_template: Path) -> Iterator[pgcluster.Clusters]:
     """Private clusters for this test: ``pg_clusters.primary(max_connections=20)``,
     ``.standby(primary)`` (synchronous by default), ``.small_disk("16m")``. Everything
     made is stopped (``-m immediate``) and unmounted at the end."""
-    bindir = pgcluster.find_bindir()
+    bindir = debian_bindir()
     assert bindir is not None
     clusters = pgcluster.Clusters(bindir, pg_template)
     try:
@@ -52,7 +53,7 @@ def pg_clusters(pg_template: Path) -> Iterator[pgcluster.Clusters]:
 
 @pytest.fixture(scope="session")
 def postfix_proc() -> Iterator[postfix.Postfix]:
-    """One private Postfix for the session (see :mod:`tests.real.postfix` for its API).
+    """One private Postfix for the session (see :mod:`harness.postfix` for its API).
     Skips with the packages to install when Postfix or Cyrus SASL is absent."""
     reason = postfix.unavailable_reason()
     if reason:
@@ -119,7 +120,7 @@ def dovecot(dovecot_proc: _dovecot.DovecotServer) -> _dovecot.Mailbox:
 @pytest.fixture(scope="session")
 def dns_proc() -> Iterator[dns.DnsServer]:
     """dnslib's server on 127.0.0.1 (UDP and TCP, one free port) for the whole session:
-    the process's shared one (see :func:`tests.real.dns.shared_server`)."""
+    the process's shared one (see :func:`harness.dns.shared_server`)."""
     yield dns.shared_server()
 
 

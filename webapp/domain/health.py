@@ -196,6 +196,22 @@ def feedback_alarms(conn: Connection, config: Config) -> list[Alarm]:
                    "(%(complaints)s of %(delivered)s delivered; alarm at %(alarm)s, pause "
                    "at %(pause)s).", **_complaints(c, level, config))
             alarms.append(Alarm("complaint_rate", message, "warn"))
+    senders = feedback.sender_bounces(conn)
+    if senders:
+        total = sum(int(b["n"]) for b in senders)
+        kinds = ", ".join(f"{b['reason']}: {b['n']}" for b in senders)
+        alarms.append(Alarm("sender_bounces", N_(
+            "%(count)s bounces in the last 24 hours say receivers refuse our sending, not the "
+            "recipients (%(kinds)s): check the sending IP's blocklist listings, reputation and "
+            "rate. No recipient was suppressed or counted for them. Last: %(last)s",
+            count=total, kinds=kinds, last=str(senders[0]["last_reason"] or "")[:300]),
+            "warn"))
+    unreadable = feedback.unreadable_mail(conn, limit=1, window=86400)
+    if unreadable:
+        alarms.append(Alarm("mailbox_unreadable", N_(
+            "The bounce mailbox received mail that could not be read (moved to the folder "
+            "%(folder)s; Queue health lists it). Last: %(error)s",
+            folder=unreadable[0]["folder"], error=unreadable[0]["error"][:200]), "warn"))
     for e in event_queue.disabled_endpoints(conn):
         alarms.append(Alarm("event_webhook_disabled", N_(
             "Event webhook %(url)s was disabled: %(why)s. Its events wait until an admin "
@@ -210,7 +226,8 @@ def _complaints(c: dict[str, Any], level: float, config: Config) -> dict[str, An
 
 
 ALARM_NAMES = ("relay_down", "relay_throttled", "oldest_pending", "failure_rate",
-               "no_workers", "complaint_rate", "event_webhook_disabled")
+               "no_workers", "complaint_rate", "event_webhook_disabled", "sender_bounces",
+               "mailbox_unreadable")
 _ALARM_TTL = 5.0
 _alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}
 _alarm_lock = threading.Lock()
@@ -260,6 +277,7 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
         "rate": rate_limits(conn, config),
         "login_probe_interval": config.login_probe_interval,
         "alarms": compute_alarms(conn, config),
+        "unreadable": feedback.unreadable_mail(conn),
         "thresholds": {"oldest_pending": config.alarm_oldest_pending,
                        "failure_rate": config.alarm_failure_rate},
     }

@@ -123,7 +123,7 @@ def search(conn: Connection, *, query: str | None = None, reason: str | None = N
     order = "s.email USING ~<~" if by_email else "s.created_at DESC, s.email DESC"
     rows = [dict(r) for r in conn.execute(sa.text(f"""
         SELECT s.email, s.reason, s.job_id, s.reply, s.note, s.created_by, s.created_at,
-               j.kind AS job_kind, j.campaign_id, c.name AS campaign_name
+               s.reason_code, j.kind AS job_kind, j.campaign_id, c.name AS campaign_name
           FROM suppressions s
           LEFT JOIN delivery_jobs j ON j.id = s.job_id
           LEFT JOIN campaigns c ON c.id = j.campaign_id

@@ -12,7 +12,12 @@ Every statement says what it guarantees. In short:
 - a complaint suppresses the address (reason ``complaint``) and counts once per job toward
   its campaign's complaint rate, which pauses the campaign past the limit;
 - a soft bounce only counts: the address is suppressed once it has soft-bounced
-  ``soft_limit`` times within ``soft_window`` seconds.
+  ``soft_limit`` times within ``soft_window`` seconds;
+- a ``sender`` bounce (a blocklist, our reputation, our rate: about us) is kept on the job
+  and raises the sender alarm; it counts against nobody.
+
+Each event keeps its reason (``reason_code``: Sisimai's vocabulary,
+workers/after_acceptance/bounces), and a suppression keeps the reason it was made for.
 
 Outgoing event webhooks for ``bounced`` and ``complained`` are queued by triggers on the
 same rows (migration 0015), so they commit or roll back with the change itself.
@@ -22,12 +27,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from workers.after_acceptance.bounces.reasons import find_reason
 from workers.after_acceptance.reports import Feedback
 from workers.core.states import BOUNCED, SENT, sql_list
 
@@ -50,6 +56,7 @@ class Thresholds:
 class Applied:
     """What one event did: ``effect`` is ``bounced`` (job sent → bounced, suppressed),
     ``suppressed`` (address suppressed, job unchanged), ``soft`` (counted),
+    ``sender_alarm`` (about us: recorded, counted against nobody),
     ``soft_suppressed`` (the threshold was reached), ``complaint``, ``duplicate`` (seen
     before: nothing changed) or ``unmatched`` (no job: recorded, nothing else)."""
 
@@ -115,9 +122,9 @@ def find_job(conn: Connection, *, verp_job_ids: Sequence[int] = (),
 # Stored once: (source, event_id) is unique, so the same provider event twice is a no-op.
 _RECORD = sa.text("""
 INSERT INTO job_events (job_id, source, type, bounce, email, reason, status, event_id,
-                        message_id, raw, effect)
+                        message_id, raw, effect, reason_code)
 VALUES (:job_id, :source, :type, :bounce, :email, :reason, :status, :event_id, :message_id,
-        :raw, 'recorded')
+        :raw, 'recorded', :code)
 ON CONFLICT (source, event_id) WHERE event_id IS NOT NULL DO NOTHING
 RETURNING id
 """)
@@ -140,8 +147,8 @@ RETURNING id
 """)
 
 _SUPPRESS = sa.text("""
-INSERT INTO suppressions (email, reason, job_id, reply, created_by)
-VALUES (lower(:email), :reason, :job_id, :reply, :by)
+INSERT INTO suppressions (email, reason, job_id, reply, created_by, reason_code)
+VALUES (lower(:email), :reason, :job_id, :reply, :by, :code)
 ON CONFLICT (email) DO NOTHING
 RETURNING email
 """)
@@ -174,9 +181,11 @@ def record_event(conn: Connection, source: str, feedback: Feedback, job_id: int 
         text = json.dumps(raw)[:RAW_LIMIT]
     row = conn.execute(_RECORD, {
         "job_id": job_id, "source": source, "type": feedback.type, "bounce": feedback.bounce,
-        "email": feedback.email, "reason": feedback.reason[:1000], "status": feedback.status,
+        "email": feedback.email.replace("\x00", ""),
+        "reason": feedback.reason[:1000].replace("\x00", ""),
+        "status": feedback.status.replace("\x00", "") if feedback.status else None,
         "event_id": feedback.event_id, "message_id": feedback.message_id,
-        "raw": text.replace("\x00", "")}).first()
+        "raw": text.replace("\x00", ""), "code": feedback.code}).first()
     return None if row is None else int(row.id)
 
 
@@ -189,9 +198,10 @@ def apply_event(conn: Connection, source: str, feedback: Feedback, job_id: int |
     provider callers pass ``job_id=None`` only for what they record as unmatched."""
     job = conn.execute(_JOB, {"id": job_id}).mappings().first() if job_id else None
     if job is not None and not feedback.email:
-        feedback = Feedback(feedback.type, str(job["email"]).lower(), feedback.bounce,
-                            feedback.reason, feedback.status, feedback.message_id,
-                            feedback.event_id)
+        feedback = replace(feedback, email=str(job["email"]).lower())
+    if feedback.code is None:  # a provider's event: its reason, read from its text
+        feedback = replace(feedback, code="feedback" if feedback.type == "complaint"
+                           else find_reason(feedback.reason, feedback.status))
     event_id = record_event(conn, source, feedback, job_id, raw)
     if event_id is None:
         return Applied(None, job_id, "duplicate")
@@ -202,8 +212,13 @@ def apply_event(conn: Connection, source: str, feedback: Feedback, job_id: int |
         moved = job is not None and conn.execute(_BOUNCE_JOB, {
             "id": job_id, "reason": feedback.reason[:1000]}).first() is not None
         conn.execute(_SUPPRESS, {"email": email, "reason": "bounced", "job_id": job_id,
-                                 "reply": feedback.reason[:1000], "by": by})
+                                 "reply": feedback.reason[:1000], "by": by,
+                                 "code": feedback.code})
         effect = "bounced" if moved else "suppressed"
+    elif feedback.type == "bounce" and feedback.bounce == "sender":
+        # About us (a blocklist, our reputation, our rate): the recipient did nothing. Kept
+        # on the job and raised as a sender alarm (webapp/health.py), counted against nobody.
+        effect = "sender_alarm"
     elif feedback.type == "bounce":
         effect = "soft"
         n = int(conn.execute(_SOFT_COUNT, {"email": email,
@@ -212,13 +227,14 @@ def apply_event(conn: Connection, source: str, feedback: Feedback, job_id: int |
             days = max(1, round(thresholds.soft_window / 86400))
             reply = f"{n} soft bounces in {days} days; last: {feedback.reason}"[:1000]
             if conn.execute(_SUPPRESS, {"email": email, "reason": "bounced",
-                                        "job_id": job_id, "reply": reply,
-                                        "by": by}).first():
+                                        "job_id": job_id, "reply": reply, "by": by,
+                                        "code": feedback.code}).first():
                 effect = "soft_suppressed"
     else:
         effect = "complaint"
         conn.execute(_SUPPRESS, {"email": email, "reason": "complaint", "job_id": job_id,
-                                 "reply": feedback.reason[:1000], "by": by})
+                                 "reply": feedback.reason[:1000], "by": by,
+                                 "code": feedback.code or "feedback"})
         if job is not None and job["broadcast_id"] is not None and \
                 conn.execute(_FIRST_COMPLAINT, {"job_id": job_id}).scalar():
             conn.execute(_COUNT_COMPLAINT, {"id": job["broadcast_id"]})
@@ -317,6 +333,7 @@ def complaint_rates(conn: Connection) -> list[dict[str, Any]]:
 
 _EVENTS_FOR_JOBS = sa.text("""
 SELECT id, job_id, source, type, bounce, email, reason, status, event_id, effect, created_at,
+       reason_code,
        left(raw, 20000) AS raw, length(raw) > 20000 AS raw_truncated
   FROM job_events WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id, created_at, id
 """)
@@ -334,3 +351,51 @@ def events_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[
 def event_raw(conn: Connection, event_id: int) -> str | None:
     return conn.execute(sa.text("SELECT raw FROM job_events WHERE id = :id"),
                         {"id": event_id}).scalar()
+
+
+# --- sender bounces and unreadable mail (SPEC 16) ------------------------------------------
+
+_SENDER_BOUNCES = sa.text("""
+SELECT coalesce(reason_code, 'blocked') AS reason, count(*) AS n, max(created_at) AS last_at,
+       (array_agg(reason ORDER BY created_at DESC, id DESC))[1] AS last_reason
+  FROM job_events
+ WHERE type = 'bounce' AND bounce = 'sender'
+   AND created_at > now() - make_interval(secs => :window)
+ GROUP BY 1 ORDER BY 2 DESC, 1
+""")
+
+
+def sender_bounces(conn: Connection, window: float = 86400) -> list[dict[str, Any]]:
+    """Bounces about our sending (blocklist, reputation, rate…) in the last ``window``
+    seconds, by reason: reason, n, last_at, last_reason (the newest text)."""
+    return [dict(r) for r in conn.execute(_SENDER_BOUNCES, {"window": window}).mappings()]
+
+
+_RECORD_UNREADABLE = sa.text("""
+INSERT INTO mailbox_unreadable (digest, subject, sender, error, folder, raw)
+VALUES (:digest, :subject, :sender, :error, :folder, :raw)
+ON CONFLICT (digest) DO NOTHING
+""")
+
+
+def record_unreadable(conn: Connection, digest: str, *, subject: str, sender: str,
+                      error: str, folder: str, raw: bytes = b"") -> None:
+    """List a bounce-mailbox message the reader could not understand (once per digest),
+    with its source (a POP3 mailbox cannot keep it in a folder)."""
+    conn.execute(_RECORD_UNREADABLE, {
+        "raw": raw[:RAW_LIMIT].decode("utf-8", "replace").replace("\x00", ""),
+        "digest": digest, "subject": subject.replace("\x00", "")[:300],
+        "sender": sender.replace("\x00", "")[:300], "error": error.replace("\x00", "")[:1000],
+        "folder": folder[:200]})
+
+
+def unreadable_mail(conn: Connection, limit: int = 20,
+                    window: float | None = None) -> list[dict[str, Any]]:
+    """The newest messages the bounce reader could not understand (optionally only those
+    of the last ``window`` seconds)."""
+    return [dict(r) for r in conn.execute(sa.text("""
+        SELECT id, subject, sender, error, folder, created_at FROM mailbox_unreadable
+         WHERE (CAST(:window AS float8) IS NULL
+                OR created_at > now() - make_interval(secs => CAST(:window AS float8)))
+         ORDER BY created_at DESC, id DESC LIMIT :limit"""),
+        {"limit": limit, "window": window}).mappings()]

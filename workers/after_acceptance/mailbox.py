@@ -11,7 +11,13 @@ where the server cannot move) or deleted (POP3). So:
   the next poll processes it;
 - never reprocessed: a process that dies after the commit and before the move finds the
   digest on the next poll and only moves the message;
-- mail that is no report (an auto-reply, spam) is moved too, recorded as ignored.
+- mail that is no report (an auto-reply, spam) is moved too, recorded as ignored;
+- mail the reader cannot understand (``kind='unreadable'``), or whose processing fails for
+  any reason other than the database being unavailable, is moved to the "could not read"
+  folder (``SENDDOCK_BOUNCE_MAILBOX_UNREADABLE``) and listed, with the reason and its
+  source, in ``mailbox_unreadable`` (Queue health shows it). One bad message never stops
+  the poll: the next message is read either way. Only database trouble ends a poll (the
+  message then stays where it is, to be read again).
 
 Only one process polls at a time (a transaction advisory lock), so two workers never
 race on the same mailbox.
@@ -37,6 +43,7 @@ from sqlalchemy.engine import Engine
 from workers.after_acceptance import feedback
 from workers.after_acceptance.reports import MailReport, parse_report
 from workers.building.links import job_from_bounce_address
+from workers.core import pg
 
 log = logging.getLogger("senddock.mailbox")
 
@@ -78,6 +85,7 @@ class PollResult:
     duplicates: int = 0     # already processed by an earlier poll (only moved now)
     ignored: int = 0        # not a report
     unmatched: int = 0      # a report no job matched
+    unreadable: int = 0     # moved to the "could not read" folder
     effects: dict[str, int] = field(default_factory=dict)
 
 
@@ -87,7 +95,7 @@ class BouncePoller:
     def __init__(self, engine: Engine, url: str, *, secret_key: str,
                  bounce_address: str | None, thresholds: feedback.Thresholds,
                  ca_file: str | None = None, processed_folder: str = "Processed",
-                 timeout: float = 30) -> None:
+                 unreadable_folder: str = "Could not read", timeout: float = 30) -> None:
         self.engine = engine
         self.url = parse_mailbox_url(url)
         self.secret_key = secret_key
@@ -95,6 +103,7 @@ class BouncePoller:
         self.thresholds = thresholds
         self.ca_file = ca_file
         self.processed_folder = processed_folder
+        self.unreadable_folder = unreadable_folder
         self.timeout = timeout
 
     def _ssl(self) -> ssl.SSLContext:
@@ -108,9 +117,10 @@ class BouncePoller:
         ids = [report.original_message_id] if report.original_message_id else []
         return feedback.find_job(conn, verp_job_ids=verp, message_ids=ids)
 
-    def process(self, raw: bytes, result: PollResult) -> None:
+    def process(self, raw: bytes, result: PollResult) -> str:
         """Apply one message, exactly once (its digest is the receipt), in one transaction.
-        Raises only on database trouble (the message then stays to be polled again)."""
+        Returns where the message goes: ``processed`` or ``unreadable``. Raises only on
+        database trouble or a bug (see :meth:`read_one`)."""
         digest = hashlib.sha256(raw).hexdigest()
         with self.engine.begin() as conn:
             first = conn.execute(sa.text("""
@@ -118,11 +128,17 @@ class BouncePoller:
                 ON CONFLICT DO NOTHING RETURNING key"""), {"key": digest}).first()
             if first is None:
                 result.duplicates += 1
-                return
+                known = conn.execute(sa.text(
+                    "SELECT 1 FROM mailbox_unreadable WHERE digest = :d"), {"d": digest}).first()
+                return "unreadable" if known else "processed"
             report = parse_report(raw)
+            if report.kind == "unreadable":
+                self._record_unreadable(conn, digest, raw, report.subject, report.error)
+                result.unreadable += 1
+                return "unreadable"
             if not report.events:
                 result.ignored += 1
-                return
+                return "processed"
             job_id = self._job_for(conn, report)
             for event in report.events:
                 if job_id is None:
@@ -133,6 +149,41 @@ class BouncePoller:
                                                    self.thresholds)
                     result.applied += 1
                 result.effects[outcome.effect] = result.effects.get(outcome.effect, 0) + 1
+        return "processed"
+
+    def _record_unreadable(self, conn: Any, digest: str, raw: bytes, subject: str,
+                           error: str) -> None:
+        sender = ""
+        for line in raw[:65536].decode("utf-8", "replace").splitlines():
+            if not line.strip():
+                break
+            if line.lower().startswith("from:"):
+                sender = line[5:].strip()
+                break
+        log.warning("bounce mailbox: could not read a message (%s); moved to %r", error,
+                    self.unreadable_folder)
+        feedback.record_unreadable(conn, digest, subject=subject, sender=sender, error=error,
+                                   folder=self.unreadable_folder, raw=raw)
+
+    def read_one(self, raw: bytes, result: PollResult) -> str:
+        """:meth:`process`, and whatever goes wrong with this one message (other than the
+        database being unavailable) sends it to the "could not read" folder, so the poll
+        goes on with the next one."""
+        try:
+            return self.process(raw, result)
+        except Exception as exc:
+            if pg.classify(exc) is not None:
+                raise  # the database: the message stays, to be read again
+            log.exception("bounce mailbox: processing a message failed")
+            error = f"processing failed: {type(exc).__name__}: {exc}"[:1000]
+        digest = hashlib.sha256(raw).hexdigest()
+        with self.engine.begin() as conn:
+            conn.execute(sa.text("""
+                INSERT INTO feedback_receipts (source, key) VALUES ('mailbox', :key)
+                ON CONFLICT DO NOTHING"""), {"key": digest})
+            self._record_unreadable(conn, digest, raw, "", error)
+        result.unreadable += 1
+        return "unreadable"
 
     # --- polling ---------------------------------------------------------------------------
 
@@ -172,27 +223,29 @@ class BouncePoller:
                     log.warning("bounce mailbox: could not fetch message %s", uid)
                     continue
                 result.seen += 1
-                self.process(raw, result)
-                self._done_imap(box, uid, can_move)
+                where = self.read_one(raw, result)
+                self._done_imap(box, uid, can_move, where)
         return result
 
     def _ensure_folder(self, box: MailBox | MailBoxUnencrypted) -> bool:
         try:
-            if not box.folder.exists(self.processed_folder):
-                box.folder.create(self.processed_folder)
+            for folder in (self.processed_folder, self.unreadable_folder):
+                if not box.folder.exists(folder):
+                    box.folder.create(folder)
             return True
         except (MailboxFolderCreateError, imaplib.IMAP4.error) as exc:
-            log.warning("bounce mailbox: cannot use folder %r (%s); flagging instead",
-                        self.processed_folder, exc)
+            log.warning("bounce mailbox: cannot use folders %r, %r (%s); flagging instead",
+                        self.processed_folder, self.unreadable_folder, exc)
             return False
 
     def _done_imap(self, box: MailBox | MailBoxUnencrypted, uid: str | None,
-                   can_move: bool) -> None:
+                   can_move: bool, where: str = "processed") -> None:
         if uid is None:
             return
         if can_move:
             try:
-                box.move(uid, self.processed_folder)
+                box.move(uid, self.unreadable_folder if where == "unreadable"
+                         else self.processed_folder)
                 return
             except (MailboxMoveError, imaplib.IMAP4.error) as exc:
                 log.warning("bounce mailbox: move failed (%s); flagging instead", exc)
@@ -209,7 +262,7 @@ class BouncePoller:
             for number in range(1, count + 1):
                 _resp, lines, _octets = client.retr(number)
                 result.seen += 1
-                self.process(b"\r\n".join(lines) + b"\r\n", result)
+                self.read_one(b"\r\n".join(lines) + b"\r\n", result)
                 client.dele(number)  # only after the commit; applied at QUIT
             client.quit()
         except BaseException:

@@ -40,7 +40,8 @@ def poller(engine: Engine, config: Config) -> BouncePoller | None:
     return BouncePoller(engine, f.bounce_mailbox, secret_key=config.secret_key,
                         bounce_address=f.bounce_address, thresholds=thresholds(config),
                         ca_file=f.bounce_mailbox_ca_file,
-                        processed_folder=f.bounce_mailbox_processed)
+                        processed_folder=f.bounce_mailbox_processed,
+                        unreadable_folder=f.bounce_mailbox_unreadable)
 
 
 def deliverer(engine: Engine, config: Config, worker_id: str) -> EventDeliverer:

@@ -155,6 +155,9 @@ SETTINGS: list[Setting] = [
             "PEM file of the CA to trust for the bounce mailbox's TLS (a private server)."),
     Setting("BOUNCE_MAILBOX_PROCESSED", "Processed",
             "IMAP folder processed reports are moved to (created if missing)."),
+    Setting("BOUNCE_MAILBOX_UNREADABLE", "Could not read",
+            "IMAP folder mail the bounce reader could not understand is moved to (created if "
+            "missing; listed on Queue health with the reason)."),
     Setting("SES_TOPIC_ARNS", None,
             "SNS topic ARNs (comma-separated) whose notifications /webhooks/ses accepts. "
             "Unset: SES webhooks are refused."),
@@ -296,6 +299,7 @@ class FeedbackConfig:
     bounce_mailbox_interval: float = 60
     bounce_mailbox_ca_file: str | None = None
     bounce_mailbox_processed: str = "Processed"
+    bounce_mailbox_unreadable: str = "Could not read"
     ses_topic_arns: frozenset[str] = frozenset()
     sendgrid_webhook_key: str | None = None
     postmark_webhook_auth: str | None = None
@@ -342,6 +346,7 @@ def _feedback(get: Any) -> FeedbackConfig:
                                                 get("BOUNCE_MAILBOX_INTERVAL"))),
         bounce_mailbox_ca_file=get("BOUNCE_MAILBOX_CA_FILE"),
         bounce_mailbox_processed=get("BOUNCE_MAILBOX_PROCESSED"),
+        bounce_mailbox_unreadable=get("BOUNCE_MAILBOX_UNREADABLE"),
         ses_topic_arns=frozenset(a.strip() for a in (get("SES_TOPIC_ARNS") or "").split(",")
                                  if a.strip()),
         sendgrid_webhook_key=get("SENDGRID_WEBHOOK_KEY"),

@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.real.postfix import make_certificates
+from harness.postfix import make_certificates
+from webapp.pgserver import free_port
 
 DOVECOT = shutil.which("dovecot", path="/usr/sbin:/usr/bin:" + os.environ.get("PATH", ""))
 LDA = "/usr/lib/dovecot/dovecot-lda"
@@ -43,13 +44,6 @@ def missing() -> str | None:
     if not Path("/usr/lib/dovecot/pop3").exists():
         return "apt-get install dovecot-pop3d"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -144,7 +138,7 @@ class DovecotServer:
         # The mail uid must reach its maildir: pytest's tmp dirs are 0700 to root.
         self.root.chmod(0o755)
         self.config_file = self.root / "dovecot.conf"
-        self.ports = Ports(_free_port(), _free_port(), _free_port(), _free_port())
+        self.ports = Ports(free_port(), free_port(), free_port(), free_port())
         if os.geteuid() == 0:
             mail = pwd.getpwnam("nobody")
             self.uid, self.gid = mail.pw_uid, mail.pw_gid

@@ -77,6 +77,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from webapp.pgserver import free_port
+
 INSTALL_HINT = "apt-get install postfix sasl2-bin"
 DAEMON_DIR = Path("/usr/lib/postfix/sbin")
 USER = "sender@relay.test"
@@ -143,13 +145,6 @@ def unavailable_reason() -> str | None:
         except KeyError:
             return f"{INSTALL_HINT} (no '{user}' user)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --- certificates ------------------------------------------------------------------------
@@ -449,7 +444,7 @@ class Postfix:
             return
         for _attempt in range(3):
             if not self.port:
-                self.port = _free_port()
+                self.port = free_port()
             self._write_config()
             mark = self._size()
             self._postfix("start")
