@@ -251,7 +251,12 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
         except Invalid as exc:
             fields.update(exc.fields or {field: exc.message})
     if not fields and values["text"] is None and values["html"] is None:
-        fields["text"] = N_("give a text or an HTML template (or both)")
+        # 409, not 422: whether a body is left depends on the kind as stored (fields left
+        # out keep their value), which no schema of the request can see.
+        problem = N_("give a text or an HTML template (or both)")
+        raise Conflict(N_("invalid kind: %(problems)s", problems=Text.joined("; ", (
+            N_("%(field)s: %(message)s", field="text", message=problem),))),
+            fields={"text": problem})
     if fields:
         raise Invalid(N_("invalid kind: %(problems)s", problems=Text.joined("; ", (
             N_("%(field)s: %(message)s", field=k, message=v) for k, v in fields.items()))),
