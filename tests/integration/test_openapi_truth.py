@@ -65,6 +65,8 @@ def test_kind_samples_may_be_null_and_the_builtin_kind_answers_409(api: Api) -> 
     created = _put(api, "/kinds/churn", {"subject": "Hi", "text": "Hello"})
     assert created.status_code == 201 and created.get_json()["class"] == "lifecycle"
     assert _valid("/kinds/{name}", "put", {"subject": "Hi", "text": "Hello"})
+    # A new kind given no subject (Schemathesis, random seed): 409, as for a missing body.
+    assert _put(api, "/kinds/nosubject", {"text": "Hello"}).status_code == 409
     answer = _put(api, "/kinds/verification", {"class": "lifecycle"})
     assert answer.status_code == 409  # schema-valid, conflicts with the built-in kind
     assert "409" in openapi.document()["paths"]["/kinds/{name}"]["put"]["responses"]

@@ -250,6 +250,11 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
             values[field] = check(merged.get(field))
         except Invalid as exc:
             fields.update(exc.fields or {field: exc.message})
+    if current is None and body.get("subject") is None and "subject" in fields:
+        # A new kind given no subject: like a missing template, a conflict with what is
+        # stored (nothing yet), which no schema of the request can see: 409.
+        raise Conflict(N_("%(field)s is required", field="subject"),
+                       fields={"subject": N_("required")})
     if not fields and values["text"] is None and values["html"] is None:
         # 409, not 422: whether a body is left depends on the kind as stored (fields left
         # out keep their value), which no schema of the request can see.
