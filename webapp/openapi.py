@@ -342,8 +342,8 @@ PATHS["/kinds/{name}"] = {
                      "the template and line; a name that is not one path segment (an "
                      "encoded '/') reaches no kind: 404; the built-in kind stays critical "
                      "and active, and a kind keeps a subject and a text or an HTML "
-                     "template (a new one must be given them): asking otherwise is 409", 201, KIND, 400, 404, 409, 413,
-                     422, request=KIND_BODY),
+                     "template (a new one must be given them): asking otherwise is 409",
+                     201, KIND, 400, 404, 409, 413, 422, request=KIND_BODY),
                  200, "edited", KIND)}
 PATHS["/messages"] = {
     "post": {**_op("Enqueue a message of a kind (202 at once). One message per user, kind "
