@@ -40,7 +40,7 @@ metadata = MetaData()
 JOB_STATUSES = states.STATES
 JOB_KINDS = states.KINDS
 ROLES = ("admin", "marketer", "support")
-CAMPAIGN_STATUSES = ("draft", "scheduled", "sending", "paused", "cancelled", "sent")
+CAMPAIGN_STATUSES = states.Campaign.STATES
 SUPPRESSION_REASONS = ("bounced", "unsubscribed", "complaint", "manual")
 
 
@@ -196,7 +196,6 @@ broadcasts = Table(
     Column("id", BigInteger, primary_key=True),
     Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE"),
            nullable=False),
-    Column("paused", Boolean, nullable=False, server_default=text("false")),
     # Audience summary fixed at send time: who was enqueued and who was left out, and why.
     Column("total", Integer, nullable=False, server_default=text("0")),
     Column("skipped_suppressed", Integer, nullable=False, server_default=text("0")),
@@ -204,10 +203,16 @@ broadcasts = Table(
     # Set when the jobs exist. The send request only records the broadcast (durably) and
     # returns; a worker enqueues the audience in one set-based statement (SPEC 3).
     Column("enqueued_at", DateTime(timezone=True)),
+    # The enqueue goes through the list in subscriber order, a chunk per transaction: the
+    # last subscriber id done (workers.delivery.queue.enqueue_chunk).
+    Column("enqueued_upto", BigInteger, nullable=False, server_default=text("0")),
     _now(),
     Column("finished_at", DateTime(timezone=True)),
     # Jobs of this broadcast with at least one complaint (SPEC 12's complaint rate).
     Column("complaints", Integer, nullable=False, server_default=text("0")),
+    # When retention rolled it up (SPEC 17): its counters stay exact, its failed and
+    # bounced jobs (and any job with a feedback event) stay, the rest of its rows are gone.
+    Column("rolled_up_at", DateTime(timezone=True)),
 )
 
 delivery_jobs = Table(
@@ -265,6 +270,10 @@ delivery_jobs = Table(
                                 "AND broadcast_id IS NULL")),
     Index("delivery_jobs_broadcast_due_idx", "broadcast_id", "available_at", "id",
           postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)}")),
+    # The jobs browser's Retrying tab, in the order they come due (retries are few: the
+    # index holds only them, whatever the size of the campaigns around them).
+    Index("delivery_jobs_retry_idx", "priority", "available_at", "id",
+          postgresql_where=text("status = 'retry'")),
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
           postgresql_where=text("status = 'sending'")),
@@ -304,7 +313,9 @@ delivery_jobs = Table(
           postgresql_where=text("idempotency_key IS NOT NULL")),
     Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
     # A campaign's sending rate: jobs finished in the last minute, read from the newest end.
-    Index("delivery_jobs_broadcast_finished_idx", "broadcast_id", "finished_at",
+    # Retention walks it too, with a keyset on (finished_at, id): the id is in the key
+    # because a cancel settles thousands of jobs with one finished_at.
+    Index("delivery_jobs_broadcast_finished_idx", "broadcast_id", "finished_at", "id",
           postgresql_where=text("broadcast_id IS NOT NULL AND finished_at IS NOT NULL")),
 )
 
@@ -381,16 +392,14 @@ suppressions = Table(
           postgresql_ops={"email": "gin_trgm_ops"}),
 )
 
-# Liveness is in the schema: each pool holds a session advisory lock (lock_key) and
-# heartbeats its row. A worker is dead when its lock can be taken; its jobs are then taken
-# back at once by its own node's next start, and by peers once its heartbeat is also older
-# than SENDDOCK_WORKER_TIMEOUT (so a blip in one connection never double-sends).
+# Liveness is in the schema: each pool holds a lease (SPEC 15), an expiry on the database
+# clock that its heartbeat renews. A worker whose lease expired more than
+# SENDDOCK_LEASE_GRACE ago is dead: peers take its jobs back. Its own node's next start
+# takes them back at once when the old process is gone from this host. Never judged by a
+# session or an advisory lock (a vanished host keeps its session for hours).
 workers = Table(
     "workers", metadata,
     Column("id", Text, primary_key=True),
-    # The pool holds pg_advisory_lock(lock_key) on a session of its own for as long as it
-    # lives; PostgreSQL releases it when that connection dies, which is how peers know.
-    Column("lock_key", BigInteger, nullable=False, unique=True),
     Column("node", Text, nullable=False),
     Column("hostname", Text, nullable=False),
     Column("pid", Integer, nullable=False),
@@ -398,6 +407,10 @@ workers = Table(
     Column("in_flight", Integer, nullable=False, server_default=text("0")),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The lease: valid until then (database clock); the term grows each time it lapsed
+    # before its renewal (claims of an older term are void for the worker).
+    Column("lease_until", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_term", Integer, nullable=False, server_default=text("0")),
     Column("stopped_at", DateTime(timezone=True)),
     Index("workers_node_idx", "node"),
 )

@@ -172,8 +172,14 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
             "%(rate)s of the %(count)s messages finished in the last 15 minutes failed or "
             "bounced (alarm above %(limit)s).", rate=f"{rate:.0%}", count=finished,
             limit=f"{config.alarm_failure_rate:.0%}"), "warn"))
-    if oldest > 0 and not any(w["live"] for w in
-                              queue_reads.running_workers(conn, config.worker_timeout)):
+    stranded, overdue = queue_reads.stranded(conn)
+    if stranded:
+        alarms.append(Alarm("lease_expired", N_(
+            "%(count)s message(s) are in flight under a worker whose lease expired %(age)s "
+            "ago (its host vanished, was cut off or froze); they are taken back %(grace)s "
+            "after the expiry.", count=stranded, age=_age(overdue),
+            grace=_age(config.lease_grace))))
+    if oldest > 0 and not any(w["live"] for w in queue_reads.running_workers(conn)):
         alarms.append(Alarm("no_workers", N_(
             "No delivery worker is running: messages are waiting. Start `senddock worker` "
             "or `senddock serve`.")))
@@ -226,8 +232,8 @@ def _complaints(c: dict[str, Any], level: float, config: Config) -> dict[str, An
 
 
 ALARM_NAMES = ("relay_down", "relay_throttled", "oldest_pending", "failure_rate",
-               "no_workers", "complaint_rate", "event_webhook_disabled", "sender_bounces",
-               "mailbox_unreadable")
+               "lease_expired", "no_workers", "complaint_rate", "event_webhook_disabled",
+               "sender_bounces", "mailbox_unreadable")
 _ALARM_TTL = 5.0
 _alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}
 _alarm_lock = threading.Lock()
@@ -271,7 +277,8 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
         "backlog": queue.backlog(conn),
         "max_backlog": config.max_backlog,
         "chart": sent_per_minute(conn),
-        "workers": queue_reads.running_workers(conn, config.worker_timeout),
+        "workers": queue_reads.running_workers(conn),
+        "stranded": queue_reads.stranded(conn),
         "relay": queue.relay_status(conn),
         "domain_throttles": queue.domain_throttles(conn),
         "rate": rate_limits(conn, config),

@@ -23,6 +23,7 @@ from workers.core.states import (
     PRIORITY,
     PROBLEM,
     STATES,
+    Campaign,
     sql_list,
 )
 from workers.delivery.queue import JOB_COLUMNS, ProblemFilter
@@ -239,7 +240,9 @@ SELECT extract(epoch FROM now() - min(t.available_at)) FROM (
                AND j.available_at <= now()
              ORDER BY j.available_at LIMIT 1)
       FROM broadcasts b
-     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL AND NOT b.paused) t
+     WHERE b.finished_at IS NULL
+       AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = b.campaign_id
+                      AND c.status = '{Campaign.SENDING}')) t
 """)
 
 
@@ -302,17 +305,49 @@ def problems_since(conn: Connection, since: datetime) -> int:
     return int(conn.execute(_PROBLEMS_SINCE, {"since": since}).scalar() or 0)
 
 
-# Pools that have not stopped, with whether their heartbeat is recent (`live`).
+# Pools that have not stopped or still have jobs in flight, with whether their lease is
+# valid (`live`, on the database clock), how long ago it expired (`lease_overdue`, < 0
+# while valid) and the jobs `sending` in their name (read from the jobs, not from the row
+# the worker writes: a vanished worker writes nothing).
 _WORKERS = sa.text("""
-SELECT id, node, hostname, pid, threads, in_flight, started_at, heartbeat_at,
-       heartbeat_at > now() - make_interval(secs => :timeout) AS live,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
-  FROM workers WHERE stopped_at IS NULL ORDER BY started_at, id
+WITH sending AS (
+    SELECT claimed_by, count(*) AS n FROM delivery_jobs
+     WHERE status = 'sending' GROUP BY claimed_by
+)
+SELECT w.id, w.node, w.hostname, w.pid, w.threads, coalesce(s.n, 0) AS in_flight,
+       w.started_at, w.heartbeat_at, w.lease_until, w.lease_until > now() AS live,
+       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age,
+       extract(epoch FROM now() - w.lease_until)::float8 AS lease_overdue
+  FROM workers w LEFT JOIN sending s ON s.claimed_by = w.id
+ WHERE w.stopped_at IS NULL OR s.n > 0
+ ORDER BY w.started_at, w.id
 """)
 
 
-def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(_WORKERS, {"timeout": timeout}).mappings()]
+def running_workers(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_WORKERS).mappings()]
+
+
+# Jobs `sending` in the name of a worker whose lease expired (or that is not registered):
+# a vanished, cut-off or frozen host's; taken back SENDDOCK_LEASE_GRACE after the expiry.
+_STRANDED = sa.text("""
+SELECT count(*) AS n,
+       coalesce(max(extract(epoch FROM now() - w.lease_until)), 0)::float8 AS overdue
+  FROM delivery_jobs j LEFT JOIN workers w ON w.id = j.claimed_by
+ WHERE j.status = 'sending' AND (w.id IS NULL OR w.lease_until <= now())
+""")
+
+
+def stranded(conn: Connection) -> tuple[int, float]:
+    """(jobs `sending` under an expired lease, seconds since the oldest such expiry)."""
+    row = conn.execute(_STRANDED).one()
+    return int(row.n), float(row.overdue)
+
+
+def in_flight(conn: Connection) -> int:
+    """Every job `sending`, whoever holds it (a vanished worker's included)."""
+    return int(conn.execute(sa.text(
+        "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one())
 
 
 # --- campaign live page ----------------------------------------------------------------
@@ -495,12 +530,19 @@ BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+_BROWSER_COLUMNS = """j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
+               j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
+               j.campaign_id, j.user_ref"""
+
+
 def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
                   after: Sequence[Any] | None = None, limit: int = 50
                   ) -> list[dict[str, Any]]:
     """Jobs in the browser ``state`` matching ``where``, in the order they will be
     handled, ``limit`` of them after the keyset ``after`` (the previous page's last row's
     order columns)."""
+    if state == "waiting":
+        return _waiting(conn, where, after=after, limit=limit)
     condition, order = BROWSER_STATES[state]
     extra, params = where.where()
     keyset = ""
@@ -509,12 +551,55 @@ def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
         keyset = f" AND ({', '.join(order)}) > ({', '.join(names)})"
         params.update({f"after{i}": v for i, v in enumerate(after)})
     rows = conn.execute(sa.text(f"""
-        SELECT j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
-               j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
-               j.campaign_id, j.user_ref, c.name AS campaign_name
+        SELECT {_BROWSER_COLUMNS}, c.name AS campaign_name
           FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
          WHERE {condition}{extra}{keyset}
          ORDER BY {', '.join(order)} LIMIT :limit"""), {**params, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+# Waiting jobs in claim order, each page read the way the claim reads them: the
+# transactional ones along delivery_jobs_claim_idx, each open broadcast's along its own
+# range of delivery_jobs_broadcast_due_idx (the keyset inside that range), merged. So a
+# page reads at most `limit` entries per open campaign and as many of the transactional
+# index, however many millions wait.
+_WAITING = f"""
+SELECT w.*, c.name AS campaign_name FROM (
+    (SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
+      WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
+        AND j.status = 'pending'{{extra}}{{keyset}}
+      ORDER BY j.priority, j.available_at, j.id LIMIT :limit)
+    UNION ALL
+    SELECT d.* FROM broadcasts b CROSS JOIN LATERAL (
+        SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
+         WHERE j.broadcast_id = b.id AND j.status IN {sql_list(CLAIMABLE)}
+           AND j.status = 'pending'{{extra}}{{campaign_keyset}}
+         ORDER BY j.available_at, j.id LIMIT :limit) d
+     WHERE b.finished_at IS NULL{{campaign}}
+) w LEFT JOIN campaigns c ON c.id = w.campaign_id
+ ORDER BY w.priority, w.available_at, w.id LIMIT :limit
+"""
+
+
+def _waiting(conn: Connection, where: JobFilter, *, after: Sequence[Any] | None,
+             limit: int) -> list[dict[str, Any]]:
+    extra, params = where.where()
+    keyset = campaign_keyset = ""
+    campaign = " AND b.id = :broadcast_id" if where.broadcast_id is not None else ""
+    if after is not None:
+        keyset = " AND (j.priority, j.available_at, j.id) > (:after0, :after1, :after2)"
+        params.update({f"after{i}": v for i, v in enumerate(after)})
+        # Campaign jobs all have the campaign class's priority: the keyset inside a
+        # broadcast's range is on (available_at, id) alone, which its index answers.
+        if after[0] > PRIORITY["broadcast"]:
+            campaign = " AND false"
+        elif after[0] == PRIORITY["broadcast"]:
+            campaign_keyset = " AND (j.available_at, j.id) > (:after1, :after2)"
+    if where.kind not in (None, "broadcast"):
+        campaign = " AND false"
+    rows = conn.execute(sa.text(_WAITING.format(
+        extra=extra, keyset=keyset, campaign_keyset=campaign_keyset, campaign=campaign)),
+        {**params, "limit": limit})
     return [dict(r) for r in rows.mappings()]
 
 

@@ -60,9 +60,19 @@ SETTINGS: list[Setting] = [
     Setting("RATE_LIMIT_DAY", "0",
             "Most messages in any rolling 24 hours, across all processes (0 = no limit; "
             "SES's daily sending quota)."),
-    Setting("HEARTBEAT_INTERVAL", "5", "Seconds between worker heartbeats."),
+    Setting("HEARTBEAT_INTERVAL", "5",
+            "Seconds between worker heartbeats; each renews the worker's lease."),
     Setting("WORKER_TIMEOUT", "30",
-            "Seconds without a heartbeat after which a dead worker's jobs are taken back."),
+            "The lease: seconds a worker's right to send runs from each renewal, on the "
+            "database's clock (SPEC 15). A worker whose lease expired sends nothing more."),
+    Setting("LEASE_GRACE", "10",
+            "Seconds after a worker's lease expired before its jobs are taken back by a "
+            "peer (a dead host's jobs: within WORKER_TIMEOUT + LEASE_GRACE + 10 s)."),
+    Setting("LEASE_MARGIN", "10",
+            "Fencing: a worker starts a message (MAIL FROM, and again at the relay's 354) only "
+            "while its lease was confirmed within WORKER_TIMEOUT minus this many seconds by "
+            "its own clock; it covers the SMTP transaction. At most half of WORKER_TIMEOUT "
+            "minus HEARTBEAT_INTERVAL (a larger value is cut to that)."),
     Setting("SMTP_TIMEOUT", "30", "Seconds before an SMTP command is given up on."),
     Setting("SMTP_HELO", None,
             "The name SendDock gives in EHLO (default: this host's FQDN; an address literal "
@@ -90,7 +100,15 @@ SETTINGS: list[Setting] = [
             "The same refusal for this many different recipients in a row is treated as "
             "about us (delivery pauses), whatever its text says (0 = off)."),
     Setting("MAX_BACKLOG", "5000000",
-            "Most jobs waiting (pending+retry) before new enqueues are refused with 429/503."),
+            "Most transactional jobs waiting (pending+retry) before new ones are refused "
+            "with 503; campaign jobs do not count (a campaign's list bounds it)."),
+    Setting("RETENTION_CAMPAIGN_DAYS", "30",
+            "Days after a campaign finished before it is rolled up: its counts stay exact, "
+            "its failed and bounced jobs stay, the other per-recipient rows are deleted "
+            "(0 = keep them forever)."),
+    Setting("RETENTION_TRANSACTIONAL_DAYS", "90",
+            "Days a finished transactional job (verification, test, other kinds) is kept; "
+            "its kind's counts stay exact (0 = keep them forever)."),
     Setting("DISPOSABLE_POLICY", "send",
             "send: send disposable-domain verification mail, flagged; hold: hold it for support."),
     Setting("ALARM_OLDEST_PENDING", "600",
@@ -117,9 +135,11 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
-    Setting("DB_WEB_POOL", "3",
+    Setting("DB_WEB_POOL", "6",
             "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
-            "opens; requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
+            "opens, and the number of its request threads unless --threads says otherwise "
+            "(one connection per thread: no request waits for another's connection); "
+            "requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
             "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
             "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
     Setting("DB_DELIVERY_POOL", "4",
@@ -387,6 +407,8 @@ class Config:
     rate_limit_day: int
     heartbeat_interval: float
     worker_timeout: float
+    lease_grace: float
+    lease_margin: float
     smtp_timeout: float
     smtp_helo: str | None
     smtp_ca_file: str | None
@@ -397,6 +419,8 @@ class Config:
     relay_probe_max: float
     same_refusal_streak: int
     max_backlog: int
+    retention_campaign_days: float
+    retention_transactional_days: float
     disposable_policy: str
     alarm_oldest_pending: int
     alarm_failure_rate: float
@@ -406,7 +430,7 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
-    db_web_pool: int = 3
+    db_web_pool: int = 6
     db_delivery_pool: int = 4
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0
@@ -454,6 +478,11 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
     cookie_mode = req("SECURE_COOKIES").lower()
     secure = base_url.startswith("https://") if cookie_mode == "auto" else cookie_mode in {
         "1", "on", "true", "yes"}
+    heartbeat = _float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL"))
+    lease = _float("WORKER_TIMEOUT", req("WORKER_TIMEOUT"))
+    if heartbeat <= 0 or lease <= heartbeat:
+        raise ConfigError("SENDDOCK_WORKER_TIMEOUT (the lease) must be longer than "
+                          "SENDDOCK_HEARTBEAT_INTERVAL, which must be positive")
     workers = _int("WORKERS", req("WORKERS"))
     if workers < 0:
         raise ConfigError("SENDDOCK_WORKERS cannot be negative")
@@ -479,8 +508,12 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
                                      _int("RATE_LIMIT_HOUR", req("RATE_LIMIT_HOUR"))),
         rate_limit_day=_nonnegative("RATE_LIMIT_DAY",
                                     _int("RATE_LIMIT_DAY", req("RATE_LIMIT_DAY"))),
-        heartbeat_interval=_float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL")),
-        worker_timeout=_float("WORKER_TIMEOUT", req("WORKER_TIMEOUT")),
+        heartbeat_interval=heartbeat,
+        worker_timeout=lease,
+        lease_grace=_nonnegative("LEASE_GRACE", _float("LEASE_GRACE", req("LEASE_GRACE"))),
+        lease_margin=min(_nonnegative("LEASE_MARGIN",
+                                      _float("LEASE_MARGIN", req("LEASE_MARGIN"))),
+                         max(0.0, (lease - heartbeat) / 2)),
         smtp_timeout=_float("SMTP_TIMEOUT", req("SMTP_TIMEOUT")),
         smtp_helo=_helo(get("SMTP_HELO")),
         smtp_ca_file=_ca_file(get("SMTP_CA_FILE")),
@@ -491,6 +524,12 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         relay_probe_max=max(1.0, _float("RELAY_PROBE_MAX", req("RELAY_PROBE_MAX"))),
         same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
+        retention_campaign_days=_nonnegative(
+            "RETENTION_CAMPAIGN_DAYS",
+            _float("RETENTION_CAMPAIGN_DAYS", req("RETENTION_CAMPAIGN_DAYS"))),
+        retention_transactional_days=_nonnegative(
+            "RETENTION_TRANSACTIONAL_DAYS",
+            _float("RETENTION_TRANSACTIONAL_DAYS", req("RETENTION_TRANSACTIONAL_DAYS"))),
         disposable_policy=policy,
         alarm_oldest_pending=_int("ALARM_OLDEST_PENDING", req("ALARM_OLDEST_PENDING")),
         alarm_failure_rate=_float("ALARM_FAILURE_RATE", req("ALARM_FAILURE_RATE")),
