@@ -18,6 +18,7 @@ from webapp.domain import audit, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
 from webapp.form_memory import remember, show_once, take_shown
+from webapp.domain.fields import whole_number
 from webapp.i18n import label, localize, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
 from workers.core.i18n import N_
@@ -100,12 +101,13 @@ def add_suppressions() -> str | Response:
 
 def _added_message(report: dict[str, list[object]]) -> str:
     added, already = len(report["added"]), len(report["already"])
-    message = ngettext("Suppressed %(num)s address.", "Suppressed %(num)s addresses.", added,
-                       num=num(added))
+    # ngettext's third argument is its own "num": the formatted count goes in as "count".
+    message = ngettext("Suppressed %(count)s address.", "Suppressed %(count)s addresses.",
+                       added, count=num(added))
     if already:
-        message += " " + ngettext("%(num)s was already on the list.",
-                                  "%(num)s were already on the list.", already,
-                                  num=num(already))
+        message += " " + ngettext("%(count)s was already on the list.",
+                                  "%(count)s were already on the list.", already,
+                                  count=num(already))
     return message
 
 
@@ -156,7 +158,7 @@ def audit_log() -> str:
                              target=args.get("target", "").lower() or None,
                              since=_day(args.get("from", ""), "from"),
                              until=_day(args.get("to", ""), "to", end=True),
-                             before_id=int(before) if before.isdigit() else None, limit=101)
+                             before_id=whole_number(before), limit=101)
     more = len(rows) > 100
     return render_template("admin/audit.html", rows=rows[:100], args=args,
                            next_before=rows[99]["id"] if more else None,
@@ -239,10 +241,11 @@ def create_token() -> str | Response:
     user_id = request.form.get("user_id", "")
     try:
         with engine().begin() as conn:
-            if not user_id.isdigit():
+            owner_id = whole_number(user_id)
+            if owner_id is None:
                 raise Invalid(N_("choose the user the token acts as"),
                               fields={"user_id": N_("required")})
-            owner = users.get_user(conn, int(user_id))
+            owner = users.get_user(conn, owner_id)
             expires = request.form.get("expires", "90")
             if expires not in EXPIRY_CHOICES:
                 raise Invalid(N_("choose when the token expires"),

@@ -17,6 +17,7 @@ from webapp.context import actor, config, engine
 from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
 from webapp.form_memory import remember
+from webapp.domain.fields import whole_number
 from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
@@ -73,7 +74,7 @@ def index() -> str:
 def _form_data() -> dict[str, Any]:
     form = request.form
     list_id = form.get("list_id", "")
-    return {"name": form.get("name", ""), "list_id": int(list_id) if list_id.isdigit() else None,
+    return {"name": form.get("name", ""), "list_id": whole_number(list_id),
             "from": form.get("from", ""), "subject": form.get("subject", ""),
             "html": form.get("html") or None, "text": form.get("text") or None}
 
@@ -108,7 +109,7 @@ def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
 def new() -> Response | tuple[str, int]:
     if request.method == "GET":
         list_id = request.args.get("list", "")
-        return _compose_page({"list_id": int(list_id) if list_id.isdigit() else None,
+        return _compose_page({"list_id": whole_number(list_id),
                               "from": config().mail_from})
     values = _form_data()
     try:
@@ -196,8 +197,7 @@ def failures(campaign_id: int) -> str:
 
 
 def _subscriber_arg() -> int | None:
-    raw = request.values.get("subscriber", "")
-    return int(raw) if raw.isdigit() else None
+    return whole_number(request.values.get("subscriber"))
 
 
 @bp.get("/<int:campaign_id>/preview")
@@ -290,7 +290,9 @@ def _schedule_time() -> datetime | None:
         raise Invalid(N_("choose a date and time to send at"),
                       fields={"at": N_("required")}) from None
     offset = request.form.get("tz_offset", "")
-    minutes = int(offset) if offset.lstrip("-").isdigit() else 0
+    # The browser's offset from UTC in minutes: at most a day either way.
+    minutes = whole_number(offset.removeprefix("-"), high=24 * 60) or 0
+    minutes = -minutes if offset.startswith("-") else minutes
     at = local.replace(tzinfo=UTC) + timedelta(minutes=minutes)
     if at <= datetime.now(UTC):
         raise Invalid(N_("the time to send at has already passed; choose a later one, or "

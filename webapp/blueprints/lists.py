@@ -14,6 +14,7 @@ from webapp.context import actor, engine
 from webapp.domain import import_uploads, imports, lists
 from webapp.domain.errors import DomainError, Invalid
 from webapp.form_memory import remember
+from webapp.domain.fields import whole_number
 from webapp.i18n import localize
 
 bp = Blueprint("lists", __name__, url_prefix="/lists")
@@ -45,8 +46,7 @@ def create() -> Response | tuple[str, int]:
 
 
 def _cursor(name: str) -> int | None:
-    raw = request.args.get(name, "")
-    return int(raw) if raw.isdigit() else None
+    return whole_number(request.args.get(name))
 
 
 @bp.get("/<int:list_id>")
@@ -215,7 +215,19 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
                 "minutes, and only for who uploaded it): nothing was imported. Upload it "
                 "again.", minutes=import_uploads.KEEP_SECONDS // 60), "error")
         return redirect(url_for("lists.import_csv", list_id=list_id), 303)
-    header_size = int(request.form.get("columns", "0") or 0)
+    # One role per column of the file's header, no more: a form's "columns" is checked
+    # against the file, never used as a count on its own.
+    try:
+        with engine().connect() as conn:
+            header_size = imports.header_size(import_uploads.lines(conn, kept.token))
+    except Invalid as exc:
+        return render_template("lists/import.html", the_list=the_list, filename=kept.filename,
+                               error=localize(exc.message)), 422
+    if whole_number(request.form.get("columns")) != header_size:
+        return render_template("lists/import.html", the_list=the_list, filename=kept.filename,
+                               error=_("The column mapping does not fit the file's header "
+                                       "(%(count)s columns). Check the file again.",
+                                       count=header_size)), 422
     roles = [request.form.get(f"role_{i}", "skip") for i in range(header_size)]
     return _run_import(the_list, kept, roles, dry_run=request.form.get("action") != "import")
 

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, queue_reads
 from webapp.domain.errors import Invalid
+from webapp.domain.fields import whole_number
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_
 from workers.delivery import queue
@@ -64,10 +65,11 @@ def parse_filters(conn: Connection, args: Any) -> Filters:
     found = Filters(kind=kind)
     campaign = (args.get("campaign") or "").strip()
     if campaign:
-        if not campaign.isdigit():
+        campaign_id = whole_number(campaign)
+        if campaign_id is None:
             raise Invalid(N_("campaign must be a campaign id"),
                           fields={"campaign": N_("not a number")})
-        found.campaign_id = int(campaign)
+        found.campaign_id = campaign_id
         found.broadcast_id = conn.execute(sa.text(
             "SELECT broadcast_id FROM campaigns WHERE id = :id"), {"id": found.campaign_id}
         ).scalar()
@@ -97,7 +99,10 @@ def counts(conn: Connection, f: Filters) -> dict[str, int]:
     else:
         by_kind = queue_reads.jobs_by_kind_and_state(conn)
         kinds = [f.kind] if f.kind else list(by_kind)
-        per_state = {s: sum(by_kind[k][s] for k in kinds) for s in by_kind[kinds[0]]}
+        per_state = {}
+        for kind in kinds:  # a kind without jobs (or no such kind) has no counters: 0
+            for state, n in by_kind.get(kind, {}).items():
+                per_state[state] = per_state.get(state, 0) + n
     result = {tab: per_state.get(state, 0) for tab, state in _STATE_OF.items()}
     no_campaign_jobs = f.kind not in (None, "broadcast") or f.email
     result["scheduled"] = 0 if no_campaign_jobs else len(
