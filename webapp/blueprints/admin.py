@@ -17,8 +17,8 @@ from webapp.context import actor, engine
 from webapp.domain import audit, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
-from webapp.form_memory import remember, show_once, take_shown
 from webapp.domain.fields import whole_number
+from webapp.form_memory import remember, show_once, take_shown
 from webapp.i18n import label, localize, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
 from workers.core.i18n import N_

@@ -16,8 +16,8 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
-from webapp.form_memory import remember
 from webapp.domain.fields import whole_number
+from webapp.form_memory import remember
 from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path

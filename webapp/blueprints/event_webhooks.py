@@ -16,7 +16,7 @@ from webapp.form_memory import remember
 from workers.after_acceptance import event_queue
 from workers.after_acceptance.event_webhooks import new_secret
 from workers.building.kinds import job_kinds
-from workers.core import outgoing, states
+from workers.core import outgoing
 
 bp = Blueprint("event_webhooks", __name__, url_prefix="/admin/event-webhooks")
 

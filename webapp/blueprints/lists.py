@@ -13,8 +13,8 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, engine
 from webapp.domain import import_uploads, imports, lists
 from webapp.domain.errors import DomainError, Invalid
-from webapp.form_memory import remember
 from webapp.domain.fields import whole_number
+from webapp.form_memory import remember
 from webapp.i18n import localize
 
 bp = Blueprint("lists", __name__, url_prefix="/lists")
