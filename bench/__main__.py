@@ -22,6 +22,7 @@ FULL = [
     ["bench.bench_drain", "--recipients", "100000", "--sink", "postfix", "--processes", "3"],
     ["bench.bench_dkim", "--messages", "3000"],
     ["bench.bench_drain", "--recipients", "100000", "--sink", "postfix", "--dkim", "rsa"],
+    ["bench.bench_job_moves", "--jobs", "2000", "--rounds", "3", "--cancel", "20000"],
     ["bench.bench_bounces"],
 ]
 
@@ -34,6 +35,7 @@ QUICK = [
     ["bench.bench_marketer_pages", "--rows", "20000", "--repeat", "5"],
     ["bench.bench_admin_pages", "--rows", "20000", "--repeat", "5"],
     ["bench.bench_dkim", "--messages", "500", "--dkimpy-messages", "50"],
+    ["bench.bench_job_moves", "--jobs", "500", "--rounds", "2", "--cancel", "5000"],
     ["bench.bench_bounces"],
 ]
 

@@ -27,6 +27,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytest_plugins = ["tests.real.fixtures"]
 
+# The quick run (README "Development": `pytest -m "not slow"`) leaves out what starts real
+# processes: a browser test, and any test using a fixture that runs a server of its own.
+SLOW_FIXTURES = frozenset({"spawn", "live_server", "page", "browser", "pg_clusters",
+                           "relay", "postfix_proc", "dovecot", "dovecot_proc"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        e2e = item.nodeid.startswith("tests/e2e/")
+        if e2e:
+            item.add_marker(pytest.mark.e2e)
+        if e2e or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 def _server_url() -> str:
     """A PostgreSQL server for the tests: SENDDOCK_TEST_DATABASE_URL, the local one on
@@ -233,8 +247,15 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
         proc.log.close()
 
 
+#: No wait gives up sooner than this: a wait is for a state or a count, and its timeout is
+#: only the bound after which the test reports it as never reached. A busy machine (a
+#: second suite beside this one) makes the state come later, not never.
+MIN_WAIT = 60.0
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1,
              message: str = "condition") -> Any:
+    timeout = max(timeout, MIN_WAIT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.helpers import Browser
+from tests.helpers import Browser, place_jobs
 from workers.delivery import queue
 
 
@@ -111,7 +111,7 @@ def test_a_job_on_its_way_refreshes_itself(client: Any, engine: sa.Engine,
     with engine.begin() as conn:
         job_id = queue.enqueue_single(conn, kind="verification", email="a@example.org",
                                       user_ref="u-1", payload="{}")
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'retry' WHERE id = :j"),
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'retry' WHERE id = :j"),
                      {"j": job_id})
     admin = Browser(client, make_user("admin"))
     page = admin.get(f"/inbox/{job_id}").get_data(as_text=True)

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from harness.dovecot import Mailbox
 from tests.conftest import Api
-from tests.helpers import Browser
+from tests.helpers import Browser, place_jobs
 from tests.integration.test_bounce_mailbox import BOUNCES, SECRET, dsn, poller, sent_jobs
 from webapp.domain import health
 from workers.after_acceptance import feedback, mailbox
@@ -142,7 +142,7 @@ def test_the_reason_is_shown_to_people(client: Any, engine: sa.Engine, api: Api,
                                       "verify_url": "https://app.example/v"}).get_json()
     jobs = sent_jobs(engine, ["listed@example.org"])
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
                              "WHERE id = :i"), {"i": job["id"]})
     box = local_poller(engine)
     box.process(dsn({"id": job["id"], "email": "gone@example.org",

@@ -9,7 +9,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.conftest import wait_for
-from tests.helpers import attempts_of, campaign_status, jobs_by_email, make_campaign, suppressed
+from tests.helpers import (
+    attempts_of,
+    campaign_status,
+    jobs_by_email,
+    make_campaign,
+    place_jobs,
+    suppressed,
+)
 from workers.core.settings import Config
 from workers.delivery import queue
 from workers.delivery.pool import Pool
@@ -173,7 +180,7 @@ def test_lost_claim_is_put_back_by_its_live_worker(engine: sa.Engine, sink: Any,
     try:
         wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=30)
         with engine.begin() as conn:
-            conn.execute(sa.text("""
+            place_jobs(conn, sa.text("""
                 UPDATE delivery_jobs SET status = 'sending', claimed_by = :w,
                        claim_token = gen_random_uuid(),
                        claimed_at = now() - interval '2 minutes', finished_at = NULL

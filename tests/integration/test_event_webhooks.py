@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import free_port, wait_for
-from tests.helpers import accepted_campaign, make_campaign
+from tests.helpers import accepted_campaign, make_campaign, place_jobs
 from workers.after_acceptance import event_queue, feedback
 from workers.after_acceptance.event_webhooks import EventDeliverer, new_secret
 from workers.after_acceptance.reports import Feedback
@@ -103,7 +103,7 @@ def test_down_then_disabled_then_back_delivers_everything(engine: sa.Engine,
                      {"j": ids["e2@example.com"]})
         # A rolled-back change queues nothing.
     with pytest.raises(RuntimeError), engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'bounced' WHERE id = :j"),
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'bounced' WHERE id = :j"),
                      {"j": ids["e3@example.com"]})
         raise RuntimeError("rolled back")
     with engine.connect() as conn:

@@ -213,12 +213,17 @@ def test_sigterm_mid_drain_finishes_in_flight_and_claims_nothing(
     with engine.connect() as conn:
         sigterm_at = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
     started = time.monotonic()
+    before = len(sink.records())
     worker.popen.terminate()
     code = worker.popen.wait(60)
     took = time.monotonic() - started
-    print(f"\nSIGTERM with 3 threads mid-send (1.5 s per message): exited in {took:.1f}s")
+    after = len(sink.records())
+    print(f"\nSIGTERM with 3 threads mid-send (1.5 s per message): exited in {took:.1f}s, "
+          f"{after - before} message(s) finished after it")
     assert code == 0, worker.output()
-    assert took < 10  # the sends in flight (<= 1.5 s) and the release, not the whole queue
+    # The sends in flight (one per thread) and nothing more: the rest of the queue (100 s
+    # of sending) is left. Counted, not timed, so a busy machine cannot make it red.
+    assert after - before <= 3 and after < len(emails) / 2
     assert in_flight(engine) == 0  # nothing left claimed
 
     jobs = jobs_by_email(engine, campaign["id"])

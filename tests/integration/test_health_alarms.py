@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
-from tests.helpers import Browser
+from tests.helpers import Browser, place_jobs
 from webapp import create_app
 from webapp.domain import health, limits
 from webapp.domain.errors import Overloaded
@@ -44,7 +44,7 @@ def test_each_alarm_is_raised_by_its_condition(engine: sa.Engine,
     assert names(engine, config) == {"relay_down", "oldest_pending", "no_workers"}
     with engine.begin() as conn:
         queue.mark_relay_ok(conn)
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
         # 10 failed and 15 sent in the last 15 minutes: 40 % > 20 %.
         conn.execute(sa.text("""
             INSERT INTO delivery_jobs (kind, priority, status, email, finished_at)

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.helpers import Browser, make_campaign
+from tests.helpers import Browser, make_campaign, place_jobs
 from tests.integration.security_fixtures import failed_job
 from workers.delivery import queue
 
@@ -33,7 +33,7 @@ def _queue(engine: sa.Engine) -> dict[str, Any]:
     with engine.begin() as conn:
         queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         queue.enqueue_broadcast(conn, other["broadcast_id"])
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'retry', attempts = 2,
                    available_at = now() + make_interval(secs => 30 + id),
                    last_error = '451 4.7.1 greylisted'

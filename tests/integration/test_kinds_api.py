@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.conftest import Api
+from tests.helpers import place_jobs
 
 ONBOARDING = {
     "class": "lifecycle", "description": "Day-3 reminder",
@@ -273,7 +274,7 @@ def test_resend_respects_the_kinds_cooldown(api: Api, engine: sa.Engine) -> None
     put_kind(api, "onboarding", ONBOARDING)
     first = api.post("/messages", message()).get_json()
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
     r = api.post("/messages/resend", {"kind": "onboarding", "user_id": "u-42"})
     assert r.status_code == 429 and 0 < int(r.headers["Retry-After"]) <= 120
     with engine.begin() as conn:

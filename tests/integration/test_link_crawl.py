@@ -17,6 +17,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 import sqlalchemy as sa
 
+from tests.helpers import place_jobs
 from tests.integration.security_fixtures import ROLES, failed_job, login, seed
 
 HREF = re.compile(r'\bhref="([^"]*)"')
@@ -69,7 +70,7 @@ def crawl(client: Any, start: str = "/") -> tuple[dict[str, int], list[str]]:
 def seeded(app: Any, engine: sa.Engine) -> dict[str, Any]:
     ids = seed(engine, app.extensions["senddock"].config)
     with engine.begin() as conn:  # the seeded campaign also has a bounce and a failure
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'bounced', attempts = 1, finished_at = now(),
                    last_error = '550 5.1.1 no such user', last_error_class = 'hard_bounce'
              WHERE campaign_id = :c"""), {"c": ids["campaign_id"]})

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.helpers import Browser, make_campaign
+from tests.helpers import Browser, make_campaign, place_jobs
 from webapp.domain import audit, progress
 from webapp.domain.progress import percent_done
 from workers.delivery import queue
@@ -40,7 +40,7 @@ def _finish(engine: sa.Engine, campaign_id: int, n: int, seconds_ago: float,
             spread: float = 0.0, status: str = "sent") -> None:
     """Mark ``n`` pending jobs finished between ``seconds_ago`` and ``seconds_ago - spread``."""
     with engine.begin() as conn:
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             WITH picked AS (
                 SELECT id, row_number() OVER (ORDER BY id) AS i FROM delivery_jobs
                  WHERE campaign_id = :c AND status = 'pending' ORDER BY id LIMIT :n)
@@ -54,7 +54,7 @@ def _finish(engine: sa.Engine, campaign_id: int, n: int, seconds_ago: float,
 
 def _retry(engine: sa.Engine, campaign_id: int, n: int, due_in: list[int]) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             WITH picked AS (
                 SELECT id, row_number() OVER (ORDER BY id) AS i FROM delivery_jobs
                  WHERE campaign_id = :c AND status = 'pending' ORDER BY id LIMIT :n)
@@ -170,7 +170,7 @@ def test_finish_time_is_the_first_completion_and_retries_are_shown_apart(
     reopened = browser.get(f"/campaigns/{campaign['id']}?fragment=live").get_data(as_text=True)
     assert "First finished at" in reopened and "retried since are being sent" in reopened
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now() "
                              "WHERE id = :j"), {"j": failed})
         assert queue.complete_finished_campaigns(conn) == [campaign["id"]]
         again = conn.execute(sa.text("SELECT finished_at FROM campaigns WHERE id = :c"),

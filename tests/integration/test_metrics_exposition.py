@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import Browser
+from tests.helpers import Browser, place_jobs
 from webapp.domain import health
 
 
@@ -28,7 +28,7 @@ def seed(engine: sa.Engine) -> None:
     campaign = make_campaign(engine, [f"c{i}@example.org" for i in range(12)])
     with engine.begin() as conn:
         queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'sent', finished_at = created_at + interval '3 s'
              WHERE id IN (SELECT id FROM delivery_jobs ORDER BY id LIMIT 5)"""))
         # Jobs reach their outcome by an UPDATE, as the engine's finish does (the counters
@@ -38,7 +38,7 @@ def seed(engine: sa.Engine) -> None:
             SELECT 'verification', 0, 'pending', 'v' || i || '@example.org',
                    now() - interval '0.2 s'
               FROM generate_series(1, 9) i"""))
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = x.s,
                    finished_at = CASE WHEN x.s = 'sent' THEN created_at + interval '0.3 s' END
               FROM (SELECT id, (ARRAY['sent', 'pending', 'failed'])[1 + (row_number() OVER
@@ -116,7 +116,7 @@ def test_counters_only_grow(client: Any, engine: sa.Engine,
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE delivery_jobs SET status = 'pending', finished_at = NULL "
                              "WHERE status = 'failed'"))
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'failed', finished_at = now() "
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'failed', finished_at = now() "
                              "WHERE kind = 'verification' AND status = 'pending'"))
     after = samples(scrape(client, token), "senddock_messages", "senddock_messages_total")
     assert all(after[k] >= v for k, v in before.items())

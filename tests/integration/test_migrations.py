@@ -26,7 +26,9 @@ def test_count_triggers_installed(engine: sa.Engine) -> None:
     assert names == {"delivery_jobs_count_insert", "delivery_jobs_count_update",
                      "delivery_jobs_count_delete", "delivery_jobs_outcomes",
                      # outgoing event webhooks (migration 0015)
-                     "delivery_jobs_event_webhooks"}
+                     "delivery_jobs_event_webhooks",
+                     # illegal status moves refused (migration 0021_arch)
+                     "delivery_jobs_legal_move"}
 
 
 def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> None:

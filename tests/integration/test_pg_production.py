@@ -200,7 +200,9 @@ def test_too_many_connections_is_a_503_saying_so_and_heals(
     assert r.headers["Retry-After"] == "5"
     started = time.monotonic()
     health = site.client.get("/healthz")
-    assert time.monotonic() - started < 1.0
+    # Not a wait for a free connection (the pool's checkout timeout, 30 s); the bound is
+    # generous so a busy machine does not make it red.
+    assert time.monotonic() - started < 10
     assert health.get_json()["database"] == "too many connections"
     release(held)
     assert site.api.post("/verifications", _verification(3)).status_code == 202

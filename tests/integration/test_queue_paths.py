@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from harness.seed import make_campaign as make_bench_campaign
 from harness.seed import seed_list
-from tests.helpers import Browser, campaign_status, make_campaign
+from tests.helpers import Browser, campaign_status, make_campaign, place_jobs
 from webapp.domain import campaigns, inbox, queue_reads
 from webapp.domain.errors import Conflict, TooMany
 from workers.delivery import queue
@@ -83,7 +83,7 @@ def _failed_campaign(engine: sa.Engine) -> dict[str, Any]:
     campaign = make_campaign(engine, [f"f{i}@example.org" for i in range(3)])
     with engine.begin() as conn:
         queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text(
+        place_jobs(conn, sa.text(
             "UPDATE delivery_jobs SET status = 'failed', attempts = 1, finished_at = now(), "
             "last_error = '550 5.7.1 no', last_error_class = 'rejected' "
             "WHERE campaign_id = :c"), {"c": campaign["id"]})
@@ -184,7 +184,7 @@ def test_a_resend_racing_a_worker_is_answered(engine: sa.Engine, config_for: Cal
         row = real(*args, **kwargs)
         if not calls:  # a worker marks the job sent right after the support page read it
             with engine.begin() as other:
-                other.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', "
+                place_jobs(other, sa.text("UPDATE delivery_jobs SET status = 'sent', "
                                       "finished_at = now() WHERE id = :id"), {"id": job_id})
         calls.append(row)
         return row

@@ -220,7 +220,7 @@ def test_wrong_password_one_auth_per_connection_then_fixed(
     started = time.monotonic()
     pools(relay_config(config_for, relay, SMTP_URL=right, SMTP_CA_FILE=str(relay.ca_file)))
     wait_for(lambda: campaign_status(engine, sent["id"]) == "sent", timeout=30)
-    assert time.monotonic() - started < 15  # not the 300 s backoff of the refused URL
+    assert time.monotonic() - started < 100  # not the 300 s backoff of the refused URL
     delivered_once(relay, emails)
     assert relay.count(rf"sasl_method=CRAM-MD5, sasl_username={postfix.USER}") >= 1
 

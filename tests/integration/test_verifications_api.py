@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
+from tests.helpers import place_jobs
 from webapp import create_app
 from workers.core.settings import Config
 
@@ -51,7 +52,7 @@ def test_same_user_while_live_returns_that_job(api: Api, engine: sa.Engine) -> N
     assert len(jobs(engine)) == 1
     # Once that job is terminal, asking again creates a new one.
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
     third = api.post("/verifications", GOOD).get_json()
     assert third["id"] != first["id"] and third["existing"] is False
     assert len(jobs(engine)) == 2
@@ -72,7 +73,7 @@ def test_idempotency_key_returns_the_same_job_even_when_finished(api: Api,
                             headers={**api.headers, **headers})
     assert first.status_code == 202
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
     again = api.client.post("/api/v1/verifications", json=GOOD,
                             headers={**api.headers, **headers})
     assert again.status_code == 202

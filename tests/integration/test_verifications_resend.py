@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
+from tests.helpers import place_jobs
 from webapp import create_app
 from workers.core.settings import Config
 
@@ -29,7 +30,7 @@ def age_jobs(engine: sa.Engine, *, created: str, finished: str | None = None,
              status: str | None = None) -> None:
     """Move the user's jobs into the past (and optionally to a status)."""
     with engine.begin() as conn:
-        conn.execute(sa.text(
+        place_jobs(conn, sa.text(
             "UPDATE delivery_jobs SET created_at = now() - CAST(:created AS interval), "
             "finished_at = now() - CAST(:finished AS interval), "
             "status = coalesce(:status, status)"),
@@ -93,7 +94,7 @@ def test_resend_after_a_finished_job_creates_a_new_one(api: Api, engine: sa.Engi
 def test_resend_reuses_a_job_that_is_still_waiting(api: Api, engine: sa.Engine) -> None:
     first = api.post("/verifications", GOOD).get_json()
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'retry', attempts = 1, "
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'retry', attempts = 1, "
                              "available_at = now() + interval '10 minutes', "
                              "created_at = now() - interval '2 minutes'"))
     r = api.post("/verifications/resend", {"user_id": "u-9"})

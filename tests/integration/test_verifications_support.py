@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
+from tests.helpers import place_jobs
 from webapp import create_app
 from webapp.domain import queue_reads
 from workers.core.settings import Config
@@ -142,7 +143,7 @@ def test_history_explains_failures_in_plain_words_and_escapes_replies(
                 "INSERT INTO job_attempts (job_id, attempt, outcome, smtp_code, enhanced_code, "
                 "reply, stage) VALUES (:j, :n, 'transient', 452, '4.2.2', :r, 'rcpt')"),
                 {"j": job["id"], "n": n, "r": reply})
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'failed', attempts = 4, "
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'failed', attempts = 4, "
                              "last_error = :r, last_error_class = 'transient', "
                              "finished_at = now() WHERE id = :j"), {"j": job["id"], "r": reply})
     browser = Browser(client, make_user("support"))
@@ -165,7 +166,7 @@ def test_resend_button_shows_the_cooldown_and_the_form_resends(
     refused = browser.post("/support/users/n-1/resend").get_data(as_text=True)
     assert "you can resend in" in refused
     with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sent', "
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', "
                              "created_at = now() - interval '5 minutes', "
                              "finished_at = now() - interval '5 minutes'"))
     page = browser.get("/support/users/n-1").get_data(as_text=True)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tests import webhook_payloads as wp
 from tests.conftest import settings
-from tests.helpers import accepted_campaign, make_campaign
+from tests.helpers import accepted_campaign, make_campaign, place_jobs
 from webapp import create_app
 from webapp.blueprints.webhooks import SnsClient
 from webapp.domain import feedback_intake
@@ -273,7 +273,7 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
     campaign = make_campaign(engine, [*emails, "late@example.com"])
     with engine.begin() as conn:
         queue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        conn.execute(sa.text("""
+        place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'sent', finished_at = now(),
                    message_id = '<' || id || '@example.com>'
              WHERE broadcast_id = :b AND email <> 'late@example.com'"""),
@@ -299,6 +299,7 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
         assert queue.claim_batch(conn, "w", 10, "example.com") == []
 
 
+@pytest.mark.slow  # runs the senddock command in processes
 def test_webhook_token_commands(hook_app: Any, hc: Any, db_url: str) -> None:
     """``senddock webhook-token create`` prints the token alone; it opens the generic
     webhook until ``senddock webhook-token revoke`` closes it."""
