@@ -56,10 +56,11 @@ class Client:
             return resp.status, json.loads(resp.read())
 
 
-def start_server(url: str, smtp_port: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(url: str, smtp_port: int, log: Path,
+                 **settings: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = env_for(url, smtp_port, BASE_URL=base)
+    env = env_for(url, smtp_port, BASE_URL=base, **settings)
     proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port)],
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60

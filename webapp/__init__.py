@@ -71,6 +71,9 @@ def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
         engine = db.web_engine(url, config, config.extra.get("process", "web"))
     app.extensions["senddock"] = SendDock(config, engine)
 
+    from webapp.context import close_request_connection
+
+    app.teardown_request(close_request_connection)
     auth.init_app(app)
     security.init_app(app)
     errors.init_app(app)

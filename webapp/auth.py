@@ -13,7 +13,7 @@ from flask_login import LoginManager, UserMixin, current_user, login_user, logou
 from werkzeug.wrappers import Response
 
 from webapp import access
-from webapp.context import engine, role
+from webapp.context import engine, request_connection, role
 from webapp.domain import users
 
 login_manager = LoginManager()
@@ -71,7 +71,7 @@ def _api_user() -> dict[str, Any] | None:
     token = header[7:].strip()
     if not token:
         return None
-    with engine().begin() as conn:
+    with request_connection() as conn:  # one statement: no transaction around it
         return users.user_for_token(conn, token)
 
 

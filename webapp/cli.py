@@ -150,8 +150,9 @@ def webhook_token_revoke(prefix: str) -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=5000, type=int)
-@click.option("--threads", default=8, type=int)
-def serve(host: str, port: int, threads: int) -> None:
+@click.option("--threads", default=None, type=int,
+              help="request threads (default: SENDDOCK_DB_WEB_POOL, one connection each)")
+def serve(host: str, port: int, threads: int | None) -> None:
     """UI + API + worker pool in one process."""
     from webapp import create_app
     from workers.delivery.pool import Pool
@@ -165,14 +166,15 @@ def serve(host: str, port: int, threads: int) -> None:
     app.extensions["senddock"].pool = pool
     if config.workers:
         pool.start()
-    serve_app(app, host, port, threads, pool)
+    serve_app(app, host, port, threads or config.db_web_pool, pool)
 
 
 @main.command()
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=5000, type=int)
-@click.option("--threads", default=8, type=int)
-def web(host: str, port: int, threads: int) -> None:
+@click.option("--threads", default=None, type=int,
+              help="request threads (default: SENDDOCK_DB_WEB_POOL, one connection each)")
+def web(host: str, port: int, threads: int | None) -> None:
     """UI + API only (no delivery), for scale-out."""
     from webapp import create_app
 
@@ -180,7 +182,7 @@ def web(host: str, port: int, threads: int) -> None:
     config.extra["process"] = "web"
     engine = open_engine(config, process="web")
     logging.getLogger("senddock").info("%s", db.budget(config).line("web"))
-    serve_app(create_app(config, engine=engine), host, port, threads)
+    serve_app(create_app(config, engine=engine), host, port, threads or config.db_web_pool)
 
 
 @main.command()

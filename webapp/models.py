@@ -40,7 +40,7 @@ metadata = MetaData()
 JOB_STATUSES = states.STATES
 JOB_KINDS = states.KINDS
 ROLES = ("admin", "marketer", "support")
-CAMPAIGN_STATUSES = ("draft", "scheduled", "sending", "paused", "cancelled", "sent")
+CAMPAIGN_STATUSES = states.Campaign.STATES
 SUPPRESSION_REASONS = ("bounced", "unsubscribed", "complaint", "manual")
 
 
@@ -229,7 +229,6 @@ broadcasts = Table(
     Column("id", BigInteger, primary_key=True),
     Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE"),
            nullable=False),
-    Column("paused", Boolean, nullable=False, server_default=text("false")),
     # Audience summary fixed at send time: who was enqueued and who was left out, and why.
     Column("total", Integer, nullable=False, server_default=text("0")),
     Column("skipped_suppressed", Integer, nullable=False, server_default=text("0")),
@@ -237,10 +236,16 @@ broadcasts = Table(
     # Set when the jobs exist. The send request only records the broadcast (durably) and
     # returns; a worker enqueues the audience in one set-based statement (SPEC 3).
     Column("enqueued_at", DateTime(timezone=True)),
+    # The enqueue goes through the list in subscriber order, a chunk per transaction: the
+    # last subscriber id done (workers.delivery.queue.enqueue_chunk).
+    Column("enqueued_upto", BigInteger, nullable=False, server_default=text("0")),
     _now(),
     Column("finished_at", DateTime(timezone=True)),
     # Jobs of this broadcast with at least one complaint (SPEC 12's complaint rate).
     Column("complaints", Integer, nullable=False, server_default=text("0")),
+    # When retention rolled it up (SPEC 17): its counters stay exact, its failed and
+    # bounced jobs (and any job with a feedback event) stay, the rest of its rows are gone.
+    Column("rolled_up_at", DateTime(timezone=True)),
 )
 
 delivery_jobs = Table(
@@ -298,6 +303,10 @@ delivery_jobs = Table(
                                 "AND broadcast_id IS NULL")),
     Index("delivery_jobs_broadcast_due_idx", "broadcast_id", "available_at", "id",
           postgresql_where=text(f"status IN {sql_list(states.CLAIMABLE)}")),
+    # The jobs browser's Retrying tab, in the order they come due (retries are few: the
+    # index holds only them, whatever the size of the campaigns around them).
+    Index("delivery_jobs_retry_idx", "priority", "available_at", "id",
+          postgresql_where=text("status = 'retry'")),
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
           postgresql_where=text("status = 'sending'")),
@@ -337,7 +346,9 @@ delivery_jobs = Table(
           postgresql_where=text("idempotency_key IS NOT NULL")),
     Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
     # A campaign's sending rate: jobs finished in the last minute, read from the newest end.
-    Index("delivery_jobs_broadcast_finished_idx", "broadcast_id", "finished_at",
+    # Retention walks it too, with a keyset on (finished_at, id): the id is in the key
+    # because a cancel settles thousands of jobs with one finished_at.
+    Index("delivery_jobs_broadcast_finished_idx", "broadcast_id", "finished_at", "id",
           postgresql_where=text("broadcast_id IS NOT NULL AND finished_at IS NOT NULL")),
 )
 

@@ -240,10 +240,13 @@ PATHS: dict[str, Any] = {
     },
     "/verifications": {"post": _id("createVerification", _with_links(_op(
         "Enqueue a verification email (202 at once; an Idempotency-Key header or a live job "
-        "for the same user returns that job with existing=true)", 202, VERIFICATION,
-        400, 409, 413, 422, 503, request=_request(["user_id", "email", "verify_url"], {
-            "user_id": USER_ID, "email": EMAIL,
-            "verify_url": VERIFY_URL})),
+        "for the same user and address returns that job with existing=true; another "
+        "address replaces a job still waiting, 409 while it is being sent; 429 + "
+        "Retry-After inside the resend cooldown after the last email to the same address: "
+        "the same pipeline and rules as POST /messages with kind verification)",
+        202, VERIFICATION, 400, 409, 413, 422, 429, 503, request=_request(
+            ["user_id", "email", "verify_url"], {
+                "user_id": USER_ID, "email": EMAIL, "verify_url": VERIFY_URL})),
         202, _links(GetJob=("getJob", BY_ID), Resend=("resendVerification", {
             "requestBody": {"user_id": "$request.body#/user_id"}}))))},
     "/verifications/resend": {"post": _id("resendVerification", _op(
@@ -303,7 +306,8 @@ EVENT = {"type": "object", "required": ["name"], "properties": {
     "id": {"type": ["string", "integer"]},
     "at": {"type": "string", "format": "date-time"}},
     "additionalProperties": True, "description": "what caused the message (at most 64 KB)"}
-MESSAGE = {"type": "object", "required": ["id", "status", "kind", "correlation_id", "flags"],
+MESSAGE: dict[str, Any] = {
+    "type": "object", "required": ["id", "status", "kind", "correlation_id", "flags"],
            "properties": {
                "id": {"type": "integer"}, "status": {"type": "string"},
                "kind": {"type": "string"}, "correlation_id": {"type": "string"},
@@ -350,8 +354,11 @@ PATHS["/kinds/{name}"] = {
 PATHS["/messages"] = {
     "post": {**_op("Enqueue a message of a kind (202 at once). One message per user, kind "
                    "and dedupe window: asking again inside it returns that message with "
-                   "existing=true; unknown kind: 404 listing the known kinds", 202, MESSAGE,
-                   400, 404, 409, 413, 422, 503, request=MESSAGE_BODY),
+                   "existing=true; unknown kind: 404 listing the known kinds; kind "
+                   "verification keeps POST /verifications' rules (one live job per user, "
+                   "another address replaces a waiting one, 429 + Retry-After inside the "
+                   "cooldown)", 202, MESSAGE,
+                   400, 404, 409, 413, 422, 429, 503, request=MESSAGE_BODY),
              "parameters": IDEMPOTENCY},
     "delete": {**_op("Cancel the user's messages of the kind that are still waiting (the "
                      "user did the thing); answers how many", 200, {
@@ -365,6 +372,26 @@ PATHS["/messages"] = {
                               for n, schema in (
                                   ("kind", {"type": "string", "pattern": states.KIND_NAME}),
                                   ("user_id", USER_ID["oneOf"][0]))]}}
+BATCH_RESULT = {"type": "object", "required": ["index", "http_status"], "properties": {
+    **MESSAGE["properties"], "index": {"type": "integer"}, "http_status": {"type": "integer"},
+    "error": {"type": "object", "required": ["message", "fields"], "properties": {
+        "message": {"type": "string"}, "fields": {"type": "object"}}}}}
+PATHS["/messages/batch"] = {"post": _op(
+    "Enqueue up to 500 messages in one call (Postmark's batch, SES's bulk send): 207 with "
+    "one result per item, in order — http_status 202 and the message (existing and "
+    "existing_because as for POST /messages), or the item's own status (404, 409, 422, "
+    "429, 503) and error naming its fields. A bad item never refuses the others; each "
+    "item keeps POST /messages' rules (dedupe window, cooldown, backlog limit)",
+    207, {"type": "object", "required": ["accepted", "rejected", "results"], "properties": {
+        "accepted": {"type": "integer"}, "rejected": {"type": "integer"},
+        "results": {"type": "array", "items": BATCH_RESULT}}},
+    400, 413, 422, request=_request(["messages"], {"messages": {
+        "type": "array", "minItems": 1, "maxItems": messages.MAX_BATCH,
+        # Each object is judged on its own and answered in its own result (a 422 there
+        # names its field); only an item that is not an object refuses the call.
+        "items": {"type": "object",
+                  "description": "a POST /messages body, plus an optional idempotency_key "
+                                 "(the Idempotency-Key header's rules)"}}}))}
 PATHS["/messages/resend"] = {"post": _op(
     "Resend the user's latest message of the kind (429 + Retry-After inside the kind's "
     "cooldown; a still-waiting one is reused, reused=true)", 202, MESSAGE,

@@ -5,7 +5,7 @@ through which form, and when it was confirmed). A pending request is not a membe
 no campaign can reach it. The confirmation email is the kind ``subscription_confirmation``.
 
 Revision ID: 0022_marketers
-Revises: 0021_arch
+Revises: 0022_scale
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022_marketers"
-down_revision = "0021_arch"
+down_revision = "0022_scale"
 branch_labels = None
 depends_on = None
 

@@ -6,10 +6,13 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from tests.conftest import ROOT, process_env, settings
 from webapp.domain import users
+
+pytestmark = pytest.mark.slow  # runs the senddock command in processes
 
 
 def senddock(args: list[str], values: dict[str, str], stdin: str = "") -> Any:

@@ -11,6 +11,8 @@ import sqlalchemy as sa
 
 from tests.conftest import ROOT, process_env, settings
 
+pytestmark = pytest.mark.slow  # runs the senddock command in processes
+
 
 def _multi_host(db_url: str) -> str:
     url = sa.make_url(db_url)

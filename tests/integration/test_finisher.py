@@ -225,6 +225,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+@pytest.mark.slow  # starts a process
 def test_an_outcome_handed_over_survives_a_sigkill_while_another_statement_runs(
         engine: sa.Engine, db_url: str) -> None:
     """The kill window of SPEC 10 in the finisher: the second outcome arrives while the

@@ -225,6 +225,7 @@ def run_sink(*args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_command_announces_records_and_exits_cleanly(tmp_path: Path, signum: int) -> None:
     record = tmp_path / "out.jsonl"
@@ -253,6 +254,7 @@ def test_command_announces_records_and_exits_cleanly(tmp_path: Path, signum: int
     assert "hard@example.com" in err  # not --quiet: each message is echoed to stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_command_rejects_a_bad_rules_file(tmp_path: Path) -> None:
     rules = tmp_path / "rules.json"
     rules.write_text("{not json")
@@ -262,6 +264,7 @@ def test_command_rejects_a_bad_rules_file(tmp_path: Path) -> None:
     assert "rules" in err
 
 
+@pytest.mark.slow  # starts a process
 def test_command_reports_a_busy_port(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]

@@ -223,6 +223,7 @@ def start_sink_process(port: int, record: Path) -> subprocess.Popen[str]:
     return process
 
 
+@pytest.mark.slow  # starts a process
 def test_sink_killed_mid_session(tmp_path: Path) -> None:
     port = free_port()
     record = tmp_path / "sink.jsonl"
@@ -303,6 +304,7 @@ def test_timeout_or_disconnect_mid_message_is_transient(mode: str, stage: str) -
         server.close()
 
 
+@pytest.mark.slow  # starts a process
 def test_refused_greeting_is_relay() -> None:
     server = SilentAfterData("refuse_greeting")
     transport = SmtpTransport(SmtpConfig("127.0.0.1", server.port), timeout=2, local_hostname="t")

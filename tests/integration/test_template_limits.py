@@ -18,7 +18,6 @@ import sqlalchemy as sa
 from tests.conftest import ROOT, Api, wait_for
 from tests.helpers import Browser, campaign_status, jobs_by_email
 from webapp.domain import campaigns, lists, verifications
-from workers.building import message
 from workers.building.message import TemplateLimit, compile_campaign
 from workers.core.settings import Config
 from workers.delivery.pool import Pool
@@ -66,8 +65,11 @@ CONTEXT = {"name": "Ann", "email": "ann@example.org", "attributes": {}}
 
 
 def _limit_of(source: str) -> TemplateLimit:
+    # A wall-clock budget far above the preview's: on a busy machine the 2 s backstop
+    # could otherwise fire before a counted limit is reached, and the limit named would
+    # depend on the load. Each bomb must hit its own counted limit.
     with pytest.raises(TemplateLimit) as caught:
-        compile_campaign("Hi", source, None).render(CONTEXT, seconds=message.PREVIEW_SECONDS)
+        compile_campaign("Hi", source, None).render(CONTEXT, seconds=60)
     return caught.value
 
 
@@ -148,7 +150,11 @@ def test_the_api_answers_422_naming_the_field_and_the_limit(
     assert time.thread_time() - started < 5
     assert answer.status_code == 422, answer.get_data(as_text=True)[:300]
     error = answer.get_json()["error"]
-    assert "html" in error["fields"] and limit in error["fields"]["html"], error
+    # The API renders with the preview's 2 s wall-clock backstop; a machine too busy to
+    # reach the counted limit within it gets the time limit named instead (which counted
+    # limit each bomb hits is checked above, without the backstop).
+    named = error["fields"].get("html", "")
+    assert limit in named or "(limit: time)" in named, error
 
 
 def test_the_compose_form_shows_the_limit_as_a_form_error(

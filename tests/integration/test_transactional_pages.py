@@ -130,3 +130,31 @@ def test_a_kinds_test_send_is_built_from_the_kind(api: Api, engine: sa.Engine,
     assert mail["Subject"] == "[Test] Hi Grace"
     assert mail["Auto-Submitted"] == "auto-generated"
     assert "Welcome Grace (signup)" in mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+
+
+def test_a_critical_kind_from_the_new_form_gets_critical_defaults(
+        client: Any, api: Api, engine: sa.Engine,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    # Issue 29: the form came pre-filled with a lifecycle kind's values (retries up to 6 h,
+    # a 1 h cooldown, a 24 h dedupe window), so a password reset asked again with a new
+    # link answered the old one for a day.
+    admin = Browser(client, make_user("admin"))
+    page = admin.get("/transactional/new").get_data(as_text=True)
+    for field in ("retry_schedule", "resend_cooldown", "dedupe_window"):
+        assert f'name="{field}" value=""' in page, field
+    assert 'id="class-defaults"' in page and "86400" in page
+    done = admin.post("/transactional/kinds", form(
+        name="password_reset", **{"class": "critical"}, retry_schedule="",
+        resend_cooldown="", dedupe_window=""))
+    assert done.status_code == 200, done.get_data(as_text=True)[:500]
+    with engine.connect() as conn:
+        row = conn.execute(sa.text("SELECT retry_schedule, resend_cooldown, dedupe_window "
+                                   "FROM kinds WHERE name = 'password_reset'")).one()
+    assert tuple(row) == ([30, 120, 600], 60, 0)
+    ask = {"kind": "password_reset", "user_id": "u-1", "email": "ada@example.org",
+           "data": {"first_name": "Ada", "link": "https://app.example/reset?t=1"}}
+    first = api.post("/messages", ask).get_json()
+    second = api.post("/messages", {**ask, "data": {**ask["data"], "link": "…?t=2"}})
+    assert second.status_code == 202 and second.get_json()["existing"] is False
+    assert second.get_json()["id"] != first["id"]
+    assert second.get_json()["data"]["link"].endswith("t=2")

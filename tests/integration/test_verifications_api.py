@@ -38,7 +38,9 @@ def test_request_answers_202_with_the_job(api: Api, engine: sa.Engine) -> None:
     assert body["user_id"] == "u-1" and body["email"].lower() == "ada@example.org"
     [row] = jobs(engine)
     assert row["id"] == body["id"] and str(row["correlation_id"]) == body["correlation_id"]
-    assert row["payload"] == {"verify_url": GOOD["verify_url"]}
+    # One pipeline for both endpoints: the payload is the one POST /messages writes.
+    assert row["payload"]["verify_url"] == GOOD["verify_url"]
+    assert row["payload"]["data"] == {"verify_url": GOOD["verify_url"]}
     assert row["priority"] == 0 and row["requested_by"].endswith("(token 1)")
     [entry] = audit_entries(engine, "verification.request")
     assert entry["target"] == "user:u-1" and entry["details"]["job_id"] == body["id"]
@@ -50,9 +52,16 @@ def test_same_user_while_live_returns_that_job(api: Api, engine: sa.Engine) -> N
     assert again.status_code == 202
     assert again.get_json()["id"] == first["id"] and again.get_json()["existing"] is True
     assert len(jobs(engine)) == 1
-    # Once that job is terminal, asking again creates a new one.
+    # Sent moments ago: the resend cooldown holds for a new request too (issue 29).
     with engine.begin() as conn:
         place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
+    refused = api.post("/verifications", GOOD)
+    assert refused.status_code == 429 and 55 <= int(refused.headers["Retry-After"]) <= 60
+    assert len(jobs(engine)) == 1
+    # Once that job is terminal and the cooldown over, asking again creates a new one.
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE delivery_jobs SET created_at = now() - interval '3 min', "
+                             "finished_at = now() - interval '2 min'"))
     third = api.post("/verifications", GOOD).get_json()
     assert third["id"] != first["id"] and third["existing"] is False
     assert len(jobs(engine)) == 2

@@ -289,10 +289,9 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
         statuses.append(answer.get_json().get("paused_campaigns"))
     assert statuses == [None, [campaign["id"]]]  # 1/400 = 0.25 %: not yet
     with engine.connect() as conn:
-        row = conn.execute(sa.text("SELECT c.status, c.paused_reason, b.paused FROM campaigns c "
-                                   "JOIN broadcasts b ON b.id = c.broadcast_id WHERE c.id = :c"),
-                           {"c": campaign["id"]}).one()
-    assert row.status == "paused" and row.paused is True
+        row = conn.execute(sa.text("SELECT c.status, c.paused_reason FROM campaigns c "
+                                   "WHERE c.id = :c"), {"c": campaign["id"]}).one()
+    assert row.status == "paused"
     assert "complaint rate 0.50%" in row.paused_reason
     # Nothing more is claimed for it (the late job stays pending).
     with engine.begin() as conn:

@@ -41,6 +41,22 @@ def test_the_engine_is_in_its_rooms() -> None:
         assert (ROOT / "workers" / room / "__init__.py").is_file(), room
 
 
+def test_tests_and_bench_do_not_import_each_other() -> None:
+    """What both need lives in harness/ (real components, seed data) or the app."""
+    def offenders(folders: tuple[str, ...], banned: str) -> dict[str, list[str]]:
+        found = {}
+        for folder in folders:
+            for path in (ROOT / folder).rglob("*.py"):
+                hits = sorted(m for m in _imports(path)
+                              if m == banned or m.startswith(banned + "."))
+                if hits:
+                    found[str(path.relative_to(ROOT))] = hits
+        return found
+
+    assert offenders(("tests",), "bench") == {}
+    assert offenders(("bench", "harness", "webapp", "workers"), "tests") == {}
+
+
 def test_the_engine_does_not_import_test_tools() -> None:
     for path in (ROOT / "workers").rglob("*.py"):
         assert "aiosmtpd" not in " ".join(_imports(path)), path

@@ -67,7 +67,7 @@ def _form_body(builtin: bool) -> dict[str, Any]:
         "html": form.get("html", ""), "active": builtin or form.get("active") == "on",
         "retry_schedule": _schedule_field(form.get("retry_schedule", "")),
         "resend_cooldown": _int_field(form.get("resend_cooldown", "")),
-        "dedupe_window": _int_field(form.get("dedupe_window", "")) or 0,
+        "dedupe_window": _int_field(form.get("dedupe_window", "")),
     }
     errors: dict[str, str] = {}
     for field in ("sample_data", "sample_event"):
@@ -78,9 +78,11 @@ def _form_body(builtin: bool) -> dict[str, Any]:
     if errors:
         raise Invalid(N_("the sample data is not valid JSON"), fields=errors)
     if not builtin:
-        for field in ("retry_schedule", "resend_cooldown"):
+        for field in ("retry_schedule", "resend_cooldown", "dedupe_window"):
             if body[field] is None:
                 body.pop(field)  # keep the current value (or the class default)
+    elif body["dedupe_window"] is None:
+        body["dedupe_window"] = 0
     return body
 
 
@@ -97,16 +99,17 @@ def _values(conn: Any, name: str) -> dict[str, Any]:
 def _editor(values: dict[str, Any], *, name: str | None, error: DomainError | None = None,
             status: int = 200) -> tuple[str, int]:
     return render_template("transactional/edit.html", values=values, name=name,
-                           error=error, classes=CLASSES, config=config()), status
+                           error=error, classes=CLASSES, config=config(),
+                           class_defaults=kinds.DEFAULTS), status
 
 
 @bp.get("/new")
 def new() -> tuple[str, int]:
-    defaults = kinds.DEFAULTS["lifecycle"]
+    # Retry schedule, cooldown and dedupe window start empty: saved empty, they take the
+    # chosen class's defaults (a critical kind must not get a lifecycle kind's day-long
+    # dedupe window because the form was filled for another class; issue 29).
     return _editor({"class": "lifecycle", "active": True, "builtin": False,
-                    "retry_schedule": ", ".join(map(str, defaults["retry_schedule"])),
-                    "resend_cooldown": defaults["resend_cooldown"],
-                    "dedupe_window": defaults["dedupe_window"],
+                    "retry_schedule": "", "resend_cooldown": "", "dedupe_window": "",
                     "sample_event": json.dumps(kinds.SAMPLE_EVENT, indent=2),
                     "sample_data": "{}"}, name=None)
 

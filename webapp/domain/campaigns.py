@@ -18,9 +18,10 @@ from workers.building.links import unsubscribe_url
 from workers.building.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
 from workers.core import states
 from workers.core.i18n import N_, word
-from workers.delivery import queue
+from workers.core.states import Campaign
+from workers.delivery import lifecycle, queue
 
-EDITABLE = ("draft", "scheduled")
+EDITABLE = Campaign.EDITABLE
 # The header-bound fields as a message names them.
 _HEADER_FIELDS = {"subject": N_("subject"), "from": N_("from")}
 FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
@@ -157,7 +158,7 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
     summaries = {}
     if ids:
         for b in conn.execute(sa.text(
-                "SELECT id, total, skipped_suppressed, skipped_inactive, enqueued_at, paused, "
+                "SELECT id, total, skipped_suppressed, skipped_inactive, enqueued_at, "
                 "finished_at, complaints "
                 "FROM broadcasts WHERE id = ANY(:ids)"), {"ids": ids}).mappings():
             summaries[b["id"]] = dict(b)
@@ -213,53 +214,37 @@ def unschedule(conn: Connection, campaign_id: int, *, actor: str = "system") -> 
     return with_counts(conn, campaign_id)
 
 
-def _switch(conn: Connection, campaign_id: int, *, paused: bool, actor: str) -> dict[str, Any]:
-    """Pause or resume: one flag on the broadcast that the claim reads, and the status."""
-    before, after = ("sending", "paused") if paused else ("paused", "sending")
-    campaign = get(conn, campaign_id, lock=True)
-    if campaign["status"] != before:
-        raise Conflict(N_("only a sending campaign can be paused; this one is %(status)s",
-                          status=word(campaign["status"])) if paused else
-                       N_("only a paused campaign can be resumed; this one is %(status)s",
-                          status=word(campaign["status"])))
-    queue.set_broadcast_paused(conn, campaign["broadcast_id"], paused)
-    # Resuming clears the reason the engine paused it for (a refused From address, the
-    # complaint rate).
-    conn.execute(sa.text("UPDATE campaigns SET status = :status, updated_at = now(), "
-                         "paused_reason = CASE WHEN :paused THEN paused_reason END "
-                         "WHERE id = :id"), {"status": after, "id": campaign_id,
-                                             "paused": paused})
-    if not paused:
-        queue.notify_new_jobs(conn, "broadcast")
-    audit.record(conn, actor, "campaign.pause" if paused else "campaign.resume",
-                 f"campaign:{campaign_id}")
-    return with_counts(conn, campaign_id)
+def _refused(campaign: dict[str, Any], to: str) -> Conflict:
+    status = word(campaign["status"])
+    if to == Campaign.PAUSED:
+        return Conflict(N_("only a sending campaign can be paused; this one is %(status)s",
+                           status=status))
+    if to == Campaign.SENDING:
+        return Conflict(N_("only a paused campaign can be resumed; this one is %(status)s",
+                           status=status))
+    return Conflict(N_("campaign is already %(status)s", status=status))
 
 
 def pause(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
-    """Stop claiming the campaign's jobs; in-flight ones finish."""
-    return _switch(conn, campaign_id, paused=True, actor=actor)
+    """Stop claiming the campaign's jobs (one row, any size); in-flight ones finish."""
+    if not lifecycle.pause_campaign(conn, campaign_id, None, actor):
+        raise _refused(get(conn, campaign_id), Campaign.PAUSED)
+    return with_counts(conn, campaign_id)
 
 
 def resume(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
     """Claim the campaign's jobs again (idle workers are woken at once)."""
-    return _switch(conn, campaign_id, paused=False, actor=actor)
+    if not lifecycle.resume_campaign(conn, campaign_id, actor):
+        raise _refused(get(conn, campaign_id), Campaign.SENDING)
+    return with_counts(conn, campaign_id)
 
 
 def cancel(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
-    """Cancel: every job not yet in flight becomes `cancelled`; in-flight ones finish."""
-    campaign = get(conn, campaign_id, lock=True)
-    if campaign["status"] in ("sent", "cancelled"):
-        raise Conflict(N_("campaign is already %(status)s", status=word(campaign["status"])))
-    cancelled = 0
-    if campaign["broadcast_id"]:
-        conn.execute(sa.text("UPDATE broadcasts SET paused = false WHERE id = :b"),
-                     {"b": campaign["broadcast_id"]})
-        cancelled = queue.cancel_broadcast(conn, campaign["broadcast_id"])
-    conn.execute(sa.text("UPDATE campaigns SET status = 'cancelled', finished_at = now(), "
-                         "updated_at = now(), scheduled_at = NULL WHERE id = :id"),
-                 {"id": campaign_id})
-    audit.record(conn, actor, "campaign.cancel", f"campaign:{campaign_id}", jobs=cancelled)
+    """Cancel: from the commit on none of its jobs is claimed (one row, any size); the
+    engine then moves the waiting ones to `cancelled` in chunks (workers.delivery.lifecycle), and
+    the page counts them down. In-flight ones finish."""
+    if not lifecycle.cancel_campaign(conn, campaign_id, actor):
+        raise _refused(get(conn, campaign_id), Campaign.CANCELLED)
     return with_counts(conn, campaign_id)
 
 

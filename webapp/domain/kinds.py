@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit
 from webapp.domain.composer import FIELD_NAMES
-from webapp.domain.errors import Invalid, NotFound
+from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email
 from workers.building import kinds as engine_kinds
 from workers.building.kinds import CLASSES, KindSpec, message_context
@@ -80,6 +80,51 @@ def get(conn: Connection, name: str) -> KindSpec:
                        fields={"kind": N_("unknown; known kinds: %(known)s",
                                           known=", ".join(known))},
                        known_kinds=known)
+    return spec
+
+
+@dataclass(frozen=True)
+class KindPolicy:
+    """What a kind adds to the one request pipeline (:mod:`webapp.domain.intake`): the
+    built-in verification kind has every rule, an admin's kind none of them (its class,
+    retry schedule, cooldown and dedupe window are its own settings)."""
+
+    one_live: bool = False  # one live job per user (delivery_jobs_one_active_idx)
+    hold_disposable: bool = False  # held for support under SENDDOCK_DISPOSABLE_POLICY=hold
+    verify_url: bool = False  # data.verify_url required (an http(s) URL)
+    request_cooldown: bool = False  # no second email to one address inside the cooldown
+
+
+VERIFICATION_POLICY = KindPolicy(one_live=True, hold_disposable=True, verify_url=True,
+                                 request_cooldown=True)
+
+
+def policy(spec: KindSpec) -> KindPolicy:
+    return VERIFICATION_POLICY if spec.builtin else KindPolicy()
+
+
+def cooldown_of(spec: KindSpec, config: Any) -> int:
+    """The kind's resend cooldown: its own, else SENDDOCK_RESEND_COOLDOWN."""
+    return config.resend_cooldown if spec.resend_cooldown is None else spec.resend_cooldown
+
+
+# The kinds as the request pipeline last read them, per database. A stale entry costs one
+# more statement, never a wrong answer: the pipeline's statement compares the fields it
+# relies on with the row and answers ``stale`` when they differ.
+_ACTIVE: dict[tuple[str, str], KindSpec] = {}
+
+
+def active(conn: Connection, name: str, *, fresh: bool = False) -> KindSpec:
+    """An active kind for a request: :class:`NotFound` listing the known ones, a 409 when
+    it is inactive. Read from the database when not cached or ``fresh``."""
+    key = (str(conn.engine.url.database), name)  # our engines' URLs name host and database
+    spec = None if fresh else _ACTIVE.get(key)
+    if spec is None:
+        spec = get(conn, name)
+        _ACTIVE[key] = spec
+    if not spec.active:
+        raise Conflict(f"kind {spec.name} is inactive; an admin can activate it on the "
+                       "Transactional page", fields={"kind": "inactive"})
     return spec
 
 

@@ -13,8 +13,9 @@ from workers.delivery import queue
 
 def check_backlog(conn: Connection, config: Config, adding: int = 1) -> None:
     """Raise :class:`Overloaded` (503 + Retry-After) if ``adding`` more jobs would push the
-    waiting backlog past ``SENDDOCK_MAX_BACKLOG``."""
-    waiting = queue.backlog(conn)
+    waiting transactional backlog past ``SENDDOCK_MAX_BACKLOG`` (campaign jobs do not
+    count: a big campaign must not stop verification mail, P7)."""
+    waiting = queue.transactional_backlog(conn)
     if waiting + adding > config.max_backlog:
         raise Overloaded(
             N_("the queue is full: %(waiting)s messages are waiting and the limit is "

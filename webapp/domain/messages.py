@@ -4,11 +4,10 @@ resend per kind, and what support reads per user. Verification mail keeps its ow
 
 Guarantees kept here:
 
-- one message per user, kind and dedupe window, in the database: requests for one
-  (kind, user) are serialized by a transaction-scoped advisory lock, and the exclusion
-  constraint ``delivery_jobs_dedupe_excl`` refuses overlapping windows whatever the code
-  path; a request inside the window returns the message that opened it
-  (``existing=true``); an ``Idempotency-Key`` returns its message whatever its state;
+- one message per user, kind and dedupe window, an ``Idempotency-Key`` returning its
+  message whatever its state, and the verification kind's rules: all kept in the database
+  by the one request pipeline (:mod:`webapp.domain.intake`) that ``POST /messages``,
+  ``POST /messages/batch`` and ``POST /verifications`` share;
 - ``send_at`` is never in the past (beyond a minute of clock skew) nor over a year ahead;
   ``data`` and ``event`` are JSON objects of at most 64 KB each (P9, naming the field);
 - the event is stored with the job (``payload.event``) and shown to support as it came;
@@ -17,6 +16,7 @@ Guarantees kept here:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -25,8 +25,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, kinds, limits, queue_reads, verifications
-from webapp.domain.errors import Conflict, Invalid, NotFound, TooLarge, TooMany
+from webapp.domain import audit, flags, intake, kinds, limits, queue_reads, verifications
+from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooLarge, TooMany
 from webapp.domain.lists import check_email
 from workers.building.kinds import BUILTIN, KindSpec
 from workers.core.i18n import N_, word
@@ -37,16 +37,6 @@ MAX_JSON_BYTES = 64 * 1024
 MAX_AHEAD = timedelta(days=365)
 CLOCK_SKEW = timedelta(seconds=60)
 MAX_EVENT_NAME = 200
-
-
-@dataclass(frozen=True)
-class MessageRequest:
-    kind: KindSpec
-    user_ref: str
-    email: str
-    data: dict[str, Any]
-    event: dict[str, Any] | None
-    send_at: datetime | None
 
 
 # --- input -------------------------------------------------------------------------------
@@ -95,17 +85,14 @@ def check_event(raw: Any) -> dict[str, Any] | None:
     return event
 
 
-def parse_request(conn: Connection, body: dict[str, Any]) -> MessageRequest:
+def parse_request(conn: Connection, body: dict[str, Any]) -> intake.Ask:
     """Validate a ``POST /messages`` body. An unknown kind is a 404 listing the known ones;
     an inactive one a 409; every other bad field is named in one :class:`Invalid` (413
     when the only problem is the size of ``data``/``event``)."""
     name = body.get("kind")
     if not isinstance(name, str) or not name.strip():
         raise Invalid("kind is required", fields={"kind": "required"})
-    spec = kinds.get(conn, name.strip())
-    if not spec.active:
-        raise Conflict(f"kind {spec.name} is inactive; an admin can activate it on the "
-                       "Transactional page", fields={"kind": "inactive"})
+    spec = kinds.active(conn, name.strip())
     now = datetime.now(UTC)
     fields: dict[str, str] = {}
     errors: list[TooLarge] = []
@@ -121,7 +108,7 @@ def parse_request(conn: Connection, body: dict[str, Any]) -> MessageRequest:
             fields.update(exc.fields or {key: exc.message})
         except TooLarge as exc:  # answered 413 when nothing else is wrong
             errors.append(exc)
-    if spec.name == BUILTIN and not fields and not errors:
+    if kinds.policy(spec).verify_url and not fields and not errors:
         try:
             values["data"]["verify_url"] = verifications.check_verify_url(
                 values["data"].get("verify_url"))
@@ -134,78 +121,86 @@ def parse_request(conn: Connection, body: dict[str, Any]) -> MessageRequest:
                       fields=fields)
     if errors:
         raise errors[0]
-    return MessageRequest(spec, values["user_id"], values["email"], values["data"],
+    return intake.Ask(spec, values["user_id"], values["email"], values["data"],
                           values["event"], values["send_at"])
 
 
 # --- request -----------------------------------------------------------------------------
 
-def _same_request(job: dict[str, Any], req: MessageRequest) -> None:
-    if job["user_ref"] != req.user_ref or job["email"].lower() != req.email.lower():
-        raise Conflict("this Idempotency-Key was already used for a different request "
-                       f"(user {job['user_ref']}, job {job['id']})",
-                       fields={"Idempotency-Key": "already used for another request"})
-
-
-def _earlier(conn: Connection, req: MessageRequest, key: str | None) -> tuple[
-        dict[str, Any] | None, str]:
-    """The message that already answers this request, and why (under the user lock)."""
-    if key is not None:
-        earlier = queue.job_by_idempotency_key(conn, req.kind.name, key)
-        if earlier is not None:
-            _same_request(earlier, req)
-            return earlier, "idempotency_key"
-    if req.kind.name == BUILTIN:
-        live = queue.live_job_for_user(conn, BUILTIN, req.user_ref)
-        if live is not None:
-            return live, "live"
-    # A message opens no window when its kind has none (0), and then none can overlap it.
-    window = queue.deduped_by(conn, req.kind.name, req.user_ref) \
-        if req.kind.dedupe_window > 0 else None
-    if window is not None:
-        return window, "dedupe_window"
-    return None, ""
-
-
-def request(conn: Connection, config: Config, req: MessageRequest, *,
+def request(conn: Connection, config: Config, req: intake.Ask, *,
             idempotency_key: str | None = None, actor: str) -> tuple[dict[str, Any], str]:
-    """Enqueue the message, or return the one that already answers it. Returns (job,
-    why_existing) where why_existing is "" for a new message, else ``idempotency_key``,
-    ``dedupe_window`` or ``live`` (verification: a job still on its way)."""
-    queue.lock_user(conn, req.kind.name, req.user_ref)
-    earlier, why = _earlier(conn, req, idempotency_key)
-    if earlier is not None:
-        return earlier, why
-    limits.check_backlog(conn, config)
-    flags = verifications.flags_for(conn, req.email)
-    held = req.kind.name == BUILTIN and verifications.FLAG_DISPOSABLE in flags \
-        and config.disposable_policy == "hold"
-    payload: dict[str, Any] = {"data": req.data, "kind_version": req.kind.version}
-    if req.kind.name == BUILTIN:
-        payload["verify_url"] = req.data["verify_url"]
-    if req.event is not None:
-        payload["event"] = req.event
-    if req.send_at is not None:
-        payload["send_at"] = req.send_at.isoformat()
-    job_id = queue.enqueue_message(
-        conn, kind=req.kind.name, priority=req.kind.priority, email=req.email,
-        user_ref=req.user_ref, payload=json.dumps(payload), flags=json.dumps(flags),
-        status="held" if held else "pending", idempotency_key=idempotency_key,
-        requested_by=actor, send_at=req.send_at, dedupe_window=req.kind.dedupe_window)
-    if job_id is None:  # the same key, used at this instant for another user
-        earlier, why = _earlier(conn, req, idempotency_key)
-        if earlier is None:
-            raise Conflict("another request for this user is in progress; try again",
-                           fields={"user_id": "busy"})
-        return earlier, why
-    if not held and req.send_at is None:
-        queue.notify_new_jobs(conn, req.kind.name)
-    job = queue.single_job(conn, job_id)
-    audit.record(conn, actor, "message.request", f"user:{req.user_ref}", job_id=job_id,
-                 kind=req.kind.name, email=req.email, status=job["status"],
-                 send_at=payload.get("send_at"),
-                 event=(req.event or {}).get("name"), event_id=(req.event or {}).get("id"))
-    return job, ""
+    """Enqueue the message, or return the one that already answers it (the one pipeline,
+    :mod:`webapp.domain.intake`). Returns (job, why_existing) where why_existing is "" for
+    a new message, else ``idempotency_key``, ``dedupe_window`` or ``live``. Raises what
+    refused it (409 key reused or address in flight, 429 cooldown, 503 backlog)."""
+    ask = dataclasses.replace(req, key=idempotency_key)
+    answer = intake.submit(conn, config, [ask], actor=actor)[0]
+    if answer.error is not None:
+        raise answer.error
+    assert answer.job is not None
+    return answer.job, answer.why
+
+
+MAX_BATCH = 500
+
+
+def parse_batch(conn: Connection, body: Any) -> tuple[list[intake.Ask | None],
+                                                       dict[int, DomainError]]:
+    """Validate a ``POST /messages/batch`` body: ``{"messages": [...]}`` of 1 to
+    :data:`MAX_BATCH` items, each a ``POST /messages`` body plus an optional
+    ``idempotency_key``. A bad item is an error at its index (naming its fields), never a
+    refusal of the others; only a malformed envelope (not a list of 1 to 500 objects)
+    refuses the whole call."""
+    items = body.get("messages")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+        problem = f"a list of 1 to {MAX_BATCH} messages"
+        raise Invalid(f"messages must be {problem}", fields={"messages": problem})
+    odd = [i for i, item in enumerate(items) if not isinstance(item, dict)]
+    if odd:
+        raise Invalid("each message must be a JSON object", fields={
+            f"messages[{i}]": "must be a JSON object" for i in odd})
+    asks: list[intake.Ask | None] = []
+    errors: dict[int, DomainError] = {}
+    for index, item in enumerate(items):
+        try:
+            fields = {k: v for k, v in item.items() if k != "idempotency_key"}
+            key = item.get("idempotency_key")
+            if key is not None and not isinstance(key, str):
+                raise Invalid("idempotency_key must be a string",
+                              fields={"idempotency_key": "must be a string"})
+            key = verifications.check_idempotency_key(key, field="idempotency_key")
+            asks.append(dataclasses.replace(parse_request(conn, fields), key=key))
+        except DomainError as exc:
+            asks.append(None)
+            errors[index] = exc
+    return asks, errors
+
+
+def batch(conn: Connection, config: Config, asks: list[intake.Ask | None],
+          errors: dict[int, DomainError], *, actor: str) -> list[dict[str, Any]]:
+    """Submit the valid asks in one statement; one result per item, in order: ``202`` with
+    the message (``existing``/``existing_because`` as for one), or the item's error with
+    its status, message and fields."""
+    valid = [(i, a) for i, a in enumerate(asks) if a is not None]
+    answers = dict(zip([i for i, _ in valid],
+                       intake.submit(conn, config, [a for _, a in valid], actor=actor),
+                       strict=True))
+    results = []
+    for index in range(len(asks)):
+        error = errors.get(index)
+        answer = answers.get(index)
+        if error is None and answer is not None:
+            error = answer.error
+        if error is not None:
+            results.append({"index": index, "http_status": error.status,
+                            "error": {"message": str(error.message), "fields": {
+                                k: str(v) for k, v in error.fields.items()}}})
+        else:
+            assert answer is not None and answer.job is not None
+            results.append({"index": index, "http_status": 202, **as_json(answer.job),
+                            "existing": bool(answer.why),
+                            "existing_because": answer.why or None})
+    return results
 
 
 def as_json(job: dict[str, Any]) -> dict[str, Any]:
@@ -250,26 +245,22 @@ def cancel(conn: Connection, kind_name: Any, user_ref: Any, *, actor: str) -> di
 
 # --- resend ------------------------------------------------------------------------------
 
-def cooldown_of(spec: KindSpec, config: Config) -> int:
-    return config.resend_cooldown if spec.resend_cooldown is None else spec.resend_cooldown
-
-
 def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
            actor: str) -> tuple[dict[str, Any], bool]:
     """Send the user's latest message of the kind again (verification: exactly as SPEC 4).
     A waiting one is made due now instead of adding a row; otherwise a copy with the same
     data and event is queued. :class:`TooMany` inside the kind's cooldown."""
     spec = kinds.get(conn, kind_name)
-    if spec.name == BUILTIN:
+    if kinds.policy(spec).one_live:  # one live job per user: SPEC 4's resend rules
         return verifications.resend(conn, config, user_ref, actor=actor)
     queue.lock_user(conn, spec.name, user_ref)
-    cooldown = cooldown_of(spec, config)
+    cooldown = kinds.cooldown_of(spec, config)
     latest = queue.latest_job_for_user(conn, spec.name, user_ref, cooldown)
     if latest is None:
         raise NotFound(N_("no %(kind)s email was ever requested for user %(user)s",
                           kind=word(spec.name), user=user_ref),
                        fields={"user_id": N_("unknown user")})
-    suppression = verifications._suppression(conn, latest["email"])
+    suppression = flags.suppression(conn, latest["email"])
     if suppression is not None:
         raise Conflict(N_("%(email)s is on the suppression list (%(reason)s); an admin must "
                           "remove it first", email=latest["email"],
@@ -294,7 +285,7 @@ def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
         job_id = queue.enqueue_message(
             conn, kind=spec.name, priority=spec.priority, email=latest["email"],
             user_ref=user_ref, payload=json.dumps(payload),
-            flags=json.dumps(verifications.flags_for(conn, latest["email"])),
+            flags=json.dumps(flags.flags_for(conn, latest["email"])),
             requested_by=actor)
         assert job_id is not None  # no window, no key: nothing to conflict with
         job, reused = queue.single_job(conn, job_id), False
@@ -323,7 +314,7 @@ def user_overview(conn: Connection, config: Config, user_ref: str) -> list[KindH
     user has none."""
     sections = []
     for spec in [kinds.get(conn, name) for name in queue_reads.kinds_for_user(conn, user_ref)]:
-        cooldown = cooldown_of(spec, config)
+        cooldown = kinds.cooldown_of(spec, config)
         schedule = spec.retry_schedule if spec.retry_schedule is not None \
             else config.retry_schedule.get(spec.name, config.retry_schedule[BUILTIN])
         history = verifications.user_history(conn, config, user_ref, kind=spec.name,

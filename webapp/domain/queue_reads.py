@@ -23,6 +23,7 @@ from workers.core.states import (
     PRIORITY,
     PROBLEM,
     STATES,
+    Campaign,
     sql_list,
 )
 from workers.delivery.queue import JOB_COLUMNS, ProblemFilter
@@ -239,7 +240,9 @@ SELECT extract(epoch FROM now() - min(t.available_at)) FROM (
                AND j.available_at <= now()
              ORDER BY j.available_at LIMIT 1)
       FROM broadcasts b
-     WHERE b.finished_at IS NULL AND b.enqueued_at IS NOT NULL AND NOT b.paused) t
+     WHERE b.finished_at IS NULL
+       AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = b.campaign_id
+                      AND c.status = '{Campaign.SENDING}')) t
 """)
 
 
@@ -495,12 +498,19 @@ BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+_BROWSER_COLUMNS = """j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
+               j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
+               j.campaign_id, j.user_ref"""
+
+
 def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
                   after: Sequence[Any] | None = None, limit: int = 50
                   ) -> list[dict[str, Any]]:
     """Jobs in the browser ``state`` matching ``where``, in the order they will be
     handled, ``limit`` of them after the keyset ``after`` (the previous page's last row's
     order columns)."""
+    if state == "waiting":
+        return _waiting(conn, where, after=after, limit=limit)
     condition, order = BROWSER_STATES[state]
     extra, params = where.where()
     keyset = ""
@@ -509,12 +519,55 @@ def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
         keyset = f" AND ({', '.join(order)}) > ({', '.join(names)})"
         params.update({f"after{i}": v for i, v in enumerate(after)})
     rows = conn.execute(sa.text(f"""
-        SELECT j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
-               j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
-               j.campaign_id, j.user_ref, c.name AS campaign_name
+        SELECT {_BROWSER_COLUMNS}, c.name AS campaign_name
           FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
          WHERE {condition}{extra}{keyset}
          ORDER BY {', '.join(order)} LIMIT :limit"""), {**params, "limit": limit})
+    return [dict(r) for r in rows.mappings()]
+
+
+# Waiting jobs in claim order, each page read the way the claim reads them: the
+# transactional ones along delivery_jobs_claim_idx, each open broadcast's along its own
+# range of delivery_jobs_broadcast_due_idx (the keyset inside that range), merged. So a
+# page reads at most `limit` entries per open campaign and as many of the transactional
+# index, however many millions wait.
+_WAITING = f"""
+SELECT w.*, c.name AS campaign_name FROM (
+    (SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
+      WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
+        AND j.status = 'pending'{{extra}}{{keyset}}
+      ORDER BY j.priority, j.available_at, j.id LIMIT :limit)
+    UNION ALL
+    SELECT d.* FROM broadcasts b CROSS JOIN LATERAL (
+        SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
+         WHERE j.broadcast_id = b.id AND j.status IN {sql_list(CLAIMABLE)}
+           AND j.status = 'pending'{{extra}}{{campaign_keyset}}
+         ORDER BY j.available_at, j.id LIMIT :limit) d
+     WHERE b.finished_at IS NULL{{campaign}}
+) w LEFT JOIN campaigns c ON c.id = w.campaign_id
+ ORDER BY w.priority, w.available_at, w.id LIMIT :limit
+"""
+
+
+def _waiting(conn: Connection, where: JobFilter, *, after: Sequence[Any] | None,
+             limit: int) -> list[dict[str, Any]]:
+    extra, params = where.where()
+    keyset = campaign_keyset = ""
+    campaign = " AND b.id = :broadcast_id" if where.broadcast_id is not None else ""
+    if after is not None:
+        keyset = " AND (j.priority, j.available_at, j.id) > (:after0, :after1, :after2)"
+        params.update({f"after{i}": v for i, v in enumerate(after)})
+        # Campaign jobs all have the campaign class's priority: the keyset inside a
+        # broadcast's range is on (available_at, id) alone, which its index answers.
+        if after[0] > PRIORITY["broadcast"]:
+            campaign = " AND false"
+        elif after[0] == PRIORITY["broadcast"]:
+            campaign_keyset = " AND (j.available_at, j.id) > (:after1, :after2)"
+    if where.kind not in (None, "broadcast"):
+        campaign = " AND false"
+    rows = conn.execute(sa.text(_WAITING.format(
+        extra=extra, keyset=keyset, campaign_keyset=campaign_keyset, campaign=campaign)),
+        {**params, "limit": limit})
     return [dict(r) for r in rows.mappings()]
 
 

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, kinds, lists, messages
+from webapp.domain import audit, intake, kinds, lists, messages
 from webapp.domain.errors import Conflict, Invalid, NotFound, TooMany
 from workers.core.i18n import N_
 from workers.core.settings import Config
@@ -190,10 +190,10 @@ def request(conn: Connection, config: Config, list_id: int, *, email: Any, name:
     if member is not None:
         return  # counted against the rate limit, answered the same, nothing sent
     url = f"{config.base_url}/subscribe/confirm/{confirm_token(config.secret_key, request_id)}"
-    req = messages.MessageRequest(
-        kind=spec, user_ref=f"list-{list_id}:{address.lower()}", email=address,
+    req = intake.Ask(
+        spec=spec, user_ref=f"list-{list_id}:{address.lower()}", email=address,
         data={"list_name": form["list_name"], "confirm_url": url, "locale": locale},
-        event={"name": "subscribe", "id": request_id, "source": source}, send_at=None)
+        event={"name": "subscribe", "id": request_id, "source": source})
     _, existing = messages.request(conn, config, req, actor=f"visitor ({source})")
     if existing:  # a confirmation for this list and address is already on its way
         conn.execute(sa.text("DELETE FROM subscription_requests WHERE id = :id"),

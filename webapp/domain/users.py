@@ -99,15 +99,25 @@ def create_token(conn: Connection, user_id: int, name: str = "", *,
     return token
 
 
+# The token's user, and its use noted at most once a minute: sixteen clients sharing one
+# token would otherwise queue on its row's lock with every request (docs/performance.md).
+_USER_FOR_TOKEN = sa.text("""
+WITH t AS (
+    SELECT t.id AS token_id, t.last_used_at, u.id, u.email, u.role
+      FROM api_tokens t JOIN users u ON u.id = t.user_id
+     WHERE t.token_hash = :h AND t.revoked_at IS NULL AND u.active
+       AND (t.expires_at IS NULL OR t.expires_at > now())
+), used AS (
+    UPDATE api_tokens SET last_used_at = now()
+     WHERE id IN (SELECT token_id FROM t WHERE last_used_at IS NULL
+                                         OR last_used_at < now() - interval '1 minute')
+)
+SELECT id, email, role, token_id FROM t""")
+
+
 def user_for_token(conn: Connection, token: str) -> dict[str, Any] | None:
     """The active user a live token belongs to (and note its use), or None."""
-    row = conn.execute(sa.text("""
-        UPDATE api_tokens t SET last_used_at = now()
-          FROM users u
-         WHERE t.token_hash = :h AND t.revoked_at IS NULL AND u.id = t.user_id AND u.active
-           AND (t.expires_at IS NULL OR t.expires_at > now())
-        RETURNING u.id, u.email, u.role, t.id AS token_id"""),
-        {"h": _token_hash(token)}).mappings().first()
+    row = conn.execute(_USER_FOR_TOKEN, {"h": _token_hash(token)}).mappings().first()
     return dict(row) if row else None
 
 

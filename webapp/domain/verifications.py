@@ -21,25 +21,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
-from disposable_email_domains import allowlist, blocklist
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, limits, queue_reads
+from webapp.domain import audit, flags, intake, kinds, limits, queue_reads
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
 from webapp.i18n import dt
 from workers.after_acceptance import feedback
-from workers.building.kinds import load_kind
 from workers.core.i18n import N_, word
 from workers.core.settings import Config
 from workers.delivery import queue
 from workers.delivery.classify import ReplyClass, humanize
 
 KIND = "verification"
-FLAG_DISPOSABLE = "disposable_domain"
-FLAG_SUPPRESSED = "suppressed"
+FLAG_DISPOSABLE, FLAG_SUPPRESSED = flags.FLAG_DISPOSABLE, flags.FLAG_SUPPRESSED
 MAX_USER_ID = 255
 MIN_INT_USER_ID, MAX_INT_USER_ID = -(2**63), 2**63 - 1
 MAX_URL = 2048
@@ -100,49 +96,20 @@ def parse_request(data: dict[str, Any]) -> VerificationRequest:
     return VerificationRequest(values["user_id"], values["email"], values["verify_url"])
 
 
-def check_idempotency_key(raw: str | None) -> str | None:
-    """The ``Idempotency-Key`` header (None when absent), else :class:`Invalid`."""
+def check_idempotency_key(raw: str | None, *, field: str = "Idempotency-Key") -> str | None:
+    """The ``Idempotency-Key`` header (None when absent), else :class:`Invalid` naming
+    ``field`` (a batch item's ``idempotency_key``)."""
     if raw is None:
         return None
     key = raw.strip()
     if len(key) > MAX_IDEMPOTENCY_KEY or not rules.matches(rules.PRINTABLE_ASCII_NOT_BLANK, key):
         problem = f"1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"
-        raise Invalid(f"the Idempotency-Key header must be {problem}",
-                      fields={"Idempotency-Key": problem})
+        raise Invalid(f"{field} must be {problem}", fields={field: problem})
     return key
 
 
 # --- flags -----------------------------------------------------------------------------
-
-def disposable_domain(email: str) -> str | None:
-    """The listed disposable domain the address belongs to (its domain or a parent of it,
-    per the maintained ``disposable-email-domains`` list), or None."""
-    domain = email.rsplit("@", 1)[-1].strip().lower().rstrip(".")
-    labels = domain.split(".")
-    for i in range(len(labels) - 1):
-        candidate = ".".join(labels[i:])
-        if candidate in allowlist:
-            return None
-        if candidate in blocklist:
-            return candidate
-    return None
-
-
-def _suppression(conn: Connection, email: str) -> dict[str, Any] | None:
-    row = conn.execute(sa.text("SELECT reason, created_at FROM suppressions "
-                               "WHERE email = lower(:email)"), {"email": email}).mappings().first()
-    return dict(row) if row else None
-
-
-def flags_for(conn: Connection, email: str) -> list[str]:
-    """What support should know about an address before it is sent to."""
-    flags = []
-    if disposable_domain(email):
-        flags.append(FLAG_DISPOSABLE)
-    if _suppression(conn, email):
-        flags.append(FLAG_SUPPRESSED)
-    return flags
-
+# (what they are: webapp.domain.flags; how support reads them: below)
 
 @dataclass(frozen=True)
 class FlagView:
@@ -156,7 +123,7 @@ def explain_flags(job: dict[str, Any]) -> list[FlagView]:
     views = []
     for flag in job.get("flags") or []:
         if flag == FLAG_DISPOSABLE:
-            listed = disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
+            listed = flags.disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
             reason = N_("%(domain)s is a throwaway-mail domain on the disposable-email-domains "
                         "list; the email is held until support releases or drops it.",
                         domain=listed) if job["status"] == "held" else \
@@ -174,54 +141,17 @@ def explain_flags(job: dict[str, Any]) -> list[FlagView]:
 
 # --- request, resend, release, drop ----------------------------------------------------
 
-def _enqueue(conn: Connection, config: Config, *, email: str, user_ref: str,
-             verify_url: str, idempotency_key: str | None, actor: str) -> int | None:
-    flags = flags_for(conn, email)
-    status = "held" if FLAG_DISPOSABLE in flags and config.disposable_policy == "hold" \
-        else "pending"
-    job_id = queue.enqueue_single(conn, kind=KIND, email=email, user_ref=user_ref,
-                                  payload=json.dumps({"verify_url": verify_url}),
-                                  flags=json.dumps(flags), status=status,
-                                  idempotency_key=idempotency_key, requested_by=actor)
-    if job_id is not None and status == "pending":
-        queue.notify_new_jobs(conn, KIND)
-    return job_id
-
-
-def _same_request(job: dict[str, Any], req: VerificationRequest) -> None:
-    if job["user_ref"] != req.user_ref or job["email"].lower() != req.email.lower():
-        raise Conflict("this Idempotency-Key was already used for a different request "
-                       f"(user {job['user_ref']}, job {job['id']})",
-                       fields={"Idempotency-Key": "already used for another request"})
-
-
 def request(conn: Connection, config: Config, req: VerificationRequest, *,
             idempotency_key: str | None = None, actor: str) -> tuple[dict[str, Any], bool]:
-    """Enqueue a verification email, or return the job that already answers this request
-    (same Idempotency-Key, or a live job for the same user). Returns (job, existing)."""
-    queue.lock_user(conn, KIND, req.user_ref)
-    if idempotency_key is not None:
-        earlier = queue.job_by_idempotency_key(conn, KIND, idempotency_key)
-        if earlier is not None:
-            _same_request(earlier, req)
-            return earlier, True
-    live = queue.live_job_for_user(conn, KIND, req.user_ref)
-    if live is not None:
-        return live, True
-    limits.check_backlog(conn, config)
-    job_id = _enqueue(conn, config, email=req.email, user_ref=req.user_ref,
-                      verify_url=req.verify_url, idempotency_key=idempotency_key, actor=actor)
-    if job_id is None:  # the same key, used at this instant for another user
-        earlier = queue.job_by_idempotency_key(conn, KIND, idempotency_key or "")
-        if earlier is None:
-            raise Conflict("another request for this user is in progress; try again",
-                           fields={"user_id": "busy"})
-        _same_request(earlier, req)
-        return earlier, True
-    job = queue.single_job(conn, job_id)
-    audit.record(conn, actor, "verification.request", f"user:{req.user_ref}", job_id=job_id,
-                 email=req.email, status=job["status"], flags=job["flags"])
-    return job, False
+    """``POST /verifications``: a thin adapter over the one pipeline (the built-in kind's
+    policy does the rest, :mod:`webapp.domain.intake`). Returns (job, existing)."""
+    ask = intake.Ask(kinds.active(conn, KIND), req.user_ref, req.email,
+                     {"verify_url": req.verify_url}, key=idempotency_key)
+    answer = intake.submit(conn, config, [ask], actor=actor)[0]
+    if answer.error is not None:
+        raise answer.error
+    assert answer.job is not None
+    return answer.job, bool(answer.why)
 
 
 def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref: str) -> None:
@@ -232,7 +162,7 @@ def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref:
         raise Conflict(N_("the last verification email is held for support (disposable "
                           "address): release or drop it instead of resending"),
                        fields={"user_id": N_("held")}, job_id=latest["id"])
-    suppression = _suppression(conn, latest["email"])
+    suppression = flags.suppression(conn, latest["email"])
     if suppression is not None:
         raise Conflict(N_("%(email)s is on the suppression list (%(reason)s), so a resend "
                           "would not be delivered; an admin must remove it from the list "
@@ -248,9 +178,7 @@ def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref:
 
 def resend_cooldown(conn: Connection, config: Config) -> int:
     """The verification kind's resend cooldown: its row's, else SENDDOCK_RESEND_COOLDOWN."""
-    spec = load_kind(conn, KIND)
-    return config.resend_cooldown if spec is None or spec.resend_cooldown is None \
-        else spec.resend_cooldown
+    return kinds.cooldown_of(kinds.get(conn, KIND), config)
 
 
 def resend(conn: Connection, config: Config, user_ref: str, *,
@@ -270,7 +198,8 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
             # The user lock keeps other requests out, not workers: one finished the job
             # between the two statements. Judge again from what it became (sent moments
             # ago: the cooldown answers; failed: a new job is enqueued below).
-            latest = queue.latest_job_for_user(conn, KIND, user_ref, config.resend_cooldown)
+            latest = queue.latest_job_for_user(conn, KIND, user_ref,
+                                               resend_cooldown(conn, config))
             _check_resendable(conn, latest, user_ref)
             assert latest is not None
     if job is not None:
@@ -279,9 +208,17 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
         reused = True
     else:
         limits.check_backlog(conn, config)
-        job_id = _enqueue(conn, config, email=latest["email"], user_ref=user_ref,
-                          verify_url=(latest["payload"] or {}).get("verify_url", ""),
-                          idempotency_key=None, actor=actor)
+        spec = kinds.active(conn, KIND)
+        ask = intake.Ask(spec, user_ref, latest["email"], {
+            "verify_url": (latest["payload"] or {}).get("verify_url", "")})
+        found = flags.flags_for(conn, latest["email"])
+        pending = not intake.held(spec, found, config)
+        job_id = queue.enqueue_message(
+            conn, kind=KIND, priority=spec.priority, email=latest["email"], user_ref=user_ref,
+            payload=json.dumps(intake.payload_of(ask)), flags=json.dumps(found),
+            status="pending" if pending else "held", requested_by=actor)
+        if job_id is not None and pending:
+            queue.notify_new_jobs(conn, KIND)
         if job_id is None:
             raise Conflict(N_("another verification email for this user was just created; "
                               "reload and try again"), fields={"user_id": N_("busy")})
@@ -399,7 +336,7 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
     views = [JobView(job, describe(job, attempts[job["id"]], max_attempts, now),
                      [dict(a, phrase=reply_phrase(a)) for a in attempts[job["id"]]],
                      explain_flags(job)) for job in jobs]
-    suppression = _suppression(conn, latest["email"])
+    suppression = flags.suppression(conn, latest["email"])
     block = None
     if latest["status"] == "held":
         block = N_("The last email is held for support: release or drop it below.")

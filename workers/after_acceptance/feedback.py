@@ -35,7 +35,8 @@ from sqlalchemy.engine import Connection
 
 from workers.after_acceptance.bounces.reasons import find_reason
 from workers.after_acceptance.reports import Feedback
-from workers.core.states import BOUNCED, SENT, sql_list
+from workers.core.states import BOUNCED, SENT, Campaign, sql_list
+from workers.delivery import lifecycle
 
 SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
 RAW_LIMIT = 256 * 1024  # bytes of raw source kept per event
@@ -259,25 +260,12 @@ def record_unmatched(conn: Connection, source: str, feedback: Feedback,
 # Delivered = sent + bounced (a late bounce was delivered to the relay first); the counters
 # come from broadcast_counts, the same exact numbers the campaign page shows (P8).
 _RATE = sa.text(f"""
-SELECT b.complaints, c.id AS campaign_id, c.status, b.paused,
+SELECT b.complaints, c.id AS campaign_id, c.status,
        coalesce((SELECT sum(n) FROM broadcast_counts bc
                   WHERE bc.broadcast_id = b.id AND bc.status IN {sql_list((SENT, BOUNCED))}), 0)
            AS delivered
   FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
  WHERE b.id = :id
-""")
-
-# Paused with the reason on the campaign; the claim skips paused broadcasts at once.
-_PAUSE_FOR_COMPLAINTS = sa.text("""
-WITH b AS (UPDATE broadcasts SET paused = true WHERE id = :broadcast_id RETURNING campaign_id)
-UPDATE campaigns SET status = 'paused', updated_at = now(), paused_reason = :reason
- WHERE id = (SELECT campaign_id FROM b) AND status = 'sending'
-RETURNING id
-""")
-
-_AUDIT = sa.text("""
-INSERT INTO audit_log (actor, action, target, details)
-VALUES ('system', :action, :target, CAST(:details AS jsonb))
 """)
 
 
@@ -291,7 +279,7 @@ def check_complaint_rate(conn: Connection, broadcast_id: int,
     ``complaint_pause`` over at least ``complaint_min_sent`` delivered messages. Returns
     the paused campaign's id (None when nothing was paused)."""
     row = conn.execute(_RATE, {"id": broadcast_id}).mappings().first()
-    if row is None or row["status"] != "sending":
+    if row is None or row["status"] != Campaign.SENDING:
         return None
     delivered = int(row["delivered"])
     rate = complaint_rate(int(row["complaints"]), delivered)
@@ -299,13 +287,10 @@ def check_complaint_rate(conn: Connection, broadcast_id: int,
         return None
     reason = (f"the complaint rate {rate:.2%} ({row['complaints']} of {delivered} "
               f"delivered) reached the {thresholds.complaint_pause:.2%} limit")
-    paused = conn.execute(_PAUSE_FOR_COMPLAINTS, {"broadcast_id": broadcast_id,
-                                                  "reason": reason}).first()
-    if paused is None:
+    campaign_id = int(row["campaign_id"])
+    if not lifecycle.pause_campaign(conn, campaign_id, reason, "system"):
         return None
-    conn.execute(_AUDIT, {"action": "campaign.pause", "target": f"campaign:{paused.id}",
-                          "details": json.dumps({"reason": reason, "rate": rate})})
-    return int(paused.id)
+    return campaign_id
 
 
 # Campaigns whose complaint rate is at or above the alarm level (sending or paused ones).

@@ -29,7 +29,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from workers.building.message import CampaignTemplate, compile_campaign
-from workers.core.states import CLASS_PRIORITY, KIND_NAME
+from workers.core.states import (
+    BOUNCED,
+    CANCELLED,
+    CLASS_PRIORITY,
+    FAILED,
+    KIND_NAME,
+    SENT,
+    SKIPPED,
+)
 
 CLASSES = ("critical", "lifecycle")
 BUILTIN = "verification"
@@ -41,7 +49,7 @@ NAME_PATTERN = KIND_NAME
 TIME_TO_SENT_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
                        3600.0, 21600.0, 86400.0)
 # What a job's terminal status or a retry is counted as in senddock_messages_total.
-OUTCOMES = ("sent", "failed", "bounced", "skipped", "cancelled")
+OUTCOMES = (SENT, FAILED, BOUNCED, SKIPPED, CANCELLED)
 
 
 def windows_overlap(first_at: datetime, first_window: float, second_at: datetime,

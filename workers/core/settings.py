@@ -88,7 +88,15 @@ SETTINGS: list[Setting] = [
             "The same refusal for this many different recipients in a row is treated as "
             "about us (delivery pauses), whatever its text says (0 = off)."),
     Setting("MAX_BACKLOG", "5000000",
-            "Most jobs waiting (pending+retry) before new enqueues are refused with 429/503."),
+            "Most transactional jobs waiting (pending+retry) before new ones are refused "
+            "with 503; campaign jobs do not count (a campaign's list bounds it)."),
+    Setting("RETENTION_CAMPAIGN_DAYS", "30",
+            "Days after a campaign finished before it is rolled up: its counts stay exact, "
+            "its failed and bounced jobs stay, the other per-recipient rows are deleted "
+            "(0 = keep them forever)."),
+    Setting("RETENTION_TRANSACTIONAL_DAYS", "90",
+            "Days a finished transactional job (verification, test, other kinds) is kept; "
+            "its kind's counts stay exact (0 = keep them forever)."),
     Setting("DISPOSABLE_POLICY", "send",
             "send: send disposable-domain verification mail, flagged; hold: hold it for support."),
     Setting("ALARM_OLDEST_PENDING", "600",
@@ -107,9 +115,11 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
-    Setting("DB_WEB_POOL", "3",
+    Setting("DB_WEB_POOL", "6",
             "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
-            "opens; requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
+            "opens, and the number of its request threads unless --threads says otherwise "
+            "(one connection per thread: no request waits for another's connection); "
+            "requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
             "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
             "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
     Setting("DB_DELIVERY_POOL", "4",
@@ -372,6 +382,8 @@ class Config:
     relay_probe_max: float
     same_refusal_streak: int
     max_backlog: int
+    retention_campaign_days: float
+    retention_transactional_days: float
     disposable_policy: str
     alarm_oldest_pending: int
     alarm_failure_rate: float
@@ -381,7 +393,7 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
-    db_web_pool: int = 3
+    db_web_pool: int = 6
     db_delivery_pool: int = 4
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0
@@ -464,6 +476,12 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         relay_probe_max=max(1.0, _float("RELAY_PROBE_MAX", req("RELAY_PROBE_MAX"))),
         same_refusal_streak=_int("SAME_REFUSAL_STREAK", req("SAME_REFUSAL_STREAK")),
         max_backlog=_int("MAX_BACKLOG", req("MAX_BACKLOG")),
+        retention_campaign_days=_nonnegative(
+            "RETENTION_CAMPAIGN_DAYS",
+            _float("RETENTION_CAMPAIGN_DAYS", req("RETENTION_CAMPAIGN_DAYS"))),
+        retention_transactional_days=_nonnegative(
+            "RETENTION_TRANSACTIONAL_DAYS",
+            _float("RETENTION_TRANSACTIONAL_DAYS", req("RETENTION_TRANSACTIONAL_DAYS"))),
         disposable_policy=policy,
         alarm_oldest_pending=_int("ALARM_OLDEST_PENDING", req("ALARM_OLDEST_PENDING")),
         alarm_failure_rate=_float("ALARM_FAILURE_RATE", req("ALARM_FAILURE_RATE")),

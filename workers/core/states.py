@@ -15,6 +15,7 @@ builders and the tests all read this module, so adding a state is a one-place ch
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 PENDING, SENDING, RETRY, HELD = "pending", "sending", "retry", "held"
 SENT, FAILED, BOUNCED, SKIPPED, CANCELLED = "sent", "failed", "bounced", "skipped", "cancelled"
@@ -72,3 +73,35 @@ def sql_list(values: Iterable[str]) -> str:
     user input, so inlining them keeps the statements readable (and index predicates
     matchable by the planner)."""
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+class Campaign:
+    """The campaign vocabulary (``campaigns.status``), beside the jobs' (its words overlap
+    theirs — a campaign is `sending` while its jobs go `pending → sending → sent` — so
+    they live in their own namespace). The moves are made by :mod:`workers.delivery.lifecycle`
+    (pause, resume, cancel) and the queue (start, finish, reopen on a retry)::
+
+        draft ⇄ scheduled ──(due)──▶ sending ⇄ paused
+        draft ──(send now)──▶ sending ──(every job terminal)──▶ sent ──(a retry)──▶ sending
+        draft | scheduled | sending | paused ──(cancel)──▶ cancelled
+    """
+
+    DRAFT, SCHEDULED, SENDING, PAUSED = "draft", "scheduled", "sending", "paused"
+    CANCELLED, SENT = "cancelled", "sent"
+    #: Every state (the CHECK constraint's list).
+    STATES: tuple[str, ...] = (DRAFT, SCHEDULED, SENDING, PAUSED, CANCELLED, SENT)
+    #: Its content may still change.
+    EDITABLE: tuple[str, ...] = (DRAFT, SCHEDULED)
+    #: Not over yet: it may still send (the ones From-domain checks look at).
+    OPEN: tuple[str, ...] = (DRAFT, SCHEDULED, SENDING, PAUSED)
+    #: Its jobs exist or are being created (the enqueue runs for these).
+    STARTED: tuple[str, ...] = (SENDING, PAUSED)
+    #: The moves any code makes; anything else is a bug.
+    TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
+        DRAFT: frozenset({SCHEDULED, SENDING, CANCELLED}),
+        SCHEDULED: frozenset({DRAFT, SENDING, CANCELLED}),
+        SENDING: frozenset({PAUSED, CANCELLED, SENT}),
+        PAUSED: frozenset({SENDING, CANCELLED}),
+        SENT: frozenset({SENDING}),
+        CANCELLED: frozenset(),
+    }

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from workers.core.states import BOUNCED, FAILED, PENDING, RETRY, SENT, SKIPPED
 from workers.delivery.classify import MESSAGE_STAGES, ReplyClass
 from workers.delivery.queue import ClaimedJob, Outcome
 from workers.delivery.retry import next_delay
@@ -42,20 +43,20 @@ def outcome_for(job: ClaimedJob, result: SendResult, schedule: tuple[int, ...],
                        started_at=started_at)
 
     if cls is ReplyClass.SENT:
-        return make("sent", error=None)
+        return make(SENT, error=None)
     if cls is ReplyClass.HARD_BOUNCE:
-        return make("bounced")
+        return make(BOUNCED)
     if cls is ReplyClass.REJECTED:
-        return make("failed")
+        return make(FAILED)
     if cls is ReplyClass.TRANSIENT:
         # The schedule restarts at a manual retry (retry_base); the attempt numbers go on.
         delay = next_delay(schedule, job.attempts - job.retry_base + 1, jitter)
-        return make("failed") if delay is None else make("retry", delay=delay)
+        return make(FAILED) if delay is None else make(RETRY, delay=delay)
     if cls is ReplyClass.SENDER and job.kind == "test":
-        return make("failed", error=f"the relay refuses this From address: {reply}")
+        return make(FAILED, error=f"the relay refuses this From address: {reply}")
     label = {ReplyClass.RELAY_THROTTLE: "relay throttling", ReplyClass.SENDER: "sender refused",
              ReplyClass.DOMAIN_THROTTLE: "domain throttling"}.get(cls, "relay")
-    return make("pending", counted=False, error=f"{label}: {reply}")
+    return make(PENDING, counted=False, error=f"{label}: {reply}")
 
 
 def recipient_domain(email: str) -> str:
@@ -131,14 +132,14 @@ class Aftermath:
 
 def skipped(job: ClaimedJob) -> Outcome:
     """The address was suppressed after the job was enqueued: never sent, not an attempt."""
-    return Outcome(job_id=job.id, claim_token=job.claim_token, status="skipped",
+    return Outcome(job_id=job.id, claim_token=job.claim_token, status=SKIPPED,
                    counted=False, reply_class="suppressed",
                    error="address is on the suppression list", started_at=datetime.now(UTC))
 
 
 def released(job: ClaimedJob) -> Outcome:
     """Claimed but not attempted (shutdown, relay down mid-batch): back to `pending`."""
-    return Outcome(job_id=job.id, claim_token=job.claim_token, status="pending",
+    return Outcome(job_id=job.id, claim_token=job.claim_token, status=PENDING,
                    counted=False)
 
 
@@ -146,6 +147,6 @@ def build_failed(job: ClaimedJob, message: str, stage: str = "build") -> Outcome
     """The message could not be built (a template error at render time, a header that
     cannot be encoded) or handing it over raised: the job fails visibly, with ``message``
     as its error, instead of being retried forever or left `sending`."""
-    return Outcome(job_id=job.id, claim_token=job.claim_token, status="failed", counted=True,
+    return Outcome(job_id=job.id, claim_token=job.claim_token, status=FAILED, counted=True,
                    reply_class="build", error=message[:1000], started_at=datetime.now(UTC),
                    stage=stage)

@@ -1,5 +1,6 @@
 """API: messages of any transactional kind (SPEC 11). ``202`` at once; never waits for the
-relay. ``POST /verifications`` stays as it was (see verifications.py)."""
+relay. ``POST /messages``, ``POST /messages/batch`` and ``POST /verifications`` share one
+pipeline (:mod:`webapp.domain.intake`), answered by one autocommit statement each."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from flask import request
 from werkzeug.wrappers import Response
 
 from webapp.blueprints.api import answer, body, bp
-from webapp.context import actor, config, engine
+from webapp.context import actor, config, engine, request_connection
 from webapp.domain import messages, verifications
 
 
@@ -15,11 +16,24 @@ from webapp.domain import messages, verifications
 def create_message() -> Response:
     data = body()
     key = verifications.check_idempotency_key(request.headers.get("Idempotency-Key"))
-    with engine().begin() as conn:
+    with request_connection() as conn:
         req = messages.parse_request(conn, data)
         job, why = messages.request(conn, config(), req, idempotency_key=key, actor=actor())
     return answer({**messages.as_json(job), "existing": bool(why),
                    "existing_because": why or None}, 202)
+
+
+@bp.post("/messages/batch")
+def create_messages() -> Response:
+    """Up to 500 messages in one call: ``207`` with one result per item (``202`` with the
+    message, or the item's own status and error naming its fields)."""
+    data = body("messages")
+    with request_connection() as conn:
+        asks, errors = messages.parse_batch(conn, data)
+        results = messages.batch(conn, config(), asks, errors, actor=actor())
+    accepted = sum(1 for r in results if r["http_status"] == 202)
+    return answer({"accepted": accepted, "rejected": len(results) - accepted,
+                   "results": results}, 207)
 
 
 @bp.delete("/messages")

@@ -6,7 +6,7 @@ from flask import request
 from werkzeug.wrappers import Response
 
 from webapp.blueprints.api import answer, body, bp
-from webapp.context import actor, config, engine
+from webapp.context import actor, config, engine, request_connection
 from webapp.domain import verifications
 
 
@@ -14,7 +14,7 @@ from webapp.domain import verifications
 def create_verification() -> Response:
     req = verifications.parse_request(body("user_id", "email", "verify_url"))
     key = verifications.check_idempotency_key(request.headers.get("Idempotency-Key"))
-    with engine().begin() as conn:
+    with request_connection() as conn:
         job, existing = verifications.request(conn, config(), req, idempotency_key=key,
                                               actor=actor())
     return answer({**verifications.as_json(job), "existing": existing}, 202)

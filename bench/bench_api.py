@@ -1,0 +1,315 @@
+"""The transactional API at SaaS speed (issue 27, SPEC 17): side by side in one run, against
+the same PostgreSQL with the same client,
+
+1. a minimal queue endpoint (bench/minimal_queue.py: Flask + waitress + psycopg, one
+   INSERT per request) and
+2. one ``senddock serve`` with default settings, ``POST /api/v1/messages`` (kind
+   verification, a new user each time, with an event),
+
+each hammered by ``--clients`` keep-alive HTTP clients for ``--seconds``; then
+``POST /api/v1/messages/batch`` (500 messages per call) for its messages/s; P7 — each burst
+verification's time from its insert to the relay's acceptance (``finished_at``) — while the
+burst ran; and the serve process's RSS through the whole run.
+
+    python -m bench.bench_api --clients 16 --seconds 12
+
+The relay is Postfix's smtp-sink (C), so the sink is never what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import sqlalchemy as sa
+
+from bench.bench_p7_latency import start_server
+from bench.common import (
+    add_settings_option,
+    free_port,
+    fresh_database,
+    machine,
+    percentile,
+    save,
+    settings_from,
+    sink_process,
+    table,
+)
+from webapp import db
+from webapp.domain import users
+
+PROCESSES = 2  # client processes (the clients' threads spread over them: no GIL ceiling)
+
+
+def _client(args: tuple[str, int, str, str, float, int, int, str]
+            ) -> list[tuple[float, int]]:
+    """One client process: ``threads`` keep-alive clients posting for ``seconds``."""
+    host, port, path, token, seconds, threads, proc, prefix = args
+    results: list[list[tuple[float, int]]] = [[] for _ in range(threads)]
+    start = time.time() + 0.5
+
+    def run(t: int) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        time.sleep(max(0.0, start - time.time()))
+        i = 0
+        while time.time() < start + seconds:
+            user = f"{prefix}-{proc}-{t}-{i}"
+            body = json.dumps({"kind": "verification", "user_id": user,
+                               "email": f"{user}@example.net",
+                               "data": {"verify_url": f"https://app.example/v?u={user}"},
+                               "event": {"name": "signup", "id": f"evt-{user}"}})
+            t0 = time.perf_counter()
+            conn.request("POST", path, body, headers)
+            response = conn.getresponse()
+            response.read()
+            results[t].append(((time.perf_counter() - t0) * 1000, response.status))
+            i += 1
+        conn.close()
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return [r for per in results for r in per]
+
+
+def burst(base: str, path: str, token: str, clients: int, seconds: float,
+          prefix: str = "burst") -> dict[str, Any]:
+    host, port = base.removeprefix("http://").split(":")
+    per = [clients // PROCESSES + (1 if p < clients % PROCESSES else 0)
+           for p in range(PROCESSES)]
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        parts = pool.map(_client, [(host, int(port), path, token, seconds, n, p, prefix)
+                                   for p, n in enumerate(per)])
+    results = [r for part in parts for r in part]
+    latencies = [ms for ms, _ in results]
+    return {"requests": len(results), "seconds": seconds,
+            "rps": len(results) / seconds, "p50": percentile(latencies, 50),
+            "p95": percentile(latencies, 95), "p99": percentile(latencies, 99),
+            "non_202": sum(1 for _, status in results if status != 202)}
+
+
+def start_minimal(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.minimal_queue", "--port", str(port),
+                             "--dsn", url, "--threads", "8"],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"minimal queue did not start: {log.read_text()}")
+
+
+def batch_rate(base: str, token: str, calls: int, clients: int = 4) -> dict[str, Any]:
+    """``calls`` batches of 500 new verifications from ``clients`` threads."""
+    accepted: list[int] = []
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def run(c: int) -> None:
+        for n in range(c, calls, clients):
+            items = [{"kind": "verification", "user_id": f"batch-{n}-{i}",
+                      "email": f"batch-{n}-{i}@example.net",
+                      "data": {"verify_url": f"https://app.example/v?b={n}-{i}"},
+                      "event": {"name": "import", "id": f"imp-{n}-{i}"}} for i in range(500)]
+            request = urllib.request.Request(
+                f"{base}/api/v1/messages/batch", data=json.dumps({"messages": items}).encode(),
+                method="POST", headers={"Authorization": f"Bearer {token}",
+                                        "Content-Type": "application/json"})
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=120) as response:
+                body = json.loads(response.read())
+            with lock:
+                latencies.append((time.perf_counter() - t0) * 1000)
+                accepted.append(body["accepted"])
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    return {"calls": calls, "accepted": sum(accepted), "seconds": elapsed,
+            "msgs_per_s": sum(accepted) / elapsed, "call_p50": percentile(latencies, 50),
+            "call_p95": percentile(latencies, 95)}
+
+
+def p7(engine: sa.Engine, settle: float = 60) -> dict[str, Any]:
+    """Insert → relay acceptance of the burst's verifications (the database's own clocks),
+    after waiting up to ``settle`` s for them to be sent."""
+    deadline = time.monotonic() + settle
+    query = sa.text("""
+        SELECT count(*) FILTER (WHERE status = 'sent') AS sent, count(*) AS total,
+               array_agg(extract(epoch FROM finished_at - created_at) * 1000)
+                   FILTER (WHERE status = 'sent') AS ms,
+               array_agg(extract(epoch FROM (SELECT min(a.started_at) FROM job_attempts a
+                                              WHERE a.job_id = j.id) - created_at) * 1000)
+                   FILTER (WHERE status = 'sent') AS claim_ms
+          FROM delivery_jobs j
+         WHERE user_ref LIKE 'burst-%'""")
+    while True:
+        with engine.connect() as conn:
+            row = conn.execute(query).mappings().one()
+        if row["sent"] == row["total"] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    ms = [float(v) for v in row["ms"] or []]
+    claim = [float(v) for v in row["claim_ms"] or [] if v is not None]
+    return {"sent": row["sent"], "total": row["total"], "p50": percentile(ms, 50),
+            "claim_p50": percentile(claim, 50), "claim_p95": percentile(claim, 95),
+            "p95": percentile(ms, 95), "max": max(ms) if ms else float("nan")}
+
+
+class RssWatch:
+    """The serve process's resident memory (with its children), every second."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self.stop.wait(1.0):
+            try:
+                rss = self.process.memory_info().rss / 2**20
+            except psutil.Error:
+                return
+            self.samples.append((time.monotonic() - t0, rss))
+
+    def mark(self) -> float:
+        return self.process.memory_info().rss / 2**20
+
+
+def _before(args: argparse.Namespace, url: str, smtp_port: int, token: str,
+            workdir: Path) -> dict[str, Any] | None:
+    """With ``--before DIR``: the same burst against ``senddock serve`` run from another
+    checkout (e.g. a worktree of the commit before issue 27), on the same database."""
+    if not args.before:
+        return None
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = args.before
+    try:
+        server, base = start_server(url, smtp_port, workdir / "before.log")
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = old
+    try:
+        burst(base, "/api/v1/messages", token, args.clients, 2, "warm-before")
+        return burst(base, "/api/v1/messages", token, args.clients, args.seconds, "before")
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    smtp_port = free_port()
+    with fresh_database() as url, sink_process("postfix", smtp_port):
+        engine = db.make_engine(url, pool_size=2)
+        with engine.begin() as conn:
+            user = users.create_user(conn, "bench@example.com", "benchmark-password", "admin")
+            token = users.create_token(conn, user["id"])
+        minimal, minimal_base = start_minimal(url, workdir / "minimal.log")
+        server, base = start_server(url, smtp_port, workdir / "serve.log",
+                                    **settings_from(args.setting))
+        rss = RssWatch(server.pid)
+        try:
+            # A short warm-up of each, then the measured bursts, one after the other.
+            burst(minimal_base, "/jobs", "", args.clients, 2, "warm")
+            burst(base, "/api/v1/messages", token, args.clients, 2, "warm")
+            floor = burst(minimal_base, "/jobs", "", args.clients, args.seconds)
+            rss_before = rss.mark()
+            ours = burst(base, "/api/v1/messages", token, args.clients, args.seconds)
+            rss_after_burst = rss.mark()
+            latency = p7(engine)
+            batches = batch_rate(base, token, args.batches)
+            rss_after_batch = rss.mark()
+        finally:
+            rss.stop.set()
+            server.terminate()
+            server.wait(30)
+        try:  # last, alone with the minimal endpoint: its undelivered jobs harm no one
+            before = _before(args, url, smtp_port, token, workdir)
+        finally:
+            minimal.terminate()
+            minimal.wait(30)
+        engine.dispose()
+    return {"floor": floor, "senddock": ours, "ratio": ours["rps"] / floor["rps"],
+            "before": before,
+            "p7": latency, "batch": batches,
+            "rss_mb": {"before_burst": rss_before, "after_burst": rss_after_burst,
+                       "after_batch": rss_after_batch,
+                       "samples": rss.samples}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=12)
+    parser.add_argument("--batches", type=int, default=40, help="batch calls of 500")
+    add_settings_option(parser)
+    parser.add_argument("--before", metavar="DIR",
+                        help="also measure POST /messages served from this checkout")
+    args = parser.parse_args()
+    load_before = machine()["load_1m"]
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
+        result = measure(args, Path(tmp))
+    info = machine()
+    floor, ours, latency, batches = (result["floor"], result["senddock"], result["p7"],
+                                     result["batch"])
+    print(table(f"Transactional API, {args.clients} clients x {args.seconds:g} s "
+                f"({info['cpus']} cores, PostgreSQL {info['postgres']}, load "
+                f"{load_before} before / {info['load_1m']} after)",
+                ["endpoint", "requests", "req/s", "p50 ms", "p95 ms", "p99 ms", "non-202"],
+                [[name, f"{r['requests']:,}", f"{r['rps']:,.0f}", f"{r['p50']:.1f}",
+                  f"{r['p95']:.1f}", f"{r['p99']:.1f}", r["non_202"]]
+                 for name, r in (("minimal queue (1 INSERT)", floor),
+                                 ("SendDock POST /messages", ours),
+                                 ("the same, before (--before)", result["before"]))
+                 if r is not None]))
+    print(f"\nratio SendDock / minimal: {result['ratio']:.2f}")
+    print(table("Batch: POST /messages/batch, 500 per call, 4 clients",
+                ["calls", "accepted", "seconds", "messages/s", "call p50 ms", "call p95 ms"],
+                [[batches["calls"], f"{batches['accepted']:,}", f"{batches['seconds']:.1f}",
+                  f"{batches['msgs_per_s']:,.0f}", f"{batches['call_p50']:.0f}",
+                  f"{batches['call_p95']:.0f}"]]))
+    print(table("P7 during the burst: insert -> accepted by the relay",
+                ["sent / requested", "p50 ms", "p95 ms", "max ms", "to the attempt's start: p50",
+                 "p95"],
+                [[f"{latency['sent']:,} / {latency['total']:,}", f"{latency['p50']:.0f}",
+                  f"{latency['p95']:.0f}", f"{latency['max']:.0f}",
+                  f"{latency['claim_p50']:.0f}", f"{latency['claim_p95']:.0f}"]]))
+    rss = result["rss_mb"]
+    print(table("RSS of senddock serve (MB)", ["before burst", "after burst", "after batch"],
+                [[f"{rss['before_burst']:.0f}", f"{rss['after_burst']:.0f}",
+                  f"{rss['after_batch']:.0f}"]]))
+    print(f"\nsaved {save('api', {'machine': info, 'load_before': load_before, **result})}")
+
+
+if __name__ == "__main__":
+    main()

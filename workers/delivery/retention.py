@@ -1,0 +1,170 @@
+"""Retention (SPEC 17): the jobs table's size follows the settings, not history.
+
+A campaign finished more than ``SENDDOCK_RETENTION_CAMPAIGN_DAYS`` ago is *rolled up*: the
+per-recipient rows of mail that went out (or was cancelled or skipped) are deleted, while
+its counters stay exactly what they were (the delete puts back what the count trigger
+takes off, in the same statement), its failed and bounced jobs stay (the inbox, retries),
+and so does every job a feedback event points at (complaints, bounce reports). Its
+suppressions stay in the suppression list. Transactional jobs are deleted once finished
+and older than ``SENDDOCK_RETENTION_TRANSACTIONAL_DAYS`` (their per-kind counters kept
+the same way). 0 keeps rows forever.
+
+The engine runs it as a periodic service in bounded chunks, each its own short
+transaction along an index (a keyset, so a chunk reads only its own entries), so it never
+holds a long lock or snapshot and sending goes on between chunks. Why batched deletes and
+not partitions: docs/scale-out.md, "Retention", with the figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from workers.core.states import CANCELLED, PROBLEM, SENT, SKIPPED, TERMINAL, Campaign, sql_list
+from workers.delivery.lifecycle import custom_plan
+
+log = logging.getLogger("senddock.retention")
+
+#: A rolled-up campaign keeps its jobs in these states (and any job with an event).
+KEPT = PROBLEM
+#: ... and drops these.
+DROPPED: tuple[str, ...] = (SENT, CANCELLED, SKIPPED)
+
+def _put_back(counters: str, key: str) -> str:
+    """Add the deleted rows (``gone``) back to the counters the delete trigger took them
+    from, in the same statement: the counts describe what was sent, not what is stored."""
+    return f"""
+    INSERT INTO {counters} AS c ({key}, status, slot, n)
+    SELECT {key}, status, pg_backend_pid() % 16, count(*) FROM gone
+     GROUP BY {key}, status ORDER BY {key}, status
+    ON CONFLICT ({key}, status, slot) DO UPDATE SET n = c.n + EXCLUDED.n"""
+
+
+# Finished campaigns older than the setting and not rolled up yet (a handful per day).
+_CAMPAIGNS_DUE = sa.text(f"""
+SELECT b.id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
+ WHERE b.rolled_up_at IS NULL AND b.finished_at < now() - CAST(:days AS float8) * interval '1 day'
+   AND c.status IN {sql_list((Campaign.SENT, Campaign.CANCELLED))}
+ ORDER BY b.id LIMIT 100
+""")
+
+# One chunk of a campaign: its next finished jobs along
+# delivery_jobs_broadcast_finished_idx after the (finished_at, id) cursor; the ones in a
+# dropped state with no feedback event are deleted (by id array: a primary-key probe each,
+# never a merge with the whole key), and what the count trigger subtracts for them is
+# added back in the same statement, so the counters never move (P8).
+_CAMPAIGN_CHUNK = sa.text(f"""
+WITH chunk AS MATERIALIZED (
+    SELECT id, finished_at, status FROM delivery_jobs
+     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
+       AND (finished_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
+     ORDER BY finished_at, id LIMIT :n
+), gone AS (
+    DELETE FROM delivery_jobs j
+     WHERE j.id = ANY(ARRAY(SELECT id FROM chunk)) AND j.status IN {sql_list(DROPPED)}
+       AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = j.id)
+    RETURNING j.broadcast_id, j.status
+), kept AS ({_put_back("broadcast_counts", "broadcast_id")})
+SELECT (SELECT count(*) FROM gone) AS n, last.finished_at, last.id
+  FROM (SELECT 1) one
+  LEFT JOIN (SELECT finished_at, id FROM chunk ORDER BY finished_at DESC, id DESC LIMIT 1)
+       last ON true
+""")
+
+_ROLLED_UP = sa.text("UPDATE broadcasts SET rolled_up_at = now() WHERE id = :id")
+
+# One chunk of transactional jobs: finished ones of one kind created before the cutoff,
+# oldest first along delivery_jobs_kind_created_idx; the per-kind counters are put back
+# the same way.
+_TRANSACTIONAL_CHUNK = sa.text(f"""
+WITH gone AS (
+    DELETE FROM delivery_jobs j
+     WHERE j.id = ANY(ARRAY(SELECT id FROM delivery_jobs
+                     WHERE kind <> 'broadcast' AND kind = :kind
+                       AND created_at < now() - CAST(:days AS float8) * interval '1 day'
+                       AND status IN {sql_list(TERMINAL)}
+                     ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED))
+       AND j.status IN {sql_list(TERMINAL)}
+    RETURNING j.kind, j.status
+), kept AS ({_put_back("kind_counts", "kind")})
+SELECT count(*) FROM gone
+""")
+
+_KINDS = sa.text("SELECT DISTINCT kind FROM kind_counts WHERE n <> 0 ORDER BY kind")
+
+START = ("-infinity", 0)
+
+
+@dataclass
+class Retention:
+    """The periodic retention service (on maintenance pools). ``tick`` works for at most
+    ``budget`` seconds in chunks of ``chunk`` rows, each its own transaction."""
+
+    engine: Engine
+    campaign_days: float
+    transactional_days: float
+    chunk: int = 5_000
+    budget: float = 5.0
+    stopping: threading.Event = field(default_factory=threading.Event)
+    cursors: dict[int, tuple[datetime | str, int]] = field(default_factory=dict)
+
+    def _more_time(self, deadline: float) -> bool:
+        return time.monotonic() < deadline and not self.stopping.is_set()
+
+    def tick(self) -> dict[str, int]:
+        """Run for up to ``budget`` seconds; returns rows deleted and campaigns rolled up."""
+        deadline = time.monotonic() + self.budget
+        done = {"campaign_rows": 0, "campaigns": 0, "transactional_rows": 0}
+        if self.campaign_days > 0:
+            self._campaigns(deadline, done)
+        if self.transactional_days > 0:
+            self._transactional(deadline, done)
+        if any(done.values()):
+            log.info("retention: %s", done)
+        return done
+
+    def _campaigns(self, deadline: float, done: dict[str, int]) -> None:
+        with self.engine.connect() as conn:
+            due = list(conn.execute(_CAMPAIGNS_DUE, {"days": self.campaign_days}).scalars())
+        for broadcast_id in due:
+            while self._more_time(deadline):
+                with self.engine.begin() as conn:
+                    row = roll_up_chunk(conn, broadcast_id,
+                                        self.cursors.get(broadcast_id, START), self.chunk)
+                    done["campaign_rows"] += row[0]
+                    if row[1] is None:
+                        conn.execute(_ROLLED_UP, {"id": broadcast_id})
+                        done["campaigns"] += 1
+                        self.cursors.pop(broadcast_id, None)
+                        break
+                self.cursors[broadcast_id] = row[1]
+
+    def _transactional(self, deadline: float, done: dict[str, int]) -> None:
+        with self.engine.connect() as conn:
+            kinds = list(conn.execute(_KINDS).scalars())
+        for kind in kinds:
+            while self._more_time(deadline):
+                with self.engine.begin() as conn:
+                    custom_plan(conn)
+                    n = int(conn.execute(_TRANSACTIONAL_CHUNK, {
+                        "kind": kind, "days": self.transactional_days, "n": self.chunk}
+                    ).scalar_one())
+                done["transactional_rows"] += n
+                if n < self.chunk:
+                    break
+
+
+def roll_up_chunk(conn: Connection, broadcast_id: int, after: tuple[datetime | str, int],
+                  n: int) -> tuple[int, tuple[datetime, int] | None]:
+    """Delete the dropped rows among the next ``n`` finished jobs of the broadcast after
+    the keyset ``after``; returns (rows deleted, where the chunk ended or None at the end)."""
+    custom_plan(conn)
+    row = conn.execute(_CAMPAIGN_CHUNK, {"broadcast_id": broadcast_id, "after_at": after[0],
+                                         "after_id": after[1], "n": n}).one()
+    return int(row.n), ((row.finished_at, int(row.id)) if row.id is not None else None)
