@@ -73,7 +73,7 @@ def _confirm_path(job: dict[str, Any]) -> str:
 def test_marketer_turns_the_form_on_and_sees_its_link_and_snippet(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
     list_id = _list(engine, enabled=False)
-    assert client.get(f"/subscribe/{list_id}").status_code == 404  # off: no form
+    assert client.get(f"/subscribe/{list_id}").status_code == 409  # off: no form
     marketer = Browser(client, make_user("marketer"))
     page = marketer.get(f"/lists/{list_id}").get_data(as_text=True)
     assert 'id="subscription-form"' in page and 'id="embed-snippet"' not in page
@@ -100,7 +100,7 @@ def test_only_marketers_and_admins_manage_forms(
     support = Browser(client, make_user("support"))
     assert support.post(f"/lists/{list_id}/form", {"enabled": "on"},
                         follow_redirects=False).status_code == 403
-    assert client.get(f"/subscribe/{list_id}").status_code == 404  # still off
+    assert client.get(f"/subscribe/{list_id}").status_code == 409  # still off
     client.post("/logout", data={"csrf_token": support.token})
     admin = Browser(client, make_user("admin"))
     assert admin.post(f"/lists/{list_id}/form", {"enabled": "on", "accent": "#000000"},
@@ -261,11 +261,11 @@ def test_bad_input_is_answered_clearly(client: Any, engine: sa.Engine) -> None:
     r = client.post(f"/api/v1/lists/{list_id}/subscribe", data="x",
                     content_type="text/plain")
     assert r.status_code == 400
-    for missing in (off, 999999):
+    for missing, status, message in ((off, 409, "this list's subscription form is off"),
+                                     (999999, 404, "there is no subscription form here")):
         r = client.post(f"/api/v1/lists/{missing}/subscribe", json={"email": "a@example.org"})
-        assert r.status_code == 404 and r.get_json()["error"]["message"] == \
-            "there is no subscription form here"
-        assert client.get(f"/subscribe/{missing}").status_code == 404
+        assert r.status_code == status and r.get_json()["error"]["message"] == message
+        assert client.get(f"/subscribe/{missing}").status_code == status
     form = _submit(client, list_id, "nope")
     assert form.status_code == 422 and 'id="subscribe-error"' in form.get_data(as_text=True)
     assert 'value="nope"' in form.get_data(as_text=True)  # what was typed is kept

@@ -94,13 +94,16 @@ def embed_snippet(form_url: str, title: str) -> str:
 
 
 def public_form(conn: Connection, list_id: int) -> dict[str, Any]:
-    """The form a visitor sees; NotFound when the list has none (or it is off), worded
-    the same either way."""
+    """The form a visitor sees; NotFound for an unknown list, Conflict (409) when the
+    list's form is off."""
     row = conn.execute(sa.text("""
         SELECT f.list_id, f.title, f.intro, f.accent, l.name AS list_name
           FROM list_forms f JOIN lists l ON l.id = f.list_id
          WHERE f.list_id = :l AND f.enabled"""), {"l": list_id}).mappings().first()
     if row is None:
+        if conn.execute(sa.text("SELECT 1 FROM lists WHERE id = :l"), {"l": list_id}).first():
+            raise Conflict(N_("this list's subscription form is off"),
+                           fields={"list_id": N_("subscription form off")})
         raise NotFound(N_("there is no subscription form here"),
                        fields={"list_id": N_("no subscription form")})
     return dict(row)
