@@ -47,6 +47,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
 ENDPOINTS: dict[str, frozenset[str]] = {
     # Inbox: support reads, only admins act.
     "inbox.retry": ADMIN, "inbox.retry_all": ADMIN, "inbox.dismiss": ADMIN,
+    "inbox.act_on_chosen": ADMIN,
     # API
     "api.list_lists": MARKETING, "api.create_list": MARKETING, "api.add_subscribers": MARKETING,
     "api.create_campaign": MARKETING, "api.get_campaign": MARKETING,

@@ -44,7 +44,8 @@ def resolve_url(database_url: str | None, data_dir: Path) -> str:
 def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock",
                 pre_ping: bool = True, process: str | None = None, role: str = "web",
                 statement_timeout: float | None = None, lock_timeout: float | None = None,
-                checkout_timeout: float = 30.0, idle_timeout: float | None = 60.0) -> Engine:
+                checkout_timeout: float = 30.0, idle_timeout: float | None = 60.0,
+                idle_in_transaction: float | None = None) -> Engine:
     """An engine of at most ``pool_size`` connections (a hard cap: see
     :func:`workers.core.pg.make_engine`), checked before use (``pre_ping``) so a restarted
     PostgreSQL costs a failed request or two, not a process restart. The delivery pool
@@ -56,7 +57,7 @@ def make_engine(url: str, *, pool_size: int = 10, app_name: str = "senddock",
     return pg.make_engine(pg.conninfo(url), process=process, role=role, size=pool_size,
                           pre_ping=pre_ping, statement_timeout=statement_timeout,
                           lock_timeout=lock_timeout, checkout_timeout=checkout_timeout,
-                          idle_timeout=idle_timeout)
+                          idle_timeout=idle_timeout, idle_in_transaction=idle_in_transaction)
 
 
 def budget(config: Any) -> pg.Budget:
@@ -80,10 +81,16 @@ def web_engine(url: str, config: Any, process: str) -> Engine:
 def delivery_engine(url: str, config: Any, process: str) -> Engine:
     """The delivery pool's engine: DB_DELIVERY_POOL connections for the drain threads,
     maintenance and the rescuer, plus the one the liveness session holds for good.
-    No request timeouts (claims and finishes must complete), no pre-ping."""
+    No request timeouts (claims and finishes must complete), no pre-ping. A transaction
+    left idle for DELIVERY_IDLE_IN_TRANSACTION seconds is ended by the server: a worker
+    host that vanished mid-transaction holds no row lock a rescue would wait for."""
     return make_engine(url, pool_size=config.db_delivery_pool + 1, process=process,
                        role="delivery", pre_ping=False,
-                       idle_timeout=config.db_idle_timeout or None)
+                       idle_timeout=config.db_idle_timeout or None,
+                       idle_in_transaction=DELIVERY_IDLE_IN_TRANSACTION)
+
+
+DELIVERY_IDLE_IN_TRANSACTION = 30.0
 
 
 def alembic_config(url: str) -> Any:

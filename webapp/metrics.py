@@ -105,12 +105,17 @@ class QueueCollector(Collector):
         yield family
 
     def _liveness(self, conn: Connection) -> Iterator[Metric]:
-        workers = queue_reads.running_workers(conn, self.config.worker_timeout)
+        workers = queue_reads.running_workers(conn)
         live = [w for w in workers if w["live"]]
         yield GaugeMetricFamily("senddock_workers_live",
-                                "Worker pools with a recent heartbeat.", value=len(live))
-        yield GaugeMetricFamily("senddock_in_flight", "Jobs being sent by live pools now.",
-                                value=sum(w["in_flight"] for w in live))
+                                "Worker pools with a valid lease.", value=len(live))
+        yield GaugeMetricFamily("senddock_in_flight",
+                                "Jobs in flight (sending) now, whichever worker holds them.",
+                                value=queue_reads.in_flight(conn))
+        yield GaugeMetricFamily("senddock_in_flight_lease_expired",
+                                "Jobs sending under a worker whose lease expired (a "
+                                "vanished, cut-off or frozen host); taken back after the "
+                                "grace period.", value=queue_reads.stranded(conn)[0])
         relay = queue.relay_status(conn)
         yield GaugeMetricFamily("senddock_relay_up", "1 if the SMTP relay is usable.",
                                 value=1 if relay.get("status") != "down" else 0)

@@ -116,7 +116,7 @@ lists = Table(
     _now(),
 )
 
-# A list's public subscription form (migration 0022_marketers): off until a marketer turns
+# A list's public subscription form (migration 0027_marketers): off until a marketer turns
 # it on; its title, intro and accent colour are the marketer's.
 list_forms = Table(
     "list_forms", metadata,
@@ -344,7 +344,10 @@ delivery_jobs = Table(
           postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
           postgresql_where=text("idempotency_key IS NOT NULL")),
-    Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
+    # Sent per minute, and the jobs browser's Sent and Cancelled tabs (newest first).
+    Index("delivery_jobs_sent_idx", "finished_at", "id", postgresql_where=text("status = 'sent'")),
+    Index("delivery_jobs_cancelled_idx", "finished_at", "id",
+          postgresql_where=text("status = 'cancelled'")),
     # A campaign's sending rate: jobs finished in the last minute, read from the newest end.
     # Retention walks it too, with a keyset on (finished_at, id): the id is in the key
     # because a cancel settles thousands of jobs with one finished_at.
@@ -425,16 +428,14 @@ suppressions = Table(
           postgresql_ops={"email": "gin_trgm_ops"}),
 )
 
-# Liveness is in the schema: each pool holds a session advisory lock (lock_key) and
-# heartbeats its row. A worker is dead when its lock can be taken; its jobs are then taken
-# back at once by its own node's next start, and by peers once its heartbeat is also older
-# than SENDDOCK_WORKER_TIMEOUT (so a blip in one connection never double-sends).
+# Liveness is in the schema: each pool holds a lease (SPEC 15), an expiry on the database
+# clock that its heartbeat renews. A worker whose lease expired more than
+# SENDDOCK_LEASE_GRACE ago is dead: peers take its jobs back. Its own node's next start
+# takes them back at once when the old process is gone from this host. Never judged by a
+# session or an advisory lock (a vanished host keeps its session for hours).
 workers = Table(
     "workers", metadata,
     Column("id", Text, primary_key=True),
-    # The pool holds pg_advisory_lock(lock_key) on a session of its own for as long as it
-    # lives; PostgreSQL releases it when that connection dies, which is how peers know.
-    Column("lock_key", BigInteger, nullable=False, unique=True),
     Column("node", Text, nullable=False),
     Column("hostname", Text, nullable=False),
     Column("pid", Integer, nullable=False),
@@ -442,6 +443,10 @@ workers = Table(
     Column("in_flight", Integer, nullable=False, server_default=text("0")),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The lease: valid until then (database clock); the term grows each time it lapsed
+    # before its renewal (claims of an older term are void for the worker).
+    Column("lease_until", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_term", Integer, nullable=False, server_default=text("0")),
     Column("stopped_at", DateTime(timezone=True)),
     Index("workers_node_idx", "node"),
 )
@@ -650,8 +655,9 @@ webhook_tokens = Table(
 )
 
 # Outgoing event webhooks: endpoints admins configure. ``enabled`` is the admin's switch;
-# ``disabled_at`` is set by the deliverer when the endpoint keeps failing (an alarm), and
-# its waiting deliveries are kept until it is enabled again.
+# ``disabled_at`` is set by the deliverer when the endpoint has failed continuously since
+# ``failing_since`` for the configured time (an alarm), and its waiting deliveries are kept
+# until it is enabled again.
 webhook_endpoints = Table(
     "webhook_endpoints", metadata,
     Column("id", BigInteger, primary_key=True),
@@ -664,6 +670,7 @@ webhook_endpoints = Table(
     Column("disabled_at", DateTime(timezone=True)),
     Column("disabled_reason", Text),
     Column("consecutive_failures", Integer, nullable=False, server_default=text("0")),
+    Column("failing_since", DateTime(timezone=True)),
     Column("last_attempt_at", DateTime(timezone=True)),
     Column("last_success_at", DateTime(timezone=True)),
     Column("last_status", SmallInteger),

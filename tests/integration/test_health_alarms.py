@@ -79,7 +79,7 @@ def test_health_page_shows_counts_chart_and_workers(
         conn.execute(sa.text("""
             INSERT INTO job_attempts (job_id, attempt, outcome, started_at)
             SELECT :j, 1, 'sent', :t FROM generate_series(1, 7)"""), {"j": job, "t": minute_ago})
-        queue.register_worker(conn, worker_id="node-a:1:abc", lock_key=42, node="node-a",
+        queue.register_worker(conn, worker_id="node-a:1:abc", node="node-a", lease=30,
                               hostname="host-a", pid=1, threads=5)
     browser = Browser(client, make_user("support"))
     html = browser.get("/health/").get_data(as_text=True)
@@ -109,3 +109,38 @@ def test_backlog_limit_refuses_with_retry_after(engine: sa.Engine, sink: Any,
     assert response.status_code == 503
     assert int(response.headers["Retry-After"]) > 0
     assert "SENDDOCK_MAX_BACKLOG" in response.get_json()["error"]["message"]
+
+
+def test_jobs_under_an_expired_lease_raise_an_alarm_a_line_and_a_metric(
+        client: Any, engine: sa.Engine, config_for: Callable[..., Config],
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    """SPEC 15: a vanished host's jobs stay `sending` until the grace period is over; while
+    they do, the lease_expired alarm, a Queue health line and senddock_in_flight (which
+    counts them) and senddock_in_flight_lease_expired say so."""
+    config = config_for()
+    with engine.begin() as conn:
+        queue.register_worker(conn, worker_id="gone:7:abc", node="gone", hostname="host-b",
+                              pid=7, threads=2, lease=30)
+        conn.execute(sa.text("""
+            INSERT INTO delivery_jobs (kind, priority, status, email, claimed_by, claim_token,
+                                       claimed_at)
+            SELECT 'verification', 0, 'sending', 's' || i || '@example.org', 'gone:7:abc',
+                   gen_random_uuid(), now() FROM generate_series(1, 3) i"""))
+    assert "lease_expired" not in names(engine, config)  # its lease still runs
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE workers SET lease_until = now() - interval '20 seconds'"))
+    assert "lease_expired" in names(engine, config)
+    admin = make_user("admin")
+    html = Browser(client, admin).get("/health/").get_data(as_text=True)
+    assert 'id="lease-expired"' in html and "lease expired" in html
+    metrics = client.get("/metrics", headers={"Authorization": f"Bearer {admin['token']}"}
+                         ).get_data(as_text=True)
+    assert "\nsenddock_in_flight 3.0" in metrics
+    assert "\nsenddock_in_flight_lease_expired 3.0" in metrics
+    assert 'senddock_alarm{name="lease_expired"} 1.0' in metrics
+    with engine.begin() as conn:  # taken back: the alarm goes
+        queue.take_back(conn, me="someone-else", grace=10)
+        assert conn.execute(sa.text(
+            "SELECT count(*) FROM delivery_jobs WHERE status = 'pending'")).scalar_one() == 3
+    health._alarm_cache.clear()
+    assert "lease_expired" not in names(engine, config)

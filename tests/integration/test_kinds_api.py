@@ -50,7 +50,7 @@ def test_define_list_and_edit_a_kind(api: Api, engine: sa.Engine) -> None:
     assert edited.status_code == 200 and edited.get_json()["version"] == 2
     assert edited.get_json()["dedupe_window"] == 3600  # left out: kept
     listed = api.get("/kinds").get_json()["kinds"]
-    # The built-in first, then by name (subscription_confirmation: migration 0022_marketers).
+    # The built-in first, then by name (subscription_confirmation: migration 0027_marketers).
     assert [k["name"] for k in listed] == ["verification", "onboarding",
                                            "subscription_confirmation"]
     assert listed[0]["builtin"] and listed[0]["class"] == "critical"

@@ -13,6 +13,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import import_uploads, imports, lists, subscriptions
 from webapp.domain.errors import DomainError, Invalid
+from webapp.form_memory import remember
 from webapp.i18n import localize
 
 bp = Blueprint("lists", __name__, url_prefix="/lists")
@@ -118,6 +119,7 @@ def add_subscriber(list_id: int) -> Response:
                                       actor=actor())
     except DomainError as exc:
         flash(_("Not added: %(why)s", why=localize(exc.message)), "error")
+        remember("add_subscriber")
     else:
         flash(_("%(email)s is on the list.", email=member["email"]), "success")
     return redirect(_detail(list_id), 303)

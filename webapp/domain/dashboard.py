@@ -20,7 +20,7 @@ FAILURE_WINDOW = timedelta(hours=1)
 def for_admin(conn: Connection, config: Config) -> dict[str, Any]:
     since = datetime.now(UTC) - FAILURE_WINDOW
     by_kind = queue_reads.jobs_by_kind_and_state(conn)
-    workers = queue_reads.running_workers(conn, config.worker_timeout)
+    workers = queue_reads.running_workers(conn)
     return {
         "backlog": queue.backlog(conn),
         "due": sum(states["pending"] for states in by_kind.values()),

@@ -197,6 +197,13 @@ def dismiss(conn: Connection, job_id: int, *, actor: str) -> None:
                  status=row["status"])
 
 
+def dismiss_chosen(conn: Connection, job_ids: list[int], *, actor: str) -> int:
+    """Dismiss those of the chosen jobs that are open problems; returns how many."""
+    done = [i for i in job_ids if queue.dismiss_job(conn, i) is not None]
+    audit.record(conn, actor, "job.dismiss_chosen", "inbox", job_ids=done)
+    return len(done)
+
+
 def describe_retry(result: dict[str, Any]) -> str:
     """What a retry did, in one sentence an admin can act on (in the page's language)."""
     n = result["retried"]

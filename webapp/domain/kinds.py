@@ -123,8 +123,8 @@ def active(conn: Connection, name: str, *, fresh: bool = False) -> KindSpec:
         spec = get(conn, name)
         _ACTIVE[key] = spec
     if not spec.active:
-        raise Conflict(f"kind {spec.name} is inactive; an admin can activate it on the "
-                       "Transactional page", fields={"kind": "inactive"})
+        raise Conflict(N_("kind %(name)s is inactive; an admin can activate it on the "
+                          "Transactional page", name=spec.name), fields={"kind": N_("inactive")})
     return spec
 
 

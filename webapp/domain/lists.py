@@ -14,9 +14,54 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import Conflict, Invalid, NotFound
-from workers.core.i18n import N_
+from workers.core.i18n import N_, Text
 
 MAX_NAME = 200
+
+
+# email-validator's answers that a person typing an address meets, in the page's language
+# (issue 29); a message that names characters keeps its tail ("…: ñ, ü"). Others stay as
+# the library words them.
+EMAIL_PROBLEMS = {
+    "An email address must have an @-sign.": N_("An email address must have an @-sign."),
+    "There must be something after the @-sign.": N_(
+        "There must be something after the @-sign."),
+    "There must be something before the @-sign.": N_(
+        "There must be something before the @-sign."),
+    "The part after the @-sign is not valid. It should have a period.": N_(
+        "The part after the @-sign is not valid. It should have a period."),
+    "An email address cannot have two periods in a row.": N_(
+        "An email address cannot have two periods in a row."),
+    "An email address cannot start with a period.": N_(
+        "An email address cannot start with a period."),
+    "An email address cannot have a period immediately before the @-sign.": N_(
+        "An email address cannot have a period immediately before the @-sign."),
+    "An email address cannot end with a period.": N_(
+        "An email address cannot end with a period."),
+    "An email address cannot have a period immediately after the @-sign.": N_(
+        "An email address cannot have a period immediately after the @-sign."),
+    "The part after the @-sign is not valid. It is not within a valid top-level domain.": N_(
+        "The part after the @-sign is not valid. It is not within a valid top-level domain."),
+    "There can't be anything after the email address.": N_(
+        "There can't be anything after the email address."),
+    "The part after the @-sign is a special-use or reserved name that cannot be used with "
+    "email.": N_("The part after the @-sign is a special-use or reserved name that cannot "
+                 "be used with email."),
+    "The email address contains invalid characters before the @-sign: ": N_(
+        "The email address contains invalid characters before the @-sign: %(chars)s"),
+    "The part after the @-sign contains invalid characters: ": N_(
+        "The part after the @-sign contains invalid characters: %(chars)s"),
+}
+
+
+def email_problem(message: str) -> str:
+    """email-validator's message in the page's language where it is one people meet."""
+    for english, said in EMAIL_PROBLEMS.items():
+        if message == english:
+            return said
+        if english.endswith(": ") and message.startswith(english):
+            return Text(said.msgid, chars=message[len(english):].rstrip("."))
+    return message
 
 
 def check_email(raw: Any) -> str:
@@ -26,8 +71,9 @@ def check_email(raw: Any) -> str:
     try:
         result = validate_email(raw.strip(), check_deliverability=False)
     except EmailNotValidError as exc:
-        raise Invalid(N_("invalid email address: %(why)s", why=str(exc)),
-                      fields={"email": str(exc)}) from None
+        why = email_problem(str(exc))
+        raise Invalid(N_("invalid email address: %(why)s", why=why),
+                      fields={"email": why}) from None
     return str(result.normalized)
 
 

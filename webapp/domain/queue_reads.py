@@ -273,7 +273,7 @@ def attempts_per_minute(conn: Connection, since: datetime,
     return [(r.minute, r.kind, r.outcome, int(r.n)) for r in rows]
 
 
-# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_at_idx).
+# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_idx).
 # Bucket i counts jobs with bounds[i-1] <= seconds < bounds[i] (0: below the first bound).
 _TIME_TO_SENT = sa.text("""
 SELECT date_trunc('minute', finished_at) AS minute, kind,
@@ -305,17 +305,49 @@ def problems_since(conn: Connection, since: datetime) -> int:
     return int(conn.execute(_PROBLEMS_SINCE, {"since": since}).scalar() or 0)
 
 
-# Pools that have not stopped, with whether their heartbeat is recent (`live`).
+# Pools that have not stopped or still have jobs in flight, with whether their lease is
+# valid (`live`, on the database clock), how long ago it expired (`lease_overdue`, < 0
+# while valid) and the jobs `sending` in their name (read from the jobs, not from the row
+# the worker writes: a vanished worker writes nothing).
 _WORKERS = sa.text("""
-SELECT id, node, hostname, pid, threads, in_flight, started_at, heartbeat_at,
-       heartbeat_at > now() - make_interval(secs => :timeout) AS live,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
-  FROM workers WHERE stopped_at IS NULL ORDER BY started_at, id
+WITH sending AS (
+    SELECT claimed_by, count(*) AS n FROM delivery_jobs
+     WHERE status = 'sending' GROUP BY claimed_by
+)
+SELECT w.id, w.node, w.hostname, w.pid, w.threads, coalesce(s.n, 0) AS in_flight,
+       w.started_at, w.heartbeat_at, w.lease_until, w.lease_until > now() AS live,
+       extract(epoch FROM now() - w.heartbeat_at)::float8 AS heartbeat_age,
+       extract(epoch FROM now() - w.lease_until)::float8 AS lease_overdue
+  FROM workers w LEFT JOIN sending s ON s.claimed_by = w.id
+ WHERE w.stopped_at IS NULL OR s.n > 0
+ ORDER BY w.started_at, w.id
 """)
 
 
-def running_workers(conn: Connection, timeout: float) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(_WORKERS, {"timeout": timeout}).mappings()]
+def running_workers(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_WORKERS).mappings()]
+
+
+# Jobs `sending` in the name of a worker whose lease expired (or that is not registered):
+# a vanished, cut-off or frozen host's; taken back SENDDOCK_LEASE_GRACE after the expiry.
+_STRANDED = sa.text("""
+SELECT count(*) AS n,
+       coalesce(max(extract(epoch FROM now() - w.lease_until)), 0)::float8 AS overdue
+  FROM delivery_jobs j LEFT JOIN workers w ON w.id = j.claimed_by
+ WHERE j.status = 'sending' AND (w.id IS NULL OR w.lease_until <= now())
+""")
+
+
+def stranded(conn: Connection) -> tuple[int, float]:
+    """(jobs `sending` under an expired lease, seconds since the oldest such expiry)."""
+    row = conn.execute(_STRANDED).one()
+    return int(row.n), float(row.overdue)
+
+
+def in_flight(conn: Connection) -> int:
+    """Every job `sending`, whoever holds it (a vanished worker's included)."""
+    return int(conn.execute(sa.text(
+        "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one())
 
 
 # --- campaign live page ----------------------------------------------------------------
@@ -487,7 +519,9 @@ class JobFilter:
 
 # state -> (condition, order columns). Waiting and retrying walk delivery_jobs_claim_idx
 # (its predicate is repeated so the planner can use it), in flight delivery_jobs_sending_idx,
-# held delivery_jobs_transactional_idx.
+# held delivery_jobs_transactional_idx; sent and cancelled, newest first, walk
+# delivery_jobs_sent_idx and delivery_jobs_cancelled_idx backwards (a campaign's, its
+# delivery_jobs_broadcast_finished_idx), so a page costs its 51 rows at 10M jobs too.
 BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'pending'",
                 ("j.priority", "j.available_at", "j.id")),
@@ -495,29 +529,36 @@ BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
                  ("j.priority", "j.available_at", "j.id")),
     "sending": ("j.status = 'sending'", ("j.claimed_at", "j.id")),
     "held": ("j.kind <> 'broadcast' AND j.status = 'held'", ("j.created_at", "j.id")),
+    "sent": ("j.status = 'sent'", ("j.finished_at", "j.id")),
+    "cancelled": ("j.status = 'cancelled'", ("j.finished_at", "j.id")),
 }
+NEWEST_FIRST = frozenset({"sent", "cancelled"})  # finished: the latest is what one looks for
 
 
 _BROWSER_COLUMNS = """j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
                j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
-               j.campaign_id, j.user_ref"""
+               j.finished_at, j.campaign_id, j.user_ref"""
 
 
 def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
                   after: Sequence[Any] | None = None, limit: int = 50
                   ) -> list[dict[str, Any]]:
     """Jobs in the browser ``state`` matching ``where``, in the order they will be
-    handled, ``limit`` of them after the keyset ``after`` (the previous page's last row's
-    order columns)."""
+    handled (finished ones newest first), ``limit`` of them after the keyset ``after`` (the
+    previous page's last row's order columns)."""
     if state == "waiting":
         return _waiting(conn, where, after=after, limit=limit)
     condition, order = BROWSER_STATES[state]
+    newest_first = state in NEWEST_FIRST
     extra, params = where.where()
     keyset = ""
     if after is not None:
         names = [f":after{i}" for i in range(len(order))]
-        keyset = f" AND ({', '.join(order)}) > ({', '.join(names)})"
+        keyset = f" AND ({', '.join(order)}) {'<' if newest_first else '>'} " \
+                 f"({', '.join(names)})"
         params.update({f"after{i}": v for i, v in enumerate(after)})
+    if newest_first:
+        order = tuple(f"{column} DESC" for column in order)
     rows = conn.execute(sa.text(f"""
         SELECT {_BROWSER_COLUMNS}, c.name AS campaign_name
           FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
@@ -600,6 +641,26 @@ def count_problems(conn: Connection, where: ProblemFilter, as_of: datetime,
     ``as_of``), counted along the inbox index up to ``cap``."""
     sql, params = where.where()
     return int(conn.execute(sa.text(_COUNT_PROBLEMS.format(where=sql)),
+                            {**params, "as_of": as_of, "cap": cap}).scalar_one())
+
+
+_COUNT_RETRYABLE = """
+SELECT count(*) FROM (
+    SELECT 1 FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+     WHERE {where} AND j.finished_at <= :as_of
+       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
+       AND c.status IS DISTINCT FROM 'cancelled'
+     LIMIT :cap) retryable
+"""
+
+
+def count_retryable(conn: Connection, where: ProblemFilter, as_of: datetime,
+                    cap: int = 1_000_000) -> int:
+    """Of the problems :func:`count_problems` counts, those "retry all" can put back: not
+    on the suppression list, not of a cancelled campaign (issue 29: "Retry all 59" was
+    offered for 59 suppressed addresses, and could only refuse them all)."""
+    sql, params = where.where()
+    return int(conn.execute(sa.text(_COUNT_RETRYABLE.format(where=sql)),
                             {**params, "as_of": as_of, "cap": cap}).scalar_one())
 
 

@@ -4,9 +4,11 @@ Each delivery is POSTed as JSON, signed per Standard Webhooks (``webhook-id``,
 ``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256>``, made with the
 ``standardwebhooks`` package from the endpoint's ``whsec_…`` secret). A 2xx answer is
 delivered; anything else (an error status, a refused connection, a timeout) is retried on
-``SENDDOCK_EVENT_WEBHOOK_RETRY_SCHEDULE`` and, once the schedule is used up, failed (an
-admin can retry it). Each outcome is committed right after its POST (the window for a
-duplicate is one delivery per crash; receivers dedupe on ``webhook-id``).
+``SENDDOCK_EVENT_WEBHOOK_RETRY_SCHEDULE`` (about 3 days by default) and, once the
+schedule is used up, failed (an admin can retry it). An endpoint that answers no 2xx for
+``SENDDOCK_EVENT_WEBHOOK_DISABLE_AFTER_SECONDS`` (3 days, as Stripe) is disabled. Each
+outcome is committed right after its POST (the window for a duplicate is one delivery per
+crash; receivers dedupe on ``webhook-id``).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class EventDeliverer:
     """Claims due deliveries and posts them. ``run_once()`` returns how many it handled."""
 
     def __init__(self, engine: Engine, worker_id: str, *, schedule: tuple[int, ...],
-                 disable_after: int, timeout: float, batch: int = 20) -> None:
+                 disable_after: float, timeout: float, batch: int = 20) -> None:
         self.engine = engine
         self.worker_id = worker_id
         self.schedule = schedule
@@ -89,10 +91,12 @@ class EventDeliverer:
                 delay=None if ok else self._delay(delivery.attempts),
                 disable_after=self.disable_after)
         if disabled:
-            log.warning("event webhook endpoint %d (%s) disabled after %d failures in a row",
-                        delivery.endpoint_id, delivery.url, self.disable_after)
+            log.warning("event webhook endpoint %d (%s) disabled: no 2xx for %.0f s",
+                        delivery.endpoint_id, event_queue.display_url(delivery.url),
+                        self.disable_after)
         elif not ok:
-            log.info("event webhook %s to %s failed: %s", delivery.msg_id, delivery.url, error)
+            log.info("event webhook %s to %s failed: %s", delivery.msg_id,
+                     event_queue.display_url(delivery.url), error)
         return ok
 
     def run_once(self) -> int:

@@ -113,12 +113,24 @@ def describe(info: str) -> str:
     return f"{where}/{params.get('dbname', '')}"
 
 
+# Every connection of ours notices a peer that vanished without a FIN (a host cut off, a
+# link gone) within seconds, not after the kernel's 2 h 11 min: TCP keepalives while idle
+# (5 s, then 3 probes 2 s apart) and tcp_user_timeout while data waits for its
+# acknowledgement (10 s). Waits on the database are then bounded; that a session is cut
+# while its worker lives is safe because liveness is a lease and the worker is fenced
+# (SPEC 15, docs/reliability.md). The URL may set any of these itself (libpq's names).
+TCP_DEFAULTS: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5,
+                                "keepalives_interval": 2, "keepalives_count": 3,
+                                "tcp_user_timeout": 10_000}
+
+
 def connect(info: str, *, application_name: str, connect_timeout: int = 5,
             options: str = "", **kwargs: Any) -> psycopg.Connection[Any]:
     """A raw psycopg connection (the listener, the health check) with the same URL
-    handling as the engines."""
-    extra: dict[str, Any] = {"application_name": application_name,
-                             "connect_timeout": connect_timeout}
+    handling as the engines, and bounded waits (:data:`TCP_DEFAULTS`)."""
+    given = conninfo_to_dict(info)
+    extra: dict[str, Any] = {k: v for k, v in TCP_DEFAULTS.items() if k not in given}
+    extra.update({"application_name": application_name, "connect_timeout": connect_timeout})
     if options:
         extra["options"] = options
     return psycopg.connect(make_conninfo(info, **extra), **kwargs)
@@ -182,13 +194,14 @@ def application_name(process: str, role: str) -> str:
 def make_engine(info: str, *, process: str, role: str, size: int,
                 pre_ping: bool = True, statement_timeout: float | None = None,
                 lock_timeout: float | None = None, checkout_timeout: float = 30.0,
-                idle_timeout: float | None = 60.0, connect_timeout: int = 5) -> Engine:
+                idle_timeout: float | None = 60.0, connect_timeout: int = 5,
+                idle_in_transaction: float | None = None) -> Engine:
     """An engine that never holds more than ``size`` connections, closes the ones idle
     longer than ``idle_timeout`` seconds, names them ``application_name(process, role)``
     and runs them with the given timeouts. A checkout waits at most ``checkout_timeout``
     for a free connection (then SQLAlchemy's TimeoutError: see :func:`classify`)."""
     name = application_name(process, role)
-    options = timeout_options(statement_timeout, lock_timeout)
+    options = timeout_options(statement_timeout, lock_timeout, idle_in_transaction)
 
     def creator() -> Any:
         return connect(info, application_name=name, connect_timeout=connect_timeout,

@@ -58,9 +58,19 @@ SETTINGS: list[Setting] = [
     Setting("RATE_LIMIT_DAY", "0",
             "Most messages in any rolling 24 hours, across all processes (0 = no limit; "
             "SES's daily sending quota)."),
-    Setting("HEARTBEAT_INTERVAL", "5", "Seconds between worker heartbeats."),
+    Setting("HEARTBEAT_INTERVAL", "5",
+            "Seconds between worker heartbeats; each renews the worker's lease."),
     Setting("WORKER_TIMEOUT", "30",
-            "Seconds without a heartbeat after which a dead worker's jobs are taken back."),
+            "The lease: seconds a worker's right to send runs from each renewal, on the "
+            "database's clock (SPEC 15). A worker whose lease expired sends nothing more."),
+    Setting("LEASE_GRACE", "10",
+            "Seconds after a worker's lease expired before its jobs are taken back by a "
+            "peer (a dead host's jobs: within WORKER_TIMEOUT + LEASE_GRACE + 10 s)."),
+    Setting("LEASE_MARGIN", "10",
+            "Fencing: a worker starts a message (MAIL FROM, and again at the relay's 354) only "
+            "while its lease was confirmed within WORKER_TIMEOUT minus this many seconds by "
+            "its own clock; it covers the SMTP transaction. At most half of WORKER_TIMEOUT "
+            "minus HEARTBEAT_INTERVAL (a larger value is cut to that)."),
     Setting("SMTP_TIMEOUT", "30", "Seconds before an SMTP command is given up on."),
     Setting("SMTP_HELO", None,
             "The name SendDock gives in EHLO (default: this host's FQDN; an address literal "
@@ -180,12 +190,17 @@ SETTINGS: list[Setting] = [
             "Complaint rate at which a campaign is paused (0.003 = 0.3 %, Gmail's limit)."),
     Setting("COMPLAINT_MIN_DELIVERED", "100",
             "Messages a campaign must have delivered before its complaint rate can pause it."),
-    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE", "10,30,120,600,1800,3600,7200,14400,28800",
-            "Seconds between attempts to deliver an outgoing event webhook; after the last "
-            "the delivery is marked failed (retry it from the endpoint's page)."),
-    Setting("EVENT_WEBHOOK_DISABLE_AFTER", "20",
-            "Consecutive failed deliveries after which an endpoint is disabled (alarm); its "
-            "waiting deliveries are kept and go out when an admin enables it again."),
+    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE",
+            "10,30,120,600,1800,3600,7200,14400,28800,43200,86400,86400",
+            "Seconds between attempts to deliver an outgoing event webhook (about 3 days in "
+            "all); after the last the delivery is marked failed (retry it from the "
+            "endpoint's page)."),
+    Setting("EVENT_WEBHOOK_DISABLE_AFTER_SECONDS", "259200",
+            "Seconds an endpoint may answer no 2xx at all before it is disabled (alarm; 3 "
+            "days, as Stripe; 0 = never); its waiting deliveries are kept and go out when an "
+            "admin enables it again. Admins are warned after EVENT_WEBHOOK_WARN_AFTER."),
+    Setting("EVENT_WEBHOOK_WARN_AFTER", "900",
+            "Seconds an endpoint may answer no 2xx before admins see a warning (0 = never)."),
     Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
     Setting("DNS_RESOLVER", None,
             "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
@@ -307,8 +322,9 @@ class FeedbackConfig:
     complaint_pause_rate: float = 0.003
     complaint_min_delivered: int = 100
     event_webhook_retry_schedule: tuple[int, ...] = (10, 30, 120, 600, 1800, 3600, 7200,
-                                                     14400, 28800)
-    event_webhook_disable_after: int = 20
+                                                     14400, 28800, 43200, 86400, 86400)
+    event_webhook_disable_after: float = 259200
+    event_webhook_warn_after: float = 900
     event_webhook_timeout: float = 10
 
 
@@ -346,8 +362,10 @@ def _feedback(get: Any) -> FeedbackConfig:
         complaint_min_delivered=_int("COMPLAINT_MIN_DELIVERED", get("COMPLAINT_MIN_DELIVERED")),
         event_webhook_retry_schedule=_schedule("EVENT_WEBHOOK_RETRY_SCHEDULE",
                                                get("EVENT_WEBHOOK_RETRY_SCHEDULE")),
-        event_webhook_disable_after=max(1, _int("EVENT_WEBHOOK_DISABLE_AFTER",
-                                                get("EVENT_WEBHOOK_DISABLE_AFTER"))),
+        event_webhook_disable_after=max(0.0, _float(
+            "EVENT_WEBHOOK_DISABLE_AFTER_SECONDS", get("EVENT_WEBHOOK_DISABLE_AFTER_SECONDS"))),
+        event_webhook_warn_after=max(0.0, _float("EVENT_WEBHOOK_WARN_AFTER",
+                                                 get("EVENT_WEBHOOK_WARN_AFTER"))),
         event_webhook_timeout=_float("EVENT_WEBHOOK_TIMEOUT", get("EVENT_WEBHOOK_TIMEOUT")),
     )
 
@@ -372,6 +390,8 @@ class Config:
     rate_limit_day: int
     heartbeat_interval: float
     worker_timeout: float
+    lease_grace: float
+    lease_margin: float
     smtp_timeout: float
     smtp_helo: str | None
     smtp_ca_file: str | None
@@ -439,6 +459,11 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
     cookie_mode = req("SECURE_COOKIES").lower()
     secure = base_url.startswith("https://") if cookie_mode == "auto" else cookie_mode in {
         "1", "on", "true", "yes"}
+    heartbeat = _float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL"))
+    lease = _float("WORKER_TIMEOUT", req("WORKER_TIMEOUT"))
+    if heartbeat <= 0 or lease <= heartbeat:
+        raise ConfigError("SENDDOCK_WORKER_TIMEOUT (the lease) must be longer than "
+                          "SENDDOCK_HEARTBEAT_INTERVAL, which must be positive")
     workers = _int("WORKERS", req("WORKERS"))
     if workers < 0:
         raise ConfigError("SENDDOCK_WORKERS cannot be negative")
@@ -464,8 +489,12 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
                                      _int("RATE_LIMIT_HOUR", req("RATE_LIMIT_HOUR"))),
         rate_limit_day=_nonnegative("RATE_LIMIT_DAY",
                                     _int("RATE_LIMIT_DAY", req("RATE_LIMIT_DAY"))),
-        heartbeat_interval=_float("HEARTBEAT_INTERVAL", req("HEARTBEAT_INTERVAL")),
-        worker_timeout=_float("WORKER_TIMEOUT", req("WORKER_TIMEOUT")),
+        heartbeat_interval=heartbeat,
+        worker_timeout=lease,
+        lease_grace=_nonnegative("LEASE_GRACE", _float("LEASE_GRACE", req("LEASE_GRACE"))),
+        lease_margin=min(_nonnegative("LEASE_MARGIN",
+                                      _float("LEASE_MARGIN", req("LEASE_MARGIN"))),
+                         max(0.0, (lease - heartbeat) / 2)),
         smtp_timeout=_float("SMTP_TIMEOUT", req("SMTP_TIMEOUT")),
         smtp_helo=_helo(get("SMTP_HELO")),
         smtp_ca_file=_ca_file(get("SMTP_CA_FILE")),

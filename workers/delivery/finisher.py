@@ -40,12 +40,18 @@ from workers.delivery.queue import Outcome
 log = logging.getLogger("senddock.worker")
 
 MAX_GROUP = 100  # outcomes per statement at most
+# Seconds a finish statement may run (a lock held on the jobs, a stuck server) before it is
+# cancelled and its outcomes recorded by their threads: every wait of the finisher is
+# bounded, this one by PostgreSQL, a lost network by the session's TCP timeouts.
+FINISH_TIMEOUT = 10.0
 IDLE_RELEASE = 2.0  # seconds without an outcome before the session goes back to the pool
 STOP_BOUND = 30.0  # seconds stop() waits for the thread (a statement stuck on a lock)
 
 STATEMENT = b"senddock_finish"  # the name the session prepares queue.FINISH_PIPELINED under
 _JSONB, _TEXT = 3802, 25  # its parameter types
 
+# Opens a connection whose statements run under FINISH_TIMEOUT (workers/pool.py's
+# StatementDb.connect): the session's and commit_inline's.
 Connect = Callable[[], AbstractContextManager[Connection]]
 Item = tuple[Outcome, "Future[bool]"]
 

@@ -7,15 +7,21 @@
   back. A thread builds its next message meanwhile and
   waits for that commit at the relay's 354, before the message itself goes out (SPEC 10:
   a crash resends at most one message per thread);
-- a liveness session holding the worker's advisory lock, and a heartbeat (P4);
-- the startup hook and a periodic rescuer that take back dead workers' jobs (P2, P4);
-- maintenance: enqueue accepted broadcasts, fire scheduled campaigns, complete finished ones;
-- a LISTEN connection that wakes idle loops the moment a job is enqueued (P7).
+- a lease on the database clock, renewed by the heartbeat (workers/heartbeat.py); a drain
+  thread starts a message (MAIL FROM, and again at the relay's 354) only while the lease
+  is valid by this process's own clock (fencing, workers/lease.py, SPEC 15);
+- the startup hook and a periodic rescuer that take back dead workers' jobs
+  (workers/rescuer.py, P2, P4);
+- maintenance: enqueue accepted broadcasts, fire scheduled campaigns, complete finished
+  ones (workers/maintenance.py); the periodic services are registered in one place
+  (workers/services.py);
+- a LISTEN connection that wakes idle loops the moment a job is enqueued (P7,
+  workers/listener.py).
 
 ``stop()`` (SIGTERM) lets in-flight messages finish and be marked, claims nothing new, and
 hands unsent claimed jobs back, within a bounded time. A message still in the relay's hands
-when that time is up stays claimed; it is taken back once this process is gone (the
-rescuer judges by the liveness lock, not by the stopped mark).
+when that time is up stays claimed; it is taken back once this process is gone (by this
+node's next start) or its lease has expired (by a peer).
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ import hashlib
 import hmac
 import logging
 import os
-import random
 import secrets
 import socket
 import sys
@@ -36,7 +41,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from email.utils import parseaddr
 from typing import Any
 
@@ -51,9 +56,13 @@ from workers.building.compose import Composer, domain_of
 from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
-from workers.delivery import lifecycle, outcomes, queue, retention
+from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, services
 from workers.delivery.classify import RefusalStreak, ReplyClass
-from workers.delivery.finisher import Finisher
+from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
+from workers.delivery.heartbeat import Heartbeat
+from workers.delivery.lease import Lease
+from workers.delivery.listener import Listener
+from workers.delivery.maintenance import Maintenance
 from workers.delivery.smtp import LoginGate, SendResult, SmtpTransport, parse_smtp_url
 
 BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
@@ -67,31 +76,7 @@ SWITCH_INTERVAL = 0.0001
 
 log = logging.getLogger("senddock.worker")
 
-# Ticks that run every second or more often may well overrun on a busy machine: the next
-# one simply waits (coalesced). APScheduler warns about every skipped run; for these that
-# is noise.
-EVERY_SECOND = timedelta(seconds=1)
-
-
-class _SkippedTickFilter(logging.Filter):
-    """Turns APScheduler's 'skipped: maximum number of running instances reached' for an
-    every-second tick into a debug line of ours."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        job = args[0] if args else None
-        interval = getattr(getattr(job, "trigger", None), "interval", None)
-        if isinstance(interval, timedelta) and interval <= EVERY_SECOND and \
-                "maximum number of running instances" in str(record.msg):
-            log.debug("tick %s still running; the next one waits", getattr(job, "id", job))
-            return False
-        return True
-
-
-SKIPPED_TICKS = _SkippedTickFilter()
-
-DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError,
-             psycopg.OperationalError)
+DB_ERRORS = services.DB_ERRORS
 
 
 class Pool:
@@ -103,7 +88,6 @@ class Pool:
         self.config = config
         self.node = node or config.node or socket.gethostname()
         self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.lock_key = random.randint(1, 2**62)
         self.smtp = parse_smtp_url(config.smtp_url)
         # Which SMTP URL this process uses (keyed hash: never the password itself).
         self.smtp_fingerprint = hmac.new(config.secret_key.encode(), config.smtp_url.encode(),
@@ -113,15 +97,13 @@ class Pool:
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self._db = StatementDb(engine)  # claims and outcomes, one statement at a time
-        self.finisher = Finisher(self._db.connect, self.worker_id)  # commits the outcomes
+        # Commits the outcomes, each statement under FINISH_TIMEOUT.
+        self.finisher = Finisher(functools.partial(self._db.connect, FINISH_TIMEOUT),
+                                 self.worker_id)
         self.maintenance = maintenance
         self.stopping = threading.Event()
         self._wake = threading.Condition()
-        self._live: Connection | None = None
-        self._live_since = 0.0  # monotonic time the current liveness session was opened
-        self._live_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
-        self._listener: threading.Thread | None = None
         self.sent = 0
         self.probe_sender = config.feedback.bounce_address or parseaddr(config.mail_from)[1]
         # Claims in hand, by claim token: the jobs not finished yet. A token is registered
@@ -133,6 +115,13 @@ class Pool:
         self.process = str(config.extra.get("process", "worker"))
         # One line when the database becomes unusable, one when it is back (workers.core.pg).
         self.outage = pg.Outage(f"delivery {self.worker_id}", log)
+        self.lease = Lease(config.worker_timeout, config.lease_margin)
+        self.heartbeat = Heartbeat(engine, worker_id=self.worker_id, lease=self.lease,
+                                   interval=config.heartbeat_interval, outage=self.outage,
+                                   process=self.process, in_flight=self._in_flight,
+                                   register=self._register)
+        self.listener = Listener(engine, process=self.process, stopping=self.stopping,
+                                 wake=self.wake, outage=self.outage)
         self.settler = lifecycle.Settler(engine, stopping=self.stopping)
         self.retention = retention.Retention(
             engine, config.retention_campaign_days, config.retention_transactional_days,
@@ -141,19 +130,20 @@ class Pool:
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Register, take the liveness lock, run the startup hook, start the loops. While
-        the database is down, full or out of connections, wait and retry (one log line per
-        change of state, see :func:`workers.core.pg.wait_until`); a stop() ends the wait."""
+        """Register with a lease, run the startup hook, start the loops and services.
+        While the database is down, full or out of connections, wait and retry (one log
+        line per change of state, see :func:`workers.core.pg.wait_until`); a stop() ends the
+        wait."""
 
         def register_and_rescue() -> dict[str, int]:
-            with self._live_lock:
-                if self._live is None:
-                    self._connect_liveness(register=True)
+            if self.lease.current() is None:
+                self.heartbeat.start()
             with self.engine.begin() as conn:
                 if queue.note_smtp_url(conn, self.smtp_fingerprint):
                     log.info("the relay was marked down with a different SMTP URL: "
                              "probing at once")
-            return self._rescue()
+            return rescuer.startup(self.engine, me=self.worker_id, node=self.node,
+                                   grace=self.config.lease_grace)
 
         taken = pg.wait_until(register_and_rescue, self.outage, self.stopping,
                               what="delivery is starting")
@@ -162,7 +152,6 @@ class Pool:
         log.info("worker %s started (%d threads, relay %s); took back %d orphaned job(s)",
                  self.worker_id, self.config.workers, self.smtp.redacted(), sum(taken.values()))
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-        logging.getLogger("apscheduler.scheduler").addFilter(SKIPPED_TICKS)  # once per process
         scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(self.config.workers + 6)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -170,22 +159,24 @@ class Pool:
         self.finisher.start()
         for i in range(self.config.workers):
             scheduler.add_job(self._drain_loop, id=f"drain-{i}", name=f"drain-{i}")
-        scheduler.add_job(self._heartbeat, "interval", seconds=self.config.heartbeat_interval,
-                          id="heartbeat")
-        scheduler.add_job(self._rescue_safely, "interval", seconds=10, id="rescuer")
+        periodic: list[services.Service] = [
+            self.heartbeat,
+            rescuer.Rescuer(self.engine, worker_id=self.worker_id, lease=self.lease,
+                            grace=self.config.lease_grace, outage=self.outage,
+                            held_tokens=self._held_tokens)]
         if self.maintenance:
-            scheduler.add_job(self._maintain, "interval", seconds=1, id="maintenance")
+            periodic.append(Maintenance(self.engine, self.outage, self.stopping))
             # The lifecycle's periodic services, each bounded per tick (SPEC 17).
-            scheduler.add_job(self._service(self.settler.tick), "interval", seconds=1,
-                              id="settler")
-            scheduler.add_job(self._service(self.retention.tick), "interval", seconds=60,
-                              id="retention")
+            periodic.append(services.Periodic("settler", 1, self.settler.tick, self.outage))
+            periodic.append(services.Periodic("retention", 60, self.retention.tick,
+                                              self.outage))
+        services.schedule(scheduler, periodic)
+        if self.maintenance:
             after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id,
                                       self.outage)
         scheduler.start()
         self._scheduler = scheduler
-        self._listener = threading.Thread(target=self._listen, name="listen", daemon=True)
-        self._listener.start()
+        self.listener.start()
 
     def stop(self, timeout: float | None = None) -> None:
         """Graceful stop: finish in-flight messages, claim nothing new, release the rest."""
@@ -213,15 +204,10 @@ class Pool:
         except DB_ERRORS as exc:
             log.warning("could not mark worker stopped: %s", exc)
         if left:
-            # Keep the liveness lock while the stuck sends may still complete: the jobs are
-            # taken back (by this node's next start or a peer) once the process is gone.
             log.warning("%d message(s) still in the relay's hands after the stop bound; "
-                        "they are taken back once this process has exited", left)
-        else:
-            with self._live_lock:
-                if self._live is not None:
-                    self._live.close()
-                    self._live = None
+                        "they are taken back once this process has exited (by this "
+                        "node's next start) or its lease expired (by a peer)", left)
+        self.heartbeat.close()
         log.info("worker %s stopped after sending %d message(s)", self.worker_id, self.sent)
 
     def _waiting_jobs(self) -> list[queue.ClaimedJob]:
@@ -242,160 +228,21 @@ class Pool:
 
     # --- liveness ----------------------------------------------------------------------
 
-    def _connect_liveness(self, register: bool = False) -> None:
-        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        conn.execute(sa.text("SELECT set_config('application_name', :name, false)"),
-                     {"name": pg.application_name(self.process, "liveness")})
-        if register:
-            queue.register_worker(conn, worker_id=self.worker_id, lock_key=self.lock_key,
-                                  node=self.node, hostname=socket.gethostname(),
-                                  pid=os.getpid(), threads=self.config.workers)
-        if not queue.hold_liveness_lock(conn, self.lock_key):
-            conn.close()
-            raise RuntimeError("could not take this worker's liveness lock")
-        self._live = conn
-        self._live_since = time.monotonic()
-
-    def _heartbeat(self) -> None:
-        with self._live_lock:
-            for _attempt in range(2):
-                try:
-                    if self._live is None or self._live.closed or self._live.invalidated:
-                        self._connect_liveness()
-                        log.info("liveness session re-established")
-                    assert self._live is not None
-                    queue.heartbeat(self._live, self.worker_id)
-                    lost = queue.release_lost_claims(self._live, self.worker_id,
-                                                     self._held_tokens,
-                                                     self.config.worker_timeout)
-                    if lost:
-                        log.warning("put back %d job(s) whose claim reply was lost", lost)
-                    self.outage.ok()
-                    return
-                except DB_ERRORS as exc:
-                    # A session opened before the last outage ended died in that outage
-                    # (already logged): reconnect at once instead of reporting a new one.
-                    stale = self._live is not None and \
-                        self._live_since < self.outage.last_ended
-                    if self._live is not None:
-                        self._live.invalidate()
-                        self._live.close()
-                    self._live = None
-                    if not stale:
-                        self.outage.failed(exc, retrying="heartbeat retries")
-                        return
+    def _register(self, conn: Connection) -> int:
+        return queue.register_worker(conn, worker_id=self.worker_id, node=self.node,
+                                     hostname=socket.gethostname(), pid=os.getpid(),
+                                     threads=self.config.workers,
+                                     lease=self.config.worker_timeout)
 
     def _held_tokens(self) -> list[str]:
         with self._holding_lock:
             return list(self._claims)
 
-    def _rescue(self, startup: bool = True) -> dict[str, int]:
-        # Only the startup hook takes back same-node workers on their free lock alone (they
-        # are this node's previous incarnation); the periodic rescuer also needs a stale
-        # heartbeat, so a live same-node peer that lost its session is not robbed.
-        node = self.node if startup else ""
-        with self.engine.begin() as conn:
-            taken = queue.requeue_orphans(conn, me=self.worker_id, node=node,
-                                          timeout=self.config.worker_timeout)
-            if any(taken.values()):
-                queue.notify_new_jobs(conn, "rescued")
-        for dead, n in taken.items():
-            log.warning("took back %d in-flight job(s) from dead worker %s", n, dead)
-        return taken
-
-    def _rescue_safely(self) -> None:
-        # After a PostgreSQL restart every advisory lock is gone and every heartbeat is
-        # stale: live peers look dead until they reconnect. So judge peers only once our
-        # own liveness session is proven alive (a heartbeat on it succeeds) and has been up
-        # a whole worker timeout, the time any live peer has to take its lock back.
-        self._heartbeat()
-        if self._live is None:
-            return  # without our own lock held we might be the one presumed dead
-        if time.monotonic() - self._live_since < self.config.worker_timeout:
-            return
-        try:
-            self._rescue(startup=False)
-        except DB_ERRORS as exc:
-            self.outage.failed(exc)
-
-    # --- maintenance -------------------------------------------------------------------
-
-    def _maintain(self) -> None:
-        try:
-            with self.engine.begin() as conn:
-                queue.start_due_campaigns(conn)
-            for broadcast_id in self._broadcasts_to_enqueue():
-                self._enqueue(broadcast_id)
-            with self.engine.begin() as conn:
-                for campaign_id in queue.complete_finished_campaigns(conn):
-                    log.info("campaign %d finished", campaign_id)
-            self.outage.ok()
-        except DB_ERRORS as exc:
-            self.outage.failed(exc)
-
-    def _service(self, tick: Callable[[], Any]) -> Callable[[], None]:
-        """A periodic service's tick, with database trouble reported like maintenance's."""
-        def run() -> None:
-            try:
-                tick()
-                self.outage.ok()
-            except DB_ERRORS as exc:
-                self.outage.failed(exc)
-        return run
-
-    def _enqueue(self, broadcast_id: int) -> None:
-        """Enqueue the broadcast chunk by chunk, each committed on its own (the workers
-        start sending after the first)."""
-        while not self.stopping.is_set():
-            with self.engine.begin() as conn:
-                step = queue.enqueue_chunk(conn, broadcast_id)
-                if step is None:
-                    return
-                if step.added:
-                    queue.notify_new_jobs(conn, "broadcast")
-            if step.done:
-                log.info("broadcast %d enqueued: %s", broadcast_id, step.summary())
-                self._analyze_jobs()
-                return
-
-    def _analyze_jobs(self) -> None:
-        """Refresh the jobs table's statistics after a big enqueue, instead of waiting for
-        autovacuum: planned on the statistics of an emptier table, the claim's and the
-        pages' per-broadcast reads chose delivery_jobs_broadcast_idx and sorted every
-        waiting job (the 1M bench's jobs browser: 3.7 s a page; 1 ms once analyzed)."""
-        with self.engine.connect() as conn:
-            conn.execute(sa.text("ANALYZE delivery_jobs"))
-            conn.commit()
-
-    def _broadcasts_to_enqueue(self) -> list[int]:
-        with self.engine.connect() as conn:
-            return queue.broadcasts_to_enqueue(conn)
+    def _in_flight(self) -> int:
+        with self._holding_lock:
+            return sum(len(jobs) for jobs in self._claims.values())
 
     # --- wake-ups ----------------------------------------------------------------------
-
-    def _listen(self) -> None:
-        info = pg.engine_conninfo(self.engine)  # the same URL, multi-host included
-        name = pg.application_name(self.process, "listener")
-        backoff = 0.5
-        while not self.stopping.is_set():
-            try:
-                with pg.connect(info, application_name=name, autocommit=True) as conn:
-                    conn.execute("LISTEN senddock_jobs")
-                    if backoff > 0.5:
-                        log.info("listening for new jobs again")
-                    backoff = 0.5
-                    while not self.stopping.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self.wake()
-            except psycopg.Error as exc:
-                if self.stopping.is_set():
-                    return  # stopping: the database going away now is no outage
-                # Say it once per outage; loops still poll every second meanwhile.
-                (log.warning if backoff == 0.5 else log.debug)(
-                    "listener lost the database, reconnecting with backoff: %s",
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 10)
 
     def _idle(self, seconds: float) -> None:
         with self._wake:
@@ -458,6 +305,9 @@ class Pool:
         nothing to do. Every job of the batch leaves `sending`: marked with its outcome,
         handed back unsent, or (if the database is lost meanwhile) put back by the
         heartbeat as a lost claim once its token is no longer held."""
+        term = self.lease.current()
+        if term is None:
+            return False  # no lease confirmed: claim nothing, send nothing (SPEC 15)
         token = str(uuid.uuid4())
         with self._holding_lock:
             self._claims[token] = {}
@@ -468,7 +318,7 @@ class Pool:
             if not jobs:
                 self._maybe_probe_relay(transport)
                 return False
-            self._deliver(transport, db, jobs, slots)
+            self._deliver(transport, db, jobs, slots, _Fence(term))
             return True
         finally:
             with self._holding_lock:
@@ -487,13 +337,15 @@ class Pool:
                     and -delay > 0.5 / self.config.rate_limit)
 
     def _deliver(self, transport: SmtpTransport, db: StatementDb, jobs: list[queue.ClaimedJob],
-                 slots: list[float]) -> None:
+                 slots: list[float], fence: _Fence) -> None:
         """Send the batch one message at a time. Each outcome goes to the finisher the
         moment the relay has answered, and is committed before the next message goes out
         (SPEC 10); the next message is built meanwhile. What a reply says beyond its
         recipient (relay down or throttling, a domain throttling, a refused From) is
         committed with its outcome, in one transaction. After a reply that stops the
-        batch, the rest is handed back."""
+        batch, the rest is handed back; so it is when the lease the batch was claimed
+        under is no longer valid, or the previous outcome was not committed and accepted
+        by the relay's 354 (fencing, SPEC 15)."""
         batch = outcomes.Aftermath()
         # A batch of campaign mail yields after BATCH_SLICE seconds (slow templates, a slow
         # relay): its unstarted jobs go back, and the next claim takes verification mail
@@ -502,7 +354,8 @@ class Pool:
         handed: _Handed | None = None  # the previous outcome, on its way to the database
         try:
             for index, (job, slot) in enumerate(zip(jobs, slots, strict=True)):
-                if batch.stops_batch or self.stopping.is_set():
+                if batch.stops_batch or self.stopping.is_set() or \
+                        not self._may_start(fence):
                     self._give_back(db, handed, jobs[index:])
                     return
                 if batch.holds(job) or (job.kind == "broadcast"
@@ -516,8 +369,8 @@ class Pool:
                     return
                 self._busy(job)
                 this = outcomes.Aftermath()
-                outcome = self._attempt(transport, job, this,
-                                        before_send=functools.partial(self._settle, db, handed))
+                outcome = self._attempt(transport, job, this, fence,
+                                        functools.partial(self._go_ahead, db, handed, fence))
                 handed = self._hand_over(db, handed, job, outcome, this)
                 batch.absorb(this)
         finally:
@@ -556,38 +409,67 @@ class Pool:
         self._busy(job)
         return _Handed(job, outcome, self.finisher.submit(outcome))
 
-    def _settle(self, db: StatementDb, handed: _Handed | None) -> None:
-        """Wait until ``handed``'s outcome is committed. If the database failed it, record
-        it here, retrying as long as :meth:`_record` does."""
-        if handed is None or handed.settled:
-            return
-        handed.settled = True
+    def _may_start(self, fence: _Fence) -> bool:
+        """May the batch start its next message? Its lease term must be valid now (by
+        this process's clock) and nothing may have broken the batch's fence."""
+        if fence.broken is None and not self.lease.valid(fence.term):
+            fence.broken = "the lease it was claimed under is no longer confirmed"
+        return fence.broken is None
+
+    def _settle(self, db: StatementDb, handed: _Handed | None, *,
+                record: bool = True) -> bool:
+        """Wait until ``handed``'s outcome is committed; True if it was also accepted
+        (nothing to wait for counts as accepted). If the database failed it, record it
+        here, retrying as long as :meth:`_record` does -- or, with ``record=False`` (at
+        the relay's 354, where nobody may wait for long), leave it for a later call and
+        say False."""
+        if handed is None:
+            return True
+        if handed.accepted is not None:
+            return handed.accepted
+        if not handed.failed:
+            try:
+                accepted = self._await(handed.future)
+            except DB_ERRORS:
+                handed.failed = True
+            else:
+                handed.accepted = accepted
+                if not accepted:
+                    self._refused(handed.job, handed.outcome)
+                self._done(handed.job)
+                return accepted
+        if not record:
+            return False
         try:
-            accepted = self._await(handed.future)
-        except DB_ERRORS:
             # Recorded here instead (its retries report the outage if it lasts).
-            self._record(db, handed.job, handed.outcome)
-        else:
-            if not accepted:
-                self._refused(handed.job, handed.outcome)
+            handed.accepted = self._record(db, handed.job, handed.outcome)
         finally:
+            if handed.accepted is None:
+                handed.accepted = False
             self._done(handed.job)
+        return handed.accepted
 
     def _await(self, future: Future[bool]) -> bool:
+        """The finisher's answer. Bounded: the finish statement has a statement timeout
+        and its session TCP timeouts (workers/pg.py), so an answer comes."""
+        deadline = time.monotonic() + FINISH_TIMEOUT + 30
         while True:
             try:
                 return future.result(timeout=5.0)
             except TimeoutError:
-                if not future.done() and not self.finisher.alive:
-                    raise psycopg.OperationalError("the finisher stopped") from None
+                if not future.done() and (not self.finisher.alive
+                                          or time.monotonic() > deadline):
+                    raise psycopg.OperationalError("the finisher did not answer") from None
 
     def _attempt(self, transport: SmtpTransport, job: queue.ClaimedJob,
                  aftermath: outcomes.Aftermath,
-                 before_send: Callable[[], None] = lambda: None) -> queue.Outcome:
+                 fence: _Fence, before_send: Callable[[], None]) -> queue.Outcome:
         """This job's outcome (and, in ``aftermath``, what its reply says beyond its
         recipient). Never raises for one message's trouble: whatever goes wrong building
-        or sending it fails that message, with the error in words. ``before_send`` runs
-        once the relay is ready for the message (354), just before it goes out."""
+        or sending it fails that message, with the error in words. It is not started
+        (MAIL FROM) unless ``fence`` still allows it; ``before_send`` runs once the relay is
+        ready for the message (354), just before it goes out, and raises _NotSent to keep
+        it unsent."""
         if job.suppressed:
             return outcomes.skipped(job)
         try:
@@ -598,12 +480,12 @@ class Pool:
             log.exception("could not build the message of job %d", job.id)
             return outcomes.build_failed(job, f"could not build the message: "
                                               f"{type(exc).__name__}: {exc}")
-        if self.stopping.is_set():  # stopped while it was built: not sent
-            return outcomes.released(job)
+        if self.stopping.is_set() or not self._may_start(fence):
+            return outcomes.released(job)  # stopped or fenced while it was built: not sent
         started = datetime.now(UTC)
         try:
             result = transport.send(envelope.mail_from, job.email, envelope.message,
-                                    before_data=functools.partial(self._go_ahead, before_send))
+                                    before_data=before_send)
         except _NotSent:
             return outcomes.released(job)
         except Exception as exc:
@@ -618,11 +500,15 @@ class Pool:
         return outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
                                     self.config.retry_jitter, started)
 
-    def _go_ahead(self, before_send: Callable[[], None]) -> None:
+    def _go_ahead(self, db: StatementDb, previous: _Handed | None, fence: _Fence) -> None:
         """At the relay's 354: the previous outcome must be committed before this message
-        is (SPEC 10); after a stop meanwhile, the message is not sent at all."""
-        before_send()
-        if self.stopping.is_set():
+        is (SPEC 10) and accepted (a refused mark means the batch was taken back: this
+        worker's lease lapsed), and the lease must still be valid (SPEC 15); otherwise,
+        or after a stop meanwhile, the message is not sent at all (the connection is
+        dropped mid-transaction) and the rest of the batch goes back."""
+        if not self._settle(db, previous, record=False) and fence.broken is None:
+            fence.broken = "the previous outcome was not committed and accepted"
+        if not self._may_start(fence) or self.stopping.is_set():
             raise _NotSent
 
     def _judge_streak(self, job: queue.ClaimedJob, result: SendResult,
@@ -665,7 +551,7 @@ class Pool:
                 log.error("campaign %d paused: %s", campaign_id, reason)
 
     def _record(self, db: StatementDb, job: queue.ClaimedJob, outcome: queue.Outcome,
-                aftermath: outcomes.Aftermath | None = None) -> None:
+                aftermath: outcomes.Aftermath | None = None) -> bool:
         """Commit the outcome now (and the aftermath with it, in one transaction). If the
         database is away, keep trying (bounded by shutdown): what the relay accepted must
         be marked, or it will be sent again."""
@@ -674,22 +560,23 @@ class Pool:
         while True:
             try:
                 if aftermath is None or aftermath.empty:
-                    with db.connect() as conn:
+                    with db.connect(FINISH_TIMEOUT) as conn:
                         accepted = queue.finish_one(conn, self.worker_id, outcome)
                 else:
-                    with db.transaction() as conn:
+                    with db.transaction(FINISH_TIMEOUT) as conn:
                         accepted = queue.finish_one(conn, self.worker_id, outcome)
-                        self._record_aftermath(conn, aftermath)
+                        if accepted:  # a job taken back meanwhile says nothing of now
+                            self._record_aftermath(conn, aftermath)
                 if not accepted:
                     self._refused(job, outcome)
-                return
+                return accepted
             except DB_ERRORS as exc:
                 if self.stopping.is_set():
                     deadline = deadline or time.monotonic() + 15
                     if time.monotonic() > deadline:
                         log.error("giving up marking job %d: database unreachable; it will "
                                   "be taken back after restart", job.id)
-                        return
+                        return False
                 self.outage.failed(exc, retrying=f"recording the outcome of job {job.id} "
                                    "retries")
                 time.sleep(backoff)
@@ -697,6 +584,10 @@ class Pool:
 
     @staticmethod
     def _refused(job: queue.ClaimedJob, outcome: queue.Outcome) -> None:
+        if outcome.status == "pending" and not outcome.counted:
+            # Handed back unsent: nothing was sent, nothing is lost.
+            log.debug("job %d was taken back before it was handed back unsent", job.id)
+            return
         log.warning("late mark refused: job %d (%s) was taken back while this worker had "
                     "it; the %s outcome (%s) is not recorded, and the message may be sent "
                     "again", job.id, job.email, outcome.status,
@@ -740,7 +631,17 @@ class _Handed:
     job: queue.ClaimedJob
     outcome: queue.Outcome
     future: Future[bool]
-    settled: bool = False
+    accepted: bool | None = None  # None: not settled yet
+    failed: bool = False  # the finisher could not commit it: to be recorded by its thread
+
+
+@dataclasses.dataclass
+class _Fence:
+    """A batch's right to start messages: the lease term it was claimed under, and why it
+    may start no more (None while it may)."""
+
+    term: int
+    broken: str | None = None
 
 
 class StatementDb:
@@ -754,10 +655,18 @@ class StatementDb:
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
-    def connect(self) -> Iterator[Connection]:
+    def connect(self, statement_timeout: float | None = None) -> Iterator[Connection]:
+        """A connection, with ``statement_timeout`` seconds on each statement if given
+        (the session's setting is restored before it goes back to the pool)."""
         with self.engine.connect() as conn:
             try:
-                yield conn
+                if statement_timeout is not None:
+                    conn.execute(_SET_TIMEOUT, {"ms": str(int(statement_timeout * 1000))})
+                try:
+                    yield conn
+                finally:
+                    if statement_timeout is not None and not conn.invalidated:
+                        conn.execute(sa.text("RESET statement_timeout"))
             except DB_ERRORS:
                 # The driver may have raised past SQLAlchemy (a prepared statement):
                 # make sure the pool drops this session.
@@ -765,10 +674,13 @@ class StatementDb:
                 raise
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def transaction(self, statement_timeout: float | None = None) -> Iterator[Connection]:
         """Several statements committed together (BEGIN … COMMIT on one session)."""
-        with self.connect() as conn:
+        with self.connect(statement_timeout) as conn:
             driver = conn.connection.driver_connection
             assert isinstance(driver, psycopg.Connection)
             with driver.transaction():
                 yield conn
+
+
+_SET_TIMEOUT = sa.text("SELECT set_config('statement_timeout', :ms, false)")

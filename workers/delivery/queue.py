@@ -407,64 +407,100 @@ def finish_one(conn: Connection, worker_id: str, outcome: Outcome) -> bool:
     return outcome.job_id in finish(conn, worker_id, [outcome])
 
 
-# --- liveness and rescue ---------------------------------------------------------------
+# --- liveness: leases (SPEC 15) -------------------------------------------------------
 
 _REGISTER_WORKER = sa.text("""
-INSERT INTO workers (id, lock_key, node, hostname, pid, threads)
-VALUES (:id, :lock_key, :node, :hostname, :pid, :threads)
+INSERT INTO workers (id, node, hostname, pid, threads, heartbeat_at, lease_until)
+VALUES (:id, :node, :hostname, :pid, :threads, clock_timestamp(),
+        clock_timestamp() + make_interval(secs => :lease))
+RETURNING lease_term
 """)
 
 
-def register_worker(conn: Connection, *, worker_id: str, lock_key: int, node: str,
-                    hostname: str, pid: int, threads: int) -> None:
-    conn.execute(_REGISTER_WORKER, {"id": worker_id, "lock_key": lock_key, "node": node,
-                                    "hostname": hostname, "pid": pid, "threads": threads})
+def register_worker(conn: Connection, *, worker_id: str, node: str, hostname: str, pid: int,
+                    threads: int, lease: float) -> int:
+    """Register the pool with a lease of ``lease`` seconds from the database's clock;
+    returns the lease's term."""
+    return int(conn.execute(_REGISTER_WORKER, {
+        "id": worker_id, "node": node, "hostname": hostname, "pid": pid, "threads": threads,
+        "lease": lease}).scalar_one())
 
 
-def hold_liveness_lock(conn: Connection, lock_key: int) -> bool:
-    """Take this worker's session advisory lock on ``conn`` (kept open for the process's
-    life). PostgreSQL drops it when the session ends, however the process died."""
-    return bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key})
-                .scalar())
-
-
-# Heartbeat: proves the pool's thread is alive and publishes its in-flight count. A worker
-# that a peer declared dead during a database outage (its lock was briefly free) is alive
-# after all: clearing stopped_at puts it back under the rescuer's watch.
-_HEARTBEAT = sa.text("""
-UPDATE workers SET heartbeat_at = now(), stopped_at = NULL, in_flight = (
-    SELECT count(*) FROM delivery_jobs WHERE status = 'sending' AND claimed_by = :id)
+# Renew the lease: it runs ``lease`` seconds from the database's clock now. A lease that
+# had lapsed (or a worker marked stopped or dead meanwhile) starts a new term: what the
+# worker claimed under the old term may have been taken back, so it gives that back
+# instead of sending it. Only the workers row is touched (never delivery_jobs, whose
+# locks must not hold a lease up). None when the row is gone.
+_RENEW_LEASE = sa.text("""
+UPDATE workers
+   SET lease_term = lease_term + CASE WHEN lease_until <= clock_timestamp()
+                                        OR stopped_at IS NOT NULL THEN 1 ELSE 0 END,
+       lease_until = clock_timestamp() + make_interval(secs => :lease),
+       heartbeat_at = clock_timestamp(), stopped_at = NULL, in_flight = :in_flight
  WHERE id = :id
+RETURNING lease_term
 """)
 
 
-def heartbeat(conn: Connection, worker_id: str) -> None:
-    conn.execute(_HEARTBEAT, {"id": worker_id})
+def renew_lease(conn: Connection, worker_id: str, lease: float, in_flight: int) -> int | None:
+    """Renew ``worker_id``'s lease; its term (None if the worker is not registered)."""
+    term = conn.execute(_RENEW_LEASE, {"id": worker_id, "lease": lease,
+                                       "in_flight": in_flight}).scalar()
+    return None if term is None else int(term)
 
 
-# Dead workers: their advisory lock is free (their session is gone). Peers also require a
-# stale heartbeat; the worker's own node (a restart of it) does not (P4). A worker that
-# marked itself stopped is still a candidate while jobs are claimed in its name (a stop
-# that ran out of time with messages in flight): the lock, not the mark, says whether the
-# process is gone. Only in-flight jobs are read to find those (delivery_jobs_sending_idx).
-_DEAD_WORKERS = sa.text("""
-SELECT id, lock_key FROM workers
- WHERE id <> :me
+# Take back the in-flight jobs of the given dead workers, or of every worker whose lease
+# expired more than :grace seconds ago: back to `pending` with their place in line (their
+# available_at is kept), attempt not counted (we cannot know whether the relay got the
+# message; the Message-ID stays the same, P3). The workers rows are locked first, so a
+# renewal running at the same moment waits and then starts a new term: the worker gives
+# back what it held instead of sending it. A dead worker is marked stopped.
+_TAKE_BACK = sa.text("""
+WITH dead AS (
+    SELECT id FROM workers
+     WHERE id <> :me
+       AND (id = ANY(CAST(:ids AS text[]))
+            OR lease_until < now() - make_interval(secs => :grace))
+       AND (stopped_at IS NULL
+            OR id IN (SELECT DISTINCT claimed_by FROM delivery_jobs WHERE status = 'sending'))
+       FOR UPDATE
+), taken AS (
+    UPDATE delivery_jobs j
+       SET status = 'pending', claimed_by = NULL, claim_token = NULL, claimed_at = NULL,
+           last_error = 'taken back from worker ' || j.claimed_by
+                        || ' after its lease expired',
+           last_error_class = 'orphan'
+      FROM dead WHERE j.status = 'sending' AND j.claimed_by = dead.id
+    RETURNING dead.id AS worker
+), marked AS (
+    UPDATE workers w SET stopped_at = now() FROM dead
+     WHERE w.id = dead.id AND w.stopped_at IS NULL
+)
+SELECT dead.id, (SELECT count(*) FROM taken WHERE taken.worker = dead.id) AS n FROM dead
+""")
+
+
+def take_back(conn: Connection, *, me: str, grace: float,
+              dead: Sequence[str] = ()) -> dict[str, int]:
+    """Take back the jobs of every worker whose lease expired ``grace`` seconds ago, and
+    of the workers ``dead`` names (known gone); returns {worker_id: jobs taken back}."""
+    rows = conn.execute(_TAKE_BACK, {"me": me, "grace": grace, "ids": list(dead)}).all()
+    return {row.id: int(row.n) for row in rows}
+
+
+# This node's other registered processes (the startup hook asks the OS whether they are
+# still there: a restart takes its predecessor's jobs back at once, P4).
+_NODE_PEERS = sa.text("""
+SELECT id, hostname, pid FROM workers
+ WHERE node = :node AND id <> :me
    AND (stopped_at IS NULL
         OR id IN (SELECT DISTINCT claimed_by FROM delivery_jobs WHERE status = 'sending'))
-   AND (node = :node OR heartbeat_at < now() - make_interval(secs => :timeout))
 """)
 
-# Take back a dead worker's in-flight jobs: back to `pending`, attempt not counted (we
-# cannot know whether the relay got the message; the Message-ID stays the same, P3).
-_REQUEUE_ORPHANS = sa.text("""
-UPDATE delivery_jobs
-   SET status = 'pending', available_at = now(), claimed_by = NULL, claim_token = NULL,
-       claimed_at = NULL,
-       last_error = 'taken back from worker ' || :dead || ' after it stopped unexpectedly',
-       last_error_class = 'orphan'
- WHERE status = 'sending' AND claimed_by = :dead
-""")
+
+def node_peers(conn: Connection, node: str, me: str) -> list[tuple[str, str, int]]:
+    return [(r.id, r.hostname, r.pid)
+            for r in conn.execute(_NODE_PEERS, {"node": node, "me": me})]
 
 
 # Claims in this live worker's name that it does not hold: the claim committed but its
@@ -475,8 +511,7 @@ UPDATE delivery_jobs
 # timeout (a margin for clock steps) are touched. Back to `pending`, attempt not counted.
 _RELEASE_LOST_CLAIMS = sa.text("""
 UPDATE delivery_jobs
-   SET status = 'pending', available_at = now(), claimed_by = NULL, claim_token = NULL,
-       claimed_at = NULL
+   SET status = 'pending', claimed_by = NULL, claim_token = NULL, claimed_at = NULL
  WHERE status = 'sending' AND claimed_by = :me
    AND claimed_at < CAST(:fence AS timestamptz) - make_interval(secs => :margin)
    AND claim_token <> ALL(CAST(:holding AS uuid[]))
@@ -491,25 +526,6 @@ def release_lost_claims(conn: Connection, worker_id: str,
     holding = list(held_tokens())
     return conn.execute(_RELEASE_LOST_CLAIMS, {"me": worker_id, "holding": holding,
                                                "fence": fence, "margin": margin}).rowcount
-
-
-def requeue_orphans(conn: Connection, *, me: str, node: str, timeout: float) -> dict[str, int]:
-    """Take back the jobs of every dead worker; returns {worker_id: jobs taken back}.
-
-    A worker is dead only if its advisory lock can be taken right now, so a live process's
-    in-flight jobs are never touched, however late its heartbeat.
-    """
-    taken: dict[str, int] = {}
-    for row in conn.execute(_DEAD_WORKERS, {"me": me, "node": node, "timeout": timeout}).all():
-        got = conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(:k)"),
-                           {"k": row.lock_key}).scalar()
-        if not got:
-            continue  # alive: its session holds the lock
-        n = conn.execute(_REQUEUE_ORPHANS, {"dead": row.id}).rowcount
-        conn.execute(sa.text("UPDATE workers SET stopped_at = now() WHERE id = :id"),
-                     {"id": row.id})
-        taken[row.id] = n
-    return taken
 
 
 # Release jobs this worker claimed but will not send (shutdown mid-batch, relay trouble):
@@ -531,7 +547,7 @@ def release(conn: Connection, jobs: Sequence[ClaimedJob]) -> int:
 
 def mark_worker_stopped(conn: Connection, worker_id: str) -> int:
     """Mark the pool stopped; returns the jobs still claimed in its name (left to the
-    rescuer, which takes them back once this process's liveness lock is free)."""
+    rescuer, which takes them back once this process's lease has expired)."""
     return int(conn.execute(sa.text("""
         UPDATE workers SET stopped_at = now(), in_flight = (
             SELECT count(*) FROM delivery_jobs WHERE status = 'sending' AND claimed_by = :id)
@@ -1110,6 +1126,7 @@ class ProblemFilter:
     email: str | None = None
     correlation_id: str | None = None
     job_id: int | None = None
+    job_ids: list[int] | None = None  # the jobs an admin chose on the page
 
     def where(self) -> tuple[str, dict[str, Any]]:
         """SQL conditions on ``j`` (built from fixed fragments; values are bound), so the
@@ -1122,7 +1139,8 @@ class ProblemFilter:
                 ("since", "j.finished_at >= :since"), ("until", "j.finished_at < :until"),
                 ("email", "lower(j.email) = lower(:email)"),
                 ("correlation_id", "j.correlation_id = CAST(:correlation_id AS uuid)"),
-                ("job_id", "j.id = :job_id")):
+                ("job_id", "j.id = :job_id"),
+                ("job_ids", "j.id = ANY(CAST(:job_ids AS bigint[]))")):
             value = getattr(self, name)
             if value is not None and value != "":
                 clauses.append(clause)
@@ -1266,6 +1284,38 @@ def cancel_waiting(conn: Connection, kind: str, user_ref: str, reason: str) -> l
     """Ids of the messages cancelled (oldest first)."""
     return sorted(int(r.id) for r in conn.execute(_CANCEL_WAITING, {
         "kind": kind, "user_ref": user_ref, "reason": reason[:500]}))
+
+
+# An admin's bulk actions on chosen jobs (the jobs browser, as Oban Web's): cancel those
+# still waiting, retrying or held (a job already claimed finishes as it is, like a campaign
+# cancel); or make retrying ones due now. Each re-checks the state under the row lock, so a
+# job that moved on since the page was shown is left alone (and counted as not changed).
+_CANCEL_CHOSEN = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+       last_error_class = 'cancelled', claimed_by = NULL, claim_token = NULL
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status IN {sql_list((*CLAIMABLE, 'held'))}
+RETURNING id
+""")
+_RETRY_CHOSEN_NOW = sa.text("""
+UPDATE delivery_jobs SET available_at = now()
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'retry' AND available_at > now()
+RETURNING id
+""")
+
+
+def cancel_chosen(conn: Connection, job_ids: Sequence[int], reason: str) -> list[int]:
+    """Cancel the chosen jobs that are waiting, retrying or held; returns those cancelled."""
+    return [int(i) for i in conn.execute(_CANCEL_CHOSEN, {"ids": list(job_ids),
+                                                          "reason": reason}).scalars()]
+
+
+def retry_chosen_now(conn: Connection, job_ids: Sequence[int]) -> list[int]:
+    """Make the chosen retrying jobs due now (their attempt count is kept)."""
+    ids = [int(i) for i in conn.execute(_RETRY_CHOSEN_NOW, {"ids": list(job_ids)}).scalars()]
+    if ids:
+        notify_new_jobs(conn, "retry")
+    return ids
 
 
 _IN_FLIGHT_FOR_USER = sa.text("""

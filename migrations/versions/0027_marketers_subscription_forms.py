@@ -4,8 +4,8 @@ it or the public API is a ``subscription_requests`` row (the consent: when, from
 through which form, and when it was confirmed). A pending request is not a membership, so
 no campaign can reach it. The confirmation email is the kind ``subscription_confirmation``.
 
-Revision ID: 0022_marketers
-Revises: 0022_scale
+Revision ID: 0027_marketers
+Revises: 0022ui
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022_marketers"
-down_revision = "0022_scale"
+revision = "0027_marketers"
+down_revision = "0022ui"
 branch_labels = None
 depends_on = None
 

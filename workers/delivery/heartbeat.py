@@ -1,0 +1,105 @@
+"""The heartbeat: renews this worker's lease (workers/delivery/lease.py) on a session of its own.
+
+The renewal touches the ``workers`` row only, so a lock on ``delivery_jobs`` never holds
+a lease up. A session that failed is dropped and the next renewal opens a fresh one; a
+renewal after the lease had lapsed comes back under a new term (the drain threads then
+give back what they claimed before, unsent). Every wait is bounded: the session's TCP
+keepalives and ``tcp_user_timeout`` (workers/core/pg.py) and a statement timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from workers.core import pg
+from workers.delivery import queue
+from workers.delivery.lease import Lease
+from workers.delivery.services import DB_ERRORS, Service
+
+log = logging.getLogger("senddock.worker")
+
+STATEMENT_TIMEOUT_MS = 5000
+
+
+class Heartbeat(Service):
+    name = "heartbeat"
+
+    def __init__(self, engine: Engine, *, worker_id: str, lease: Lease, interval: float,
+                 outage: pg.Outage, process: str, in_flight: Callable[[], int],
+                 register: Callable[[Connection], int]) -> None:
+        self.engine = engine
+        self.worker_id = worker_id
+        self.lease = lease
+        self.interval = interval
+        self.outage = outage
+        self.process = process
+        self.in_flight = in_flight
+        self.register = register  # (re)registers the worker; its lease's term
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Register (a fresh lease) on the liveness session; raises database errors."""
+        with self._lock:
+            asked = time.monotonic()
+            term = self.register(self._session())
+            self.lease.confirm(asked, term)
+
+    def run(self) -> None:
+        with self._lock:
+            out = self.lease.ran_out()
+            if out is not None:
+                log.warning("worker %s: its lease ran out %.0f s ago without a renewal; it "
+                            "starts no message until the database renews it",
+                            self.worker_id, out)
+            try:
+                conn = self._session()
+                asked = time.monotonic()  # the renewal runs after this moment
+                term = queue.renew_lease(conn, self.worker_id, self.lease.seconds,
+                                         self.in_flight())
+                if term is None:  # the row is gone: register again
+                    term = self.register(conn)
+            except DB_ERRORS as exc:
+                self.close(invalidate=True)
+                self.outage.failed(exc, retrying="the lease is renewed once it is back; "
+                                   "nothing is sent meanwhile")
+                return
+            old = self.lease.confirm(asked, term)
+            if old is not None:
+                log.warning("worker %s: its lease lapsed and was renewed under a new term "
+                            "(%d, was %d): what it had claimed is given back unsent",
+                            self.worker_id, term, old)
+            self.outage.ok()
+
+    def _session(self) -> Connection:
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                conn.execute(sa.text(
+                    "SELECT set_config('application_name', :name, false), "
+                    "set_config('statement_timeout', :ms, false)"),
+                    {"name": pg.application_name(self.process, "liveness"),
+                     "ms": str(STATEMENT_TIMEOUT_MS)})
+            except BaseException:
+                conn.invalidate()
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def close(self, invalidate: bool = False) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if invalidate:
+                conn.invalidate()
+            conn.close()
+        except Exception:
+            log.debug("liveness session closed with an error", exc_info=True)

@@ -1,0 +1,66 @@
+"""Maintenance, every second: fire scheduled campaigns, enqueue accepted broadcasts (chunk
+by chunk, each committed on its own, so the workers start sending after the first),
+complete finished ones."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from workers.core import pg
+from workers.delivery import queue
+from workers.delivery.services import DB_ERRORS, Service
+
+log = logging.getLogger("senddock.worker")
+
+
+class Maintenance(Service):
+    name = "maintenance"
+    interval = 1.0
+
+    def __init__(self, engine: Engine, outage: pg.Outage, stopping: threading.Event) -> None:
+        self.engine = engine
+        self.outage = outage
+        self.stopping = stopping
+
+    def run(self) -> None:
+        try:
+            with self.engine.begin() as conn:
+                queue.start_due_campaigns(conn)
+            with self.engine.connect() as conn:
+                waiting = queue.broadcasts_to_enqueue(conn)
+            for broadcast_id in waiting:
+                self._enqueue(broadcast_id)
+            with self.engine.begin() as conn:
+                for campaign_id in queue.complete_finished_campaigns(conn):
+                    log.info("campaign %d finished", campaign_id)
+            self.outage.ok()
+        except DB_ERRORS as exc:
+            self.outage.failed(exc)
+
+    def _enqueue(self, broadcast_id: int) -> None:
+        """Enqueue the broadcast chunk by chunk, each committed on its own (the workers
+        start sending after the first)."""
+        while not self.stopping.is_set():
+            with self.engine.begin() as conn:
+                step = queue.enqueue_chunk(conn, broadcast_id)
+                if step is None:
+                    return
+                if step.added:
+                    queue.notify_new_jobs(conn, "broadcast")
+            if step.done:
+                log.info("broadcast %d enqueued: %s", broadcast_id, step.summary())
+                self._analyze_jobs()
+                return
+
+    def _analyze_jobs(self) -> None:
+        """Refresh the jobs table's statistics after a big enqueue, instead of waiting for
+        autovacuum: planned on the statistics of an emptier table, the claim's and the
+        pages' per-broadcast reads chose delivery_jobs_broadcast_idx and sorted every
+        waiting job (the 1M bench's jobs browser: 3.7 s a page; 1 ms once analyzed)."""
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("ANALYZE delivery_jobs"))
+            conn.commit()
