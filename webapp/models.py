@@ -116,6 +116,39 @@ lists = Table(
     _now(),
 )
 
+# A list's public subscription form (migration 0027_marketers): off until a marketer turns
+# it on; its title, intro and accent colour are the marketer's.
+list_forms = Table(
+    "list_forms", metadata,
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("enabled", Boolean, nullable=False, server_default=text("false")),
+    Column("title", Text, nullable=False, server_default=""),
+    Column("intro", Text, nullable=False, server_default=""),
+    Column("accent", Text, nullable=False, server_default="#2b6cb0"),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("accent ~ '^#[0-9a-fA-F]{6}$'", name="list_forms_accent_check"),
+)
+
+# Every double opt-in request (form or public API): the consent kept. Pending (confirmed_at
+# NULL) is not a membership, so no campaign reaches it; confirming adds the membership.
+subscription_requests = Table(
+    "subscription_requests", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"), nullable=False),
+    Column("email", Text, nullable=False),
+    Column("name", Text, nullable=False, server_default=""),
+    Column("source", Text, nullable=False),
+    Column("locale", Text, nullable=False, server_default="en"),
+    Column("remote_addr", Text, nullable=False),
+    Column("requested_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("confirmed_at", DateTime(timezone=True)),
+    Column("confirmed_addr", Text),
+    CheckConstraint("source IN ('form', 'api')", name="subscription_requests_source_check"),
+    Index("subscription_requests_addr_idx", "remote_addr", "requested_at"),
+    Index("subscription_requests_list_email_idx", "list_id", literal_column("lower(email)")),
+)
+
 # A CSV file checked first (dry run, column mapping), kept in the database so that any web
 # process can import it; a row past expires_at is gone (deleted when the next file is kept
 # or asked for). The file itself is in chunks of a MiB. Migration 0020.

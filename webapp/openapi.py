@@ -6,7 +6,7 @@ from typing import Any
 
 from webapp.domain import fields as rules
 from webapp.domain import kinds as kinds_input
-from webapp.domain import lists, messages, suppressions, verifications
+from webapp.domain import lists, messages, subscriptions, suppressions, verifications
 from webapp.models import SUPPRESSION_REASONS
 from workers.building import kinds
 from workers.core import states
@@ -152,6 +152,26 @@ PATHS: dict[str, Any] = {
                 # Any item is accepted and reported on by itself (P9), so the item schema
                 # says what a useful one looks like without refusing the others.
                 "items": {"anyOf": [SUBSCRIBER, {"$ref": STORABLE_REF}]}}}))),
+    },
+    "/lists/{id}/subscribe": {
+        "parameters": ID_PARAM,
+        "post": _id("subscribe", {
+            **_op("Ask for a subscription to the list (double opt-in, public: no token). The "
+                  "list's subscription form must be on. A confirmation email is sent; the "
+                  "address joins the list when its link is confirmed. The answer is the "
+                  "same whether or not the address is already on the list. At most "
+                  f"{subscriptions.RATE_PER_HOUR} requests per IP address per hour (429).",
+                  202, {"type": "object", "required": ["status", "message"],
+                        "properties": {"status": {"const": "pending"},
+                                       "message": {"type": "string"}}},
+                  400, 404, 409, 413, 422, 429,
+                  request=_request(["email"], {
+                      "email": EMAIL,
+                      "name": {"type": "string", "maxLength": lists.MAX_NAME,
+                               "pattern": rules.NO_NUL},
+                      "locale": {"type": "string", "enum": list(subscriptions.LOCALES),
+                                 "description": "the confirmation email's language"}})),
+            "security": []}),
     },
     "/campaigns": {
         "post": _id("createCampaign", _with_links(_op(

@@ -50,7 +50,9 @@ def test_define_list_and_edit_a_kind(api: Api, engine: sa.Engine) -> None:
     assert edited.status_code == 200 and edited.get_json()["version"] == 2
     assert edited.get_json()["dedupe_window"] == 3600  # left out: kept
     listed = api.get("/kinds").get_json()["kinds"]
-    assert [k["name"] for k in listed] == ["verification", "onboarding"]
+    # The built-in first, then by name (subscription_confirmation: migration 0027_marketers).
+    assert [k["name"] for k in listed] == ["verification", "onboarding",
+                                           "subscription_confirmation"]
     assert listed[0]["builtin"] and listed[0]["class"] == "critical"
     with engine.connect() as conn:
         actions = list(conn.execute(sa.text(
@@ -132,7 +134,8 @@ def test_unknown_kind_is_404_listing_the_known_ones(api: Api) -> None:
     r = api.post("/messages", message(kind="onbording"))
     assert r.status_code == 404
     error = r.get_json()["error"]
-    assert error["known_kinds"] == ["verification", "onboarding"]
+    assert error["known_kinds"] == ["verification", "onboarding",
+                                    "subscription_confirmation"]
     assert "onboarding" in error["fields"]["kind"]
 
 

@@ -10,8 +10,8 @@ from flask import Blueprint, flash, redirect, render_template, request, session,
 from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
-from webapp.context import actor, engine
-from webapp.domain import import_uploads, imports, lists
+from webapp.context import actor, config, engine
+from webapp.domain import import_uploads, imports, lists, subscriptions
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
 from webapp.form_memory import remember
@@ -56,9 +56,31 @@ def detail(list_id: int) -> str:
         the_list = lists.get_list(conn, list_id)
         page = lists.subscriber_page(conn, list_id, after=_cursor("after"),
                                      before=_cursor("before"), query=query)
+        form = subscriptions.get_form(conn, list_id)
     template = "partials/_list_subscribers.html" if request.args.get("fragment") == \
         "subscribers" else "lists/detail.html"
-    return render_template(template, the_list=the_list, page=page, q=query)
+    base_url = config().base_url
+    form_url = base_url + url_for("public.subscribe_form", list_id=list_id)
+    return render_template(
+        template, the_list=the_list, page=page, q=query, form=form, form_url=form_url,
+        form_url_es=base_url + url_for("public.subscribe_form", list_id=list_id, lang="es"),
+        embed_snippet=subscriptions.embed_snippet(form_url, form["title"] or the_list["name"]),
+        api_call=f"POST {base_url}{url_for('api.subscribe', list_id=list_id)}")
+
+
+@bp.post("/<int:list_id>/form")
+def save_form(list_id: int) -> Response:
+    form = request.form
+    try:
+        with engine().begin() as conn:
+            subscriptions.save_form(conn, list_id, enabled=form.get("enabled") == "on",
+                                    title=form.get("title", ""), intro=form.get("intro", ""),
+                                    accent=form.get("accent", ""), actor=actor())
+    except DomainError as exc:
+        flash(_("Form not saved: %(why)s", why=localize(exc.message)), "error")
+    else:
+        flash(_("Subscription form saved."), "success")
+    return redirect(_detail(list_id) + "#subscription-form", 303)
 
 
 @bp.post("/<int:list_id>/rename")

@@ -363,12 +363,18 @@ def remove_member(conn: Connection, list_id: int, subscriber_id: int, *,
 # --- export ------------------------------------------------------------------------------
 
 EXPORT_CHUNK = 5000
+# A double opt-in's consent (webapp.domain.subscriptions): through what, asked when and from
+# which IP, confirmed when and from which IP.
+CONSENT_COLUMNS = ("consent_form", "consent_at", "consent_ip", "confirmed_at",
+                   "confirmed_ip")
 
 
 def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
     """The list as CSV text, yielded a chunk at a time (keyset over the membership key), so
     a million subscribers are never held in memory. Columns: email, name, status, added_at,
-    then every attribute key found on the list; the file imports back as it is. Every cell,
+    the consent of a double opt-in (:data:`CONSENT_COLUMNS`, empty for addresses added
+    otherwise), then every attribute key found on the list; the file imports back as it is
+    (the extra columns as attributes, unless mapped to skip). Every cell,
     the header's attribute keys included, is neutralised against spreadsheet formulas."""
     get_list(conn, list_id)
     keys = sorted(conn.execute(sa.text("""
@@ -376,17 +382,29 @@ def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
           JOIN subscribers s ON s.id = m.subscriber_id WHERE m.list_id = :l"""),
         {"l": list_id}).scalars())
     writer = SafeWriter()
-    writer.row(["email", "name", "status", "added_at", *keys])
+    writer.row(["email", "name", "status", "added_at", *CONSENT_COLUMNS, *keys])
     after = 0
     while True:
         rows = conn.execute(sa.text("""
-            SELECT m.subscriber_id, s.email, s.name, s.status, m.created_at, s.attributes
+            SELECT m.subscriber_id, s.email, s.name, s.status, m.created_at, s.attributes,
+                   c.source, c.requested_at, c.remote_addr, c.confirmed_at, c.confirmed_addr
               FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
+              LEFT JOIN LATERAL (
+                  SELECT r.source, r.requested_at, r.remote_addr, r.confirmed_at,
+                         r.confirmed_addr
+                    FROM subscription_requests r
+                   WHERE r.list_id = m.list_id AND lower(r.email) = lower(s.email)
+                     AND r.confirmed_at IS NOT NULL
+                     AND r.confirmed_addr IS DISTINCT FROM 'already on the list'
+                   ORDER BY r.confirmed_at DESC LIMIT 1) c ON true
              WHERE m.list_id = :l AND m.subscriber_id > :after
              ORDER BY m.subscriber_id LIMIT :n"""),
             {"l": list_id, "after": after, "n": EXPORT_CHUNK}).all()
         for r in rows:
             writer.row([r.email, r.name, r.status, r.created_at.isoformat(),
+                        r.source and f"{r.source} (list {list_id})",
+                        r.requested_at and r.requested_at.isoformat(), r.remote_addr,
+                        r.confirmed_at and r.confirmed_at.isoformat(), r.confirmed_addr,
                         *(r.attributes.get(k) for k in keys)])
         yield writer.take()
         if len(rows) < EXPORT_CHUNK:
