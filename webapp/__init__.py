@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask
 
-from webapp import auth, db, errors, formatting, i18n, nav, security
+from webapp import auth, db, errors, form_memory, formatting, i18n, nav, security
 from webapp.json_input import JSONProvider, JSONRequest
 from webapp.resources import resource_dir
 from workers.core.settings import Config, load
@@ -80,6 +80,7 @@ def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
     nav.init_app(app)
     formatting.init_app(app)
     i18n.init_app(app)
+    form_memory.init_app(app)
 
     from webapp.blueprints import register_all
 

@@ -19,6 +19,9 @@ SUPPORT = frozenset({"admin", "support"})
 PUBLIC: frozenset[str] = frozenset({
     "static", "auth.login", "auth.logout", "public.unsubscribe", "public.unsubscribe_confirm",
     "public.unsubscribe_one_click", "ops.healthz", "api.openapi",
+    # Subscription forms: anyone may subscribe (double opt-in, rate-limited per IP).
+    "public.subscribe_form", "public.subscribe_css", "public.subscribe_submit",
+    "public.subscribe_confirm", "public.subscribe_confirm_post", "api.subscribe",
     # Provider webhooks authenticate themselves (signatures, basic auth, webhook tokens).
     "webhooks.ses", "webhooks.sendgrid", "webhooks.postmark", "webhooks.mailgun",
     "webhooks.generic",
@@ -44,6 +47,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
 ENDPOINTS: dict[str, frozenset[str]] = {
     # Inbox: support reads, only admins act.
     "inbox.retry": ADMIN, "inbox.retry_all": ADMIN, "inbox.dismiss": ADMIN,
+    "inbox.act_on_chosen": ADMIN,
     # API
     "api.list_lists": MARKETING, "api.create_list": MARKETING, "api.add_subscribers": MARKETING,
     "api.create_campaign": MARKETING, "api.get_campaign": MARKETING,

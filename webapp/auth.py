@@ -15,6 +15,7 @@ from werkzeug.wrappers import Response
 from webapp import access
 from webapp.context import engine, request_connection, role
 from webapp.domain import users
+from webapp.domain.fields import whole_number
 
 login_manager = LoginManager()
 # Paths outside /api that also accept ``Authorization: Bearer`` (scrapers have no session).
@@ -40,11 +41,24 @@ class User(UserMixin):
 @login_manager.user_loader
 def load_user(user_key: str) -> User | None:
     parts = user_key.split(":")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+    user_id, version = (whole_number(p) for p in parts[:2]) if len(parts) == 3 else (None,
+                                                                                      None)
+    if user_id is None or version is None:
         return None  # includes cookies from before server-side sessions: log in again
     with engine().connect() as conn:
-        row = users.session_user(conn, int(parts[0]), int(parts[1]), parts[2])
+        row = users.session_user(conn, user_id, version, parts[2])
     return User(row, parts[2]) if row is not None else None
+
+
+def count_password_attempt(email: str) -> tuple[int, users.LoginRefused | None]:
+    """Count a password check (login, or the current password on the account page)
+    against the failed-attempt limits before it is made, committed at once: ``(attempt
+    id, None)``, or ``(0, the refusal)`` when a limit is reached (that is recorded too)."""
+    with engine().begin() as conn:
+        try:
+            return users.reserve_attempt(conn, email, request.remote_addr or "?"), None
+        except users.LoginRefused as exc:
+            return 0, exc  # caught inside the transaction: the attempt is committed
 
 
 def start_session(user: dict[str, Any]) -> None:
@@ -52,6 +66,9 @@ def start_session(user: dict[str, Any]) -> None:
     which ended the old ones)."""
     with engine().begin() as conn:
         token = users.start_session(conn, int(user["id"]))
+    # A new cookie session too: nothing from before the login survives in it, the CSRF
+    # token included (a token an attacker planted or read before the login is worthless).
+    session.clear()
     login_user(User(user, token))
 
 

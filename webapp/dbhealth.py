@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from workers.core import pg
+from workers.core.i18n import N_
 from workers.delivery import queue
 
 DEADLINE = 0.9  # seconds /healthz waits for the check
@@ -147,7 +148,7 @@ def details(probe: HealthProbe, engine: Engine) -> dict[str, Any]:
         if pg.classify(exc) is None:
             raise
     return {"status": "ok" if problem is None else problem.status,
-            "message": problem.message if problem else "Reads and writes work.",
+            "message": problem.message if problem else N_("Reads and writes work."),
             "detail": detail, "took_ms": result.took_ms,
             "where": pg.describe(probe.info), "connections": connections,
             "limits": limits}

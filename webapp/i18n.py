@@ -44,7 +44,30 @@ VOCABULARY = {
     "duplicate": _l("duplicate"), "suppressed": _l("suppressed"),
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
     "problem": _l("problem"), "warning": _l("warning"),
-    "critical": _l("critical"), "lifecycle": _l("lifecycle"),
+    "critical": _l("critical"), "lifecycle": _l("lifecycle"), "complained": _l("complained"),
+    "delivered": _l("delivered"),
+}
+# The keys of an audit entry's details, as the audit page names them (unknown keys are
+# shown as they are, "_" read as a space).
+AUDIT_KEYS = {
+    "added": _l("added"), "after": _l("after"), "algorithm": _l("algorithm"),
+    "as_of": _l("as of"), "at": _l("at"), "before": _l("before"), "campaign": _l("campaign"),
+    "created": _l("created"), "dedupe_window": _l("dedupe window"), "email": _l("email"),
+    "event": _l("event"), "event_id": _l("event id"), "events": _l("events"),
+    "expires_in_days": _l("expires in (days)"), "filters": _l("filters"),
+    "flags": _l("flags"), "job_id": _l("job"), "job_ids": _l("jobs"), "jobs": _l("jobs"),
+    "kind": _l("kind"), "kind_class": _l("class"), "class": _l("class"),
+    "left_busy": _l("left out: busy"), "left_cancelled": _l("left out: cancelled"),
+    "left_suppressed": _l("left out: suppressed"), "lines": _l("lines"), "list": _l("list"),
+    "locale": _l("language"), "name": _l("name"), "new": _l("new"), "note": _l("note"),
+    "old": _l("old"), "previous_job_id": _l("previous job"),
+    "previous_status": _l("previous state"), "reason": _l("reason"),
+    "remote_addr": _l("IP address"), "resend_cooldown": _l("resend cooldown"),
+    "retried": _l("retried"), "retry_schedule": _l("retry schedule"), "reused": _l("reused"),
+    "role": _l("role"), "selector": _l("selector"), "send_at": _l("send at"),
+    "status": _l("state"), "subscriber": _l("subscriber"), "subscribers": _l("subscribers"),
+    "updated": _l("updated"), "url": _l("URL"), "version": _l("version"),
+    "q": _l("search"), "from": _l("from"), "to": _l("to"),
 }
 # A campaign's state as its badge says it: Spanish agrees with the noun (una campaña
 # enviada, cancelada), where the words above agree with a job (un trabajo enviado).
@@ -105,6 +128,13 @@ def label(value: Any) -> str:
     """A stored vocabulary word in the page's language (unknown words as they are)."""
     text = VOCABULARY.get(str(value))
     return str(text) if text is not None else str(value)
+
+
+def audit_key(value: Any) -> str:
+    """An audit detail's key in the page's language (a vocabulary word as ``label`` says
+    it; anything else as it is, "_" read as a space)."""
+    text = AUDIT_KEYS.get(str(value)) or VOCABULARY.get(str(value))
+    return str(text) if text is not None else str(value).replace("_", " ")
 
 
 # Bounce reasons (Sisimai's vocabulary: workers/after_acceptance/bounces/reasons.py) as
@@ -168,7 +198,7 @@ def init_app(app: Flask) -> None:
     Babel(app, locale_selector=select_locale)
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
                                  campaign_state=campaign_state, key_state=key_state,
-                                 bounce_reason=bounce_reason)
+                                 audit_key=audit_key, bounce_reason=bounce_reason)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

@@ -116,6 +116,39 @@ lists = Table(
     _now(),
 )
 
+# A list's public subscription form (migration 0027_marketers): off until a marketer turns
+# it on; its title, intro and accent colour are the marketer's.
+list_forms = Table(
+    "list_forms", metadata,
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("enabled", Boolean, nullable=False, server_default=text("false")),
+    Column("title", Text, nullable=False, server_default=""),
+    Column("intro", Text, nullable=False, server_default=""),
+    Column("accent", Text, nullable=False, server_default="#2b6cb0"),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("accent ~ '^#[0-9a-fA-F]{6}$'", name="list_forms_accent_check"),
+)
+
+# Every double opt-in request (form or public API): the consent kept. Pending (confirmed_at
+# NULL) is not a membership, so no campaign reaches it; confirming adds the membership.
+subscription_requests = Table(
+    "subscription_requests", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"), nullable=False),
+    Column("email", Text, nullable=False),
+    Column("name", Text, nullable=False, server_default=""),
+    Column("source", Text, nullable=False),
+    Column("locale", Text, nullable=False, server_default="en"),
+    Column("remote_addr", Text, nullable=False),
+    Column("requested_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("confirmed_at", DateTime(timezone=True)),
+    Column("confirmed_addr", Text),
+    CheckConstraint("source IN ('form', 'api')", name="subscription_requests_source_check"),
+    Index("subscription_requests_addr_idx", "remote_addr", "requested_at"),
+    Index("subscription_requests_list_email_idx", "list_id", literal_column("lower(email)")),
+)
+
 # A CSV file checked first (dry run, column mapping), kept in the database so that any web
 # process can import it; a row past expires_at is gone (deleted when the next file is kept
 # or asked for). The file itself is in chunks of a MiB. Migration 0020.
@@ -311,7 +344,10 @@ delivery_jobs = Table(
           postgresql_where=text("kind <> 'broadcast'")),
     Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
           postgresql_where=text("idempotency_key IS NOT NULL")),
-    Index("delivery_jobs_sent_at_idx", "finished_at", postgresql_where=text("status = 'sent'")),
+    # Sent per minute, and the jobs browser's Sent and Cancelled tabs (newest first).
+    Index("delivery_jobs_sent_idx", "finished_at", "id", postgresql_where=text("status = 'sent'")),
+    Index("delivery_jobs_cancelled_idx", "finished_at", "id",
+          postgresql_where=text("status = 'cancelled'")),
     # A campaign's sending rate: jobs finished in the last minute, read from the newest end.
     # Retention walks it too, with a keyset on (finished_at, id): the id is in the key
     # because a cancel settles thousands of jobs with one finished_at.
@@ -638,8 +674,9 @@ webhook_tokens = Table(
 )
 
 # Outgoing event webhooks: endpoints admins configure. ``enabled`` is the admin's switch;
-# ``disabled_at`` is set by the deliverer when the endpoint keeps failing (an alarm), and
-# its waiting deliveries are kept until it is enabled again.
+# ``disabled_at`` is set by the deliverer when the endpoint has failed continuously since
+# ``failing_since`` for the configured time (an alarm), and its waiting deliveries are kept
+# until it is enabled again.
 webhook_endpoints = Table(
     "webhook_endpoints", metadata,
     Column("id", BigInteger, primary_key=True),
@@ -652,6 +689,7 @@ webhook_endpoints = Table(
     Column("disabled_at", DateTime(timezone=True)),
     Column("disabled_reason", Text),
     Column("consecutive_failures", Integer, nullable=False, server_default=text("0")),
+    Column("failing_since", DateTime(timezone=True)),
     Column("last_attempt_at", DateTime(timezone=True)),
     Column("last_success_at", DateTime(timezone=True)),
     Column("last_status", SmallInteger),

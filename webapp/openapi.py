@@ -6,7 +6,7 @@ from typing import Any
 
 from webapp.domain import fields as rules
 from webapp.domain import kinds as kinds_input
-from webapp.domain import lists, messages, suppressions, verifications
+from webapp.domain import lists, messages, subscriptions, suppressions, verifications
 from webapp.models import SUPPRESSION_REASONS
 from workers.building import kinds
 from workers.core import states
@@ -82,6 +82,13 @@ USER_ID = {"oneOf": [
     "description": "the SaaS's user id: text without control characters, or an integer"}
 VERIFY_URL = {"type": "string", "maxLength": verifications.MAX_URL, "pattern": rules.HTTP_URL,
               "description": "an absolute http:// or https:// URL"}
+# A campaign's From: left out, null or blank for SENDDOCK_FROM, an address, or
+# "Name <address>" — no control character anywhere (it becomes a mail header).
+FROM = {"anyOf": [
+    {"type": "null"}, {"type": "string", "pattern": "^[ ]*$"}, EMAIL,
+    {"type": "string", "pattern": rules.NAMED_ADDRESS}],
+    "description": "an address or Name <address> (blank or null: SENDDOCK_FROM); no CR, LF "
+                   "or other control character"}
 SUBSCRIBER = {"type": "object", "required": ["email"], "additionalProperties": False,
               "properties": {
                   "email": EMAIL,
@@ -146,6 +153,26 @@ PATHS: dict[str, Any] = {
                 # says what a useful one looks like without refusing the others.
                 "items": {"anyOf": [SUBSCRIBER, {"$ref": STORABLE_REF}]}}}))),
     },
+    "/lists/{id}/subscribe": {
+        "parameters": ID_PARAM,
+        "post": _id("subscribe", {
+            **_op("Ask for a subscription to the list (double opt-in, public: no token). The "
+                  "list's subscription form must be on. A confirmation email is sent; the "
+                  "address joins the list when its link is confirmed. The answer is the "
+                  "same whether or not the address is already on the list. At most "
+                  f"{subscriptions.RATE_PER_HOUR} requests per IP address per hour (429).",
+                  202, {"type": "object", "required": ["status", "message"],
+                        "properties": {"status": {"const": "pending"},
+                                       "message": {"type": "string"}}},
+                  400, 404, 409, 413, 422, 429,
+                  request=_request(["email"], {
+                      "email": EMAIL,
+                      "name": {"type": "string", "maxLength": lists.MAX_NAME,
+                               "pattern": rules.NO_NUL},
+                      "locale": {"type": "string", "enum": list(subscriptions.LOCALES),
+                                 "description": "the confirmation email's language"}})),
+            "security": []}),
+    },
     "/campaigns": {
         "post": _id("createCampaign", _with_links(_op(
             "Create a campaign (draft). Its templates are compiled at once: one the "
@@ -154,12 +181,12 @@ PATHS: dict[str, Any] = {
                 "name": {"type": "string", "pattern": rules.NOT_BLANK},
                 "list_id": {"type": "integer", "minimum": -BIGINT_MAX - 1,
                             "maximum": BIGINT_MAX},
-                "subject": {"type": "string", "pattern": rules.NOT_BLANK},
+                "subject": {"type": "string", "pattern": rules.PLAIN_NOT_BLANK,
+                            "description": "a template; no CR, LF or other control "
+                                           "character (it becomes a mail header)"},
                 "text": {"type": ["string", "null"], "pattern": rules.NO_NUL},
                 "html": {"type": ["string", "null"], "pattern": rules.NO_NUL},
-                "from": {"type": ["string", "null"], "pattern": rules.NO_NUL,
-                         "description": "an address or Name <address>; no CR, LF or other "
-                                        "control characters"}}, anyOf=[
+                "from": FROM}, anyOf=[
                 # A text or an HTML body, at least one of them not blank.
                 {"required": [body], "properties": {body: {
                     "type": "string", "pattern": rules.NOT_BLANK}}} for body in ("text",
@@ -228,7 +255,9 @@ PATHS: dict[str, Any] = {
             ["user_id", "email", "verify_url"], {
                 "user_id": USER_ID, "email": EMAIL, "verify_url": VERIFY_URL})),
         202, _links(GetJob=("getJob", BY_ID), Resend=("resendVerification", {
-            "requestBody": {"user_id": "$request.body#/user_id"}}))))},
+            # The user of the job answered (with an Idempotency-Key used before, that is
+            # the key's user, not necessarily the one in this request).
+            "requestBody": {"user_id": "$response.body#/user_id"}}))))},
     "/verifications/resend": {"post": _id("resendVerification", _op(
         "Resend the user's verification email (429 + Retry-After inside the cooldown; a "
         "still-waiting job is reused, reused=true)", 202, VERIFICATION,
@@ -278,7 +307,13 @@ KIND_BODY = {"type": "object", "properties": {
                         "maximum": kinds_input.MAX_COOLDOWN,
                         "description": "seconds; null: as for retry_schedule"},
     "dedupe_window": {"type": "integer", "minimum": 0, "maximum": kinds_input.MAX_WINDOW,
-                      "description": "seconds; 0 = no window"}},
+                      "description": "seconds; 0 = no window"},
+    "class": {"type": "string", "enum": ["critical", "lifecycle"],
+              "default": kinds_input.DEFAULT_CLASS,
+              "description": "a new kind without one is lifecycle mail"},
+    **{sample: {"type": ["object", "null"], "description": "what the preview renders with "
+                                                           "(null: nothing, {})"}
+       for sample in ("sample_data", "sample_event")}},
     "additionalProperties": False,
     "example": KIND_EXAMPLE}
 EVENT = {"type": "object", "required": ["name"], "properties": {
@@ -305,8 +340,9 @@ MESSAGE_BODY = _request(["kind", "user_id", "email"], {
     "kind": KIND_NAME, "user_id": USER_ID, "email": EMAIL,
     "data": {"type": "object", "description": "what the template sees as data (≤ 64 KB)"},
     "event": EVENT,
-    "send_at": {"type": "string", "format": "date-time",
-                "description": "schedule it: not in the past, at most a year ahead"}},
+    "send_at": {"type": "string", "format": "date-time", "pattern": messages.SEND_AT_PATTERN,
+                "description": "schedule it (before the year 3000); a time in the past "
+                               "sends at once"}},
     # The built-in verification kind's templates link to data.verify_url.
     **{"if": {"required": ["kind"], "properties": {"kind": {"const": kinds.BUILTIN}}},
        "then": {"required": ["data"], "properties": {"data": {
@@ -328,8 +364,10 @@ PATHS["/kinds/{name}"] = {
     "put": _also(_op("Create (201) or edit (200) a kind; fields left out keep their value "
                      "(a new kind's: its class's defaults). Template errors answer 422 with "
                      "the template and line; a name that is not one path segment (an "
-                     "encoded '/') reaches no kind: 404", 201, KIND, 400, 404, 413, 422,
-                     request=KIND_BODY),
+                     "encoded '/') reaches no kind: 404; the built-in kind stays critical "
+                     "and active, and a kind keeps a subject and a text or an HTML "
+                     "template (a new one must be given them): asking otherwise is 409",
+                     201, KIND, 400, 404, 409, 413, 422, request=KIND_BODY),
                  200, "edited", KIND)}
 PATHS["/messages"] = {
     "post": {**_op("Enqueue a message of a kind (202 at once). One message per user, kind "

@@ -90,15 +90,17 @@ def delivery_engine(web_engine: Any, config: Config, process: str = "serve") -> 
 
 def serve_app(app: Any, host: str, port: int, threads: int, pool: Any = None) -> None:
     """Serve ``app`` on waitress until SIGTERM/SIGINT, stopping ``pool`` gracefully first."""
-    from waitress import create_server
+    from webapp.http_server import make_server
 
     # waitress only stops bodies no endpoint may take: the CSV import's limit (the largest).
     # Below it the app answers, per endpoint: SENDDOCK_MAX_REQUEST_BYTES everywhere but the
     # import (a JSON 413 on the API), SENDDOCK_MAX_IMPORT_BYTES for the import.
     config = app.extensions["senddock"].config
     body_limit = max(config.max_request_bytes, config.max_import_bytes)
-    server = create_server(app, host=host, port=port, threads=threads, ident="SendDock",
-                           max_request_body_size=body_limit + 1)
+    server = make_server(app, host=host, port=port, threads=threads,
+                         body_limit=body_limit + 1,
+                         connection_limit=config.web_connection_limit,
+                         head_timeout=config.web_head_timeout)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if pool is not None:

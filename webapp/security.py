@@ -24,6 +24,13 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 UPLOAD_ENDPOINTS = frozenset({"lists.import_csv"})
 
 
+# Public POSTs that use no session and carry their own proof instead of the session's CSRF
+# token: the subscription form (a signed form token), the confirmation button (the signed
+# link) and the public subscribe API (JSON, no cookies read; answers the same either way).
+SIGNED_PUBLIC_POSTS = frozenset({"public.subscribe_submit", "public.subscribe_confirm_post",
+                                 "api.subscribe"})
+
+
 def _csrf_unless_bearer() -> None:
     # API calls authenticated by a bearer token carry no ambient credentials, so CSRF
     # cannot apply to them; everything else (forms, HTMX, browser API use) is checked.
@@ -32,6 +39,8 @@ def _csrf_unless_bearer() -> None:
         return
     if request.endpoint == "public.unsubscribe_one_click":
         return  # RFC 8058: mail clients POST without a session; the signed URL is the proof
+    if request.endpoint in SIGNED_PUBLIC_POSTS:
+        return  # no session: each carries its own signed proof (docs/security.md)
     if (request.endpoint or "").startswith("webhooks."):
         return  # providers POST without a session; each request carries its own proof
     csrf.protect()
@@ -88,9 +97,13 @@ def refuse_unstorable_text() -> None:
 
 
 def _headers(response: Response) -> Response:
+    if g.get("frameable"):  # a public subscription form, embeddable by any site
+        response.headers.setdefault("Content-Security-Policy", CSP.replace(
+            "frame-ancestors 'none'", "frame-ancestors *"))
     response.headers.setdefault("Content-Security-Policy", CSP)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    response.headers.setdefault("X-Frame-Options", "DENY")
+    if not g.get("frameable"):
+        response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("Referrer-Policy", "same-origin")
     response.headers.setdefault("Cross-Origin-Opener-Policy", "same-origin")
     if request.is_secure:

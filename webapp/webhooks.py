@@ -8,7 +8,9 @@ references that find the job (VERP bounce address, Message-ID, correlation ID).
   came from *some* SNS topic). Subscription confirmations are handed back to be confirmed.
 - SendGrid: the Signed Event Webhook, ECDSA P-256/SHA-256 over ``timestamp + body``.
 - Postmark: HTTP basic auth (the credentials put in the webhook URL).
-- Mailgun: HMAC-SHA256 of ``timestamp + token`` with the webhook signing key.
+- Mailgun: HMAC-SHA256 of ``timestamp + token`` with the webhook signing key; its replay
+  key (timestamp + token) is consumed as soon as the signature checks out, since the body
+  is not signed.
 - Generic: ``Authorization: Bearer <webhook token>`` (checked by the caller against the
   stored hashes), body ``{"type", "email", "message_id"?, "bounce"?, "reason"?}``.
 
@@ -24,10 +26,8 @@ import hashlib
 import hmac
 import json
 import re
-import ssl
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from workers.after_acceptance.reports import Feedback, bounce_class
+from workers.core import outgoing
 
 CORRELATION_HEADER = "x-senddock-correlation-id"
 
@@ -137,26 +138,48 @@ def sns_url_allowed(url: str, host_pattern: re.Pattern[str] = SNS_CERT_HOST) -> 
 
 class SnsCertificates:
     """Signing certificates by URL: checked against the SNS host allow-list *before* any
-    fetch, fetched over HTTPS with certificate verification, cached in memory.
+    fetch, fetched over HTTPS through the SSRF guard (:mod:`workers.core.outgoing`) with
+    certificate verification, cached in memory — failures too: a URL whose fetch failed is
+    not fetched again for ``failure_ttl`` seconds, and once ``max_failures`` fetches failed
+    within that time no new URL is fetched until the oldest failure expires, so anonymous
+    POSTs naming ever new certificate URLs cannot make SendDock fetch without end.
 
     ``fetch`` is the certificate source (tests pass one that serves their own
     certificate); the allow-list applies whatever the source."""
 
     def __init__(self, fetch: Callable[[str], bytes] | None = None,
-                 host_pattern: re.Pattern[str] = SNS_CERT_HOST, max_cached: int = 32) -> None:
+                 host_pattern: re.Pattern[str] = SNS_CERT_HOST, max_cached: int = 32,
+                 guard: outgoing.Guard | None = None, failure_ttl: float = 600,
+                 max_failures: int = 20) -> None:
         self._fetch = fetch or self._https_get
         self.host_pattern = host_pattern
+        self.guard = guard or outgoing.Guard()
         self._cache: dict[str, x509.Certificate] = {}
+        self._failed: dict[str, float] = {}  # URL -> when its fetch failed (monotonic)
         self._lock = threading.Lock()
         self.max_cached = max_cached
+        self.failure_ttl = failure_ttl
+        self.max_failures = max_failures
         self.fetches = 0
 
-    @staticmethod
-    def _https_get(url: str) -> bytes:
-        context = ssl.create_default_context()
-        with urllib.request.urlopen(url, timeout=10, context=context) as response:
-            data: bytes = response.read(65536)
-            return data
+    def _https_get(self, url: str) -> bytes:
+        answer = outgoing.request("GET", url, self.guard, max_bytes=65536)
+        if answer.status != 200:
+            raise OSError(answer.error or f"HTTP {answer.status}")
+        return answer.body
+
+    def _known_failure(self, url: str) -> bool:
+        """True when ``url`` failed recently, or too many fetches failed lately (the
+        caller must not fetch); drops expired failures."""
+        now = time.monotonic()
+        with self._lock:
+            for old in [u for u, at in self._failed.items() if now - at > self.failure_ttl]:
+                del self._failed[old]
+            return url in self._failed or len(self._failed) >= self.max_failures
+
+    def _remember_failure(self, url: str) -> None:
+        with self._lock:
+            self._failed[url] = time.monotonic()
 
     def get(self, url: str) -> x509.Certificate:
         if not sns_url_allowed(url, self.host_pattern) or not urlsplit(url).path.endswith(
@@ -166,16 +189,20 @@ class SnsCertificates:
             cert = self._cache.get(url)
         if cert is not None:
             return cert
+        if self._known_failure(url):
+            raise WebhookRejected(403, "the SNS signing certificate could not be fetched "
+                                       "(recently failed; not fetched again yet)")
         try:
             self.fetches += 1
             cert = x509.load_pem_x509_certificate(self._fetch(url))
-        except WebhookRejected:
-            raise
-        except Exception as exc:  # network, TLS or PEM trouble: the message is not verifiable
+        except Exception as exc:  # network, TLS, guard or PEM trouble: not verifiable
+            self._remember_failure(url)
+            reason = str(exc) if isinstance(exc, outgoing.Refused) else type(exc).__name__
             raise WebhookRejected(403, f"the SNS signing certificate could not be fetched: "
-                                       f"{type(exc).__name__}") from None
+                                       f"{reason}") from None
         now = datetime.now(UTC)
         if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+            self._remember_failure(url)
             raise WebhookRejected(403, "the SNS signing certificate is expired")
         with self._lock:
             if len(self._cache) >= self.max_cached:
@@ -317,10 +344,13 @@ def parse_ses(body: bytes, certificates: SnsCertificates, topics: frozenset[str]
         raise WebhookRejected(400, "an SNS message is a JSON object")
     if not topics:
         raise WebhookRejected(403, "SENDDOCK_SES_TOPIC_ARNS is not set: SES webhooks are off")
-    verify_sns(message, certificates)
+    # The cheap checks first: a malformed message, one for another topic, or an old one,
+    # costs no certificate fetch.
+    sns_string_to_sign(message)
     if message.get("TopicArn") not in topics:
         raise WebhookRejected(403, "the SNS topic is not one of SENDDOCK_SES_TOPIC_ARNS")
     _fresh(_sns_time(message.get("Timestamp")), max_age, "the SNS message")
+    verify_sns(message, certificates)
     inbound = Inbound("ses", f"sns:{message.get('MessageId')}")
     kind = message["Type"]
     if kind == "SubscriptionConfirmation":
@@ -377,8 +407,11 @@ def parse_sendgrid(body: bytes, headers: Any, public_key: ec.EllipticCurvePublic
     items = _json(body)
     if not isinstance(items, list):
         raise WebhookRejected(400, "a SendGrid event webhook body is a JSON array")
+    # The replay key is what the signature covers (timestamp and body), not the
+    # signature's text: base64 with junk characters ("!", "*", which b64decode skips) and
+    # ECDSA's mirror signature (r, n - s) verify too, and must not make a new request.
     inbound = Inbound("sendgrid", "sendgrid:" + hashlib.sha256(
-        signature.encode() + b"|" + stamp.encode()).hexdigest())
+        stamp.encode() + b"|" + body).hexdigest())
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("event"), str):
             raise WebhookRejected(400, "every SendGrid event is an object with an event")
@@ -471,8 +504,12 @@ def parse_postmark(body: bytes) -> Inbound:
 
 # --- Mailgun -----------------------------------------------------------------------------
 
-def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbound:
-    """Authenticate a Mailgun webhook (HMAC-SHA256 of timestamp + token) and read it."""
+def verify_mailgun(body: bytes, signing_key: str | None) -> tuple[dict[str, Any], str]:
+    """Check a Mailgun webhook's signature (HMAC-SHA256 of timestamp + token). Returns the
+    body and its replay key, built from what Mailgun signs — the timestamp and the token,
+    not the body. The caller consumes that key at once, whatever becomes of the request
+    (:func:`read_mailgun` may still refuse it): the signature does not cover the body, so
+    a refused request's signature must not be usable again with another body."""
     if not signing_key:
         raise WebhookRejected(403, "SENDDOCK_MAILGUN_SIGNING_KEY is not set: Mailgun "
                                    "webhooks are off")
@@ -484,8 +521,16 @@ def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbou
                                                                 "signature"))
     expected = hmac.new(signing_key.encode(), (stamp + token).encode(),
                         hashlib.sha256).hexdigest()
-    if not token or not hmac.compare_digest(expected, given):
+    if not token or not hmac.compare_digest(expected, given.lower()):
         raise WebhookRejected(403, "the Mailgun signature does not match")
+    key = "mailgun:" + hashlib.sha256(f"{stamp}|{token}".encode()).hexdigest()
+    return item, key
+
+
+def read_mailgun(item: dict[str, Any], max_age: float) -> Inbound:
+    """A verified Mailgun webhook (see :func:`verify_mailgun`, whose key it has consumed)
+    read as events."""
+    stamp = str(item["signature"].get("timestamp", ""))
     try:
         _fresh(float(stamp), max_age, "the Mailgun timestamp")
     except ValueError:
@@ -493,12 +538,21 @@ def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbou
     data = item.get("event-data")
     if not isinstance(data, dict) or not isinstance(data.get("event"), str):
         raise WebhookRejected(400, "the Mailgun body has no event-data")
-    inbound = Inbound("mailgun", f"mailgun:{token}")
+    inbound = Inbound("mailgun", None)  # its key was consumed before reading
     event = _mailgun_event(data)
     if event is None:
         inbound.ignored = 1
     else:
         inbound.events.append(event)
+    return inbound
+
+
+def parse_mailgun(body: bytes, signing_key: str | None, max_age: float) -> Inbound:
+    """Verify and read a Mailgun webhook in one go, its replay key on the result (for
+    callers that consume it with the effects; the web route consumes it first)."""
+    item, key = verify_mailgun(body, signing_key)
+    inbound = read_mailgun(item, max_age)
+    inbound.replay_key = key
     return inbound
 
 

@@ -79,4 +79,14 @@
       event.preventDefault();
     }
   }, true);
+  // "Choose all on this page": <input type="checkbox" data-select-all="FORM-ID"> checks or
+  // unchecks every checkbox that belongs to that form (form="FORM-ID").
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box || !box.hasAttribute || !box.hasAttribute("data-select-all")) { return; }
+    var form = box.getAttribute("data-select-all");
+    document.querySelectorAll('input[type=checkbox][form="' + form + '"]').forEach(function (c) {
+      c.checked = box.checked;
+    });
+  });
 })();

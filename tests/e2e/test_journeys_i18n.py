@@ -22,11 +22,11 @@ PASSWORD = "demo-password-123"
 WORDS = {
     "en": {"dashboard": "Dashboard", "review": "Review and send…", "send": "Send now to",
            "sent": "sent", "done": "100.0 %", "resend": "Resend to", "jobs": "Jobs",
-           "failed_tab": "Failed", "retry_all": r"Retry all \d+ matching",
+           "failed_tab": "Failed", "retry_all": r"Retry (all \d+|the one) matching",
            "user": "User u-77", "login": "Log in"},
     "es": {"dashboard": "Panel", "review": "Revisar y enviar…", "send": "Enviar ahora a",
            "sent": "enviada", "done": "100,0 %", "resend": "Reenviar a", "jobs": "Trabajos",
-           "failed_tab": "Fallidos", "retry_all": r"Reintentar los \d+ que coinciden",
+           "failed_tab": "Fallidos", "retry_all": r"Reintentar (los \d+|el único) que coincide",
            "user": "Usuario u-77", "login": "Iniciar sesión"},
 }
 

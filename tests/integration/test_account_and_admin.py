@@ -82,7 +82,10 @@ def test_logins_and_failed_logins_are_in_a_readable_audit_log(
     failed = _text(browser.get("/admin/audit?action=user.login_failed").get_data(
         as_text=True))
     assert "user.login_failed nobody@example.org" in failed
-    assert "wrong email or password" in failed and "remote addr" in failed
+    assert "wrong email or password" in failed and "IP address 127.0.0.1" in failed
+    spanish = _text(browser.get("/admin/audit?action=user.login_failed",
+                                headers={"Accept-Language": "es"}).get_data(as_text=True))
+    assert "motivo wrong email or password dirección IP 127.0.0.1" in spanish  # keys in Spanish
     logins = _text(browser.get("/admin/audit?action=user.login").get_data(as_text=True))
     assert f"{admin['email']} user.login user:{admin['id']}" in logins
     browser.post("/inbox/retry-all", {"kind": "verification", "as_of": "2030-01-01T00:00:00"})

@@ -143,3 +143,28 @@ def test_a_sent_campaign_is_read_only_with_duplicate(
                             ).all()
     assert [tuple(r) for r in rows] == [("Launch", "sending", "Hello {{ name }}"),
                                         ("Launch (copy)", "draft", "Hello {{ name }}")]
+
+
+def test_the_unknown_variable_warning_shows_whenever_it_applies(
+        client: Any, engine: sa.Engine, make_user: Any) -> None:
+    """Issue 29: the warning showed once after saving (a flash) and never again except on
+    Review. It is on the draft's page, in the composer and on Review as long as it applies,
+    in the page's language."""
+
+    campaign = make_campaign(engine, ["a@example.org"], send=False)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE campaigns SET text_body = 'Hi {{ nmae }}' WHERE id = :c"),
+                     {"c": campaign["id"]})
+    browser = Browser(client, make_user("marketer"))
+    for path in (f"/campaigns/{campaign['id']}", f"/campaigns/{campaign['id']}/edit",
+                 f"/campaigns/{campaign['id']}/send"):
+        for _ in range(2):  # every time, not once
+            page = browser.get(path).get_data(as_text=True)
+            assert 'id="review-warnings"' in page and "nmae" in page, path
+        spanish = browser.get(path, headers={"Accept-Language": "es"}).get_data(as_text=True)
+        assert "Revisa antes de enviar" in spanish and "no es una variable" in spanish, path
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE campaigns SET text_body = 'Hi {{ name }}' WHERE id = :c"),
+                     {"c": campaign["id"]})
+    assert 'id="review-warnings"' not in browser.get(f"/campaigns/{campaign['id']}").get_data(
+        as_text=True)

@@ -20,7 +20,12 @@ from tests.helpers import accepted_campaign, make_campaign, place_jobs
 from workers.after_acceptance import event_queue, feedback
 from workers.after_acceptance.event_webhooks import EventDeliverer, new_secret
 from workers.after_acceptance.reports import Feedback
+from workers.core import outgoing
 from workers.delivery.pool import Pool
+
+# The receivers listen on loopback, which the SSRF guard refuses unless named
+# (SENDDOCK_OUTGOING_ALLOW).
+RECEIVERS = outgoing.Guard.parse_allow("127.0.0.1", timeout=2)
 
 
 class Receiver:
@@ -111,18 +116,27 @@ def test_down_then_disabled_then_back_delivers_everything(engine: sa.Engine,
                                       "GROUP BY event ORDER BY event")).all()
     assert dict(queued) == {"sent": 5, "bounced": 1, "complained": 1, "unsubscribed": 1}
 
-    deliverer = EventDeliverer(engine, "test-worker", schedule=(0,) * 20, disable_after=3,
-                               timeout=2)
-    # The receiver is down: connection refused, three times in a row -> disabled (alarm).
-    for _ in range(3):
+    deliverer = EventDeliverer(engine, "test-worker", schedule=(0,) * 40,
+                               disable_after=3600, guard=RECEIVERS)
+    # The receiver is down: connection refused, over and over within seconds -> not
+    # disabled (issue 29: a count of failures is no measure of an endpoint that is gone).
+    for _ in range(12):
         deliverer.run_once()
+    with engine.connect() as conn:
+        assert event_queue.disabled_endpoints(conn) == []
+        [ep] = event_queue.endpoints(conn)
+    assert ep["consecutive_failures"] == 12 and ep["failing_since"] is not None
+    # ...until it has answered no 2xx for the whole hour: then disabled (alarm).
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE webhook_endpoints SET failing_since = failing_since "
+                             "- interval '1 hour'"))
+    deliverer.run_once()
     with engine.connect() as conn:
         [alarm] = event_queue.disabled_endpoints(conn)
         waiting = conn.execute(sa.text("SELECT count(*) FROM webhook_deliveries WHERE status "
                                        "IN ('pending', 'retry')")).scalar()
-    assert alarm["id"] == endpoint and "3 failed deliveries in a row" in alarm["disabled_reason"]
-    assert "ConnectionRefused" in alarm["disabled_reason"] or "refused" in alarm[
-        "disabled_reason"].lower()
+    assert alarm["id"] == endpoint
+    assert outgoing.NO_ANSWER in alarm["disabled_reason"]
     assert waiting == 8  # nothing failed for good, nothing lost
     assert deliverer.run_once() == 0  # a disabled endpoint is not called
 
@@ -150,7 +164,8 @@ def test_down_then_disabled_then_back_delivers_everything(engine: sa.Engine,
                                            "GROUP BY status")).all())
         [ep] = event_queue.endpoints(conn)
     assert states == {"delivered": 8}
-    assert (ep["consecutive_failures"], ep["last_status"], ep["disabled_at"]) == (0, 200, None)
+    assert (ep["consecutive_failures"], ep["last_status"], ep["disabled_at"],
+            ep["failing_since"]) == (0, 200, None, None)
     # A tampered body fails verification (what the receiver's check is worth).
     req = next(r for r in receiver.requests if r["answered"] == 200)
     with pytest.raises(Exception):  # noqa: B017 (standardwebhooks' own verification error)
@@ -169,7 +184,7 @@ def test_the_pool_delivers_sent_and_failed_events_of_real_sends(
     sink.set_rules({"rules": [{"match": "rejected@example.com",
                                "reply": "554 5.7.1 policy rejection"}]})
     make_campaign(engine, ["a@example.com", "b@example.com", "rejected@example.com"])
-    pool = Pool(engine, config_for(sink.port), node="events-test")
+    pool = Pool(engine, config_for(sink.port, OUTGOING_ALLOW="127.0.0.1"), node="events-test")
     pool.start()
     try:
         wait_for(lambda: len(verified(secret, receiver.requests)) == 3, timeout=30,
@@ -194,7 +209,8 @@ def test_a_claim_left_by_a_dead_deliverer_is_delivered_after_its_lease(
     accepted_campaign(engine, ["lease@example.com"])
     with engine.begin() as conn:
         [claimed] = event_queue.claim_deliveries(conn, "dead-worker", 10)
-    deliverer = EventDeliverer(engine, "live-worker", schedule=(0,), disable_after=3, timeout=2)
+    deliverer = EventDeliverer(engine, "live-worker", schedule=(0,), disable_after=3,
+                               guard=RECEIVERS)
     assert deliverer.run_once() == 0  # the dead worker's lease still holds
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE webhook_deliveries SET claimed_at = now() - "
@@ -205,3 +221,48 @@ def test_a_claim_left_by_a_dead_deliverer_is_delivered_after_its_lease(
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT status FROM webhook_deliveries")).scalar() == \
             "delivered"
+
+
+def test_the_alarm_is_for_admins_and_never_shows_credentials_or_query(
+        engine: sa.Engine, app: Any, make_user: Any) -> None:
+    """Issue 29: the banner showed on every page, for marketers too, with the endpoint's
+    full URL (credentials and query string included)."""
+    from tests.helpers import Browser
+    from webapp.domain import health
+
+    secret_url = "https://hook-user:s3cr3t-pw@hooks.example.com:8443/in/senddock?token=tok-999"
+    with engine.begin() as conn:
+        failing = event_queue.create_endpoint(conn, url=secret_url, secret=new_secret(),
+                                              events=["sent"])
+        gone = event_queue.create_endpoint(conn, url=secret_url + "&b=2", secret=new_secret(),
+                                           events=["sent"])
+        conn.execute(sa.text("""
+            UPDATE webhook_endpoints SET failing_since = now() - interval '2 hours',
+                   consecutive_failures = 40 WHERE id = :a"""), {"a": failing})
+        conn.execute(sa.text("""
+            UPDATE webhook_endpoints SET failing_since = now() - interval '3 days 1 hour',
+                   disabled_at = now(), consecutive_failures = 900,
+                   disabled_reason = 'HTTP 503' WHERE id = :b"""), {"b": gone})
+    admin = Browser(app.test_client(), make_user("admin"))
+    marketer = Browser(app.test_client(), make_user("marketer"))
+    for headers, words in (({}, ("was disabled after answering no 2xx since",
+                                 "has answered no 2xx since")),
+                           ({"Accept-Language": "es"}, ("se desactivó tras no responder 2xx",
+                                                        "no responde 2xx desde"))):
+        health._alarm_cache.clear()
+        page = admin.get("/", headers=headers).get_data(as_text=True)
+        banner = page[page.index('id="alarms"'):page.index("<main>")]
+        assert 'data-alarm="event_webhook_disabled"' in banner
+        assert 'data-alarm="event_webhook_failing"' in banner
+        assert all(w in banner for w in words), banner
+        assert "https://hooks.example.com:8443/in/senddock" in banner
+        assert "s3cr3t" not in banner and "tok-999" not in banner and "hook-user" not in banner
+        shown = marketer.get("/", headers=headers).get_data(as_text=True)
+        assert "event_webhook" not in shown and "hooks.example.com" not in shown
+
+
+def test_display_url_keeps_only_scheme_host_port_and_path() -> None:
+    assert event_queue.display_url("https://u:p@h.example:444/a/b?x=1#f") == \
+        "https://h.example:444/a/b"
+    assert event_queue.display_url("http://[::1]:8080/x?y") == "http://[::1]:8080/x"
+    assert event_queue.display_url("http://h.example") == "http://h.example"

@@ -414,10 +414,16 @@ def test_oversized_bodies_answer_413(app: Any, engine: sa.Engine, sink: Any,
 # --- the pages get bad input too ---------------------------------------------------------
 
 BAD_VALUES = ["\x00", "a\x00b", "-1", "0", "abc", "99999999999999999999999", "1.5",
-              "2026-13-45", "2026-02-30T25:61", "<script>", "%", "😀" * 3, " ", "x" * 5000]
+              "2026-13-45", "2026-02-30T25:61", "<script>", "%", "😀" * 3, " ", "x" * 5000,
+              # issue 30: an unknown kind (KeyError), a valid address (the suppression form's
+              # TypeError), digits int() refuses ("²", 5,000 of them), a huge count.
+              "zzz", "walk@example.com", "²", "9" * 5000, "5000000"]
 FORM_FIELDS = ("name", "email", "emails", "role", "active", "q", "note", "reason", "list_id",
                "subject", "text", "html", "from", "at", "tz", "password", "as_of", "campaign",
-               "kind", "class", "description", "attributes", "subscriber", "action", "after")
+               "kind", "class", "description", "attributes", "subscriber", "action", "after",
+               "before", "columns", "role_0", "state", "page", "only", "reason", "event",
+               "events", "kinds", "url", "user_id", "language", "secret_for", "fragment",
+               "back", "next", "scope", "status", "sort", "limit", "offset", "days")
 
 
 def test_text_the_database_cannot_store_is_422_naming_the_field(

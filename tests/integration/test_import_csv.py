@@ -141,13 +141,22 @@ def test_check_first_is_a_dry_run_with_column_mapping_and_shape_report(
     text = page.get_data(as_text=True)
     assert page.status_code == 200, text
     assert "Dry run: nothing was saved" in text and 'id="import-added">3<' in text
-    assert "1 line</strong> had more fields than the header" in text and "line 3" in text
-    assert "1 line</strong> had fewer fields" in text and "“City” (1)" in text
+    assert ("1 line has more fields than the header's 4 columns; the extra values would "
+            "not be imported") in text and "line 3" in text  # not "were would not be"
+    assert "1 line had fewer fields" in text and "“City” (1)" in text
+    spanish = client.post(f"/lists/{list_id}/import", data={
+        "csrf_token": browser.token, "action": "check",
+        "file": (io.BytesIO(data.encode()), "people.csv")},
+        content_type="multipart/form-data", headers={"Accept-Language": "es"}
+    ).get_data(as_text=True)
+    assert "1 línea tiene más campos que las 4 columnas de la cabecera" in spanish
+    assert "1 línea tenía menos campos" in spanish and "tenían" not in spanish
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM subscribers")).scalar() == 1
         assert conn.execute(sa.text("SELECT count(*) FROM audit_log WHERE action = "
                                     "'list.import'")).scalar() == 0
-    action = re.search(r'action="(/lists/\d+/import/[^"]+)"', text)[1]
+    # The second check (in Spanish) is the upload the import goes on with.
+    action = re.search(r'action="(/lists/\d+/import/[^"]+)"', spanish)[1]
     roles = re.findall(r'<option value="(\w+)" selected>', text)
     assert roles == ["email", "name", "attribute", "attribute"]
     done = client.post(action, data={"csrf_token": browser.token, "action": "import",

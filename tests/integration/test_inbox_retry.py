@@ -4,6 +4,7 @@ support reads but cannot act. The end-to-end retry runs the real pool against th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -168,3 +169,66 @@ def test_retry_all_of_a_campaign_sends_again(engine: sa.Engine, sink: Any, clien
     delivered = [rcpt for r in sink.records() for rcpt in r["rcpt_tos"]]
     assert sorted(delivered) == sorted(
         ["ok@example.org", "policy1@example.org", "policy2@example.org"])
+
+
+def _inbox_text(browser: Browser, query: str = "", lang: str = "en") -> str:
+    return browser.get(f"/inbox/{query}", headers={"Accept-Language": lang}).get_data(
+        as_text=True)
+
+
+@pytest.mark.parametrize("lang", ["en", "es"])
+def test_retry_all_is_not_offered_for_addresses_it_cannot_retry(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]],
+        lang: str) -> None:
+    """Issue 29: "Retry all 59" was offered for 59 suppressed addresses (it could only
+    refuse them all); and the failed tab said 121 above a filtered list of 59."""
+    with engine.begin() as conn:
+        for i in range(3):
+            add_job(conn, f"gone{i}@example.org", "bounced", error_class="hard_bounce")
+            suppressions.suppress(conn, f"gone{i}@example.org", "bounced", actor="t")
+        for i in range(2):
+            add_job(conn, f"soft{i}@example.org", error_class="transient")
+    browser = Browser(client, make_user("admin"))
+    bounced = _inbox_text(browser, "?class=hard_bounce", lang)
+    assert 'id="retry-all-button"' not in bounced
+    assert 'id="retry-none"' in bounced
+    tab = re.search(r'data-tab="failed">[^<]*<span class="count">(\d+)</span>', bounced)
+    assert tab and tab[1] == "3"  # the tab counts the list below it, not all 5
+    everything = _inbox_text(browser, "", lang)
+    button = re.search(r'id="retry-all-button">([^<]+)<', everything)
+    assert button and ("Retry all 2 matching" if lang == "en"
+                       else "Reintentar los 2 que coinciden") in button[1]
+    left_out = re.search(r'id="retry-left-out">([^<]+)<', everything)
+    assert left_out and left_out[1].startswith("3 ")
+    confirm = re.search(r'class="actions retry-all"\s+data-confirm="([^"]+)"', everything)
+    assert confirm and (("Retry all 2 failed or bounced jobs in the inbox" in confirm[1])
+                        if lang == "en" else ("¿Reintentar los 2 trabajos" in confirm[1]))
+
+
+def test_retry_and_dismiss_the_chosen_jobs(
+        client: Any, app: Any, engine: sa.Engine,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    with engine.begin() as conn:
+        ids = [add_job(conn, f"pick{i}@example.org") for i in range(4)]
+        suppressions.suppress(conn, "pick3@example.org", "bounced", actor="t")
+    browser = Browser(client, make_user("admin"))
+    page = _inbox_text(browser)
+    assert 'form="inbox-chosen"' in page and 'id="chosen-retry"' in page
+    retried = browser.post("/inbox/chosen", {"action": "retry", "back": "/inbox/",
+                                             "job": [str(ids[0]), str(ids[3])]})
+    assert retried.status_code == 200
+    dismissed = browser.client.post("/inbox/chosen", data={
+        "csrf_token": browser.token, "action": "dismiss", "job": [str(ids[1]), str(ids[2])]},
+        headers={"Accept-Language": "es"}, follow_redirects=True)
+    assert "2 trabajos descartados." in dismissed.get_data(as_text=True)
+    with engine.connect() as conn:
+        rows = dict(conn.execute(sa.text(
+            "SELECT id, status || coalesce(':' || (dismissed_at IS NOT NULL)::text, '') "
+            "FROM delivery_jobs WHERE id = ANY(:ids)"), {"ids": ids}).all())
+    assert rows[ids[0]] == "pending:false" or rows[ids[0]].startswith("pending")
+    assert rows[ids[3]].startswith("failed")  # suppressed: left out, and said
+    assert rows[ids[1]].endswith("true") and rows[ids[2]].endswith("true")
+    support = Browser(app.test_client(), make_user("support"))
+    assert 'form="inbox-chosen"' not in _inbox_text(support)  # read-only for support
+    assert support.post("/inbox/chosen", {"action": "dismiss", "job": [str(ids[0])]},
+                        follow_redirects=False).status_code == 403

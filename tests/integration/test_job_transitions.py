@@ -15,7 +15,7 @@ from tests.helpers import make_campaign
 from workers.core import states
 from workers.delivery import queue
 
-MIGRATION = ROOT / "migrations" / "versions" / "0021_arch_job_transitions.py"
+MIGRATION = ROOT / "migrations" / "versions" / "0022_arch_job_transitions.py"
 
 
 def _job(conn: sa.Connection, status: str) -> int:

@@ -48,7 +48,7 @@ def test_tabs_count_exactly_and_list_in_order(
     browser = Browser(client, make_user("admin"))
     page = browser.get("/jobs/").get_data(as_text=True)
     assert _tab_counts(page) == {"waiting": 51, "retrying": 10, "sending": 0, "held": 0,
-                                 "scheduled": 0, "failed": 3}
+                                 "scheduled": 0, "sent": 0, "failed": 3, "cancelled": 0}
     assert len(re.findall(r'<td class="email">', page)) == 50  # one page
     nxt = re.search(r'href="([^"]+)" rel="next"', page)
     rest = browser.get(unescape(nxt[1])).get_data(as_text=True)
@@ -81,7 +81,7 @@ def test_retry_keeps_the_filtered_list_and_retry_all_says_how_many(
     dismissed = browser.post(f"/inbox/{made['failed'][1]}/dismiss",
                              {"back": "/inbox/?kind=verification"})
     assert dismissed.request.args["kind"] == "verification"
-    assert "Retry all 1 matching" in dismissed.get_data(as_text=True)
+    assert "Retry the one matching" in dismissed.get_data(as_text=True)
 
 
 def test_queue_health_numbers_link_into_the_browser(
@@ -99,3 +99,111 @@ def test_the_browser_is_for_admins(client: Any, make_user: Callable[..., dict[st
                                    ) -> None:
     for role in ("marketer", "support"):
         assert Browser(client, make_user(role)).get("/jobs/").status_code == 403
+
+
+# --- issue 29: Sent and Cancelled tabs, bulk actions -------------------------------------
+
+def _finished(engine: sa.Engine, campaign_id: int, n: int, status: str) -> list[int]:
+    """``n`` of the campaign's pending jobs finished as ``status``, one second apart."""
+    with engine.begin() as conn:
+        return list(place_jobs(conn, sa.text("""
+            WITH picked AS (SELECT id, row_number() OVER (ORDER BY id) AS i FROM delivery_jobs
+                             WHERE campaign_id = :c AND status = 'pending' ORDER BY id
+                             LIMIT :n)
+            UPDATE delivery_jobs j SET status = :s, attempts = 1,
+                   finished_at = now() - make_interval(secs => 1000 - picked.i)
+              FROM picked WHERE j.id = picked.id RETURNING j.id"""),
+            {"c": campaign_id, "n": n, "s": status}).scalars())
+
+
+def test_sent_and_cancelled_tabs_list_newest_first_in_keyset_pages(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    campaign = make_campaign(engine, [f"s{i:02d}@example.org" for i in range(70)])
+    with engine.begin() as conn:
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+    sent = _finished(engine, campaign["id"], 45, "sent")
+    cancelled = _finished(engine, campaign["id"], 6, "cancelled")
+    browser = Browser(client, make_user("admin"))
+    page = browser.get("/jobs/?state=sent").get_data(as_text=True)
+    counts = _tab_counts(page)
+    assert (counts["sent"], counts["cancelled"]) == (45, 6)
+    shown = [int(i) for i in re.findall(r'<td class="num"><a href="/inbox/(\d+)', page)]
+    assert shown == sorted(sent, reverse=True)  # newest first, all 45 on one page
+    gone = browser.get("/jobs/?state=cancelled").get_data(as_text=True)
+    assert [int(i) for i in re.findall(r'<td class="num"><a href="/inbox/(\d+)', gone)] == \
+        sorted(cancelled, reverse=True)
+    spanish = browser.get("/jobs/?state=sent", headers={"Accept-Language": "es"}).get_data(
+        as_text=True)
+    assert 'data-tab="sent">Enviados' in spanish and 'data-tab="cancelled">Cancelados' in spanish
+    more = _finished(engine, campaign["id"], 8, "sent")  # 53: two pages
+    first = browser.get("/jobs/?state=sent").get_data(as_text=True)
+    nxt = re.search(r'href="([^"]+)" rel="next"', first)
+    rest = browser.get(unescape(nxt[1])).get_data(as_text=True)
+    both = re.findall(r'<td class="num"><a href="/inbox/(\d+)', first + rest)
+    assert sorted(int(i) for i in both) == sorted(sent + more) and len(both) == 53
+
+
+def test_the_sent_tab_reads_an_index_not_the_table(engine: sa.Engine) -> None:
+    from webapp.domain import queue_reads
+
+    with engine.connect() as conn:
+        conn.execute(sa.text("SET enable_seqscan = off"))
+        sql = str(conn.execute(sa.text("""
+            EXPLAIN SELECT j.id FROM delivery_jobs j WHERE j.status = 'sent'
+             ORDER BY j.finished_at DESC, j.id DESC LIMIT 51""")).scalars().all())
+        assert "delivery_jobs_sent_idx" in sql and "Sort" not in sql, sql
+        rows = queue_reads.jobs_in_state(conn, "sent", queue_reads.JobFilter(), limit=5)
+    assert rows == []
+
+
+def test_bulk_cancel_and_run_now_the_chosen_jobs(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    _queue(engine)
+    browser = Browser(client, make_user("admin"))
+    with engine.connect() as conn:
+        waiting = list(conn.execute(sa.text(
+            "SELECT id FROM delivery_jobs WHERE status = 'pending' ORDER BY id LIMIT 3")).scalars())
+        retrying = list(conn.execute(sa.text(
+            "SELECT id FROM delivery_jobs WHERE status = 'retry' ORDER BY id LIMIT 2")).scalars())
+    page = browser.get("/jobs/?state=waiting").get_data(as_text=True)
+    assert 'id="bulk-cancel"' in page and 'form="bulk-form"' in page
+    answer = browser.post("/jobs/bulk", {"action": "cancel", "job": [str(i) for i in waiting],
+                                         "back": "/jobs/?state=waiting"})
+    assert "3 jobs cancelled." in _text(answer.get_data(as_text=True))
+    again = browser.post("/jobs/bulk", {"action": "cancel", "job": [str(waiting[0])],
+                                        "back": "/jobs/?state=waiting"})
+    assert "had already moved on" in _text(again.get_data(as_text=True))
+    now = browser.client.post("/jobs/bulk", data={
+        "csrf_token": browser.token, "action": "retry_now", "job": [str(i) for i in retrying]},
+        headers={"Accept-Language": "es"}, follow_redirects=True)
+    assert "2 trabajos ya tocan." in _text(now.get_data(as_text=True))
+    with engine.connect() as conn:
+        states = dict(conn.execute(sa.text(
+            "SELECT id, status FROM delivery_jobs WHERE id = ANY(:ids)"),
+            {"ids": waiting + retrying}).all())
+        due = conn.execute(sa.text("SELECT bool_and(available_at <= now()) FROM delivery_jobs "
+                                   "WHERE id = ANY(:ids)"), {"ids": retrying}).scalar()
+        audited = conn.execute(sa.text("SELECT count(*) FROM audit_log WHERE action IN "
+                                       "('jobs.cancel', 'jobs.retry_now')")).scalar()
+    assert [states[i] for i in waiting] == ["cancelled"] * 3 and due and audited == 3
+    assert [states[i] for i in retrying] == ["retry", "retry"]
+
+
+def test_bulk_actions_need_an_admin_and_the_csrf_token(
+        client: Any, app: Any, engine: sa.Engine,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    _queue(engine)
+    with engine.connect() as conn:
+        job = conn.execute(sa.text("SELECT id FROM delivery_jobs WHERE status = 'pending' "
+                                   "LIMIT 1")).scalar_one()
+    for role in ("support", "marketer"):
+        other = Browser(app.test_client(), make_user(role))
+        refused = other.post("/jobs/bulk", {"action": "cancel", "job": [str(job)]},
+                             follow_redirects=False)
+        assert refused.status_code == 403, role
+    admin = Browser(client, make_user("admin"))
+    forged = admin.client.post("/jobs/bulk", data={"action": "cancel", "job": [str(job)]})
+    assert forged.status_code in (400, 403)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT status FROM delivery_jobs WHERE id = :j"),
+                            {"j": job}).scalar() == "pending"

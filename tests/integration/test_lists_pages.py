@@ -104,7 +104,8 @@ def test_export_streams_csv_that_imports_back(engine: sa.Engine) -> None:
         text = "".join(lists.export_csv(conn, list_id))
     rows = list(csv.DictReader(io.StringIO(text)))
     assert len(rows) == 8
-    assert rows[0].keys() == {"email", "name", "status", "added_at", "plan"}
+    assert rows[0].keys() == {"email", "name", "status", "added_at", *lists.CONSENT_COLUMNS,
+                              "plan"}
     assert {r["plan"] for r in rows} == {"pro", "free", ""}
     assert [r["name"] for r in rows if r["email"] == "formula@example.org"] == [
         "'=HYPERLINK(\"x\")"]

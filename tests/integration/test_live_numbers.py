@@ -179,3 +179,122 @@ def test_finish_time_is_the_first_completion_and_retries_are_shown_apart(
     page = browser.get(f"/campaigns/{campaign['id']}?fragment=live").get_data(as_text=True)
     assert f"Finished at {first.astimezone(UTC):%Y-%m-%d %H:%M} UTC" in page
     assert 'id="campaign-retried-finished">Messages retried later finished at' in page
+
+
+# --- issue 29: the first and last seconds, and a cancelled campaign ----------------------
+
+SPANISH = {"Accept-Language": "es"}
+
+
+def _text(page: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page))
+
+
+def test_no_eta_while_the_rate_is_still_climbing(engine: sa.Engine) -> None:
+    """A pool ramping up: 20 finishes over the first 20 s, then 100 in the last 10 s. The
+    30-s rate (4/s) would promise far too long a wait; the page says it is estimating."""
+    campaign = _sending(engine, 600)
+    _finish(engine, campaign["id"], 20, seconds_ago=29, spread=18)
+    _finish(engine, campaign["id"], 100, seconds_ago=9.5, spread=9)
+    live = _live(engine, campaign["id"])
+    assert live["rate"] is not None and live["eta_seconds"] is None
+
+
+def test_steady_rate_gives_an_eta(engine: sa.Engine) -> None:
+    campaign = _sending(engine, 600)
+    _finish(engine, campaign["id"], 90, seconds_ago=29.5, spread=29)
+    live = _live(engine, campaign["id"])
+    assert live["eta_seconds"] is not None
+
+
+def test_no_rate_once_the_queue_emptied(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """All finished a second ago but the campaign is not yet marked sent: no "164
+    messages/s over the last 30 s" for a queue that is empty."""
+    campaign = _sending(engine, 300)
+    _finish(engine, campaign["id"], 300, seconds_ago=10, spread=9)
+    live = _live(engine, campaign["id"])
+    assert live["due"] == 0 and live["rate"] is None and live["eta_seconds"] is None
+    page = Browser(client, make_user("marketer")).get(
+        f"/campaigns/{campaign['id']}?fragment=live").get_data(as_text=True)
+    assert "messages/s" not in page and 'id="campaign-eta' not in page
+
+
+def test_a_retry_time_that_passed_reads_due_now(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    campaign = _sending(engine, 10)
+    _finish(engine, campaign["id"], 8, seconds_ago=60)
+    _retry(engine, campaign["id"], 2, due_in=[-50, -40])
+    browser = Browser(client, make_user("marketer"))
+    text = _text(browser.get(f"/campaigns/{campaign['id']}?fragment=live").get_data(
+        as_text=True))
+    assert "2 waiting to retry: the first are due now" in text, text
+    assert "next at" not in text
+    spanish = _text(browser.get(f"/campaigns/{campaign['id']}?fragment=live",
+                                headers=SPANISH).get_data(as_text=True))
+    assert "2 esperando reintento: los primeros ya tocan" in spanish, spanish
+
+
+def test_one_retry_time_is_said_once(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Two retries due in the same second: not "next at 01:02:44, last at 01:02:44."."""
+    campaign = _sending(engine, 10)
+    _finish(engine, campaign["id"], 8, seconds_ago=2)
+    _retry(engine, campaign["id"], 2, due_in=[600])
+    with engine.begin() as conn:  # the same second, different microseconds
+        conn.execute(sa.text("UPDATE delivery_jobs SET available_at = date_trunc('second', "
+                             "available_at) + make_interval(secs => id % 7 / 10.0) "
+                             "WHERE campaign_id = :c AND status = 'retry'"),
+                     {"c": campaign["id"]})
+    text = _text(Browser(client, make_user("marketer")).get(
+        f"/campaigns/{campaign['id']}?fragment=live").get_data(as_text=True))
+    assert re.search(r"2 waiting to retry at \d\d:\d\d:\d\d UTC\. Nothing else", text), text
+    assert "last at" not in text
+
+
+def _cancelled(engine: sa.Engine) -> dict[str, Any]:
+    """A campaign of 40: 10 sent, 2 failed, 1 bounced, 1 skipped, then cancelled (26)."""
+    from webapp.domain import campaigns
+
+    campaign = _sending(engine, 40)
+    _finish(engine, campaign["id"], 10, seconds_ago=5)
+    _finish(engine, campaign["id"], 2, seconds_ago=5, status="failed")
+    _finish(engine, campaign["id"], 1, seconds_ago=5, status="bounced")
+    _finish(engine, campaign["id"], 1, seconds_ago=5, status="skipped")
+    with engine.begin() as conn:
+        campaigns.cancel(conn, campaign["id"], actor="t")
+    return campaign
+
+
+def test_a_cancelled_campaign_is_not_read_as_done(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    campaign = _cancelled(engine)
+    live = _live(engine, campaign["id"])
+    assert live["processed"] == 14 and live["percent"] == 35.0
+    browser = Browser(client, make_user("marketer"))
+    page = browser.get(f"/campaigns/{campaign['id']}").get_data(as_text=True)
+    text = _text(page)
+    assert "40 of 40" not in text and "100.0 %" not in text
+    assert ("Cancelled after 14 of 40 (35.0 %): sent 10, failed or bounced 3, skipped 1; "
+            "26 never sent (cancelled).") in text, text
+    assert 'aria-label="10 sent and 26 cancelled of 40"' in page
+    assert re.search(r"Campaign cancelled at \d{4}-\d\d-\d\d \d\d:\d\d UTC\.", text)
+    spanish = _text(browser.get(f"/campaigns/{campaign['id']}", headers=SPANISH)
+                    .get_data(as_text=True))
+    assert ("Cancelada tras 14 de 40 (35,0 %): enviados 10, fallidos o rebotados 3, "
+            "omitidos 1; 26 nunca enviados (cancelados).") in spanish, spanish
+    assert re.search(r"Campaña cancelada el \d\d/\d\d/\d{4} \d\d:\d\d UTC\.", spanish)
+    assert "Cancelados a las" not in spanish
+
+
+def test_the_campaigns_list_has_a_cancelled_column(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    campaign = _cancelled(engine)
+    browser = Browser(client, make_user("marketer"))
+    for headers, word in (({}, "Cancelled"), (SPANISH, "Cancelados")):
+        page = browser.get("/campaigns/", headers=headers).get_data(as_text=True)
+        assert f'<th class="num">{word}</th>' in page
+        row = page[page.index(f'/campaigns/{campaign["id"]}"'):]
+        row = row[:row.index("</tr>")]
+        assert '<td class="num" data-col="cancelled">26</td>' in row
+        assert '<progress max="40" value="14">' in row  # how far it got, not a full bar

@@ -6,9 +6,14 @@ accepted, schema-invalid ones refused, 405 with ``Allow``, auth ignored, use aft
 ...) in every phase (coverage, fuzzing, stateful through the document's links) over every
 operation, once with an admin's token and once with a support user's. Zero failures.
 
-Bounded for the suite: ``SENDDOCK_SCHEMATHESIS_EXAMPLES`` (default 25 per operation) and
-a time cap per run; ``SENDDOCK_SCHEMATHESIS_SEED`` (default fixed, so a failure
-reproduces; ``random`` for a new one each run). The probe's longer run: examples 1000.
+Schemathesis runs as it comes: every check (``--checks all``), its default expectations,
+no configuration file and no check of ours — the document says what the server checks.
+
+Bounded by counts, never by time left (a time budget skipped the stateful phase on a busy
+machine): ``SENDDOCK_SCHEMATHESIS_EXAMPLES`` (default 25) examples per operation and as
+many stateful scenarios, of Schemathesis's default number of steps each;
+``SENDDOCK_SCHEMATHESIS_SEED`` (default fixed, so a failure reproduces; ``random`` for a
+new one each run). The probe's longer run: examples 1000.
 """
 
 from __future__ import annotations
@@ -27,12 +32,8 @@ import requests
 from tests.conftest import free_port, settings, wait_for
 from webapp import openapi
 
-CONFIG = Path(__file__).resolve().parents[1] / "schemathesis" / "schemathesis.toml"
-CHECKS = CONFIG.with_name("checks.py")  # the narrow form of CONFIG's exceptions
 EXAMPLES = os.environ.get("SENDDOCK_SCHEMATHESIS_EXAMPLES", "25")
 SEED = os.environ.get("SENDDOCK_SCHEMATHESIS_SEED", "18")
-# Seconds per run (admin, then support); the suite's share stays near 90 s in all.
-MAX_TIME = {"admin": "40", "support": "20"}
 
 
 def _st() -> str:
@@ -60,19 +61,19 @@ def served(db_url: str, sink: Any, spawn: Callable[..., Any]) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # counts bound the run; this only stops one that hangs
 @pytest.mark.parametrize("role", ["admin", "support"])
 def test_schemathesis_finds_nothing(role: str, served: str, tmp_path: Path,
                                     make_user: Callable[..., dict[str, Any]]) -> None:
     token = make_user(role)["token"]
     seed = [] if SEED == "random" else ["--seed", SEED]
-    command = [_st(), "--config-file", str(CONFIG), "run", f"{served}/api/v1/openapi.json",
-               "--header", f"Authorization: Bearer {token}",  # every check: CONFIG
+    command = [_st(), "run", f"{served}/api/v1/openapi.json",
+               "--header", f"Authorization: Bearer {token}", "--checks", "all",
                "--phases", "coverage,fuzzing,stateful", "--max-examples", EXAMPLES,
-               "--max-time", MAX_TIME[role], "--workers", "1", *seed,
-               "--report", "junit", "--report-dir", str(tmp_path)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path, env={**os.environ, "NO_COLOR": "1",
-                                            "SCHEMATHESIS_HOOKS": str(CHECKS)})
+               "--workers", "1", *seed, "--report", "junit", "--report-dir", str(tmp_path)]
+    # No time budget: the timeout only stops a run that hangs (generous for a busy machine).
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1800,
+                         cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"})
     output = run.stdout + run.stderr
     assert run.returncode == 0, f"schemathesis ({role}) found problems:\n{output[-20000:]}"
     summary = output[output.rfind("SUMMARY"):]

@@ -195,3 +195,116 @@ def test_a_revoked_token_stops_working_and_the_revocation_is_audited(
     answer = app.test_client().get("/api/v1/lists",
                                    headers={"Authorization": f"Bearer {second}"})
     assert answer.status_code == 401
+
+
+def _simultaneous_logins(app: Any, tries: list[tuple[str, str, str]]) -> list[int]:
+    """POST /login for every (email, password, address) at the same moment, each from its
+    own client; the statuses in order."""
+    import threading
+
+    clients = [app.test_client() for _ in tries]
+    tokens = [csrf_token(c) for c in clients]
+    gate = threading.Barrier(len(tries))
+    statuses = [0] * len(tries)
+
+    def attempt(i: int) -> None:
+        email, password, addr = tries[i]
+        gate.wait(timeout=60)
+        statuses[i] = clients[i].post("/login", data={
+            "email": email, "password": password, "csrf_token": tokens[i]},
+            environ_base={"REMOTE_ADDR": addr}).status_code
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(tries))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return statuses
+
+
+def _failures(engine: sa.Engine, **where: str) -> int:
+    column, value = next(iter(where.items()))
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(
+            f"SELECT count(*) FROM login_attempts WHERE NOT succeeded AND {column} = :v"),
+            {"v": value}).scalar_one())
+
+
+@pytest.mark.parametrize("sent", [16, 40])
+def test_simultaneous_wrong_passwords_are_each_counted_and_the_account_limit_holds(
+        sent: int, app: Any, engine: sa.Engine,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 30, finding 5: 16-40 wrong passwords at once recorded 7-22 failures and
+    checked more passwords than the limit allows (the count was read before any insert)."""
+    user = make_user("admin")
+    statuses = _simultaneous_logins(app, [(user["email"], "wrong password!", f"10.0.{i}.1")
+                                          for i in range(sent)])
+    assert sorted(statuses) == [401] * users.MAX_FAILED_PER_ACCOUNT + [429] * (
+        sent - users.MAX_FAILED_PER_ACCOUNT)
+    assert _failures(engine, email=user["email"]) == sent
+    client = app.test_client()
+    assert _try_login(client, user["email"], user["password"], addr="10.9.9.9"
+                      ).status_code == 429
+
+
+def test_simultaneous_wrong_passwords_from_one_address_hold_its_limit(
+        app: Any, engine: sa.Engine) -> None:
+    sent = users.MAX_FAILED_PER_ADDRESS + 12
+    statuses = _simultaneous_logins(app, [(f"who{i}@example.org", "wrong password!",
+                                           "192.0.2.77") for i in range(sent)])
+    assert sorted(statuses) == [401] * users.MAX_FAILED_PER_ADDRESS + [429] * 12
+    assert _failures(engine, remote_addr="192.0.2.77") == sent
+
+
+def test_the_current_password_check_on_the_account_page_is_limited(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 30, finding 5: a stolen session guessed the current password 42 times, then
+    changed it with the right one."""
+    user = make_user("marketer")
+    csrf = login(client, user)
+    statuses = []
+    for n in range(users.MAX_FAILED_PER_ACCOUNT + 3):
+        statuses.append(client.post("/account/password", data={
+            "current": f"guess number {n}", "password": "a new password!!",
+            "confirm": "a new password!!", "csrf_token": csrf}).status_code)
+    assert statuses == [422] * users.MAX_FAILED_PER_ACCOUNT + [429] * 3
+    right = client.post("/account/password", data={
+        "current": user["password"], "password": "a new password!!",
+        "confirm": "a new password!!", "csrf_token": csrf})
+    assert right.status_code == 429  # the right one too, until the window passes
+    assert "Too many failed attempts" in right.get_data(as_text=True)
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT password_hash FROM users WHERE id = :id"),
+                              {"id": user["id"]}).scalar_one()
+    assert users.verify_password(stored, user["password"])  # unchanged
+
+
+def test_a_right_current_password_is_not_counted_as_a_failure(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    user = make_user("marketer")
+    csrf = login(client, user)
+    for _ in range(users.MAX_FAILED_PER_ACCOUNT + 2):
+        answer = client.post("/account/password", data={
+            "current": user["password"], "password": "x", "confirm": "y",
+            "csrf_token": csrf})
+        assert answer.status_code == 422  # confirmation differs: refused, but not a guess
+    assert _failures(engine, email=user["email"]) == 0
+
+
+def test_login_gives_a_new_csrf_token(app: Any,
+                                      make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 30, finding 5: the CSRF token was the same before and after login, so a token
+    planted or read before the login stayed good for the logged-in session."""
+    user = make_user("admin")
+    client = app.test_client()
+    before = csrf_token(client)
+    assert client.post("/login", data={"email": user["email"], "password": user["password"],
+                                       "csrf_token": before}).status_code == 302
+    after = csrf_token(client)
+    assert after != before
+    stale = client.post("/admin/suppressions/add", data={
+        "emails": "stale@example.com", "reason": "manual", "csrf_token": before})
+    assert stale.status_code == 400
+    fresh = client.post("/admin/suppressions/add", data={
+        "emails": "fresh@example.com", "reason": "manual", "csrf_token": after})
+    assert fresh.status_code == 302

@@ -40,7 +40,10 @@ def _form_posts(app: Any, ids: dict[str, Any]) -> list[Call]:
             and call.endpoint != "public.unsubscribe_one_click"
             # Provider webhooks carry their own proof (signature, basic auth, webhook
             # token) instead of a session: test_webhook_posts_need_their_own_proof.
-            and not call.endpoint.startswith("webhooks.")]
+            and not call.endpoint.startswith("webhooks.")
+            # Public subscription form and confirmation: a signed form token or link
+            # instead (tests/integration/test_subscription_forms.py checks both).
+            and call.endpoint not in security.SIGNED_PUBLIC_POSTS]
 
 
 def test_every_form_post_without_a_token_is_refused(app: Any, ids: dict[str, Any],

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
-from tests.helpers import place_jobs
+from tests.helpers import Browser, place_jobs
 from webapp import create_app
 from webapp.domain import queue_reads
 from workers.core.settings import Config
@@ -20,25 +20,6 @@ from workers.delivery import queue
 TEMPMAIL = {"user_id": "t-1", "email": "someone@mailinator.com",
             "verify_url": "https://app.example/v?t=x"}
 NORMAL = {"user_id": "n-1", "email": "Linus@Example.org", "verify_url": "https://app.example/v"}
-
-
-class Browser:
-    """A logged-in test client that sends the page's CSRF token with its forms."""
-
-    def __init__(self, client: Any, user: dict[str, Any]) -> None:
-        self.client = client
-        page = client.get("/login").get_data(as_text=True)
-        self.token = re.search(r'name="csrf_token" value="([^"]+)"', page)[1]  # type: ignore[index]
-        r = client.post("/login", data={"email": user["email"], "password": user["password"],
-                                        "csrf_token": self.token})
-        assert r.status_code == 302, r.get_data(as_text=True)
-
-    def get(self, path: str, **kw: Any) -> Any:
-        return self.client.get(path, **kw)
-
-    def post(self, path: str, data: dict[str, str] | None = None) -> Any:
-        return self.client.post(path, data={**(data or {}), "csrf_token": self.token},
-                                follow_redirects=True)
 
 
 def app_for(engine: sa.Engine, config: Config) -> Any:

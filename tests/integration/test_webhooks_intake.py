@@ -323,3 +323,67 @@ def test_webhook_token_commands(hook_app: Any, hc: Any, db_url: str) -> None:
     assert revoked.returncode == 0, revoked.stderr
     assert hc.post("/webhooks/generic", json=body, headers=auth).status_code == 401
     assert senddock("webhook-token", "revoke", token[:10]).returncode != 0
+
+
+def _sendgrid_variants(signature_b64: str) -> list[str]:
+    """Other texts of the same SendGrid signature that verify: junk characters base64
+    decoding skips, and ECDSA's mirror (r, n - s)."""
+    from cryptography.hazmat.primitives.asymmetric.utils import (
+        decode_dss_signature,
+        encode_dss_signature,
+    )
+
+    n = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551  # P-256's order
+    r, s = decode_dss_signature(base64.b64decode(signature_b64))
+    mirror = base64.b64encode(encode_dss_signature(r, n - s)).decode()
+    return [signature_b64 + "!", signature_b64 + "*", "*" + signature_b64, mirror,
+            mirror + "!"]
+
+
+def test_a_sendgrid_request_replayed_with_another_signature_text_is_a_replay(
+        hc: Any, engine: sa.Engine, signers: dict[str, Any]) -> None:
+    """Issue 30, finding 4: three replays of one soft bounce (signature plus "!", "*", or
+    the mirror) were each applied and suppressed the address (soft-bounce limit 3)."""
+    campaign = sent_campaign(engine, ["soft@example.com"])
+    job = jobs(engine, campaign["broadcast_id"])["soft@example.com"]
+    events = wp.sendgrid_events("soft@example.com", job["message_id"], type="blocked",
+                                reason="421 try later", status="4.0.0")
+    for event in events:
+        event.pop("sg_event_id")  # no provider event id: only the replay key protects
+    raw = json.dumps(events).encode()
+    headers = signers["sendgrid"].headers(raw)
+    assert hc.post("/webhooks/sendgrid", data=raw, headers=headers).status_code == 200
+    before = snapshot(engine)
+    for variant in _sendgrid_variants(headers["X-Twilio-Email-Event-Webhook-Signature"]):
+        replay = hc.post("/webhooks/sendgrid", data=raw, headers={
+            **headers, "X-Twilio-Email-Event-Webhook-Signature": variant})
+        assert replay.status_code == 409, (variant[-3:], replay.get_json())
+    assert snapshot(engine) == before
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM suppressions")).scalar() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM job_events")).scalar() == 1
+
+
+def test_a_refused_mailgun_request_consumes_its_token(hc: Any, engine: sa.Engine) -> None:
+    """Issue 30, finding 4: Mailgun signs only timestamp + token, so the signature of a
+    refused request (here: about a message that is not ours, and one with a broken body)
+    must not be usable again with another body."""
+    campaign = sent_campaign(engine, ["mg2@example.com"])
+    job = jobs(engine, campaign["broadcast_id"])["mg2@example.com"]
+    foreign = wp.mailgun_event(MAILGUN_KEY, "mg2@example.com", "<not-ours@example.net>")
+    assert hc.post("/webhooks/mailgun", json=foreign).status_code == 404
+    broken = wp.mailgun_event(MAILGUN_KEY, "mg2@example.com", job["message_id"])
+    broken["event-data"] = "nonsense"
+    assert hc.post("/webhooks/mailgun", json=broken).status_code == 400
+    before = snapshot(engine)
+    for refused in (foreign, broken):
+        ours = wp.mailgun_event(MAILGUN_KEY, "mg2@example.com", job["message_id"])
+        ours["signature"] = refused["signature"]  # the refused request's signature
+        answer = hc.post("/webhooks/mailgun", json=ours)
+        assert answer.status_code == 409, answer.get_json()
+    assert snapshot(engine) == before
+    assert jobs(engine, campaign["broadcast_id"])["mg2@example.com"]["status"] == "sent"
+    # A signature of its own still works.
+    fresh = wp.mailgun_event(MAILGUN_KEY, "mg2@example.com", job["message_id"])
+    assert hc.post("/webhooks/mailgun", json=fresh).status_code == 200
+    assert jobs(engine, campaign["broadcast_id"])["mg2@example.com"]["status"] == "bounced"

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 from pathlib import Path
@@ -218,3 +219,43 @@ def test_the_compiled_catalog_is_the_catalog() -> None:
     write_mo(compiled, catalog)
     assert (CATALOG / "messages.mo").read_bytes() == compiled.getvalue(), \
         "translations/es/LC_MESSAGES/messages.mo is stale: run pybabel compile -d translations"
+
+
+# The modules whose messages reach pages (the API's answers are English by design).
+# verifications.py and intake.py: their raw strings are the API's request validation
+# (user_id, verify_url, Idempotency-Key), which no page's form sends; feedback_intake.py
+# answers the providers.
+API_ONLY = {"webapp/blueprints/api", "webapp/domain/messages.py", "webapp/json_input.py",
+            "webapp/openapi.py", "webapp/cli.py", "webapp/security.py",
+            "webapp/domain/verifications.py", "webapp/domain/feedback_intake.py",
+            "webapp/domain/intake.py"}
+DOMAIN_ERRORS = {"Invalid", "Conflict", "DomainError", "NotFound", "Overloaded"}
+
+
+def _literal(node: ast.AST) -> bool:
+    """English written in the code: a string literal, an f-string, or a sum of them."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return True
+    if isinstance(node, ast.JoinedStr):
+        return True
+    return isinstance(node, ast.BinOp) and (_literal(node.left) or _literal(node.right))
+
+
+def test_no_server_message_reaches_a_page_unmarked() -> None:
+    """Issue 29: "schedule in the past" and others were plain English strings raised or
+    flashed by the web app, so they stayed English on Spanish pages. Every flash() and every
+    domain error raised where pages can show it is marked (_(), N_(), ngettext...), so the
+    catalog check above sees it."""
+    found = []
+    for path in sorted((ROOT / "webapp").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if any(rel == a or rel.startswith(a + "/") for a in API_ONLY):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else \
+                node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if (name == "flash" or name in DOMAIN_ERRORS) and _literal(node.args[0]):
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node.args[0])[:70]}")
+    assert not found, "mark these for translation:\n" + "\n".join(found)

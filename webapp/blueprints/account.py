@@ -9,10 +9,11 @@ from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from webapp import i18n
-from webapp.auth import start_session
+from webapp.auth import count_password_attempt, start_session
 from webapp.context import actor, engine
 from webapp.domain import users
 from webapp.domain.errors import Invalid
+from workers.core.i18n import message_of
 
 bp = Blueprint("account", __name__, url_prefix="/account")
 
@@ -27,9 +28,19 @@ def change_password() -> Response | tuple[str, int]:
     current = request.form.get("current", "")
     new = request.form.get("password", "")
     error = None
-    with engine().begin() as conn:
+    with engine().connect() as conn:
         me = users.get_user(conn, int(current_user.id))
-        if not users.verify_password(me["password_hash"], current):
+    # The current-password check is a password guess like a login: counted first, under
+    # the same per-account and per-address limits (a stolen session cannot guess on).
+    attempt, refused = count_password_attempt(me["email"])
+    if refused is not None:
+        return render_template("account/index.html",
+                               error=i18n.localize(message_of(refused))), 429
+    with engine().begin() as conn:
+        right = users.verify_password(me["password_hash"], current)
+        if right:
+            users.attempt_succeeded(conn, attempt)
+        if not right:
             error = _("Your current password is not that one: nothing changed.")
         elif new != request.form.get("confirm", ""):
             error = _("The new password and its confirmation differ: nothing changed.")

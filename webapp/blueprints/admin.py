@@ -17,8 +17,11 @@ from webapp.context import actor, engine
 from webapp.domain import audit, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
+from webapp.domain.fields import whole_number
+from webapp.form_memory import remember, show_once, take_shown
 from webapp.i18n import label, localize, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
+from workers.core.i18n import N_
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
 
@@ -98,12 +101,13 @@ def add_suppressions() -> str | Response:
 
 def _added_message(report: dict[str, list[object]]) -> str:
     added, already = len(report["added"]), len(report["already"])
-    message = ngettext("Suppressed %(num)s address.", "Suppressed %(num)s addresses.", added,
-                       num=num(added))
+    # ngettext's third argument is its own "num": the formatted count goes in as "count".
+    message = ngettext("Suppressed %(count)s address.", "Suppressed %(count)s addresses.",
+                       added, count=num(added))
     if already:
-        message += " " + ngettext("%(num)s was already on the list.",
-                                  "%(num)s were already on the list.", already,
-                                  num=num(already))
+        message += " " + ngettext("%(count)s was already on the list.",
+                                  "%(count)s were already on the list.", already,
+                                  count=num(already))
     return message
 
 
@@ -140,8 +144,8 @@ def _day(raw: str, field: str, *, end: bool = False) -> datetime | None:
     try:
         day = date.fromisoformat(raw)
     except ValueError:
-        raise Invalid(f"{field} must be a date (YYYY-MM-DD)", fields={field: "invalid"}) \
-            from None
+        raise Invalid(N_("%(field)s must be a date (YYYY-MM-DD)", field=field),
+                      fields={field: N_("invalid")}) from None
     return datetime.combine(day + timedelta(days=1) if end else day, time(), UTC)
 
 
@@ -154,7 +158,7 @@ def audit_log() -> str:
                              target=args.get("target", "").lower() or None,
                              since=_day(args.get("from", ""), "from"),
                              until=_day(args.get("to", ""), "to", end=True),
-                             before_id=int(before) if before.isdigit() else None, limit=101)
+                             before_id=whole_number(before), limit=101)
     more = len(rows) > 100
     return render_template("admin/audit.html", rows=rows[:100], args=args,
                            next_before=rows[99]["id"] if more else None,
@@ -166,7 +170,10 @@ bp.add_url_rule("/audit", endpoint="audit", view_func=audit_log, methods=["GET"]
 
 # --- users and tokens --------------------------------------------------------------------
 
-def users_page(new_token: str | None = None, token_owner: str | None = None) -> str:
+def users_page() -> str:
+    """Users and tokens; a token just created is shown once (handed over by
+    :func:`create_token`'s redirect, sealed)."""
+    new_token, token_owner = take_shown("new_token"), take_shown("token_owner")
     with engine().connect() as conn:
         people = users.list_users(conn)
         tokens = users.list_tokens(conn)
@@ -179,13 +186,17 @@ def users_page(new_token: str | None = None, token_owner: str | None = None) -> 
 bp.add_url_rule("/users", endpoint="users", view_func=users_page, methods=["GET"])
 
 
-def _act(action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
-    """Run a user/token change; show its result (or why it was refused) on the page."""
+def _act(action: str, fn: Callable[..., Any], *args: Any, keep_form: str | None = None,
+         **kwargs: Any) -> Response:
+    """Run a user/token change; show its result (or why it was refused) on the page, with
+    the refused form (``keep_form``) filled in again."""
     try:
         with engine().begin() as conn:
             fn(conn, *args, **kwargs)
     except DomainError as exc:
         flash(localize(exc.message), "error")
+        if keep_form:
+            remember(keep_form)
     else:
         flash(action, "success")
     return redirect(url_for("admin.users"))
@@ -196,7 +207,7 @@ def create_user() -> Response:
     email = request.form.get("email", "").strip()
     return _act(_("Created %(email)s.", email=email), users.create_user, email,
                 request.form.get("password", ""), request.form.get("role", ""),
-                actor=actor())
+                actor=actor(), keep_form="add_user")  # the password is never kept
 
 
 @bp.post("/users/<int:user_id>/role")
@@ -230,18 +241,25 @@ def create_token() -> str | Response:
     user_id = request.form.get("user_id", "")
     try:
         with engine().begin() as conn:
-            if not user_id.isdigit():
-                raise Invalid("choose the user the token acts as", fields={"user_id": "required"})
-            owner = users.get_user(conn, int(user_id))
+            owner_id = whole_number(user_id)
+            if owner_id is None:
+                raise Invalid(N_("choose the user the token acts as"),
+                              fields={"user_id": N_("required")})
+            owner = users.get_user(conn, owner_id)
             expires = request.form.get("expires", "90")
             if expires not in EXPIRY_CHOICES:
-                raise Invalid("choose when the token expires", fields={"expires": "unknown"})
+                raise Invalid(N_("choose when the token expires"),
+                              fields={"expires": N_("unknown")})
             token = users.create_token(conn, owner["id"], request.form.get("name", "").strip(),
                                        actor=actor(), expires_in_days=EXPIRY_CHOICES[expires])
     except DomainError as exc:
         flash(localize(exc.message), "error")
+        remember("create_token")
         return redirect(url_for("admin.users"))
-    return users_page(new_token=token, token_owner=owner["email"])
+    # POST/redirect/GET: a reload of the page that shows the token creates no second one.
+    show_once("new_token", token)
+    show_once("token_owner", owner["email"])
+    return redirect(url_for("admin.users"), 303)
 
 
 @bp.post("/tokens/<int:token_id>/revoke")

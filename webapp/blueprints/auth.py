@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from webapp.auth import end_session, start_session
+from webapp.auth import count_password_attempt, end_session, start_session
 from webapp.context import engine
 from webapp.domain import users
 from webapp.i18n import localize
@@ -26,14 +26,15 @@ def login() -> str | Response | tuple[str, int]:
         return render_template("auth/login.html", next=next_url)
     email = (request.form.get("email") or "").strip()
     password = request.form.get("password") or ""
-    refused: users.LoginRefused | None = None
-    with engine().begin() as conn:
-        # The refusal is caught inside the transaction so the failed attempt it recorded
-        # is committed: the per-account and per-address limits count it.
-        try:
-            user = users.authenticate(conn, email, password, request.remote_addr or "?")
-        except users.LoginRefused as exc:
-            refused = exc
+    attempt, refused = count_password_attempt(email)
+    if refused is None:
+        # Caught inside the transaction, so the refusal's audit entry is committed.
+        with engine().begin() as conn:
+            try:
+                user = users.authenticate(conn, attempt, email, password,
+                                          request.remote_addr or "?")
+            except users.LoginRefused as exc:
+                refused = exc
     if refused is not None:
         status = 429 if "Too many" in str(refused) else 401
         return render_template("auth/login.html", error=localize(message_of(refused)),

@@ -10,14 +10,18 @@ from flask import Blueprint, flash, redirect, render_template, request, session,
 from flask_babel import gettext as _
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
+from sqlalchemy.engine import Connection
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
 from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
 from webapp.domain.errors import Conflict, DomainError, Invalid
+from webapp.domain.fields import whole_number
+from webapp.form_memory import remember
 from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
+from workers.core.i18n import N_
 
 bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 
@@ -70,7 +74,7 @@ def index() -> str:
 def _form_data() -> dict[str, Any]:
     form = request.form
     list_id = form.get("list_id", "")
-    return {"name": form.get("name", ""), "list_id": int(list_id) if list_id.isdigit() else None,
+    return {"name": form.get("name", ""), "list_id": whole_number(list_id),
             "from": form.get("from", ""), "subject": form.get("subject", ""),
             "html": form.get("html") or None, "text": form.get("text") or None}
 
@@ -80,20 +84,19 @@ def _compose_page(values: dict[str, Any], campaign: dict[str, Any] | None = None
                   ) -> tuple[str, int]:
     with engine().connect() as conn:
         all_lists = lists.all_lists(conn)
+        warnings = _warnings(conn, values) if campaign is not None and not error else []
     status = 409 if locked else 422 if error else 200
     return render_template("campaigns/compose.html", values=values, campaign=campaign,
-                           lists=all_lists, error=error, locked=locked,
+                           lists=all_lists, error=error, locked=locked, warnings=warnings,
                            default_from=config().mail_from), status
 
 
-def _flash_warnings(values: dict[str, Any]) -> None:
-    """Say which variables will render as nothing (saved anyway: it may be intended)."""
+def _warnings(conn: Connection, values: dict[str, Any]) -> list[Any]:
+    """Which variables will render as nothing for the list (saved anyway: it may be
+    intended), said on every page of an editable campaign while they apply."""
     if not isinstance(values.get("list_id"), int):
-        return
-    with engine().connect() as conn:
-        problems = composer.warnings_for(conn, values, values["list_id"])
-    for problem in problems:
-        flash(_("Check the %(problem)s", problem=localize(problem.text)), "warning")
+        return []
+    return list(composer.warnings_for(conn, values, values["list_id"]))
 
 
 def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +109,7 @@ def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
 def new() -> Response | tuple[str, int]:
     if request.method == "GET":
         list_id = request.args.get("list", "")
-        return _compose_page({"list_id": int(list_id) if list_id.isdigit() else None,
+        return _compose_page({"list_id": whole_number(list_id),
                               "from": config().mail_from})
     values = _form_data()
     try:
@@ -117,7 +120,6 @@ def new() -> Response | tuple[str, int]:
     except Invalid as exc:
         return _compose_page(values, error=exc)
     flash(_("Draft saved. Preview it, send yourself a test, then send it."), "success")
-    _flash_warnings(values)
     return redirect(_link(campaign["id"]))
 
 
@@ -144,7 +146,6 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
         # Sent while this form was open: keep what was typed, offer it as a new draft.
         return _compose_page(values, campaign, error=exc, locked=True)
     flash(_("Changes saved."), "success")
-    _flash_warnings(values)
     return redirect(_link(campaign_id))
 
 
@@ -167,11 +168,15 @@ def detail(campaign_id: int) -> str:
     with engine().connect() as conn:
         campaign = progress.live(conn, campaign_id)
         the_list = lists.get_list(conn, campaign["list_id"])
+        warnings = _warnings(conn, {**composer.campaign_values(campaign),
+                                    "list_id": campaign["list_id"]}) \
+            if campaign["status"] in campaigns.EDITABLE and not request.args.get("fragment") \
+            else []
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
                            inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
-                           test_email=_test_email(),
+                           test_email=_test_email(), warnings=warnings,
                            complaint_alarm=config().feedback.complaint_alarm_rate)
 
 
@@ -192,8 +197,7 @@ def failures(campaign_id: int) -> str:
 
 
 def _subscriber_arg() -> int | None:
-    raw = request.values.get("subscriber", "")
-    return int(raw) if raw.isdigit() else None
+    return whole_number(request.values.get("subscriber"))
 
 
 @bp.get("/<int:campaign_id>/preview")
@@ -283,13 +287,16 @@ def _schedule_time() -> datetime | None:
     try:
         local = datetime.fromisoformat(raw)
     except ValueError:
-        raise Invalid("choose a date and time to send at", fields={"at": "required"}) from None
+        raise Invalid(N_("choose a date and time to send at"),
+                      fields={"at": N_("required")}) from None
     offset = request.form.get("tz_offset", "")
-    minutes = int(offset) if offset.lstrip("-").isdigit() else 0
+    # The browser's offset from UTC in minutes: at most a day either way.
+    minutes = whole_number(offset.removeprefix("-"), high=24 * 60) or 0
+    minutes = -minutes if offset.startswith("-") else minutes
     at = local.replace(tzinfo=UTC) + timedelta(minutes=minutes)
     if at <= datetime.now(UTC):
-        raise Invalid("the time to send at has already passed; choose a later one, or send "
-                      "now", fields={"at": "in the past"})
+        raise Invalid(N_("the time to send at has already passed; choose a later one, or "
+                         "send now"), fields={"at": N_("in the past")})
     return at
 
 
@@ -301,6 +308,7 @@ def send(campaign_id: int) -> Response:
             campaign = campaigns.send(conn, campaign_id, actor=actor(), at=at)
     except DomainError as exc:
         flash(_("Not sent: %(why)s", why=localize(exc.message)), "error")
+        remember("schedule")
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
     if campaign["status"] == "scheduled":
         flash(_("Scheduled for %(at)s. It will be sent then, even if SendDock restarts in "

@@ -10,6 +10,7 @@ from werkzeug.wrappers import Response
 from webapp.context import actor, config, engine
 from webapp.domain import sending_domains
 from webapp.domain.errors import Invalid
+from webapp.form_memory import remember
 from webapp.i18n import localize
 from workers.building import dkim
 from workers.core.i18n import message_of
@@ -51,6 +52,7 @@ def create_key() -> Response:
                 selector=request.form.get("selector", "").strip() or None, actor=actor())
     except Invalid as exc:
         flash(localize(exc.message), "error")
+        remember("add_key")
         return redirect(url_for("domains.index"))
     if key.status == "active":
         flash(_("Key %(selector)s created: %(domain)s's mail is signed with it from now "

@@ -10,23 +10,37 @@ from flask_babel import gettext as _
 from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
-from webapp.context import actor, engine
+from webapp.context import actor, config, engine
 from webapp.domain import audit
+from webapp.form_memory import remember
 from workers.after_acceptance import event_queue
 from workers.after_acceptance.event_webhooks import new_secret
-from workers.core import states
+from workers.building.kinds import job_kinds
+from workers.core import outgoing
 
 bp = Blueprint("event_webhooks", __name__, url_prefix="/admin/event-webhooks")
 
 
-def _validate(url: str, events: list[str], kinds: list[str]) -> list[str]:
+def _validate(url: str, events: list[str], kinds: list[str], known: list[str]) -> list[str]:
     errors = []
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        scheme_ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # "http://[" and the like
+        scheme_ok = False
+    if not scheme_ok:
         errors.append(_("The URL must be an http:// or https:// address."))
+    else:
+        try:
+            # Checked again before every delivery: DNS may change (SSRF guard).
+            outgoing.check(url, config().feedback.guard())
+        except outgoing.Unresolvable:
+            pass  # may resolve later; each delivery checks
+        except outgoing.Refused as exc:
+            errors.append(_("This URL cannot be called: %(reason)s", reason=str(exc)))
     if not events or not set(events) <= set(event_queue.EVENTS):
         errors.append(_("Choose at least one event."))
-    if not set(kinds) <= set(states.KINDS):
+    if not set(kinds) <= set(known):
         errors.append(_("Unknown message kind."))
     return errors
 
@@ -35,8 +49,9 @@ def _validate(url: str, events: list[str], kinds: list[str]) -> list[str]:
 def index() -> str:
     with engine().connect() as conn:
         endpoints = event_queue.endpoints(conn)
+        kinds = job_kinds(conn)  # the admins' kinds too (issue 29), not only the built-in
     return render_template("event_webhooks/index.html", endpoints=endpoints,
-                           events=event_queue.EVENTS, kinds=states.KINDS,
+                           events=event_queue.EVENTS, kinds=kinds,
                            new_secret=request.args.get("secret_for"))
 
 
@@ -45,10 +60,12 @@ def create() -> Response | tuple[str, int]:
     url = request.form.get("url", "").strip()
     events = request.form.getlist("events")
     kinds = request.form.getlist("kinds")
-    errors = _validate(url, events, kinds)
+    with engine().connect() as conn:
+        errors = _validate(url, events, kinds, job_kinds(conn))
     if errors:
         for e in errors:
             flash(e, "error")
+        remember("add_endpoint")
         return redirect(url_for("event_webhooks.index"), 303)
     secret = new_secret()
     with engine().begin() as conn:

@@ -10,7 +10,7 @@ from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp import dbhealth
-from webapp.context import actor, config, engine
+from webapp.context import actor, config, engine, role
 from webapp.domain import audit, health
 from workers.delivery import queue
 
@@ -45,9 +45,11 @@ def retry_relay() -> Response:
 @bp.app_context_processor
 def alarm_banner() -> dict[str, Any]:
     """``alarms()`` for partials/_alarms.html: computed only when a page calls it, and
-    then at most every few seconds per process (see health.cached_alarms)."""
+    then at most every few seconds per process (see health.cached_alarms); each user sees
+    the alarms meant for their role."""
     def alarms() -> list[health.Alarm]:
         ext = current_app.extensions["senddock"]
-        return health.cached_alarms(ext.engine, ext.config)
+        mine = role()
+        return [a for a in health.cached_alarms(ext.engine, ext.config) if a.shown_to(mine)]
 
     return {"alarms": alarms}

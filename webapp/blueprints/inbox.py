@@ -7,6 +7,7 @@ from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_babel import gettext as _
+from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
 from webapp import access
@@ -17,6 +18,7 @@ from webapp.i18n import localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
 from workers.building.kinds import job_kinds
+from workers.delivery.queue import ProblemFilter
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 
@@ -47,16 +49,20 @@ def index() -> str:
         campaigns = inbox.campaign_choices(conn)
         kind_names = job_kinds(conn)
         matching = queue_reads.count_problems(conn, where, as_of)
+        retryable = queue_reads.count_retryable(conn, where, as_of) if matching else 0
         if can_open("jobs.index"):  # the jobs browser's tabs, with this page's filters
             tab_filters = jobs.parse_filters(conn, {
                 k: v for k, v in args.items() if k in ("kind", "campaign")
                 or (k == "q" and "@" in v)})
+            # The failed tab counts what this list shows (its class, date and search
+            # filters too), never a different number than the list below it.
             tabs = {"tabs": jobs.TABS, "labels": jobs.LABELS, "tab": "failed",
-                    "counts": jobs.counts(conn, tab_filters),
+                    "counts": {**jobs.counts(conn, tab_filters), "failed": matching},
                     "filter_args": tab_filters.args()}
     return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
                            kinds=kind_names, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
-                           as_of=as_of.isoformat(), matching=matching, job_tabs=tabs,
+                           as_of=as_of.isoformat(), matching=matching,
+                           retryable=retryable, job_tabs=tabs, wide_page=True,
                            first_page=not request.args.get("after"))
 
 
@@ -104,6 +110,30 @@ def retry_all() -> Response:
         return redirect(back)
     flash(inbox.describe_retry(result), "success" if result["retried"] else "error")
     return redirect(back)
+
+
+@bp.post("/chosen")
+def act_on_chosen() -> Response:
+    """Retry or dismiss the jobs chosen on the page (Oban Web's bulk actions): the retry
+    is "retry all" narrowed to them (suppressed addresses left out and said)."""
+    back = _local(request.form.get("back"))
+    try:
+        ids = jobs.chosen_ids(request.form.getlist("job"))
+        with engine().begin() as conn:
+            if request.form.get("action") == "dismiss":
+                dismissed = inbox.dismiss_chosen(conn, ids, actor=actor())
+                message = ngettext("%(num)s job dismissed.", "%(num)s jobs dismissed.",
+                                   dismissed)
+                ok = bool(dismissed)
+            else:
+                result = inbox.retry_all(conn, ProblemFilter(job_ids=ids),
+                                         datetime.now(UTC), actor=actor())
+                message, ok = inbox.describe_retry(result), bool(result["retried"])
+    except DomainError as exc:
+        flash(localize(exc.message), "error")
+        return redirect(back, 303)
+    flash(message, "success" if ok else "error")
+    return redirect(back, 303)
 
 
 @bp.post("/<int:job_id>/dismiss")

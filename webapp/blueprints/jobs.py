@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
-from webapp.context import engine
+from webapp.context import actor, engine
 from webapp.domain import inbox, jobs
+from webapp.domain.errors import DomainError
+from webapp.i18n import localize
+from webapp.redirects import local_path
 from workers.building.kinds import job_kinds
 
 bp = Blueprint("jobs", __name__, url_prefix="/jobs")
@@ -32,4 +36,30 @@ def index() -> str | Response:
     return render_template("jobs/index.html", tab=tab, tabs=jobs.TABS, labels=jobs.LABELS,
                            counts=counts, page=page, filters=filters,
                            filter_args=filters.args(), kinds=kind_names, campaigns=campaigns,
-                           first_page=not request.args.get("after"))
+                           first_page=not request.args.get("after"),
+                           bulk_actions=jobs.BULK_ACTIONS.get(tab, ()), wide_page=True)
+
+
+@bp.post("/bulk")
+def bulk() -> Response:
+    """Cancel or run now the jobs chosen on a page (admins only, CSRF-checked like every
+    form); back to the page it was sent from."""
+    back = local_path(request.form.get("back"), url_for("jobs.index"))
+    action = request.form.get("action", "")
+    try:
+        ids = jobs.chosen_ids(request.form.getlist("job"))
+        with engine().begin() as conn:
+            result = jobs.bulk(conn, action, ids, actor=actor())
+    except DomainError as exc:
+        flash(localize(exc.message), "error")
+        return redirect(back, 303)
+    n, left = result["changed"], result["unchanged"]
+    message = ngettext("%(num)s job cancelled.", "%(num)s jobs cancelled.", n) \
+        if action == "cancel" else ngettext("%(num)s job is due now.",
+                                            "%(num)s jobs are due now.", n)
+    if left:
+        message += " " + ngettext("%(num)s had already moved on and was left as it is.",
+                                  "%(num)s had already moved on and were left as they are.",
+                                  left)
+    flash(message, "success" if n else "error")
+    return redirect(back, 303)

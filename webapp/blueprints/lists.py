@@ -10,9 +10,11 @@ from flask import Blueprint, flash, redirect, render_template, request, session,
 from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
-from webapp.context import actor, engine
-from webapp.domain import import_uploads, imports, lists
+from webapp.context import actor, config, engine
+from webapp.domain import import_uploads, imports, lists, subscriptions
 from webapp.domain.errors import DomainError, Invalid
+from webapp.domain.fields import whole_number
+from webapp.form_memory import remember
 from webapp.i18n import localize
 
 bp = Blueprint("lists", __name__, url_prefix="/lists")
@@ -44,8 +46,7 @@ def create() -> Response | tuple[str, int]:
 
 
 def _cursor(name: str) -> int | None:
-    raw = request.args.get(name, "")
-    return int(raw) if raw.isdigit() else None
+    return whole_number(request.args.get(name))
 
 
 @bp.get("/<int:list_id>")
@@ -55,9 +56,31 @@ def detail(list_id: int) -> str:
         the_list = lists.get_list(conn, list_id)
         page = lists.subscriber_page(conn, list_id, after=_cursor("after"),
                                      before=_cursor("before"), query=query)
+        form = subscriptions.get_form(conn, list_id)
     template = "partials/_list_subscribers.html" if request.args.get("fragment") == \
         "subscribers" else "lists/detail.html"
-    return render_template(template, the_list=the_list, page=page, q=query)
+    base_url = config().base_url
+    form_url = base_url + url_for("public.subscribe_form", list_id=list_id)
+    return render_template(
+        template, the_list=the_list, page=page, q=query, form=form, form_url=form_url,
+        form_url_es=base_url + url_for("public.subscribe_form", list_id=list_id, lang="es"),
+        embed_snippet=subscriptions.embed_snippet(form_url, form["title"] or the_list["name"]),
+        api_call=f"POST {base_url}{url_for('api.subscribe', list_id=list_id)}")
+
+
+@bp.post("/<int:list_id>/form")
+def save_form(list_id: int) -> Response:
+    form = request.form
+    try:
+        with engine().begin() as conn:
+            subscriptions.save_form(conn, list_id, enabled=form.get("enabled") == "on",
+                                    title=form.get("title", ""), intro=form.get("intro", ""),
+                                    accent=form.get("accent", ""), actor=actor())
+    except DomainError as exc:
+        flash(_("Form not saved: %(why)s", why=localize(exc.message)), "error")
+    else:
+        flash(_("Subscription form saved."), "success")
+    return redirect(_detail(list_id) + "#subscription-form", 303)
 
 
 @bp.post("/<int:list_id>/rename")
@@ -96,6 +119,7 @@ def add_subscriber(list_id: int) -> Response:
                                       actor=actor())
     except DomainError as exc:
         flash(_("Not added: %(why)s", why=localize(exc.message)), "error")
+        remember("add_subscriber")
     else:
         flash(_("%(email)s is on the list.", email=member["email"]), "success")
     return redirect(_detail(list_id), 303)
@@ -213,7 +237,19 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
                 "minutes, and only for who uploaded it): nothing was imported. Upload it "
                 "again.", minutes=import_uploads.KEEP_SECONDS // 60), "error")
         return redirect(url_for("lists.import_csv", list_id=list_id), 303)
-    header_size = int(request.form.get("columns", "0") or 0)
+    # One role per column of the file's header, no more: a form's "columns" is checked
+    # against the file, never used as a count on its own.
+    try:
+        with engine().connect() as conn:
+            header_size = imports.header_size(import_uploads.lines(conn, kept.token))
+    except Invalid as exc:
+        return render_template("lists/import.html", the_list=the_list, filename=kept.filename,
+                               error=localize(exc.message)), 422
+    if whole_number(request.form.get("columns")) != header_size:
+        return render_template("lists/import.html", the_list=the_list, filename=kept.filename,
+                               error=_("The column mapping does not fit the file's header "
+                                       "(%(count)s columns). Check the file again.",
+                                       count=header_size)), 422
     roles = [request.form.get(f"role_{i}", "skip") for i in range(header_size)]
     return _run_import(the_list, kept, roles, dry_run=request.form.get("action") != "import")
 

@@ -1,15 +1,20 @@
-"""Pages for recipients, reachable without logging in: the unsubscribe link. The signed
-token in the URL is the proof (P10); a GET never unsubscribes by itself, because link
-scanners and mail previewers follow links."""
+"""Pages for recipients and visitors, reachable without logging in: the unsubscribe link,
+and a list's subscription form with its confirmation link (double opt-in). The signed
+token in the URL is the proof (P10); a GET never unsubscribes or confirms by itself,
+because link scanners and mail previewers follow links."""
 
 from __future__ import annotations
 
-from flask import Blueprint, render_template, request
+from typing import Any
+
+from flask import Blueprint, g, render_template, request
+from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp.context import config, engine
-from webapp.domain import unsubscribe_links
-from webapp.domain.errors import NotFound
+from webapp.domain import subscriptions, unsubscribe_links
+from webapp.domain.errors import Invalid, NotFound, TooMany
+from webapp.i18n import LANGUAGES, current_language, localize
 
 bp = Blueprint("public", __name__)
 
@@ -54,3 +59,94 @@ def unsubscribe_one_click(token: str) -> Response:
         return Response("This unsubscribe link is not valid.\n", status=404,
                         mimetype="text/plain")
     return Response("You are unsubscribed.\n", status=200, mimetype="text/plain")
+
+
+# --- subscription forms with double opt-in (webapp.domain.subscriptions) -----------------
+
+def _language(default: str | None = None) -> str:
+    """The public pages' language: ``?lang=`` (the embed snippet may fix it), else the
+    request's own (a confirmation link), else the browser's Accept-Language."""
+    chosen = request.values.get("lang") or default
+    if chosen in LANGUAGES:
+        g.locale_override = chosen
+    return current_language()
+
+
+def _frameable(response: Response) -> Response:
+    """Let any site embed the page in an iframe (the embed snippet): it uses no session,
+    so there is nothing to click-jack."""
+    g.frameable = True
+    return response
+
+
+def _form_page(list_id: int, status: int = 200, **extra: Any) -> Response:
+    language = _language()
+    with engine().connect() as conn:
+        form = subscriptions.public_form(conn, list_id)
+    html = render_template("public/subscribe.html", form=form, language=language,
+                           languages=LANGUAGES,
+                           token=subscriptions.form_token(config().secret_key, list_id),
+                           **extra)
+    return _frameable(Response(html, status=status, mimetype="text/html"))
+
+
+@bp.get("/subscribe/<int:list_id>")
+def subscribe_form(list_id: int) -> Response:
+    return _form_page(list_id)
+
+
+@bp.get("/subscribe/<int:list_id>/form.css")
+def subscribe_css(list_id: int) -> Response:
+    """The form's accent colour as a stylesheet (the pages allow no inline style). The
+    colour was checked to be ``#rrggbb`` when saved, so nothing else can get in."""
+    with engine().connect() as conn:
+        form = subscriptions.public_form(conn, list_id)
+    return Response(f":root {{ --form-accent: {form['accent']}; }}\n", mimetype="text/css")
+
+
+@bp.post("/subscribe/<int:list_id>")
+def subscribe_submit(list_id: int) -> Response:
+    """The form's POST: no session, so no session CSRF token; the signed form token in the
+    hidden field proves the form came from here for this list within a day. A filled
+    honeypot field is answered like a success, and nothing is kept or sent."""
+    form = request.form
+    language = _language()
+    if not subscriptions.form_token_ok(config().secret_key, form.get("form_token", ""),
+                                       list_id):
+        return _form_page(list_id, 400, values=form,
+                          error=_("This form is out of date. Please submit it again."))
+    if form.get("website"):
+        return _form_page(list_id, 200, done=True)
+    try:
+        with engine().begin() as conn:
+            subscriptions.request(conn, config(), list_id, email=form.get("email", ""),
+                                  name=form.get("name", ""), locale=language,
+                                  remote_addr=request.remote_addr or "unknown",
+                                  source="form")
+    except (Invalid, TooMany) as exc:
+        return _form_page(list_id, exc.status, values=form, error=localize(exc.message))
+    return _form_page(list_id, 200, done=True)
+
+
+def _confirm_page(token: str, status: int = 200, **extra: Any) -> Response:
+    with engine().connect() as conn:
+        found = subscriptions.pending_request(conn, config().secret_key, token)
+    language = _language(found["locale"])
+    html = render_template("public/subscribe_confirm.html", found=found, token=token,
+                           language=language, **extra)
+    return Response(html, status=status, mimetype="text/html")
+
+
+@bp.get("/subscribe/confirm/<token>")
+def subscribe_confirm(token: str) -> Response:
+    """The link in the confirmation email shows a button; a GET changes nothing (mail
+    scanners follow links)."""
+    return _confirm_page(token)
+
+
+@bp.post("/subscribe/confirm/<token>")
+def subscribe_confirm_post(token: str) -> Response:
+    with engine().begin() as conn:
+        subscriptions.confirm(conn, config().secret_key, token,
+                              remote_addr=request.remote_addr or "unknown")
+    return _confirm_page(token, done=True)

@@ -15,6 +15,7 @@ from webapp.blueprints.campaigns import PREVIEW_CSP
 from webapp.context import actor, config, engine
 from webapp.domain import kinds, queue_reads
 from webapp.domain.errors import DomainError, Invalid
+from webapp.domain.fields import whole_number
 from webapp.i18n import localize
 from workers.building.kinds import CLASSES, all_kinds
 from workers.core.i18n import N_
@@ -55,7 +56,8 @@ def _int_field(raw: str) -> int | str | None:
     text = raw.strip()
     if not text:
         return None
-    return int(text) if text.isdigit() else text
+    number = whole_number(text)
+    return number if number is not None else text
 
 
 def _form_body(builtin: bool) -> dict[str, Any]:

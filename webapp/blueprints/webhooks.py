@@ -8,8 +8,6 @@ changes nothing; an accepted one answers 200 with what it did.
 from __future__ import annotations
 
 import logging
-import ssl
-import urllib.request
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
@@ -25,14 +23,16 @@ from webapp.webhooks import (
     WebhookRejected,
     check_basic_auth,
     parse_generic,
-    parse_mailgun,
     parse_postmark,
     parse_sendgrid,
     parse_ses,
+    read_mailgun,
     sendgrid_public_key,
     sns_url_allowed,
+    verify_mailgun,
 )
 from workers.after_acceptance.pool import thresholds
+from workers.core import outgoing
 
 log = logging.getLogger("senddock.web")
 bp = Blueprint("webhooks", __name__, url_prefix="/webhooks")
@@ -51,16 +51,18 @@ class SnsClient:
     def confirm(self, url: str) -> None:
         if not sns_url_allowed(url, self.certificates.host_pattern):
             raise WebhookRejected(403, "SubscribeURL is not an Amazon SNS URL")
-        with urllib.request.urlopen(url, timeout=10,
-                                    context=ssl.create_default_context()) as response:
-            response.read(65536)
+        answer = outgoing.request("GET", url, self.certificates.guard)
+        if answer.status != 200:
+            raise OSError(answer.error)
         self.confirmed.append(url)
 
 
 def _sns() -> SnsClient:
     client = current_app.extensions.get("senddock.sns")
     if client is None:
-        client = current_app.extensions["senddock.sns"] = SnsClient()
+        guard = context.config().feedback.guard(timeout=10)
+        client = current_app.extensions["senddock.sns"] = SnsClient(
+            SnsCertificates(guard=guard))
     return client
 
 
@@ -104,6 +106,9 @@ def ses() -> Response:
                 client.confirm(inbound.confirm_url)
             except WebhookRejected:
                 raise
+            except outgoing.Refused as exc:
+                raise WebhookRejected(403, f"could not confirm the subscription: {exc}"
+                                      ) from None
             except Exception as exc:
                 raise WebhookRejected(502, f"could not confirm the subscription: "
                                            f"{type(exc).__name__}") from None
@@ -140,8 +145,10 @@ def mailgun() -> Response:
     """Mailgun's webhooks (signature object, HMAC-SHA256)."""
     def handle() -> Response:
         cfg = context.config()
-        return _apply(parse_mailgun(_body(), cfg.feedback.mailgun_signing_key,
-                                    cfg.feedback.webhook_max_age))
+        item, key = verify_mailgun(_body(), cfg.feedback.mailgun_signing_key)
+        with context.engine().begin() as conn:  # consumed even if refused below
+            feedback_intake.consume(conn, "mailgun", key)
+        return _apply(read_mailgun(item, cfg.feedback.webhook_max_age))
     return _answer(handle)
 
 

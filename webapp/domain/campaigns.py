@@ -81,6 +81,10 @@ def _refuse_control_characters(headers: dict[str, str]) -> None:
 
 
 def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
+    # Control characters are refused as sent, before any trimming: a subject or From
+    # with a tab or line break at its end is refused like one with it inside.
+    _refuse_control_characters({k: v for k in ("subject", "from")
+                                if isinstance(v := data.get(k), str)})
     name = _text(data, "name")
     subject = _text(data, "subject")
     missing = {k: N_("required") for k, v in (("name", name), ("subject", subject)) if not v}

@@ -1,8 +1,10 @@
 """Webhook intake (SPEC 12): an authenticated provider request becomes effects on jobs, in
 one transaction, or a clear refusal with nothing changed.
 
-- A replay of a signed request (same SNS MessageId, SendGrid signature, Mailgun token,
-  Postmark record id) is refused with 409: its receipt is stored with the effects.
+- A replay of a signed request (same SNS MessageId, SendGrid timestamp and body, Postmark
+  record id) is refused with 409: its receipt is stored with the effects. A Mailgun
+  request's receipt (timestamp and token: what Mailgun signs) is stored by :func:`consume`
+  before anything else, refused or not.
 - An event for a message SendDock did not send (no VERP token, Message-ID or correlation
   ID of ours) refuses the whole request with 404 — except the generic webhook's events
   without a ``message_id``, which are about the address alone. In a SendGrid batch only
@@ -44,17 +46,22 @@ def _job_for(conn: Connection, event: ProviderEvent, *, secret_key: str,
         latest_window=LATEST_WINDOW if source == "postmark" and no_refs else None)
 
 
+def consume(conn: Connection, source: str, key: str) -> None:
+    """Record a signed request's replay key now, in the caller's own transaction, whatever
+    happens to the request afterwards; raises Conflict when it was seen before."""
+    fresh = conn.execute(sa.text("""
+        INSERT INTO feedback_receipts (source, key) VALUES (:source, :key)
+        ON CONFLICT DO NOTHING RETURNING key"""), {"source": source, "key": key}).first()
+    if fresh is None:
+        raise Conflict("this webhook request was already processed (a replay)")
+
+
 def receive(conn: Connection, inbound: Inbound, *, secret_key: str,
             bounce_address: str | None, thresholds: feedback.Thresholds) -> dict[str, Any]:
     """Apply an authenticated request. Raises Conflict (replay) or NotFound (an event for
     a message that is not ours); the caller's transaction then rolls back."""
     if inbound.replay_key is not None:
-        fresh = conn.execute(sa.text("""
-            INSERT INTO feedback_receipts (source, key) VALUES (:source, :key)
-            ON CONFLICT DO NOTHING RETURNING key"""), {"source": inbound.source,
-                                                       "key": inbound.replay_key}).first()
-        if fresh is None:
-            raise Conflict("this webhook request was already processed (a replay)")
+        consume(conn, inbound.source, inbound.replay_key)
     summary: dict[str, Any] = {"received": len(inbound.events), "applied": 0,
                                "duplicates": 0, "unmatched": 0, "ignored": inbound.ignored,
                                "effects": {}}

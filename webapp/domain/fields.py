@@ -52,3 +52,35 @@ def _email_pattern() -> str:
 # What email-validator (lists.check_email) adds to JSON Schema's "email" format: a dotted
 # domain that is not a special-use name (RFC 6761: .test, .localhost, .invalid, ...).
 EMAIL = _email_pattern()
+
+# "Name <address>" as a From header takes it, in a form email-validator always accepts:
+# a display name without control characters or angle brackets, then a plain address
+# (letters, digits and . _ + - in the local part; labels of letters, digits and inner
+# hyphens; a top-level domain of letters that is not a special-use name).
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,20}[A-Za-z0-9])?"
+
+
+def _named_address_pattern() -> str:
+    from email_validator import SPECIAL_USE_DOMAIN_NAMES
+
+    reserved = "|".join(_any_case(name) for name in SPECIAL_USE_DOMAIN_NAMES)
+    return (f"^[^<>{CONTROL_CLASS}]{{0,60}}<[A-Za-z0-9]{{1,20}}(?:[._+-][A-Za-z0-9]{{1,20}}){{0,3}}"
+            rf"@(?:{_LABEL}\.){{1,3}}(?!(?:{reserved})>)[A-Za-z]{{2,10}}>$")
+
+
+NAMED_ADDRESS = _named_address_pattern()
+
+
+# The largest id PostgreSQL's bigint holds; a number past it can name nothing.
+MAX_ID = 2**63 - 1
+_WHOLE = re.compile(r"[0-9]{1,19}")
+
+
+def whole_number(text: str | None, *, high: int = MAX_ID) -> int | None:
+    """``text`` as a whole number from 0 to ``high`` — ASCII digits only (``str.isdigit``
+    also takes ``²``, which ``int()`` refuses, and ``int()`` refuses over 4,300 digits) —
+    or None. For query and form values, so bad input is a clear answer, never a 500."""
+    if text is None or not _WHOLE.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= high else None

@@ -25,6 +25,7 @@ from workers.delivery.smtp import parse_relays
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
 CHART = timedelta(hours=1)  # the sent-per-minute chart
+ADMINS = ("admin",)  # the roles shown an alarm only an admin can act on
 MIN_FINISHED_FOR_RATE = 20  # a failure rate over fewer finished jobs is noise
 # Seconds from enqueue to sent: the time-to-sent histogram's upper bounds.
 TIME_TO_SENT_BOUNDS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0,
@@ -114,6 +115,12 @@ class Alarm:
     name: str
     message: str
     severity: str = "error"  # error | warn
+    # Who is shown it: everyone, or only the roles that can act on it (issue 29: a
+    # marketer cannot enable an event webhook, so its alarm is not theirs).
+    roles: tuple[str, ...] | None = None
+
+    def shown_to(self, role: str | None) -> bool:
+        return self.roles is None or role in self.roles
 
 
 def _failure_rate(conn: Connection) -> tuple[float, int]:
@@ -237,10 +244,34 @@ def feedback_alarms(conn: Connection, config: Config) -> list[Alarm]:
             "The bounce mailbox received mail that could not be read (moved to the folder "
             "%(folder)s; Queue health lists it). Last: %(error)s",
             folder=unreadable[0]["folder"], error=unreadable[0]["error"][:200]), "warn"))
-    for e in event_queue.disabled_endpoints(conn):
-        alarms.append(Alarm("event_webhook_disabled", N_(
-            "Event webhook %(url)s was disabled: %(why)s. Its events wait until an admin "
-            "enables it again.", url=e["url"], why=str(e["disabled_reason"]))))
+    alarms.extend(event_webhook_alarms(conn, config))
+    return alarms
+
+
+def event_webhook_alarms(conn: Connection, config: Config) -> list[Alarm]:
+    """For admins only, and naming the endpoint without its credentials or query string: an
+    endpoint disabled after failing for days, and (a warning) one failing for a while."""
+    f = config.feedback
+    alarms = [Alarm("event_webhook_disabled", N_(
+        "Event webhook %(url)s was disabled after answering no 2xx since %(since)s UTC "
+        "(last error: %(why)s). Its events wait until an admin enables it again.",
+        url=event_queue.display_url(e["url"]),
+        since=f"{e['failing_since'] or e['disabled_at']:%Y-%m-%d %H:%M}",
+        why=str(e["disabled_reason"] or "")), roles=ADMINS)
+        for e in event_queue.disabled_endpoints(conn)]
+    if f.event_webhook_warn_after > 0:
+        for e in event_queue.failing_endpoints(conn, f.event_webhook_warn_after):
+            until = e["failing_since"] + timedelta(seconds=f.event_webhook_disable_after)
+            message = N_(
+                "Event webhook %(url)s has answered no 2xx since %(since)s UTC: its events "
+                "are retried with backoff, and it is disabled if it still fails at "
+                "%(until)s UTC.", url=event_queue.display_url(e["url"]),
+                since=f"{e['failing_since']:%Y-%m-%d %H:%M}",
+                until=f"{until:%Y-%m-%d %H:%M}") if f.event_webhook_disable_after > 0 else N_(
+                "Event webhook %(url)s has answered no 2xx since %(since)s UTC: its events "
+                "are retried with backoff.", url=event_queue.display_url(e["url"]),
+                since=f"{e['failing_since']:%Y-%m-%d %H:%M}")
+            alarms.append(Alarm("event_webhook_failing", message, "warn", roles=ADMINS))
     return alarms
 
 
@@ -252,8 +283,8 @@ def _complaints(c: dict[str, Any], level: float, config: Config) -> dict[str, An
 
 ALARM_NAMES = ("relay_down", "relay_throttled", "sender_refused", "oldest_pending",
                "failure_rate", "lease_expired", "no_workers", "complaint_rate",
-               "event_webhook_disabled",
-               "sender_bounces", "mailbox_unreadable")
+               "event_webhook_disabled", "event_webhook_failing", "sender_bounces",
+               "mailbox_unreadable")
 _ALARM_TTL = 5.0
 _alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}
 _alarm_lock = threading.Lock()

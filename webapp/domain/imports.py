@@ -36,6 +36,9 @@ _BOM = b"\xef\xbb\xbf"
 SAMPLE_ROWS = 5
 MAX_LINES_LISTED = 20
 ROLES = ("email", "name", "attribute", "skip")
+# A subscriber file has an address, a name and some attributes, not thousands of columns;
+# the mapping step shows one choice per column.
+MAX_COLUMNS = 1000
 
 
 @dataclass
@@ -251,7 +254,7 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
         raise Invalid(N_("the file is empty: the first line must be a header with an "
                          "“email” column"), fields={"file": N_("empty")})
     reader = csv.reader(_chain(header_line, lines), delimiter=_delimiter(header_line))
-    header = next(reader)
+    header = _header(reader)
     columns = _mapped_columns(header, roles) if roles is not None else _columns(header)
     importer = _Importer(conn, list_id)
     importer.report.header = [h.strip() for h in header]
@@ -263,6 +266,30 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
     audit.record(conn, actor, "list.import", f"list:{list_id}", lines=report.lines,
                  added=report.added, updated=report.updated, rejected=dict(report.reasons))
     return report
+
+
+def _header(reader: Any) -> list[str]:
+    try:
+        header: list[str] = next(reader)
+    except csv.Error as exc:
+        raise Invalid(N_("line %(line)s cannot be read as CSV (%(why)s); nothing was "
+                         "imported.", line="1", why=str(exc)),
+                      fields={"file": N_("line %(line)s", line="1")}) from None
+    if len(header) > MAX_COLUMNS:
+        raise Invalid(N_("the header has %(count)s columns; a file to import has at most "
+                         "%(max)s", count=str(len(header)), max=str(MAX_COLUMNS)),
+                      fields={"file": N_("too many columns")})
+    return header
+
+
+def header_size(stream: Iterable[bytes]) -> int:
+    """How many columns the file's header has (what a column mapping must match)."""
+    lines = _decoded_lines(stream)
+    header_line = next(lines, None)
+    if header_line is None:
+        return 0
+    return len(_header(csv.reader(_chain(header_line, lines),
+                                  delimiter=_delimiter(header_line))))
 
 
 def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, queue_reads, suppressions
 from webapp.domain.errors import Conflict, Invalid, NotFound
+from webapp.domain.fields import whole_number
 from workers.after_acceptance import feedback
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_, word
@@ -54,10 +55,11 @@ def parse_filter(args: dict[str, str]) -> queue.ProblemFilter:
     where.kind = kind
     campaign = args.get("campaign") or None
     if campaign is not None:
-        if not campaign.isdigit():
+        campaign_id = whole_number(campaign)
+        if campaign_id is None:
             raise Invalid(N_("campaign must be a campaign id"),
                           fields={"campaign": N_("not a number")})
-        where.campaign_id = int(campaign)
+        where.campaign_id = campaign_id
     where.error_class = args.get("class") or None
     start, end = _day(args.get("from"), "from"), _day(args.get("to"), "to")
     where.since = datetime.combine(start, time(), UTC) if start else None
@@ -69,8 +71,8 @@ def parse_filter(args: dict[str, str]) -> queue.ProblemFilter:
 def _apply_search(where: queue.ProblemFilter, q: str) -> None:
     if not q:
         return
-    if q.isdigit():
-        where.job_id = int(q)
+    if (job_id := whole_number(q)) is not None:
+        where.job_id = job_id
         return
     try:
         where.correlation_id = str(uuid.UUID(q))
@@ -195,6 +197,13 @@ def dismiss(conn: Connection, job_id: int, *, actor: str) -> None:
         raise Conflict(N_("job %(id)s is not an open failed or bounced job", id=str(job_id)))
     audit.record(conn, actor, "job.dismiss", f"job:{job_id}", email=row["email"],
                  status=row["status"])
+
+
+def dismiss_chosen(conn: Connection, job_ids: list[int], *, actor: str) -> int:
+    """Dismiss those of the chosen jobs that are open problems; returns how many."""
+    done = [i for i in job_ids if queue.dismiss_job(conn, i) is not None]
+    audit.record(conn, actor, "job.dismiss_chosen", "inbox", job_ids=done)
+    return len(done)
 
 
 def describe_retry(result: dict[str, Any]) -> str:

@@ -1,7 +1,9 @@
 """The jobs browser (issue 17): an admin sees the queue by state, the way Sidekiq's or Oban
 Web's users do — waiting (in the order they will be sent), retrying (with their next run),
-in flight, held, scheduled campaigns, failed (the inbox) — with filters and exact counts.
-Reads only; the inbox keeps the actions on failed jobs."""
+in flight, held, scheduled campaigns, sent, failed (the inbox), cancelled — with filters,
+exact counts and keyset pages; and, as Oban Web, bulk actions on the jobs chosen on a page
+(cancel those not yet sent, run retrying ones now). The inbox keeps the actions on failed
+jobs."""
 
 from __future__ import annotations
 
@@ -14,19 +16,26 @@ import sqlalchemy as sa
 from flask_babel import lazy_gettext as _l
 from sqlalchemy.engine import Connection
 
-from webapp.domain import queue_reads
+from webapp.domain import audit, queue_reads
 from webapp.domain.errors import Invalid
+from webapp.domain.fields import whole_number
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_
 from workers.delivery import queue
 from workers.delivery.queue import ProblemFilter
 
 PAGE_SIZE = 50
-TABS = ("waiting", "retrying", "sending", "held", "scheduled", "failed")
+TABS = ("waiting", "retrying", "sending", "held", "scheduled", "sent", "failed", "cancelled")
 LABELS = {"waiting": _l("Waiting"), "retrying": _l("Retrying"), "sending": _l("In flight"),
-          "held": _l("Held"), "scheduled": _l("Scheduled"), "failed": _l("Failed")}
-_STATE_OF = {"waiting": "pending", "retrying": "retry", "sending": "sending", "held": "held"}
-_TIMESTAMP_KEYS = {"available_at", "claimed_at", "created_at"}
+          "held": _l("Held"), "scheduled": _l("Scheduled"), "sent": _l("Sent"),
+          "failed": _l("Failed"), "cancelled": _l("Cancelled")}
+_STATE_OF = {"waiting": "pending", "retrying": "retry", "sending": "sending", "held": "held",
+             "sent": "sent", "cancelled": "cancelled"}
+_TIMESTAMP_KEYS = {"available_at", "claimed_at", "created_at", "finished_at"}
+# The bulk actions each tab offers on the jobs chosen on it (Oban Web's: cancel what has
+# not run, run again now what waits for its retry).
+BULK_ACTIONS = {"waiting": ("cancel",), "retrying": ("retry_now", "cancel"),
+                "held": ("cancel",)}
 
 
 @dataclass
@@ -56,10 +65,11 @@ def parse_filters(conn: Connection, args: Any) -> Filters:
     found = Filters(kind=kind)
     campaign = (args.get("campaign") or "").strip()
     if campaign:
-        if not campaign.isdigit():
+        campaign_id = whole_number(campaign)
+        if campaign_id is None:
             raise Invalid(N_("campaign must be a campaign id"),
                           fields={"campaign": N_("not a number")})
-        found.campaign_id = int(campaign)
+        found.campaign_id = campaign_id
         found.broadcast_id = conn.execute(sa.text(
             "SELECT broadcast_id FROM campaigns WHERE id = :id"), {"id": found.campaign_id}
         ).scalar()
@@ -83,13 +93,16 @@ def counts(conn: Connection, f: Filters) -> dict[str, int]:
     if f.email:
         per_state = queue_reads.state_counts_for_email(conn, f.email, f.kind)
     elif f.campaign_id is not None:
-        per_state = dict.fromkeys(("pending", "retry", "sending", "held"), 0)
+        per_state = dict.fromkeys(_STATE_OF.values(), 0)
         if f.broadcast_id is not None and f.kind in (None, "broadcast"):
             per_state.update(queue.broadcast_counts(conn, f.broadcast_id))
     else:
         by_kind = queue_reads.jobs_by_kind_and_state(conn)
         kinds = [f.kind] if f.kind else list(by_kind)
-        per_state = {s: sum(by_kind[k][s] for k in kinds) for s in by_kind[kinds[0]]}
+        per_state = {}
+        for kind in kinds:  # a kind without jobs (or no such kind) has no counters: 0
+            for state, n in by_kind.get(kind, {}).items():
+                per_state[state] = per_state.get(state, 0) + n
     result = {tab: per_state.get(state, 0) for tab, state in _STATE_OF.items()}
     no_campaign_jobs = f.kind not in (None, "broadcast") or f.email
     result["scheduled"] = 0 if no_campaign_jobs else len(
@@ -136,3 +149,31 @@ def page(conn: Connection, tab: str, f: Filters, cursor: str | None = None
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     return {"rows": rows, "next": _cursor(tab, rows[-1]) if more and rows else None}
+
+
+MAX_CHOSEN = 200  # a page shows 50; a crafted form cannot name a million
+
+
+def chosen_ids(raw: list[str]) -> list[int]:
+    """The job ids a bulk form names (digits only, at most MAX_CHOSEN, no repeats)."""
+    ids = sorted({int(v) for v in raw if v.isdigit()})
+    if not ids:
+        raise Invalid(N_("choose at least one job"), fields={"job": N_("required")})
+    if len(ids) > MAX_CHOSEN:
+        raise Invalid(N_("choose at most %(max)s jobs at once", max=MAX_CHOSEN),
+                      fields={"job": N_("too many")})
+    return ids
+
+
+def bulk(conn: Connection, action: str, job_ids: list[int], *, actor: str) -> dict[str, int]:
+    """Cancel or retry-now the chosen jobs; ``changed`` and ``unchanged`` (jobs that had
+    moved on since the page was shown). Audited with the ids."""
+    if action == "cancel":
+        done = queue.cancel_chosen(conn, job_ids, f"cancelled by {actor}")
+    elif action == "retry_now":
+        done = queue.retry_chosen_now(conn, job_ids)
+    else:
+        raise Invalid(N_("unknown action"), fields={"action": N_("unknown")})
+    audit.record(conn, actor, f"jobs.{action}", "jobs", job_ids=done,
+                 left=[i for i in job_ids if i not in set(done)])
+    return {"changed": len(done), "unchanged": len(job_ids) - len(done)}

@@ -123,8 +123,8 @@ def active(conn: Connection, name: str, *, fresh: bool = False) -> KindSpec:
         spec = get(conn, name)
         _ACTIVE[key] = spec
     if not spec.active:
-        raise Conflict(f"kind {spec.name} is inactive; an admin can activate it on the "
-                       "Transactional page", fields={"kind": "inactive"})
+        raise Conflict(N_("kind %(name)s is inactive; an admin can activate it on the "
+                          "Transactional page", name=spec.name), fields={"kind": N_("inactive")})
     return spec
 
 
@@ -225,6 +225,9 @@ def _current(conn: Connection, name: str) -> dict[str, Any] | None:
             "builtin": spec.builtin}
 
 
+DEFAULT_CLASS = "lifecycle"
+
+
 def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
     """The body over the kind's current values (or the class defaults for a new kind)."""
     unknown = sorted(set(body) - set(_FIELDS) - {"name"})
@@ -232,11 +235,13 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
         raise Invalid(N_("unknown field(s): %(fields)s", fields=", ".join(unknown)),
                       fields=dict.fromkeys(unknown, N_("unknown field")))
     if current is None:
-        kind_class = body.get("class")
+        # A new kind is lifecycle mail unless it says otherwise (the document's default).
+        kind_class = body.get("class", DEFAULT_CLASS)
         if kind_class not in CLASSES:
             problem = N_("required: critical or lifecycle")
             raise Invalid(N_("class is %(problem)s", problem=problem), fields={"class": problem})
-        base: dict[str, Any] = {**DEFAULTS[kind_class], "active": True, "description": "",
+        base: dict[str, Any] = {**DEFAULTS[kind_class], "class": kind_class, "active": True,
+                                "description": "",
                                 "sample_data": {}, "sample_event": SAMPLE_EVENT,
                                 "text": None, "html": None, "builtin": False}
     else:
@@ -248,7 +253,8 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
                 merged[field] = DEFAULTS[merged["class"]][field]
     if current is not None and current["builtin"]:
         if merged["class"] != "critical" or merged["active"] is not True:
-            raise Invalid(N_("%(name)s is built in: it stays active and critical (P7)",
+            # 409, not 422: the body is well formed; it conflicts with what this kind is.
+            raise Conflict(N_("%(name)s is built in: it stays active and critical (P7)",
                              name=name),
                           fields={"class" if merged["class"] != "critical" else "active":
                                   N_("cannot change for the built-in kind")})
@@ -289,8 +295,18 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
             values[field] = check(merged.get(field))
         except Invalid as exc:
             fields.update(exc.fields or {field: exc.message})
+    if current is None and body.get("subject") is None and "subject" in fields:
+        # A new kind given no subject: like a missing template, a conflict with what is
+        # stored (nothing yet), which no schema of the request can see: 409.
+        raise Conflict(N_("%(field)s is required", field="subject"),
+                       fields={"subject": N_("required")})
     if not fields and values["text"] is None and values["html"] is None:
-        fields["text"] = N_("give a text or an HTML template (or both)")
+        # 409, not 422: whether a body is left depends on the kind as stored (fields left
+        # out keep their value), which no schema of the request can see.
+        problem = N_("give a text or an HTML template (or both)")
+        raise Conflict(N_("invalid kind: %(problems)s", problems=Text.joined("; ", (
+            N_("%(field)s: %(message)s", field="text", message=problem),))),
+            fields={"text": problem})
     if fields:
         raise Invalid(N_("invalid kind: %(problems)s", problems=Text.joined("; ", (
             N_("%(field)s: %(message)s", field=k, message=v) for k, v in fields.items()))),

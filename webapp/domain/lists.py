@@ -14,9 +14,54 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import Conflict, Invalid, NotFound
-from workers.core.i18n import N_
+from workers.core.i18n import N_, Text
 
 MAX_NAME = 200
+
+
+# email-validator's answers that a person typing an address meets, in the page's language
+# (issue 29); a message that names characters keeps its tail ("…: ñ, ü"). Others stay as
+# the library words them.
+EMAIL_PROBLEMS = {
+    "An email address must have an @-sign.": N_("An email address must have an @-sign."),
+    "There must be something after the @-sign.": N_(
+        "There must be something after the @-sign."),
+    "There must be something before the @-sign.": N_(
+        "There must be something before the @-sign."),
+    "The part after the @-sign is not valid. It should have a period.": N_(
+        "The part after the @-sign is not valid. It should have a period."),
+    "An email address cannot have two periods in a row.": N_(
+        "An email address cannot have two periods in a row."),
+    "An email address cannot start with a period.": N_(
+        "An email address cannot start with a period."),
+    "An email address cannot have a period immediately before the @-sign.": N_(
+        "An email address cannot have a period immediately before the @-sign."),
+    "An email address cannot end with a period.": N_(
+        "An email address cannot end with a period."),
+    "An email address cannot have a period immediately after the @-sign.": N_(
+        "An email address cannot have a period immediately after the @-sign."),
+    "The part after the @-sign is not valid. It is not within a valid top-level domain.": N_(
+        "The part after the @-sign is not valid. It is not within a valid top-level domain."),
+    "There can't be anything after the email address.": N_(
+        "There can't be anything after the email address."),
+    "The part after the @-sign is a special-use or reserved name that cannot be used with "
+    "email.": N_("The part after the @-sign is a special-use or reserved name that cannot "
+                 "be used with email."),
+    "The email address contains invalid characters before the @-sign: ": N_(
+        "The email address contains invalid characters before the @-sign: %(chars)s"),
+    "The part after the @-sign contains invalid characters: ": N_(
+        "The part after the @-sign contains invalid characters: %(chars)s"),
+}
+
+
+def email_problem(message: str) -> str:
+    """email-validator's message in the page's language where it is one people meet."""
+    for english, said in EMAIL_PROBLEMS.items():
+        if message == english:
+            return said
+        if english.endswith(": ") and message.startswith(english):
+            return Text(said.msgid, chars=message[len(english):].rstrip("."))
+    return message
 
 
 def check_email(raw: Any) -> str:
@@ -26,8 +71,9 @@ def check_email(raw: Any) -> str:
     try:
         result = validate_email(raw.strip(), check_deliverability=False)
     except EmailNotValidError as exc:
-        raise Invalid(N_("invalid email address: %(why)s", why=str(exc)),
-                      fields={"email": str(exc)}) from None
+        why = email_problem(str(exc))
+        raise Invalid(N_("invalid email address: %(why)s", why=why),
+                      fields={"email": why}) from None
     return str(result.normalized)
 
 
@@ -317,12 +363,18 @@ def remove_member(conn: Connection, list_id: int, subscriber_id: int, *,
 # --- export ------------------------------------------------------------------------------
 
 EXPORT_CHUNK = 5000
+# A double opt-in's consent (webapp.domain.subscriptions): through what, asked when and from
+# which IP, confirmed when and from which IP.
+CONSENT_COLUMNS = ("consent_form", "consent_at", "consent_ip", "confirmed_at",
+                   "confirmed_ip")
 
 
 def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
     """The list as CSV text, yielded a chunk at a time (keyset over the membership key), so
     a million subscribers are never held in memory. Columns: email, name, status, added_at,
-    then every attribute key found on the list; the file imports back as it is. Every cell,
+    the consent of a double opt-in (:data:`CONSENT_COLUMNS`, empty for addresses added
+    otherwise), then every attribute key found on the list; the file imports back as it is
+    (the extra columns as attributes, unless mapped to skip). Every cell,
     the header's attribute keys included, is neutralised against spreadsheet formulas."""
     get_list(conn, list_id)
     keys = sorted(conn.execute(sa.text("""
@@ -330,17 +382,29 @@ def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
           JOIN subscribers s ON s.id = m.subscriber_id WHERE m.list_id = :l"""),
         {"l": list_id}).scalars())
     writer = SafeWriter()
-    writer.row(["email", "name", "status", "added_at", *keys])
+    writer.row(["email", "name", "status", "added_at", *CONSENT_COLUMNS, *keys])
     after = 0
     while True:
         rows = conn.execute(sa.text("""
-            SELECT m.subscriber_id, s.email, s.name, s.status, m.created_at, s.attributes
+            SELECT m.subscriber_id, s.email, s.name, s.status, m.created_at, s.attributes,
+                   c.source, c.requested_at, c.remote_addr, c.confirmed_at, c.confirmed_addr
               FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
+              LEFT JOIN LATERAL (
+                  SELECT r.source, r.requested_at, r.remote_addr, r.confirmed_at,
+                         r.confirmed_addr
+                    FROM subscription_requests r
+                   WHERE r.list_id = m.list_id AND lower(r.email) = lower(s.email)
+                     AND r.confirmed_at IS NOT NULL
+                     AND r.confirmed_addr IS DISTINCT FROM 'already on the list'
+                   ORDER BY r.confirmed_at DESC LIMIT 1) c ON true
              WHERE m.list_id = :l AND m.subscriber_id > :after
              ORDER BY m.subscriber_id LIMIT :n"""),
             {"l": list_id, "after": after, "n": EXPORT_CHUNK}).all()
         for r in rows:
             writer.row([r.email, r.name, r.status, r.created_at.isoformat(),
+                        r.source and f"{r.source} (list {list_id})",
+                        r.requested_at and r.requested_at.isoformat(), r.remote_addr,
+                        r.confirmed_at and r.confirmed_at.isoformat(), r.confirmed_addr,
                         *(r.attributes.get(k) for k in keys)])
         yield writer.take()
         if len(rows) < EXPORT_CHUNK:

@@ -6,7 +6,17 @@
 - the ETA covers only the messages that can be sent now; messages waiting on their retry
   backoff are stated apart ("60 waiting to retry, next at 07:51:05"), since no rate makes
   them go sooner;
-- the percentage is floored, so it reads 100 % only when every recipient has a final state.
+- the percentage is floored, so it reads 100 % only when every recipient has a final state;
+- an ETA is given only while the rate is steady: the last :data:`STEADY_WINDOW` seconds
+  rate within :data:`STEADY_TOLERANCE` of the whole window's. While the pool ramps up (or
+  slows down) the page says it is estimating (issue 29: "about 3 min 51 s left" at 21 s
+  for a campaign done at 96 s, whose rate was still climbing);
+- once nothing is left to send (the queue emptied, or only retries on backoff remain) no
+  rate is shown at all (it said "164 messages/s" of a queue already empty);
+- a retry time that has passed reads "due now", not a time in the past;
+- a cancelled campaign's percentage is how far it got before it was stopped (the share of
+  recipients that reached sent, failed, bounced or skipped), as listmonk shows it -- never
+  "100 % done" for a campaign most of whose recipients were never sent.
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
 RATE_SAMPLE = 5000  # at most this many finishes are read (bounded cost at any speed)
 STALL_AFTER = 5.0  # with no finish for this long, say so instead of showing a rate
 MIN_SPAN = 1.0  # a rate over less than a second of sending is noise
+STEADY_WINDOW = 10.0  # the recent part of the window an ETA's rate is checked against
+STEADY_TOLERANCE = 0.25  # how far the two rates may differ for the ETA to be stated
 
 # The last time the campaign was resumed (the audit log is its record).
 _LAST_RESUME = sa.text("""
@@ -52,7 +64,8 @@ def _rate(conn: Connection, campaign: dict[str, Any]) -> dict[str, Any]:
     now = conn.execute(sa.text("SELECT now()")).scalar_one()
     window_start = max(start, now - timedelta(seconds=RATE_WINDOW))
     row = queue_reads.recent_finishes(conn, broadcast_id, window_start, RATE_SAMPLE)
-    result: dict[str, Any] = {"rate": None, "window": None, "stalled_for": None}
+    result: dict[str, Any] = {"rate": None, "window": None, "stalled_for": None,
+                              "steady": False}
     newest = row.newest if row.newest is not None and row.newest > start else None
     quiet_since = newest or start
     quiet = (row.now - quiet_since).total_seconds()
@@ -64,7 +77,20 @@ def _rate(conn: Connection, campaign: dict[str, Any]) -> dict[str, Any]:
     if row.n and span >= MIN_SPAN:
         result["rate"] = row.n / span
         result["window"] = span
+        result["steady"] = _steady(conn, broadcast_id, row.now, span_start, result["rate"])
     return result
+
+
+def _steady(conn: Connection, broadcast_id: int, now: Any, span_start: Any,
+            rate: float) -> bool:
+    """Whether the last STEADY_WINDOW seconds ran at ``rate`` (within the tolerance): an
+    ETA from a rate that is still climbing or falling is a guess."""
+    recent_start = max(span_start, now - timedelta(seconds=STEADY_WINDOW))
+    recent_span = (now - recent_start).total_seconds()
+    if recent_span >= (now - span_start).total_seconds():
+        return True  # the window is the recent part: nothing to compare with
+    recent = queue_reads.recent_finishes(conn, broadcast_id, recent_start, RATE_SAMPLE)
+    return abs(recent.n / recent_span - rate) <= STEADY_TOLERANCE * rate
 
 
 def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
@@ -78,9 +104,14 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
     campaign["done"] = sum(counts[s] for s in queue.TERMINAL)
     campaign["remaining"] = counts["pending"] + counts["sending"] + counts["retry"]
     campaign["due"] = counts["pending"] + counts["sending"]
-    campaign["percent"] = percent_done(campaign["done"], campaign["total"])
+    # How far it got: the recipients that reached a final state other than cancelled.
+    campaign["processed"] = campaign["done"] - counts["cancelled"]
+    campaign["percent"] = percent_done(
+        campaign["processed"] if campaign["status"] == "cancelled" else campaign["done"],
+        campaign["total"])
     campaign.update(rate=None, rate_window=None, stalled_for=None, eta_seconds=None,
-                    errors=[], retry_next_at=None, retry_last_at=None, throttled=[])
+                    errors=[], retry_next_at=None, retry_last_at=None,
+                    retry_due_now=False, throttled=[])
     broadcast_id = campaign["broadcast_id"]
     if not broadcast_id:
         return campaign
@@ -90,10 +121,12 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
     if counts["retry"]:
         next_at, last_at = queue_reads.retry_due(conn, broadcast_id)
         campaign["retry_next_at"], campaign["retry_last_at"] = next_at, last_at
-    if campaign["status"] == "sending" and campaign["enqueued"]:
+        now = conn.execute(sa.text("SELECT now()")).scalar_one()
+        campaign["retry_due_now"] = next_at is not None and next_at <= now
+    if campaign["status"] == "sending" and campaign["enqueued"] and campaign["due"]:
         rate = _rate(conn, campaign)
         campaign["rate"], campaign["rate_window"] = rate["rate"], rate["window"]
         campaign["stalled_for"] = rate["stalled_for"]
-        if campaign["rate"] and campaign["due"]:
+        if campaign["rate"] and rate["steady"]:
             campaign["eta_seconds"] = campaign["due"] / campaign["rate"]
     return campaign

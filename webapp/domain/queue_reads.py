@@ -273,7 +273,7 @@ def attempts_per_minute(conn: Connection, since: datetime,
     return [(r.minute, r.kind, r.outcome, int(r.n)) for r in rows]
 
 
-# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_at_idx).
+# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_idx).
 # Bucket i counts jobs with bounds[i-1] <= seconds < bounds[i] (0: below the first bound).
 _TIME_TO_SENT = sa.text("""
 SELECT date_trunc('minute', finished_at) AS minute, kind,
@@ -543,7 +543,9 @@ class JobFilter:
 
 # state -> (condition, order columns). Waiting and retrying walk delivery_jobs_claim_idx
 # (its predicate is repeated so the planner can use it), in flight delivery_jobs_sending_idx,
-# held delivery_jobs_transactional_idx.
+# held delivery_jobs_transactional_idx; sent and cancelled, newest first, walk
+# delivery_jobs_sent_idx and delivery_jobs_cancelled_idx backwards (a campaign's, its
+# delivery_jobs_broadcast_finished_idx), so a page costs its 51 rows at 10M jobs too.
 BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'pending'",
                 ("j.priority", "j.available_at", "j.id")),
@@ -551,29 +553,36 @@ BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
                  ("j.priority", "j.available_at", "j.id")),
     "sending": ("j.status = 'sending'", ("j.claimed_at", "j.id")),
     "held": ("j.kind <> 'broadcast' AND j.status = 'held'", ("j.created_at", "j.id")),
+    "sent": ("j.status = 'sent'", ("j.finished_at", "j.id")),
+    "cancelled": ("j.status = 'cancelled'", ("j.finished_at", "j.id")),
 }
+NEWEST_FIRST = frozenset({"sent", "cancelled"})  # finished: the latest is what one looks for
 
 
 _BROWSER_COLUMNS = """j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
                j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
-               j.campaign_id, j.user_ref"""
+               j.finished_at, j.campaign_id, j.user_ref"""
 
 
 def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
                   after: Sequence[Any] | None = None, limit: int = 50
                   ) -> list[dict[str, Any]]:
     """Jobs in the browser ``state`` matching ``where``, in the order they will be
-    handled, ``limit`` of them after the keyset ``after`` (the previous page's last row's
-    order columns)."""
+    handled (finished ones newest first), ``limit`` of them after the keyset ``after`` (the
+    previous page's last row's order columns)."""
     if state == "waiting":
         return _waiting(conn, where, after=after, limit=limit)
     condition, order = BROWSER_STATES[state]
+    newest_first = state in NEWEST_FIRST
     extra, params = where.where()
     keyset = ""
     if after is not None:
         names = [f":after{i}" for i in range(len(order))]
-        keyset = f" AND ({', '.join(order)}) > ({', '.join(names)})"
+        keyset = f" AND ({', '.join(order)}) {'<' if newest_first else '>'} " \
+                 f"({', '.join(names)})"
         params.update({f"after{i}": v for i, v in enumerate(after)})
+    if newest_first:
+        order = tuple(f"{column} DESC" for column in order)
     rows = conn.execute(sa.text(f"""
         SELECT {_BROWSER_COLUMNS}, c.name AS campaign_name
           FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
@@ -656,6 +665,26 @@ def count_problems(conn: Connection, where: ProblemFilter, as_of: datetime,
     ``as_of``), counted along the inbox index up to ``cap``."""
     sql, params = where.where()
     return int(conn.execute(sa.text(_COUNT_PROBLEMS.format(where=sql)),
+                            {**params, "as_of": as_of, "cap": cap}).scalar_one())
+
+
+_COUNT_RETRYABLE = """
+SELECT count(*) FROM (
+    SELECT 1 FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
+     WHERE {where} AND j.finished_at <= :as_of
+       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
+       AND c.status IS DISTINCT FROM 'cancelled'
+     LIMIT :cap) retryable
+"""
+
+
+def count_retryable(conn: Connection, where: ProblemFilter, as_of: datetime,
+                    cap: int = 1_000_000) -> int:
+    """Of the problems :func:`count_problems` counts, those "retry all" can put back: not
+    on the suppression list, not of a cancelled campaign (issue 29: "Retry all 59" was
+    offered for 59 suppressed addresses, and could only refuse them all)."""
+    sql, params = where.where()
+    return int(conn.execute(sa.text(_COUNT_RETRYABLE.format(where=sql)),
                             {**params, "as_of": as_of, "cap": cap}).scalar_one())
 
 

@@ -139,38 +139,66 @@ class LoginRefused(Exception):
     """Wrong credentials, or too many failures: the message is safe to show."""
 
 
-def authenticate(conn: Connection, email: str, password: str,
-                 remote_addr: str) -> dict[str, Any]:
-    """The user for these credentials, or :class:`LoginRefused`. Failed attempts are
-    limited per account and per client address over a sliding window; the attempt is
-    written on ``conn``, so the caller commits even when the login is refused."""
+# Advisory lock namespaces (pg_advisory_xact_lock(int, int)): one failed-attempt counter
+# per account and one per client address, each read and bumped by one request at a time.
+_ACCOUNT_LOCK, _ADDRESS_LOCK = 0x5D10, 0x5D11
+
+
+def reserve_attempt(conn: Connection, email: str, remote_addr: str) -> int:
+    """Count a password check against the limits *before* it is made: under a lock per
+    account and per address, refuse when either is at its limit, else record the attempt
+    as failed and return its id (:func:`attempt_succeeded` turns it around). So N
+    simultaneous wrong passwords are N failures, and at most the limit of them is checked.
+    A refused attempt is recorded too (it is a failure to get in); the caller commits
+    ``conn`` even when this raises :class:`LoginRefused`, and keeps the transaction short:
+    the locks are held until it ends."""
+    # Always the account's lock before the address's: no two requests wait on each other.
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:ns, hashtext(lower(:e)))"),
+                 {"ns": _ACCOUNT_LOCK, "e": email[:320]})
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:ns, hashtext(:a))"),
+                 {"ns": _ADDRESS_LOCK, "a": remote_addr})
     counts = conn.execute(sa.text("""
         SELECT count(*) FILTER (WHERE lower(email) = lower(:e)) AS per_account,
                count(*) FILTER (WHERE remote_addr = :a) AS per_address
           FROM login_attempts
          WHERE NOT succeeded AND at > now() - make_interval(mins => :w)
            AND (lower(email) = lower(:e) OR remote_addr = :a)"""),
-        {"e": email, "a": remote_addr, "w": LOGIN_WINDOW_MINUTES}).one()
+        {"e": email[:320], "a": remote_addr, "w": LOGIN_WINDOW_MINUTES}).one()
+    attempt_id = int(conn.execute(sa.text(
+        "INSERT INTO login_attempts (email, remote_addr, succeeded) VALUES (:e, :a, false) "
+        "RETURNING id"), {"e": email[:320], "a": remote_addr}).scalar_one())
     if counts.per_account >= MAX_FAILED_PER_ACCOUNT or counts.per_address >= \
             MAX_FAILED_PER_ADDRESS:
         audit.record(conn, "anonymous", "user.login_failed", email.lower()[:320],
                      remote_addr=remote_addr, reason="too many failed attempts")
         raise LoginRefused(N_("Too many failed attempts. Try again in %(minutes)s minutes.",
                               minutes=LOGIN_WINDOW_MINUTES))
+    return attempt_id
+
+
+def attempt_succeeded(conn: Connection, attempt_id: int) -> None:
+    """The reserved attempt was the right password: it no longer counts as a failure."""
+    conn.execute(sa.text("UPDATE login_attempts SET succeeded = true WHERE id = :id"),
+                 {"id": attempt_id})
+
+
+def authenticate(conn: Connection, attempt_id: int, email: str, password: str,
+                 remote_addr: str) -> dict[str, Any]:
+    """The user for these credentials, or :class:`LoginRefused`. ``attempt_id`` is this
+    attempt as :func:`reserve_attempt` counted it (in a transaction committed before)."""
     user = find_user(conn, email)
     # The hash is checked before `active`, so a disabled account answers in the same time.
     ok = user is not None and verify_password(user["password_hash"], password) and \
         bool(user["active"])
     if user is None:
         verify_password(_DUMMY_HASH, password)  # same time whether or not the user exists
-    conn.execute(sa.text("INSERT INTO login_attempts (email, remote_addr, succeeded) "
-                         "VALUES (:e, :a, :s)"), {"e": email[:320], "a": remote_addr, "s": ok})
     if not ok or user is None:
         # Logged with the address typed (an unknown one too: a guessing attempt is news).
         audit.record(conn, "anonymous", "user.login_failed", email.lower()[:320],
                      remote_addr=remote_addr, reason="wrong email or password"
                      if user is None or user["active"] else "account disabled")
         raise LoginRefused(N_("Wrong email or password."))
+    attempt_succeeded(conn, attempt_id)
     conn.execute(sa.text("UPDATE users SET last_login_at = now() WHERE id = :id"),
                  {"id": user["id"]})
     audit.record(conn, user["email"], "user.login", f"user:{user['id']}",

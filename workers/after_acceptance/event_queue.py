@@ -11,8 +11,10 @@ committed. Its states: ``pending → sending → delivered | retry → sending �
   receiver may then see a delivery twice with the same ``webhook-id`` (Standard
   Webhooks' idempotency key): at least once, never lost.
 - Finished under the claim token, so a row taken back is never finished twice.
-- Endpoints that are disabled (by an admin, or automatically after
-  ``disable_after`` consecutive failures) are not claimed from; their rows wait.
+- Endpoints that are disabled (by an admin, or automatically once they have failed
+  continuously -- no 2xx -- for ``disable_after`` seconds) are not claimed from; their
+  rows wait. A count of failures is no measure: one campaign's bounces are dozens of
+  events within a minute, all failing against an endpoint that is down for a deploy.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -77,7 +80,8 @@ def claim_deliveries(conn: Connection, worker_id: str, n: int,
 
 # One outcome: delivered, or retried after `delay` seconds, or failed for good (delay
 # NULL); the endpoint's health and last response move in the same statement. An endpoint
-# whose failures in a row reach `disable_after` is disabled with the reason (the alarm).
+# that has failed without a success for `disable_after` seconds (since `failing_since`) is
+# disabled with the reason (the alarm); 0 never disables.
 _FINISH = sa.text(f"""
 WITH d AS (
     UPDATE webhook_deliveries
@@ -98,23 +102,22 @@ UPDATE webhook_endpoints e
        last_response = coalesce(:response, :error),
        last_success_at = CASE WHEN :ok THEN now() ELSE last_success_at END,
        consecutive_failures = CASE WHEN :ok THEN 0 ELSE consecutive_failures + 1 END,
-       disabled_at = CASE WHEN NOT :ok AND consecutive_failures + 1 >= :disable_after
-                          AND disabled_at IS NULL THEN now() ELSE disabled_at END,
-       disabled_reason = CASE WHEN NOT :ok AND consecutive_failures + 1 >= :disable_after
-                              AND disabled_at IS NULL
-                              THEN 'disabled after ' || (consecutive_failures + 1)
-                                   || ' failed deliveries in a row; last: '
-                                   || left(coalesce(:error, :response, ''), 300)
+       failing_since = CASE WHEN :ok THEN NULL ELSE coalesce(failing_since, now()) END,
+       disabled_at = CASE WHEN NOT :ok AND :disable_after > 0 AND disabled_at IS NULL
+                           AND failing_since <= now() - make_interval(secs => :disable_after)
+                          THEN now() ELSE disabled_at END,
+       disabled_reason = CASE WHEN NOT :ok AND :disable_after > 0 AND disabled_at IS NULL
+                               AND failing_since <= now() - make_interval(secs => :disable_after)
+                              THEN left(coalesce(:error, :response, ''), 300)
                               ELSE disabled_reason END
   FROM d WHERE e.id = d.endpoint_id
-RETURNING e.id, e.disabled_at IS NOT NULL AND NOT :ok
-          AND e.consecutive_failures = :disable_after AS just_disabled
+RETURNING e.id, e.disabled_at = now() AND NOT :ok AS just_disabled
 """)
 
 
 def finish_delivery(conn: Connection, delivery: ClaimedDelivery, *, ok: bool,
                     code: int | None, response: str | None, error: str | None,
-                    delay: float | None, disable_after: int) -> bool | None:
+                    delay: float | None, disable_after: float) -> bool | None:
     """Record one attempt's outcome. Returns whether the endpoint was disabled by it
     (None when the claim was no longer ours: nothing recorded)."""
     row = conn.execute(_FINISH, {
@@ -149,7 +152,7 @@ def release_deliveries(conn: Connection, claimed: Sequence[ClaimedDelivery],
 
 _ENDPOINT_COLUMNS = """
 e.id, e.url, e.description, e.events, e.kinds, e.enabled, e.disabled_at, e.disabled_reason,
-e.consecutive_failures, e.last_attempt_at, e.last_success_at, e.last_status,
+e.consecutive_failures, e.failing_since, e.last_attempt_at, e.last_success_at, e.last_status,
 e.last_response, e.created_at
 """
 
@@ -189,7 +192,8 @@ def set_endpoint_enabled(conn: Connection, endpoint_id: int, enabled: bool) -> b
            SET enabled = :enabled,
                disabled_at = CASE WHEN :enabled THEN NULL ELSE disabled_at END,
                disabled_reason = CASE WHEN :enabled THEN NULL ELSE disabled_reason END,
-               consecutive_failures = CASE WHEN :enabled THEN 0 ELSE consecutive_failures END
+               consecutive_failures = CASE WHEN :enabled THEN 0 ELSE consecutive_failures END,
+               failing_since = CASE WHEN :enabled THEN NULL ELSE failing_since END
          WHERE id = :id RETURNING id"""), {"id": endpoint_id, "enabled": enabled}).first()
     if row is not None and enabled:
         conn.execute(sa.text(f"""
@@ -226,9 +230,35 @@ def deliveries(conn: Connection, endpoint_id: int, limit: int = 50) -> list[dict
 def disabled_endpoints(conn: Connection) -> list[dict[str, Any]]:
     """Endpoints disabled automatically (the alarm)."""
     rows = conn.execute(sa.text("""
-        SELECT id, url, disabled_at, disabled_reason FROM webhook_endpoints
+        SELECT id, url, disabled_at, disabled_reason, failing_since, consecutive_failures
+          FROM webhook_endpoints
          WHERE enabled AND disabled_at IS NOT NULL ORDER BY id"""))
     return [dict(r) for r in rows.mappings()]
+
+
+def failing_endpoints(conn: Connection, longer_than: float) -> list[dict[str, Any]]:
+    """Enabled endpoints that have answered no 2xx for more than ``longer_than`` seconds
+    and are not disabled yet (the early warning)."""
+    rows = conn.execute(sa.text("""
+        SELECT id, url, failing_since, consecutive_failures FROM webhook_endpoints
+         WHERE enabled AND disabled_at IS NULL
+           AND failing_since < now() - make_interval(secs => :longer)
+         ORDER BY id"""), {"longer": longer_than})
+    return [dict(r) for r in rows.mappings()]
+
+
+def display_url(url: str) -> str:
+    """The endpoint's address as a banner may show it: scheme, host, port and path --
+    never its credentials, query string or fragment (a token often lives there)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def delivery_counts(conn: Connection) -> dict[str, int]:

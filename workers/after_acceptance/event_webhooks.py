@@ -2,11 +2,16 @@
 
 Each delivery is POSTed as JSON, signed per Standard Webhooks (``webhook-id``,
 ``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256>``, made with the
-``standardwebhooks`` package from the endpoint's ``whsec_…`` secret). A 2xx answer is
+``standardwebhooks`` package from the endpoint's ``whsec_…`` secret). Every POST goes through
+the SSRF guard (:mod:`workers.core.outgoing`): internal addresses are refused unless
+``SENDDOCK_OUTGOING_ALLOW`` names them, redirects are not followed, and only the status and
+a short sanitized excerpt of the answer are kept. A 2xx answer is
 delivered; anything else (an error status, a refused connection, a timeout) is retried on
-``SENDDOCK_EVENT_WEBHOOK_RETRY_SCHEDULE`` and, once the schedule is used up, failed (an
-admin can retry it). Each outcome is committed right after its POST (the window for a
-duplicate is one delivery per crash; receivers dedupe on ``webhook-id``).
+``SENDDOCK_EVENT_WEBHOOK_RETRY_SCHEDULE`` (about 3 days by default) and, once the
+schedule is used up, failed (an admin can retry it). An endpoint that answers no 2xx for
+``SENDDOCK_EVENT_WEBHOOK_DISABLE_AFTER_SECONDS`` (3 days, as Stripe) is disabled. Each
+outcome is committed right after its POST (the window for a duplicate is one delivery per
+crash; receivers dedupe on ``webhook-id``).
 """
 
 from __future__ import annotations
@@ -14,8 +19,6 @@ from __future__ import annotations
 import base64
 import logging
 import secrets
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
@@ -23,6 +26,8 @@ from standardwebhooks.webhooks import Webhook
 
 from workers.after_acceptance import event_queue
 from workers.after_acceptance.event_queue import ClaimedDelivery
+from workers.core import outgoing
+from workers.core.outgoing import Guard
 
 log = logging.getLogger("senddock.events")
 
@@ -44,32 +49,27 @@ def signed_headers(secret: str, msg_id: str, body: str,
 
 
 def post(url: str, body: str, headers: dict[str, str],
-         timeout: float) -> tuple[int | None, str | None, str | None]:
-    """POST once: ``(status, response text, error)``; status None when there was no HTTP
-    answer (refused, timed out, TLS)."""
-    request = urllib.request.Request(url, data=body.encode(), method="POST", headers={
-        **headers, "Content-Type": "application/json", "User-Agent": USER_AGENT})
+         guard: Guard) -> tuple[int | None, str | None, str | None]:
+    """POST once through the SSRF guard: ``(status, short sanitized excerpt, error)``;
+    status None when there was no HTTP answer or the URL may not be called."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read(2000).decode("utf-8", "replace"), None
-    except urllib.error.HTTPError as exc:
-        text = exc.read(2000).decode("utf-8", "replace") if exc.fp else ""
-        return exc.code, text, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return None, None, f"{type(exc).__name__}: {reason}"[:500]
+        answer = outgoing.request("POST", url, guard, body=body.encode(), headers={
+            **headers, "Content-Type": "application/json", "User-Agent": USER_AGENT})
+    except outgoing.Refused as exc:
+        return None, None, str(exc)
+    return answer.status, answer.excerpt or None, answer.error
 
 
 class EventDeliverer:
     """Claims due deliveries and posts them. ``run_once()`` returns how many it handled."""
 
     def __init__(self, engine: Engine, worker_id: str, *, schedule: tuple[int, ...],
-                 disable_after: int, timeout: float, batch: int = 20) -> None:
+                 disable_after: float, guard: Guard, batch: int = 20) -> None:
         self.engine = engine
         self.worker_id = worker_id
         self.schedule = schedule
         self.disable_after = disable_after
-        self.timeout = timeout
+        self.guard = guard
         self.batch = batch
 
     def _delay(self, attempts_before: int) -> float | None:
@@ -81,7 +81,7 @@ class EventDeliverer:
     def deliver(self, delivery: ClaimedDelivery) -> bool:
         body = event_queue.payload_json(delivery)
         headers = signed_headers(delivery.secret, delivery.msg_id, body)
-        code, text, error = post(delivery.url, body, headers, self.timeout)
+        code, text, error = post(delivery.url, body, headers, self.guard)
         ok = code is not None and 200 <= code < 300
         with self.engine.begin() as conn:
             disabled = event_queue.finish_delivery(
@@ -89,16 +89,18 @@ class EventDeliverer:
                 delay=None if ok else self._delay(delivery.attempts),
                 disable_after=self.disable_after)
         if disabled:
-            log.warning("event webhook endpoint %d (%s) disabled after %d failures in a row",
-                        delivery.endpoint_id, delivery.url, self.disable_after)
+            log.warning("event webhook endpoint %d (%s) disabled: no 2xx for %.0f s",
+                        delivery.endpoint_id, event_queue.display_url(delivery.url),
+                        self.disable_after)
         elif not ok:
-            log.info("event webhook %s to %s failed: %s", delivery.msg_id, delivery.url, error)
+            log.info("event webhook %s to %s failed: %s", delivery.msg_id,
+                     event_queue.display_url(delivery.url), error)
         return ok
 
     def run_once(self) -> int:
         with self.engine.begin() as conn:
             claimed = event_queue.claim_deliveries(conn, self.worker_id, self.batch,
-                                                   lease=max(60.0, self.timeout * 6))
+                                                   lease=max(60.0, self.guard.timeout * 6))
         failing: set[int] = set()
         skipped: list[ClaimedDelivery] = []
         for delivery in claimed:

@@ -48,7 +48,7 @@ def deliverer(engine: Engine, config: Config, worker_id: str) -> EventDeliverer:
     f = config.feedback
     return EventDeliverer(engine, worker_id, schedule=f.event_webhook_retry_schedule,
                           disable_after=f.event_webhook_disable_after,
-                          timeout=f.event_webhook_timeout)
+                          guard=f.guard())
 
 
 def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers.core.outgoing import Guard
+
 
 class ConfigError(Exception):
     """A setting has a value SendDock cannot use; the message names the variable."""
@@ -124,6 +126,14 @@ SETTINGS: list[Setting] = [
     Setting("MAX_IMPORT_BYTES", "536870912",
             "Largest CSV upload accepted, on the import form only (512 MiB; 413 above it). "
             "A reverse proxy in front needs a body limit at least this large."),
+    Setting("WEB_CONNECTION_LIMIT", "1000",
+            "Open connections the web server keeps at most (waitress); more wait in the "
+            "listen backlog until one closes."),
+    Setting("WEB_HEAD_TIMEOUT", "10",
+            "Seconds a client has to send a request's line and headers (counted from its "
+            "first byte, or from the end of the previous answer on a kept-alive connection); "
+            "a slower one is closed, so connections trickling bytes (slowloris) cannot hold "
+            "the server's connection slots. See docs/deployment.md."),
     Setting("LOG_LEVEL", "INFO", "Python log level."),
     Setting("NODE", None,
             "This host's name for worker liveness (default: the hostname). A restarted "
@@ -195,13 +205,22 @@ SETTINGS: list[Setting] = [
             "Complaint rate at which a campaign is paused (0.003 = 0.3 %, Gmail's limit)."),
     Setting("COMPLAINT_MIN_DELIVERED", "100",
             "Messages a campaign must have delivered before its complaint rate can pause it."),
-    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE", "10,30,120,600,1800,3600,7200,14400,28800",
-            "Seconds between attempts to deliver an outgoing event webhook; after the last "
-            "the delivery is marked failed (retry it from the endpoint's page)."),
-    Setting("EVENT_WEBHOOK_DISABLE_AFTER", "20",
-            "Consecutive failed deliveries after which an endpoint is disabled (alarm); its "
-            "waiting deliveries are kept and go out when an admin enables it again."),
+    Setting("EVENT_WEBHOOK_RETRY_SCHEDULE",
+            "10,30,120,600,1800,3600,7200,14400,28800,43200,86400,86400",
+            "Seconds between attempts to deliver an outgoing event webhook (about 3 days in "
+            "all); after the last the delivery is marked failed (retry it from the "
+            "endpoint's page)."),
+    Setting("EVENT_WEBHOOK_DISABLE_AFTER_SECONDS", "259200",
+            "Seconds an endpoint may answer no 2xx at all before it is disabled (alarm; 3 "
+            "days, as Stripe; 0 = never); its waiting deliveries are kept and go out when an "
+            "admin enables it again. Admins are warned after EVENT_WEBHOOK_WARN_AFTER."),
+    Setting("EVENT_WEBHOOK_WARN_AFTER", "900",
+            "Seconds an endpoint may answer no 2xx before admins see a warning (0 = never)."),
     Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
+    Setting("OUTGOING_ALLOW", None,
+            "Internal addresses or networks (comma-separated: 10.0.0.5, 192.168.0.0/16, ::1) "
+            "that outgoing requests (event webhooks, SNS certificates) may call anyway; "
+            "unset: only public addresses are called (see docs/security.md, SSRF)."),
     Setting("DNS_RESOLVER", None,
             "DNS server(s) for the sending-domain checks, host[:port][,host[:port]] (IPv6 "
             "as [::1]:53). Unset: the system resolver (/etc/resolv.conf)."),
@@ -322,9 +341,15 @@ class FeedbackConfig:
     complaint_pause_rate: float = 0.003
     complaint_min_delivered: int = 100
     event_webhook_retry_schedule: tuple[int, ...] = (10, 30, 120, 600, 1800, 3600, 7200,
-                                                     14400, 28800)
-    event_webhook_disable_after: int = 20
+                                                     14400, 28800, 43200, 86400, 86400)
+    event_webhook_disable_after: float = 259200
+    event_webhook_warn_after: float = 900
     event_webhook_timeout: float = 10
+    outgoing_allow: str = ""
+
+    def guard(self, timeout: float | None = None) -> Guard:
+        """The SSRF guard every outgoing request goes through."""
+        return Guard.parse_allow(self.outgoing_allow, timeout or self.event_webhook_timeout)
 
 
 def _feedback(get: Any) -> FeedbackConfig:
@@ -337,6 +362,11 @@ def _feedback(get: Any) -> FeedbackConfig:
     if mailbox is not None and mailbox.split("://", 1)[0] not in ("imaps", "imap", "pop3s"):
         raise ConfigError("SENDDOCK_BOUNCE_MAILBOX must start with imaps://, imap:// or "
                           "pop3s://")
+    allow = get("OUTGOING_ALLOW") or ""
+    try:
+        Guard.parse_allow(allow)
+    except ValueError as exc:
+        raise ConfigError(f"SENDDOCK_OUTGOING_ALLOW: {exc}") from None
     key = get("POSTMARK_WEBHOOK_AUTH")
     if key is not None and ":" not in key:
         raise ConfigError("SENDDOCK_POSTMARK_WEBHOOK_AUTH must be user:password")
@@ -361,9 +391,12 @@ def _feedback(get: Any) -> FeedbackConfig:
         complaint_min_delivered=_int("COMPLAINT_MIN_DELIVERED", get("COMPLAINT_MIN_DELIVERED")),
         event_webhook_retry_schedule=_schedule("EVENT_WEBHOOK_RETRY_SCHEDULE",
                                                get("EVENT_WEBHOOK_RETRY_SCHEDULE")),
-        event_webhook_disable_after=max(1, _int("EVENT_WEBHOOK_DISABLE_AFTER",
-                                                get("EVENT_WEBHOOK_DISABLE_AFTER"))),
+        event_webhook_disable_after=max(0.0, _float(
+            "EVENT_WEBHOOK_DISABLE_AFTER_SECONDS", get("EVENT_WEBHOOK_DISABLE_AFTER_SECONDS"))),
+        event_webhook_warn_after=max(0.0, _float("EVENT_WEBHOOK_WARN_AFTER",
+                                                 get("EVENT_WEBHOOK_WARN_AFTER"))),
         event_webhook_timeout=_float("EVENT_WEBHOOK_TIMEOUT", get("EVENT_WEBHOOK_TIMEOUT")),
+        outgoing_allow=allow,
     )
 
 
@@ -418,6 +451,8 @@ class Config:
     dns_resolver: str | None = None
     spf_include: str | None = None
     secret_key_generated: bool = False
+    web_connection_limit: int = 1000
+    web_head_timeout: float = 10.0
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -527,6 +562,10 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
                                   _float("DB_LOCK_TIMEOUT", req("DB_LOCK_TIMEOUT")), 0),
         db_idle_timeout=_at_least("DB_IDLE_TIMEOUT",
                                   _float("DB_IDLE_TIMEOUT", req("DB_IDLE_TIMEOUT")), 0),
+        web_connection_limit=_at_least(
+            "WEB_CONNECTION_LIMIT", _int("WEB_CONNECTION_LIMIT", req("WEB_CONNECTION_LIMIT")), 1),
+        web_head_timeout=_at_least(
+            "WEB_HEAD_TIMEOUT", _float("WEB_HEAD_TIMEOUT", req("WEB_HEAD_TIMEOUT")), 1),
         feedback=_feedback(get),
         dns_resolver=get("DNS_RESOLVER"),
         spf_include=get("SPF_INCLUDE"),

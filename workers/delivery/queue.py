@@ -1335,6 +1335,7 @@ class ProblemFilter:
     email: str | None = None
     correlation_id: str | None = None
     job_id: int | None = None
+    job_ids: list[int] | None = None  # the jobs an admin chose on the page
 
     def where(self) -> tuple[str, dict[str, Any]]:
         """SQL conditions on ``j`` (built from fixed fragments; values are bound), so the
@@ -1347,7 +1348,8 @@ class ProblemFilter:
                 ("since", "j.finished_at >= :since"), ("until", "j.finished_at < :until"),
                 ("email", "lower(j.email) = lower(:email)"),
                 ("correlation_id", "j.correlation_id = CAST(:correlation_id AS uuid)"),
-                ("job_id", "j.id = :job_id")):
+                ("job_id", "j.id = :job_id"),
+                ("job_ids", "j.id = ANY(CAST(:job_ids AS bigint[]))")):
             value = getattr(self, name)
             if value is not None and value != "":
                 clauses.append(clause)
@@ -1491,6 +1493,38 @@ def cancel_waiting(conn: Connection, kind: str, user_ref: str, reason: str) -> l
     """Ids of the messages cancelled (oldest first)."""
     return sorted(int(r.id) for r in conn.execute(_CANCEL_WAITING, {
         "kind": kind, "user_ref": user_ref, "reason": reason[:500]}))
+
+
+# An admin's bulk actions on chosen jobs (the jobs browser, as Oban Web's): cancel those
+# still waiting, retrying or held (a job already claimed finishes as it is, like a campaign
+# cancel); or make retrying ones due now. Each re-checks the state under the row lock, so a
+# job that moved on since the page was shown is left alone (and counted as not changed).
+_CANCEL_CHOSEN = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+       last_error_class = 'cancelled', claimed_by = NULL, claim_token = NULL
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status IN {sql_list((*CLAIMABLE, 'held'))}
+RETURNING id
+""")
+_RETRY_CHOSEN_NOW = sa.text("""
+UPDATE delivery_jobs SET available_at = now()
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'retry' AND available_at > now()
+RETURNING id
+""")
+
+
+def cancel_chosen(conn: Connection, job_ids: Sequence[int], reason: str) -> list[int]:
+    """Cancel the chosen jobs that are waiting, retrying or held; returns those cancelled."""
+    return [int(i) for i in conn.execute(_CANCEL_CHOSEN, {"ids": list(job_ids),
+                                                          "reason": reason}).scalars()]
+
+
+def retry_chosen_now(conn: Connection, job_ids: Sequence[int]) -> list[int]:
+    """Make the chosen retrying jobs due now (their attempt count is kept)."""
+    ids = [int(i) for i in conn.execute(_RETRY_CHOSEN_NOW, {"ids": list(job_ids)}).scalars()]
+    if ids:
+        notify_new_jobs(conn, "retry")
+    return ids
 
 
 _IN_FLIGHT_FOR_USER = sa.text("""

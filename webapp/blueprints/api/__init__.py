@@ -58,3 +58,4 @@ from webapp.blueprints.api import suppressions  # noqa: E402, F401
 from webapp.blueprints.api import verifications  # noqa: E402, F401
 from webapp.blueprints.api import kinds  # noqa: E402, F401
 from webapp.blueprints.api import messages  # noqa: E402, F401
+from webapp.blueprints.api import subscriptions  # noqa: E402, F401

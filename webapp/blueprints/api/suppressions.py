@@ -11,6 +11,7 @@ from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, engine
 from webapp.domain import suppressions
 from webapp.domain.errors import Invalid, NotFound
+from webapp.domain.fields import whole_number
 
 FIELDS = ("email", "reason", "job_id", "reply", "note", "created_by", "created_at")
 
@@ -28,7 +29,7 @@ def list_suppressions() -> Response:
         suppressions.check_reason(reason)
     suppressions.check_cursor(request.args.get("after"))
     limit = request.args.get("limit", str(suppressions.PAGE_SIZE))
-    if not limit.isdigit() or not 1 <= int(limit) <= 1000:
+    if not 1 <= (whole_number(limit) or 0) <= 1000:
         raise Invalid("limit must be a whole number from 1 to 1000",
                       fields={"limit": "out of range"})
     with engine().connect() as conn:

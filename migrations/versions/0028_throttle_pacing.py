@@ -3,7 +3,7 @@ a relay refuses (probed until it accepts them again), and one relay_state row pe
 of SENDDOCK_SMTP_URL (id = its place in the list)
 
 Revision ID: 0021_throttle
-Revises: 0023_fencing
+Revises: 0027_marketers
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021_throttle"
-down_revision = "0023_fencing"
+down_revision = "0027_marketers"
 branch_labels = None
 depends_on = None
 
