@@ -22,6 +22,7 @@ from webapp.domain import domain_checks as dc
 from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
 from workers.building import dkim
 from workers.core.settings import Config
+from workers.core.states import Campaign, sql_list
 from workers.delivery.classify import ReplyClass
 from workers.delivery.smtp import AUTH_PREFERENCE, RelaySpec, SmtpTransport, parse_relays
 
@@ -208,7 +209,7 @@ def sending_domains(conn: Any, config: Config) -> list[str]:
         .scalars().all()
     for from_addr in conn.execute(sa.text(
             "SELECT DISTINCT from_addr FROM campaigns WHERE status IN "
-            "('draft', 'scheduled', 'sending', 'paused')")).scalars():
+            f"{sql_list(Campaign.OPEN)}")).scalars():
         domains.append(parseaddr(from_addr)[1].rpartition("@")[2].lower())
     return [d for d in dict.fromkeys(domains) if d]
 

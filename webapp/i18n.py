@@ -23,6 +23,7 @@ from flask_login import current_user
 from webapp.resources import resource_dir
 from workers.after_acceptance.bounces.reasons import find_reason
 from workers.core.i18n import Text
+from workers.core.states import Campaign
 
 LANGUAGES = {"en": "English", "es": "Español"}
 DEFAULT = "en"
@@ -72,12 +73,12 @@ AUDIT_KEYS = {
 # A campaign's state as its badge says it: Spanish agrees with the noun (una campaña
 # enviada, cancelada), where the words above agree with a job (un trabajo enviado).
 CAMPAIGN_STATES = {
-    "draft": lazy_pgettext("campaign", "draft"),
-    "scheduled": lazy_pgettext("campaign", "scheduled"),
-    "sending": lazy_pgettext("campaign", "sending"),
-    "paused": lazy_pgettext("campaign", "paused"),
-    "cancelled": lazy_pgettext("campaign", "cancelled"),
-    "sent": lazy_pgettext("campaign", "sent"),
+    Campaign.DRAFT: lazy_pgettext("campaign", "draft"),
+    Campaign.SCHEDULED: lazy_pgettext("campaign", "scheduled"),
+    Campaign.SENDING: lazy_pgettext("campaign", "sending"),
+    Campaign.PAUSED: lazy_pgettext("campaign", "paused"),
+    Campaign.CANCELLED: lazy_pgettext("campaign", "cancelled"),
+    Campaign.SENT: lazy_pgettext("campaign", "sent"),
 }
 # A DKIM key's state (una clave activa, retirada).
 KEY_STATES = {"active": lazy_pgettext("DKIM key", "active"),

@@ -33,6 +33,7 @@ from webapp.domain import health, queue_reads
 from workers.after_acceptance import event_queue, feedback
 from workers.building.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
 from workers.core.settings import Config
+from workers.core.states import RETRY
 from workers.delivery import queue
 
 
@@ -83,7 +84,7 @@ class QueueCollector(Collector):
             for outcome in OUTCOMES:
                 messages.add_metric([kind, kind_class, outcome],
                                     counts.get((kind, kind_class, outcome), 0))
-            retries.add_metric([kind, kind_class], counts.get((kind, kind_class, "retry"), 0))
+            retries.add_metric([kind, kind_class], counts.get((kind, kind_class, RETRY), 0))
         yield messages
         yield retries
 

@@ -209,7 +209,7 @@ campaigns = Table(
     Column("subject", Text, nullable=False),
     Column("text_body", Text),
     Column("html_body", Text),
-    Column("status", Text, nullable=False, server_default="draft"),
+    Column("status", Text, nullable=False, server_default=states.Campaign.DRAFT),
     Column("scheduled_at", DateTime(timezone=True)),
     Column("broadcast_id", BigInteger, ForeignKey("broadcasts.id", use_alter=True,
                                                    name="campaigns_broadcast_id_fkey")),
@@ -221,7 +221,8 @@ campaigns = Table(
     # Why the system paused it (complaint rate, SPEC 12); cleared when it is resumed.
     Column("paused_reason", Text),
     CheckConstraint(_in("status", CAMPAIGN_STATUSES), name="campaigns_status_check"),
-    Index("campaigns_scheduled_idx", "scheduled_at", postgresql_where=text("status = 'scheduled'")),
+    Index("campaigns_scheduled_idx", "scheduled_at",
+          postgresql_where=text(f"status = '{states.Campaign.SCHEDULED}'")),
 )
 
 broadcasts = Table(
@@ -253,7 +254,7 @@ delivery_jobs = Table(
     Column("id", BigInteger, primary_key=True),
     Column("kind", Text, nullable=False),
     Column("priority", SmallInteger, nullable=False),
-    Column("status", Text, nullable=False, server_default="pending"),
+    Column("status", Text, nullable=False, server_default=states.PENDING),
     Column("attempts", SmallInteger, nullable=False, server_default=text("0")),
     # Counted attempts when the job was last retried by hand: the retry schedule restarts
     # there while the attempt numbers go on.
@@ -295,7 +296,7 @@ delivery_jobs = Table(
     ExcludeConstraint(("user_ref", "="), ("kind", "="),
                       (text("tstzrange(created_at, dedupe_until)"), "&&"),
                       name="delivery_jobs_dedupe_excl", using="gist",
-                      where=text("dedupe_until IS NOT NULL AND status <> 'cancelled'")),
+                      where=text(f"dedupe_until IS NOT NULL AND status <> '{states.CANCELLED}'")),
     # The claim: transactional jobs by priority (P7), then due time; each open broadcast's
     # due jobs from its own range, so a paused campaign's backlog is never read.
     Index("delivery_jobs_claim_idx", "priority", "available_at", "id",
@@ -306,10 +307,10 @@ delivery_jobs = Table(
     # The jobs browser's Retrying tab, in the order they come due (retries are few: the
     # index holds only them, whatever the size of the campaigns around them).
     Index("delivery_jobs_retry_idx", "priority", "available_at", "id",
-          postgresql_where=text("status = 'retry'")),
+          postgresql_where=text(f"status = '{states.RETRY}'")),
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
-          postgresql_where=text("status = 'sending'")),
+          postgresql_where=text(f"status = '{states.SENDING}'")),
     Index("delivery_jobs_broadcast_idx", "broadcast_id", "status"),
     # The failed-jobs inbox: newest first with keyset paging on (finished_at, id), all
     # problems or one campaign's.
@@ -345,9 +346,10 @@ delivery_jobs = Table(
     Index("delivery_jobs_idempotency_idx", "kind", "idempotency_key", unique=True,
           postgresql_where=text("idempotency_key IS NOT NULL")),
     # Sent per minute, and the jobs browser's Sent and Cancelled tabs (newest first).
-    Index("delivery_jobs_sent_idx", "finished_at", "id", postgresql_where=text("status = 'sent'")),
+    Index("delivery_jobs_sent_idx", "finished_at", "id",
+          postgresql_where=text(f"status = '{states.SENT}'")),
     Index("delivery_jobs_cancelled_idx", "finished_at", "id",
-          postgresql_where=text("status = 'cancelled'")),
+          postgresql_where=text(f"status = '{states.CANCELLED}'")),
     # A campaign's sending rate: jobs finished in the last minute, read from the newest end.
     # Retention walks it too, with a keyset on (finished_at, id): the id is in the key
     # because a cancel settles thousands of jobs with one finished_at.
@@ -710,7 +712,7 @@ webhook_deliveries = Table(
     Column("msg_id", Text, nullable=False,
            server_default=text("'msg_' || replace(gen_random_uuid()::text, '-', '')")),
     Column("payload", JSONB, nullable=False),
-    Column("status", Text, nullable=False, server_default="pending"),
+    Column("status", Text, nullable=False, server_default=event_queue.PENDING),
     Column("attempts", SmallInteger, nullable=False, server_default=text("0")),
     Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("claimed_by", Text),
@@ -725,7 +727,7 @@ webhook_deliveries = Table(
     Index("webhook_deliveries_claim_idx", "available_at", "id",
           postgresql_where=text(f"status IN {sql_list(event_queue.WAITING)}")),
     Index("webhook_deliveries_sending_idx", "claimed_at",
-          postgresql_where=text("status = 'sending'")),
+          postgresql_where=text(f"status = '{event_queue.SENDING}'")),
     Index("webhook_deliveries_endpoint_idx", "endpoint_id", "created_at"),
 )
 

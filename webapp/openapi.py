@@ -14,8 +14,7 @@ from workers.core import states
 BIGINT_MAX = 2**63 - 1
 
 ERROR = {"$ref": "#/components/schemas/Error"}
-COUNTS = {"type": "object", "properties": {s: {"type": "integer"} for s in (
-    "pending", "sending", "retry", "sent", "failed", "bounced", "skipped", "cancelled")}}
+COUNTS = {"type": "object", "properties": {s: {"type": "integer"} for s in states.COUNTED}}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -434,9 +433,8 @@ SCHEMAS: dict[str, Any] = {
     "Campaign": {"type": "object",
                  "required": ["id", "status", "broadcast_id", "total", "counts"],
                  "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
-                                "status": {"type": "string", "enum": [
-                                    "draft", "scheduled", "sending", "paused", "cancelled",
-                                    "sent"]},
+                                "status": {"type": "string",
+                                           "enum": list(states.Campaign.STATES)},
                                 "broadcast_id": {"type": ["integer", "null"]},
                                 "total": {"type": "integer"}, "counts": COUNTS}},
     "Job": {"type": "object", "required": ["id", "status", "attempts"],

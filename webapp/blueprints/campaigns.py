@@ -22,6 +22,7 @@ from webapp.i18n import campaign_state, dt, localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
 from workers.core.i18n import N_
+from workers.core.states import Campaign
 
 bp = Blueprint("campaigns", __name__, url_prefix="/campaigns")
 
@@ -29,7 +30,8 @@ ACTIONS = {"pause": campaigns.pause, "resume": campaigns.resume, "cancel": campa
            "unschedule": campaigns.unschedule}
 ACTION_WORDS = {"pause": _l("pause"), "resume": _l("resume"), "cancel": _l("cancel"),
                 "unschedule": _l("unschedule")}
-AFTER = {"pause": "paused", "resume": "sending", "cancel": "cancelled", "unschedule": "draft"}
+AFTER = {"pause": Campaign.PAUSED, "resume": Campaign.SENDING, "cancel": Campaign.CANCELLED,
+         "unschedule": Campaign.DRAFT}
 DONE_MESSAGES = {"pause": _l("Paused: nothing new is sent until you resume."),
                  "resume": _l("Resumed: sending continues."),
                  "cancel": _l("Cancelled: messages not yet sent will not be sent."),
@@ -310,7 +312,7 @@ def send(campaign_id: int) -> Response:
         flash(_("Not sent: %(why)s", why=localize(exc.message)), "error")
         remember("schedule")
         return redirect(url_for("campaigns.review", campaign_id=campaign_id), 303)
-    if campaign["status"] == "scheduled":
+    if campaign["status"] == Campaign.SCHEDULED:
         flash(_("Scheduled for %(at)s. It will be sent then, even if SendDock restarts in "
                 "between.", at=utc(campaign["scheduled_at"])), "success:scheduled")
     else:

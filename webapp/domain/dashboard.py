@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import campaigns, queue_reads
 from workers.core.settings import Config
+from workers.core.states import PENDING, RETRY, SENDING
 from workers.delivery import queue
 from workers.delivery.queue import ProblemFilter
 
@@ -23,10 +24,10 @@ def for_admin(conn: Connection, config: Config) -> dict[str, Any]:
     workers = queue_reads.running_workers(conn)
     return {
         "backlog": queue.backlog(conn),
-        "due": sum(states["pending"] for states in by_kind.values()),
+        "due": sum(by_state[PENDING] for by_state in by_kind.values()),
         "oldest_due": queue_reads.oldest_due_age(conn),
-        "in_flight": sum(states["sending"] for states in by_kind.values()),
-        "retrying": sum(states["retry"] for states in by_kind.values()),
+        "in_flight": sum(by_state[SENDING] for by_state in by_kind.values()),
+        "retrying": sum(by_state[RETRY] for by_state in by_kind.values()),
         "failures_hour": queue_reads.problems_since(conn, since),
         "recent_failures": queue_reads.problem_jobs(conn, ProblemFilter(since=since),
                                                     limit=5),

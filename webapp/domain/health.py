@@ -20,6 +20,7 @@ from workers.after_acceptance import event_queue, feedback
 from workers.core import pg
 from workers.core.i18n import N_, Text
 from workers.core.settings import Config
+from workers.core.states import Campaign
 from workers.delivery import queue
 from workers.delivery.smtp import parse_relays
 
@@ -223,7 +224,7 @@ def feedback_alarms(conn: Connection, config: Config) -> list[Alarm]:
             message = N_("Campaign “%(name)s” paused with a complaint rate of %(rate)s "
                          "(%(complaints)s of %(delivered)s delivered; alarm at %(alarm)s, "
                          "pause at %(pause)s).", **_complaints(c, level, config)) \
-                if c["status"] == "paused" else \
+                if c["status"] == Campaign.PAUSED else \
                 N_("Campaign “%(name)s” is sending with a complaint rate of %(rate)s "
                    "(%(complaints)s of %(delivered)s delivered; alarm at %(alarm)s, pause "
                    "at %(pause)s).", **_complaints(c, level, config))

@@ -21,6 +21,7 @@ from webapp.domain.errors import Invalid
 from webapp.domain.fields import whole_number
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_
+from workers.core.states import CANCELLED, HELD, PENDING, RETRY, SENDING, SENT
 from workers.delivery import queue
 from workers.delivery.queue import ProblemFilter
 
@@ -29,8 +30,8 @@ TABS = ("waiting", "retrying", "sending", "held", "scheduled", "sent", "failed",
 LABELS = {"waiting": _l("Waiting"), "retrying": _l("Retrying"), "sending": _l("In flight"),
           "held": _l("Held"), "scheduled": _l("Scheduled"), "sent": _l("Sent"),
           "failed": _l("Failed"), "cancelled": _l("Cancelled")}
-_STATE_OF = {"waiting": "pending", "retrying": "retry", "sending": "sending", "held": "held",
-             "sent": "sent", "cancelled": "cancelled"}
+_STATE_OF = {"waiting": PENDING, "retrying": RETRY, "sending": SENDING, "held": HELD,
+             "sent": SENT, "cancelled": CANCELLED}
 _TIMESTAMP_KEYS = {"available_at", "claimed_at", "created_at", "finished_at"}
 # The bulk actions each tab offers on the jobs chosen on it (Oban Web's: cancel what has
 # not run, run again now what waits for its retry).

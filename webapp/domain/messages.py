@@ -32,6 +32,7 @@ from webapp.domain.lists import check_email
 from workers.building.kinds import BUILTIN, KindSpec
 from workers.core.i18n import N_, word
 from workers.core.settings import Config
+from workers.core.states import PENDING, RETRY, SENDING
 from workers.delivery import queue
 
 MAX_JSON_BYTES = 64 * 1024
@@ -275,7 +276,7 @@ def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
                          "can resend in %(seconds)s s", kind=word(spec.name),
                          seconds=str(wait)), retry_after=wait,
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
-    if latest["status"] in ("pending", "sending", "retry"):
+    if latest["status"] in (PENDING, SENDING, RETRY):
         job = queue.mark_resent(conn, latest["id"])
         assert job is not None
         reused = True

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from webapp.domain import campaigns, queue_reads
+from workers.core.states import CANCELLED, PENDING, RETRY, SENDING, Campaign
 from workers.delivery import queue
 
 RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
@@ -102,12 +103,12 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
     campaign = campaigns.with_counts(conn, campaign_id)
     counts = campaign["counts"]
     campaign["done"] = sum(counts[s] for s in queue.TERMINAL)
-    campaign["remaining"] = counts["pending"] + counts["sending"] + counts["retry"]
-    campaign["due"] = counts["pending"] + counts["sending"]
+    campaign["remaining"] = counts[PENDING] + counts[SENDING] + counts[RETRY]
+    campaign["due"] = counts[PENDING] + counts[SENDING]
     # How far it got: the recipients that reached a final state other than cancelled.
-    campaign["processed"] = campaign["done"] - counts["cancelled"]
+    campaign["processed"] = campaign["done"] - counts[CANCELLED]
     campaign["percent"] = percent_done(
-        campaign["processed"] if campaign["status"] == "cancelled" else campaign["done"],
+        campaign["processed"] if campaign["status"] == Campaign.CANCELLED else campaign["done"],
         campaign["total"])
     campaign.update(rate=None, rate_window=None, stalled_for=None, eta_seconds=None,
                     errors=[], retry_next_at=None, retry_last_at=None,
@@ -117,13 +118,13 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
         return campaign
     campaign["errors"] = queue_reads.top_errors(conn, broadcast_id)
     campaign["throttled"] = queue_reads.throttled_waiting(conn, broadcast_id) \
-        if campaign["status"] in ("sending", "paused") else []
-    if counts["retry"]:
+        if campaign["status"] in Campaign.STARTED else []
+    if counts[RETRY]:
         next_at, last_at = queue_reads.retry_due(conn, broadcast_id)
         campaign["retry_next_at"], campaign["retry_last_at"] = next_at, last_at
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         campaign["retry_due_now"] = next_at is not None and next_at <= now
-    if campaign["status"] == "sending" and campaign["enqueued"] and campaign["due"]:
+    if campaign["status"] == Campaign.SENDING and campaign["enqueued"] and campaign["due"]:
         rate = _rate(conn, campaign)
         campaign["rate"], campaign["rate_window"] = rate["rate"], rate["window"]
         campaign["stalled_for"] = rate["stalled_for"]

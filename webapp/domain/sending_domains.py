@@ -20,6 +20,7 @@ from webapp.domain.errors import Invalid
 from workers.building import dkim
 from workers.core.i18n import N_, message_of
 from workers.core.settings import Config
+from workers.core.states import Campaign, sql_list
 from workers.delivery.smtp import parse_relays
 
 _UNSUBSCRIBE_VARIABLE = re.compile(r"\{\{-?\s*unsubscribe_url\b")
@@ -47,8 +48,8 @@ def overview(conn: Connection, config: Config) -> list[DomainView]:
         uses.setdefault(default, []).append(N_("SENDDOCK_FROM (verification and "
                                                "transactional mail)"))
     for row in conn.execute(sa.text(
-            "SELECT name, from_addr FROM campaigns WHERE status IN "
-            "('draft', 'scheduled', 'sending', 'paused') ORDER BY id DESC LIMIT 500")):
+            f"SELECT name, from_addr FROM campaigns WHERE status IN {sql_list(Campaign.OPEN)} "
+            "ORDER BY id DESC LIMIT 500")):
         domain = domain_of(row.from_addr)
         if domain:
             uses.setdefault(domain, []).append(N_("campaign “%(name)s”", name=row.name))

@@ -31,6 +31,17 @@ from webapp.i18n import dt
 from workers.after_acceptance import feedback
 from workers.core.i18n import N_, word
 from workers.core.settings import Config
+from workers.core.states import (
+    BOUNCED,
+    CANCELLED,
+    FAILED,
+    HELD,
+    PENDING,
+    RETRY,
+    SENDING,
+    SENT,
+    SKIPPED,
+)
 from workers.delivery import queue
 from workers.delivery.classify import ReplyClass, humanize
 
@@ -126,7 +137,7 @@ def explain_flags(job: dict[str, Any]) -> list[FlagView]:
             listed = flags.disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
             reason = N_("%(domain)s is a throwaway-mail domain on the disposable-email-domains "
                         "list; the email is held until support releases or drops it.",
-                        domain=listed) if job["status"] == "held" else \
+                        domain=listed) if job["status"] == HELD else \
                 N_("%(domain)s is a throwaway-mail domain on the disposable-email-domains "
                    "list.", domain=listed)
             views.append(FlagView(flag, N_("Disposable address"), reason))
@@ -158,7 +169,7 @@ def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref:
     if latest is None:
         raise NotFound(N_("no verification email was ever requested for user %(user)s",
                           user=user_ref), fields={"user_id": N_("unknown user")})
-    if latest["status"] == "held":
+    if latest["status"] == HELD:
         raise Conflict(N_("the last verification email is held for support (disposable "
                           "address): release or drop it instead of resending"),
                        fields={"user_id": N_("held")}, job_id=latest["id"])
@@ -192,7 +203,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
     _check_resendable(conn, latest, user_ref)
     assert latest is not None  # _check_resendable raised NotFound otherwise
     job = None
-    if latest["status"] in ("pending", "sending", "retry"):
+    if latest["status"] in (PENDING, SENDING, RETRY):
         job = queue.mark_resent(conn, latest["id"])
         if job is None:
             # The user lock keeps other requests out, not workers: one finished the job
@@ -203,7 +214,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
             _check_resendable(conn, latest, user_ref)
             assert latest is not None
     if job is not None:
-        if job["status"] != "sending":
+        if job["status"] != SENDING:
             queue.notify_new_jobs(conn, KIND)
         reused = True
     else:
@@ -216,7 +227,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
         job_id = queue.enqueue_message(
             conn, kind=KIND, priority=spec.priority, email=latest["email"], user_ref=user_ref,
             payload=json.dumps(intake.payload_of(ask)), flags=json.dumps(found),
-            status="pending" if pending else "held", requested_by=actor)
+            status=PENDING if pending else HELD, requested_by=actor)
         if job_id is not None and pending:
             queue.notify_new_jobs(conn, KIND)
         if job_id is None:
@@ -338,7 +349,7 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
                      explain_flags(job)) for job in jobs]
     suppression = flags.suppression(conn, latest["email"])
     block = None
-    if latest["status"] == "held":
+    if latest["status"] == HELD:
         block = N_("The last email is held for support: release or drop it below.")
     elif suppression is not None:
         block = N_("The address is on the suppression list (%(reason)s); an admin must "
@@ -353,9 +364,9 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
 # --- plain words -----------------------------------------------------------------------
 
 STATUS_LABELS = {
-    "pending": N_("waiting"), "sending": N_("sending"), "retry": N_("will retry"),
-    "sent": N_("sent"), "failed": N_("failed"), "bounced": N_("bounced"),
-    "skipped": N_("not sent"), "cancelled": N_("dropped"), "held": N_("held"),
+    PENDING: N_("waiting"), SENDING: N_("sending"), RETRY: N_("will retry"),
+    SENT: N_("sent"), FAILED: N_("failed"), BOUNCED: N_("bounced"),
+    SKIPPED: N_("not sent"), CANCELLED: N_("dropped"), HELD: N_("held"),
 }
 
 
@@ -394,21 +405,21 @@ def describe(job: dict[str, Any], attempts: list[dict[str, Any]], max_attempts: 
     status = job["status"]
     last = reply_phrase(attempts[-1]) if attempts else None
     n = job["attempts"]
-    if status == "sent":
+    if status == SENT:
         return N_("accepted by the mail server at %(at)s", at=when(job["finished_at"], now))
-    if status == "retry":
+    if status == RETRY:
         return N_("%(last)s; will retry at %(at)s (attempt %(next)s of %(max)s)",
                   last=last or N_("not delivered yet"), at=when(job["available_at"], now),
                   next=n + 1, max=max_attempts)
-    if status == "failed":
+    if status == FAILED:
         if n > 1:
             return N_("gave up after %(count)s attempts: %(last)s", count=n, last=last or "")
         return N_("not delivered: %(why)s (not retried)",
                   why=last or job["last_error"] or N_("unknown error"))
-    if status == "bounced":
+    if status == BOUNCED:
         return N_("the address does not work (%(why)s); it is now on the suppression list",
                   why=last or N_("mailbox does not exist"))
-    if status == "pending":
+    if status == PENDING:
         if job["available_at"] > now:
             return N_("waiting to be sent at %(at)s", at=when(job["available_at"], now))
         if job.get("last_error_class") in ("relay", "orphan"):
@@ -416,8 +427,8 @@ def describe(job: dict[str, Any], attempts: list[dict[str, Any]], max_attempts: 
                       "itself)")
         return N_("waiting to be sent")
     return {
-        "sending": N_("being handed to the mail server right now"),
-        "held": N_("held for support: release it to send it, or drop it"),
-        "skipped": N_("not sent: the address is on the suppression list"),
-        "cancelled": job.get("last_error") or N_("cancelled"),
+        SENDING: N_("being handed to the mail server right now"),
+        HELD: N_("held for support: release it to send it, or drop it"),
+        SKIPPED: N_("not sent: the address is on the suppression list"),
+        CANCELLED: job.get("last_error") or N_("cancelled"),
     }.get(status, status)

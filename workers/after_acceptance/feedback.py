@@ -139,11 +139,11 @@ SELECT id, email, status, broadcast_id, campaign_id FROM delivery_jobs WHERE id 
 
 # sent → bounced, guarded on the status: a job bounced twice (DSN and webhook) moves once.
 # finished_at moves to now so the late bounce shows at the top of the failed-jobs inbox.
-_BOUNCE_JOB = sa.text("""
+_BOUNCE_JOB = sa.text(f"""
 UPDATE delivery_jobs
-   SET status = 'bounced', last_error = :reason, last_error_class = 'hard_bounce',
+   SET status = '{BOUNCED}', last_error = :reason, last_error_class = 'hard_bounce',
        finished_at = now(), dismissed_at = NULL
- WHERE id = :id AND status = 'sent'
+ WHERE id = :id AND status = '{SENT}'
 RETURNING id
 """)
 
