@@ -19,17 +19,18 @@ from bench.common import fresh_database, machine, percentile, save, table
 from webapp import create_app, db
 from webapp.domain import users
 from workers.core.settings import load
+from workers.core.states import BOUNCED, FAILED, PROBLEM, Campaign, sql_list
 
 CAMPAIGNS = 20
 
 # Jobs: 95 % campaign mail over 20 campaigns, 5 % verification; a quarter bounced; one
 # finished per second going back in time (so date filters and deep pages mean something).
-_SEED_JOBS = """
+_SEED_JOBS = f"""
 INSERT INTO delivery_jobs (kind, priority, status, email, campaign_id, broadcast_id, attempts,
                            last_error, last_error_class, finished_at, created_at)
 SELECT CASE WHEN i % 20 = 0 THEN 'verification' ELSE 'broadcast' END,
        CASE WHEN i % 20 = 0 THEN 0 ELSE 10 END,
-       CASE WHEN i % 4 = 0 THEN 'bounced' ELSE 'failed' END,
+       CASE WHEN i % 4 = 0 THEN '{BOUNCED}' ELSE '{FAILED}' END,
        'user' || i || '@example' || (i % 1000) || '.com',
        CASE WHEN i % 20 = 0 THEN NULL ELSE c.id END,
        CASE WHEN i % 20 = 0 THEN NULL ELSE c.broadcast_id END,
@@ -62,8 +63,8 @@ def seed(engine: sa.Engine, n: int) -> None:
         for k in range(CAMPAIGNS):
             cid = conn.execute(sa.text("""
                 INSERT INTO campaigns (name, list_id, from_addr, subject, text_body, status)
-                VALUES (:n, :l, 'bench@example.com', 'Hi', 'Hi', 'sent') RETURNING id"""),
-                {"n": f"Campaign {k}", "l": list_id}).scalar_one()
+                VALUES (:n, :l, 'bench@example.com', 'Hi', 'Hi', :status) RETURNING id"""),
+                {"n": f"Campaign {k}", "l": list_id, "status": Campaign.SENT}).scalar_one()
             bid = conn.execute(sa.text("INSERT INTO broadcasts (campaign_id, enqueued_at) "
                                        "VALUES (:c, now()) RETURNING id"), {"c": cid}).scalar_one()
             conn.execute(sa.text("UPDATE campaigns SET broadcast_id = :b WHERE id = :c"),
@@ -114,9 +115,9 @@ def page_table(title: str, results: list[dict[str, Any]]) -> str:
 
 def scenarios(engine: sa.Engine, n: int) -> dict[str, str]:
     with engine.connect() as conn:
-        deep_job = conn.execute(sa.text("""
+        deep_job = conn.execute(sa.text(f"""
             SELECT finished_at, id FROM delivery_jobs
-             WHERE status IN ('failed', 'bounced') AND dismissed_at IS NULL
+             WHERE status IN {sql_list(PROBLEM)} AND dismissed_at IS NULL
              ORDER BY finished_at DESC, id DESC OFFSET :o LIMIT 1"""),
             {"o": int(n * 0.9)}).one()
         deep_supp = conn.execute(sa.text("""

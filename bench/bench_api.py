@@ -49,6 +49,7 @@ from bench.common import (
 )
 from webapp import db
 from webapp.domain import users
+from workers.core.states import SENT
 
 PROCESSES = 2  # client processes (the clients' threads spread over them: no GIL ceiling)
 
@@ -159,13 +160,13 @@ def p7(engine: sa.Engine, settle: float = 60) -> dict[str, Any]:
     """Insert → relay acceptance of the burst's verifications (the database's own clocks),
     after waiting up to ``settle`` s for them to be sent."""
     deadline = time.monotonic() + settle
-    query = sa.text("""
-        SELECT count(*) FILTER (WHERE status = 'sent') AS sent, count(*) AS total,
+    query = sa.text(f"""
+        SELECT count(*) FILTER (WHERE status = '{SENT}') AS sent, count(*) AS total,
                array_agg(extract(epoch FROM finished_at - created_at) * 1000)
-                   FILTER (WHERE status = 'sent') AS ms,
+                   FILTER (WHERE status = '{SENT}') AS ms,
                array_agg(extract(epoch FROM (SELECT min(a.started_at) FROM job_attempts a
                                               WHERE a.job_id = j.id) - created_at) * 1000)
-                   FILTER (WHERE status = 'sent') AS claim_ms
+                   FILTER (WHERE status = '{SENT}') AS claim_ms
           FROM delivery_jobs j
          WHERE user_ref LIKE 'burst-%'""")
     while True:

@@ -30,6 +30,7 @@ from bench.common import (
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
+from workers.core.states import SENT
 from workers.delivery import queue
 
 
@@ -91,7 +92,7 @@ def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port:
             time.sleep(0.25)
             peak_rss = max(peak_rss, max(ps.memory_info().rss for ps in watched))
             with engine.connect() as conn:
-                sent = queue.broadcast_counts(conn, broadcast_id)["sent"]
+                sent = queue.broadcast_counts(conn, broadcast_id)[SENT]
             if sent and first_sent is None:
                 first_sent = time.perf_counter()
             for proc in procs:

@@ -21,6 +21,7 @@ from harness.seed import make_campaign, seed_list
 from webapp import create_app, db
 from webapp.domain import users
 from workers.core.settings import load
+from workers.core.states import PENDING
 from workers.delivery import queue
 
 
@@ -52,7 +53,7 @@ def measure(size: int) -> dict[str, Any]:
             t1 = time.perf_counter()
             counts = queue.broadcast_counts(conn, broadcast_id)
             count_ms = (time.perf_counter() - t1) * 1000
-            assert counts["pending"] == size
+            assert counts[PENDING] == size
             size_mb = conn.execute(sa.text(
                 "SELECT pg_total_relation_size('delivery_jobs') / 1048576.0")).scalar_one()
         engine.dispose()

@@ -38,6 +38,7 @@ from bench.common import env_for  # noqa: E402
 from harness import pgcluster  # noqa: E402
 from harness.seed import make_campaign, seed_list  # noqa: E402
 from webapp.pgserver import debian_bindir  # noqa: E402
+from workers.core.states import Campaign  # noqa: E402
 
 
 def _campaign_status(engine: sa.Engine, campaign_id: int) -> str:
@@ -124,7 +125,7 @@ def run_once(clusters: pgcluster.Clusters, synchronous: bool, recipients: int,
         standby.promote()
         promoted = time.monotonic()
         deadline = time.monotonic() + 120
-        while _campaign_status(engine, campaign_id) != "sent" and \
+        while _campaign_status(engine, campaign_id) != Campaign.SENT and \
                 time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2.0)

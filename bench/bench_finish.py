@@ -24,11 +24,12 @@ from bench.common import fresh_database, machine, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
+from workers.core.states import SENDING
 from workers.delivery import queue
 from workers.delivery.queue import Outcome
 
-NEW_GUARD = "CASE WHEN j.status = 'sending' THEN j.claim_token END = o.token"
-OLD_GUARD = "j.status = 'sending' AND j.claim_token = o.token"
+NEW_GUARD = f"CASE WHEN j.status = '{SENDING}' THEN j.claim_token END = o.token"
+OLD_GUARD = f"j.status = '{SENDING}' AND j.claim_token = o.token"
 
 
 def _finish(conn: sa.Connection, sql: str, jobs: list[queue.ClaimedJob]) -> None:
@@ -43,7 +44,7 @@ def _finish(conn: sa.Connection, sql: str, jobs: list[queue.ClaimedJob]) -> None
 def measure(jobs: int, rounds: int, group: int) -> list[dict[str, Any]]:
     assert NEW_GUARD in queue._FINISH
     forms = {"join on the primary key (now)": queue._FINISH,
-             "status = 'sending' (before)": queue._FINISH.replace(NEW_GUARD, OLD_GUARD)}
+             f"status = '{SENDING}' (before)": queue._FINISH.replace(NEW_GUARD, OLD_GUARD)}
     results: list[dict[str, Any]] = []
     for label, sql in forms.items():
         with fresh_database() as url:

@@ -27,6 +27,7 @@ from bench.common import fresh_database, machine, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
+from workers.core.states import CANCELLED, PENDING
 from workers.delivery import queue
 from workers.delivery.queue import Outcome
 
@@ -82,8 +83,9 @@ def trigger_calls(engine: sa.Engine, broadcast_id: int) -> dict[str, int]:
     its function from being called for a legal move."""
     with engine.connect() as conn, conn.begin() as tx:
         plan = conn.execute(sa.text("EXPLAIN (ANALYZE, FORMAT JSON) UPDATE delivery_jobs "
-                                    "SET status = 'cancelled' WHERE broadcast_id = :b "
-                                    "AND status = 'pending'"), {"b": broadcast_id}).scalar_one()
+                                    f"SET status = '{CANCELLED}' WHERE broadcast_id = :b "
+                                    f"AND status = '{PENDING}'"), {"b": broadcast_id}
+                            ).scalar_one()
         tx.rollback()
     return {t["Trigger Name"]: int(t["Calls"]) for t in plan[0].get("Triggers", [])}
 

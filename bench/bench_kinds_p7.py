@@ -34,6 +34,7 @@ from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import kinds, messages, users
 from workers.core.settings import load
+from workers.core.states import PENDING, RETRY, SENT
 from workers.delivery import queue
 
 ONBOARDING = {"class": "lifecycle", "subject": "{{ data.first_name }}, finish setting up",
@@ -55,19 +56,19 @@ def counts(engine: sa.Engine, broadcast_id: int) -> dict[str, int]:
         onboarding: dict[str, int] = dict(conn.execute(sa.text(
             "SELECT status, count(*) FROM delivery_jobs WHERE kind = 'onboarding' "
             "GROUP BY status")).all())
-    return {"campaign_waiting": campaign["pending"] + campaign["retry"],
-            "campaign_sent": campaign["sent"],
-            "onboarding_waiting": int(onboarding.get("pending", 0) + onboarding.get("retry", 0)),
-            "onboarding_sent": int(onboarding.get("sent", 0))}
+    return {"campaign_waiting": campaign[PENDING] + campaign[RETRY],
+            "campaign_sent": campaign[SENT],
+            "onboarding_waiting": int(onboarding.get(PENDING, 0) + onboarding.get(RETRY, 0)),
+            "onboarding_sent": int(onboarding.get(SENT, 0))}
 
 
 # The burst lands in one statement: rows exactly as workers.delivery.queue.enqueue_message writes
 # them for POST /messages (class priority, payload with data/event/kind_version, dedupe
 # window), the way 50,000 day-3 reminders scheduled for 09:00 all come due at once.
-_BURST = sa.text("""
+_BURST = sa.text(f"""
 INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, payload, flags,
                            requested_by, available_at, dedupe_until)
-SELECT 'onboarding', :priority, 'pending', 'onb-' || g || '@example.org', 'onb-' || g,
+SELECT 'onboarding', :priority, '{PENDING}', 'onb-' || g || '@example.org', 'onb-' || g,
        jsonb_build_object('data', jsonb_build_object('first_name', 'U' || g),
                           'event', jsonb_build_object('name', 'signup', 'id', 'evt_' || g),
                           'kind_version', :version),
@@ -177,14 +178,14 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             with engine.connect() as conn:
                 onboarding_tts = [float(v) for v in conn.execute(sa.text(
                     "SELECT extract(epoch FROM finished_at - to_timestamp(:visible)) "
-                    "FROM delivery_jobs WHERE kind = 'onboarding' AND status = 'sent'"),
+                    f"FROM delivery_jobs WHERE kind = 'onboarding' AND status = '{SENT}'"),
                     {"visible": burst_times["end"]}).scalars()]
                 # From the burst's commit (when its rows became visible to the claim) to
                 # the last onboarding message sent: campaign mail sent meanwhile can only be
                 # the batches already claimed at that moment.
-                sent_while_onboarding = conn.execute(sa.text("""
+                sent_while_onboarding = conn.execute(sa.text(f"""
                     SELECT count(*) FROM delivery_jobs WHERE kind = 'broadcast'
-                       AND status = 'sent' AND finished_at BETWEEN to_timestamp(:visible)
+                       AND status = '{SENT}' AND finished_at BETWEEN to_timestamp(:visible)
                        AND (SELECT max(finished_at) FROM delivery_jobs
                              WHERE kind = 'onboarding')"""),
                     {"visible": burst_times["end"]}).scalar_one()

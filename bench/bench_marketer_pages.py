@@ -20,6 +20,7 @@ from bench.seed_subscribers import seed_subscribers
 from webapp import create_app, db
 from webapp.domain import users
 from workers.core.settings import load
+from workers.core.states import BOUNCED, FAILED, PENDING, PROBLEM, SENT, Campaign, sql_list
 
 CAMPAIGNS = 30
 
@@ -29,19 +30,19 @@ _ERRORS = ["451 4.3.0 Temporary failure, try again later", "550 5.1.1 User unkno
 
 # The big campaign's jobs: 90 % sent (finished over the last 10 minutes, so the last
 # minute holds about 100,000), 5 % waiting, 3 % failed, 2 % bounced.
-_SEED_JOBS = sa.text("""
+_SEED_JOBS = sa.text(f"""
 INSERT INTO delivery_jobs (kind, priority, status, email, campaign_id, broadcast_id, attempts,
                            last_error, last_error_class, finished_at)
 SELECT 'broadcast', 10, s.status, 'user' || i || '@example.com', :campaign_id, :broadcast_id,
-       CASE WHEN s.status = 'pending' THEN 0 ELSE 1 END,
-       CASE WHEN s.status IN ('failed', 'bounced')
+       CASE WHEN s.status = '{PENDING}' THEN 0 ELSE 1 END,
+       CASE WHEN s.status IN {sql_list(PROBLEM)}
             THEN (CAST(:errors AS text[]))[1 + i % 5] END,
-       CASE WHEN s.status IN ('failed', 'bounced') THEN 'rejected' END,
-       CASE WHEN s.status = 'pending' THEN NULL
+       CASE WHEN s.status IN {sql_list(PROBLEM)} THEN 'rejected' END,
+       CASE WHEN s.status = '{PENDING}' THEN NULL
             ELSE now() - (i % 600) * interval '1 second' END
   FROM generate_series(1, :n) i,
-       LATERAL (SELECT CASE WHEN i % 100 < 90 THEN 'sent' WHEN i % 100 < 95 THEN 'pending'
-                            WHEN i % 100 < 98 THEN 'failed' ELSE 'bounced' END AS status) s
+       LATERAL (SELECT CASE WHEN i % 100 < 90 THEN '{SENT}' WHEN i % 100 < 95 THEN '{PENDING}'
+                            WHEN i % 100 < 98 THEN '{FAILED}' ELSE '{BOUNCED}' END AS status) s
 """)
 
 
@@ -53,8 +54,9 @@ def seed_campaigns(engine: sa.Engine, list_id: int, jobs: int) -> int:
             cid = conn.execute(sa.text("""
                 INSERT INTO campaigns (name, list_id, from_addr, subject, text_body, status,
                                        started_at)
-                VALUES (:n, :l, 'bench@example.com', 'Hi {{ name }}', 'Hi', 'sending', now())
-                RETURNING id"""), {"n": f"Campaign {k}", "l": list_id}).scalar_one()
+                VALUES (:n, :l, 'bench@example.com', 'Hi {{ name }}', 'Hi', :status, now())
+                RETURNING id"""), {"n": f"Campaign {k}", "l": list_id,
+                                   "status": Campaign.SENDING}).scalar_one()
             bid = conn.execute(sa.text(
                 "INSERT INTO broadcasts (campaign_id, enqueued_at, total) "
                 "VALUES (:c, now() - interval '20 minutes', :t) RETURNING id"),

@@ -34,6 +34,7 @@ from harness.seed import make_campaign
 from webapp import create_app, db
 from webapp.domain import campaigns, users
 from workers.core.settings import load
+from workers.core.states import BOUNCED, FAILED, SENT
 from workers.delivery import queue
 
 
@@ -101,7 +102,7 @@ def main() -> None:
                 time.sleep(5)
                 with engine.connect() as conn:
                     counts = queue.broadcast_counts(conn, broadcast_id)
-                sent = counts["sent"] + counts["failed"] + counts["bounced"]
+                sent = counts[SENT] + counts[FAILED] + counts[BOUNCED]
                 timeline.append({"t": round(time.perf_counter() - started),
                                  "done": sent, "rss_mb": ps.memory_info().rss / 2**20})
                 if worker.poll() is not None:

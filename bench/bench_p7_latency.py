@@ -37,6 +37,7 @@ from bench.common import (
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import users
+from workers.core.states import PENDING, RETRY, SENT
 from workers.delivery import queue
 
 
@@ -108,9 +109,9 @@ def request_verifications(api: Client, engine: sa.Engine, broadcast_id: int, n: 
         t202 = time.time()
         assert status == 202, body
         counts = waiting_jobs(engine, broadcast_id)
-        behind = counts["pending"] + counts["retry"]
+        behind = counts[PENDING] + counts[RETRY]
         sent.append({"email": email, "t_request": t0, "t_202": t202, "campaign_waiting": behind,
-                     "campaign_sent": counts["sent"]})
+                     "campaign_sent": counts[SENT]})
         if behind == 0:
             break
         time.sleep(interval)
@@ -134,14 +135,14 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             assert status == 202, campaign
             broadcast_id = campaign["broadcast_id"]
             deadline = time.monotonic() + 120
-            while waiting_jobs(engine, broadcast_id)["sent"] < 1000:  # draining for real
+            while waiting_jobs(engine, broadcast_id)[SENT] < 1000:  # draining for real
                 if time.monotonic() > deadline:
                     raise RuntimeError("the campaign did not start draining")
                 time.sleep(0.2)
-            drain_start, sent_start = time.time(), waiting_jobs(engine, broadcast_id)["sent"]
+            drain_start, sent_start = time.time(), waiting_jobs(engine, broadcast_id)[SENT]
             requests = request_verifications(api, engine, broadcast_id, args.verifications,
                                              args.interval)
-            drain_end, sent_end = time.time(), waiting_jobs(engine, broadcast_id)["sent"]
+            drain_end, sent_end = time.time(), waiting_jobs(engine, broadcast_id)[SENT]
             deadline = time.monotonic() + 60
             while len(sink_times(record)) < len(requests) and time.monotonic() < deadline:
                 time.sleep(0.2)

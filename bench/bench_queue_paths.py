@@ -24,7 +24,9 @@ from bench.common import fresh_database, machine, percentile, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns, queue_reads
+from workers.core.states import SENT
 from workers.delivery import queue
+from workers.delivery.classify import ReplyClass
 
 
 def _index_reads(engine: sa.Engine) -> int:
@@ -77,16 +79,16 @@ def seed_stats(engine: sa.Engine, n: int) -> None:
         has_kind = conn.execute(sa.text(
             "SELECT count(*) FROM information_schema.columns WHERE table_name = "
             "'job_attempts' AND column_name = 'kind'")).scalar_one()
-        conn.execute(sa.text("""
+        conn.execute(sa.text(f"""
             INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, attempts,
                                        finished_at)
-            SELECT 'verification', 0, 'sent', 'v' || g || '@example.com', 'user-' || g, 1,
+            SELECT 'verification', 0, '{SENT}', 'v' || g || '@example.com', 'user-' || g, 1,
                    now() - random() * interval '15 minutes'
               FROM generate_series(1, :n) g"""), {"n": n})
         kind = ("kind, ", "'verification', ") if has_kind else ("", "")
         conn.execute(sa.text(f"""
             INSERT INTO job_attempts (job_id, {kind[0]}attempt, started_at, outcome, smtp_code)
-            SELECT id, {kind[1]}1, finished_at, 'sent', 250 FROM delivery_jobs
+            SELECT id, {kind[1]}1, finished_at, '{ReplyClass.SENT}', 250 FROM delivery_jobs
              WHERE kind = 'verification'"""))
 
 

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from bench.common import ROOT, fresh_database, machine, save, table
 from harness import postfix
 from harness.seed import seed_list
+from workers.core.states import SENT, Campaign
 
 
 def _campaign(engine: sa.Engine, n: int) -> int:
@@ -67,7 +68,7 @@ def _status(engine: sa.Engine, campaign_id: int) -> str:
 
 def _wait_sent(engine: sa.Engine, campaign_id: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while _status(engine, campaign_id) != "sent":
+    while _status(engine, campaign_id) != Campaign.SENT:
         if time.monotonic() > deadline:
             raise SystemExit(f"campaign {campaign_id} not sent after {timeout}s")
         time.sleep(0.5)
@@ -140,7 +141,7 @@ def measure_throttling(relay: postfix.Postfix, url: str, messages: int) -> dict[
     with engine.connect() as conn:
         row = conn.execute(sa.text(
             "SELECT count(*) AS n, sum(attempts) AS attempts, "
-            "count(*) FILTER (WHERE status <> 'sent') AS not_sent FROM delivery_jobs "
+            f"count(*) FILTER (WHERE status <> '{SENT}') AS not_sent FROM delivery_jobs "
             "WHERE campaign_id = :c"), {"c": campaign}).one()
     engine.dispose()
     return {"messages": row.n, "attempts": int(row.attempts), "not_sent": row.not_sent,

@@ -44,6 +44,7 @@ from bench.seed_subscribers import seed_subscribers
 from harness.seed import make_campaign
 from webapp import db
 from webapp.domain import campaigns, users
+from workers.core.states import CANCELLED, FAILED, PENDING, RETRY, SENDING, SENT
 from workers.delivery import lifecycle, queue, retention
 
 PASSWORD = "benchmark-password"
@@ -199,10 +200,10 @@ def main() -> None:
                 "API campaign": f"/api/v1/campaigns/{campaign_id}",
             }
             admin.headers["Authorization"] = f"Bearer {token}"  # for the API path
-            sent0 = _counts(engine, broadcast_id)["sent"]
+            sent0 = _counts(engine, broadcast_id)[SENT]
             t_drain = time.monotonic()
             samples, errors = _poll_pages(admin, base, pages, args.drain)
-            drained = _counts(engine, broadcast_id)["sent"] - sent0
+            drained = _counts(engine, broadcast_id)[SENT] - sent0
             rows.append([f"sent during {time.monotonic() - t_drain:.0f} s of polling",
                          f"{drained:,}"])
             for name, v in samples.items():
@@ -214,15 +215,15 @@ def main() -> None:
             # The brake: pause, resume, cancel through the API.
             pause_ms, status = _api(base, token, "POST", f"/campaigns/{campaign_id}/pause")
             assert status in (200, 202), status
-            _wait(lambda: _counts(engine, broadcast_id)["sending"] == 0, 120)
+            _wait(lambda: _counts(engine, broadcast_id)[SENDING] == 0, 120)
             frozen = _counts(engine, broadcast_id)
             time.sleep(3)
-            moved = _counts(engine, broadcast_id)["sent"] - frozen["sent"]
+            moved = _counts(engine, broadcast_id)[SENT] - frozen[SENT]
             rows.append(["POST pause", f"{pause_ms:.0f} ms (target < 1 s); sent in the 3 s "
                                        f"after the in-flight ones finished: {moved}"])
             resume_ms, status = _api(base, token, "POST", f"/campaigns/{campaign_id}/resume")
             assert status in (200, 202), status
-            _wait(lambda: _counts(engine, broadcast_id)["sent"] > frozen["sent"] + 100, 120)
+            _wait(lambda: _counts(engine, broadcast_id)[SENT] > frozen[SENT] + 100, 120)
             rows.append(["POST resume", f"{resume_ms:.0f} ms; sending again"])
             cancel_ms, status = _api(base, token, "POST", f"/campaigns/{campaign_id}/cancel")
             assert status in (200, 202), status
@@ -231,18 +232,18 @@ def main() -> None:
             page = admin.get(f"{base}/campaigns/{campaign_id}?fragment=live", timeout=60).text
             honest = "Cancelling:" in page
             _wait(lambda: not any(_counts(engine, broadcast_id)[s]
-                                  for s in ("pending", "retry", "sending")), 1800, every=1.0)
+                                  for s in (PENDING, RETRY, SENDING)), 1800, every=1.0)
             settle_s = time.monotonic() - t_cancel
             final = _counts(engine, broadcast_id)
             with engine.connect() as conn:
                 exact = final == queue.broadcast_counts_slow(conn, broadcast_id)
             rows.append(["POST cancel", f"{cancel_ms:.0f} ms (target < 1 s); "
-                                        f"{left['pending'] + left['retry']:,} waiting then"])
+                                        f"{left[PENDING] + left[RETRY]:,} waiting then"])
             rows.append(["every job terminal after the cancel",
                          f"{settle_s:.0f} s (target ≤ 120 s); page said 'Cancelling: … "
                          f"left': {honest}; counters = GROUP BY: {exact}; "
-                         f"sent {final['sent']:,} + cancelled {final['cancelled']:,} = "
-                         f"{final['sent'] + final['cancelled'] + final['failed']:,}"])
+                         f"sent {final[SENT]:,} + cancelled {final[CANCELLED]:,} = "
+                         f"{final[SENT] + final[CANCELLED] + final[FAILED]:,}"])
             out.update(send_ms=send_ms, enqueue_s=enqueue_s, total=total, pause_ms=pause_ms,
                        resume_ms=resume_ms, cancel_ms=cancel_ms, settle_s=settle_s,
                        exact=exact, final=final)
@@ -348,10 +349,10 @@ def _partition_drop(engine: sa.Engine, n: int) -> dict[str, Any]:
         conn.execute(sa.text("CREATE TABLE bench_partition (LIKE delivery_jobs "
                              "INCLUDING DEFAULTS INCLUDING INDEXES)"))
         t0 = time.perf_counter()
-        conn.execute(sa.text("""
+        conn.execute(sa.text(f"""
             INSERT INTO bench_partition (kind, priority, status, email, broadcast_id,
                                          campaign_id, subscriber_id, finished_at)
-            SELECT 'broadcast', 10, 'sent', 'user' || g || '@example.com', 0, 0, g, now()
+            SELECT 'broadcast', 10, '{SENT}', 'user' || g || '@example.com', 0, 0, g, now()
               FROM generate_series(1, :n) g"""), {"n": n})
     fill_s = time.perf_counter() - t0
     with engine.begin() as conn:

@@ -57,6 +57,7 @@ from bench.common import (
 from harness.seed import make_campaign as make_bench_campaign
 from harness.seed import seed_list
 from webapp.pgserver import PostgresServer, private_postgres
+from workers.core.states import BOUNCED, FAILED, PENDING, RETRY, SENDING, SENT, Campaign
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,12 +219,12 @@ class Fleet:
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(0.2)  # let a COMMIT it already sent land before we count
         with self.engine.connect() as conn:
-            victim = list(conn.execute(sa.text("""
+            victim = list(conn.execute(sa.text(f"""
                 SELECT d.id FROM delivery_jobs d JOIN workers w ON w.id = d.claimed_by
-                 WHERE d.status = 'sending' AND w.pid = :pid AND w.node = :node"""),
+                 WHERE d.status = '{SENDING}' AND w.pid = :pid AND w.node = :node"""),
                 {"pid": proc.pid, "node": f"chaos-{slot}"}).scalars())
             everyone = conn.execute(sa.text(
-                "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one()
+                f"SELECT count(*) FROM delivery_jobs WHERE status = '{SENDING}'")).scalar_one()
         proc.kill()
         proc.wait(15)
         self.procs[slot] = None
@@ -390,9 +391,9 @@ def _start_campaign(engine: sa.Engine, recipients: int) -> int:
 def _status(engine: sa.Engine, campaign_id: int) -> tuple[str, int]:
     """The campaign's status and how many of its jobs are `sent`."""
     with engine.connect() as conn:
-        row = conn.execute(sa.text("""
+        row = conn.execute(sa.text(f"""
             SELECT c.status, (SELECT count(*) FROM delivery_jobs j
-                               WHERE j.campaign_id = c.id AND j.status = 'sent') AS sent
+                               WHERE j.campaign_id = c.id AND j.status = '{SENT}') AS sent
               FROM campaigns c WHERE c.id = :id"""), {"id": campaign_id}).one()
     return str(row.status), int(row.sent)
 
@@ -401,7 +402,7 @@ def _wait_finished(engine: sa.Engine, campaign_id: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if _status(engine, campaign_id)[0] == "sent":
+            if _status(engine, campaign_id)[0] == Campaign.SENT:
                 return
         except sa.exc.OperationalError:
             pass
@@ -420,7 +421,7 @@ def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet,
     relay_back_at: float | None = None
     while True:
         status, sent = _status(engine, campaign_id)
-        if status == "sent":
+        if status == Campaign.SENT:
             break
         now = time.monotonic()
         if relay_back_at is not None and now >= relay_back_at:
@@ -472,7 +473,7 @@ def _restart_database(server: PostgresServer, fleet: Fleet, engine: sa.Engine,
     """Stop PostgreSQL for ``seconds`` and start it again; no worker may die of it."""
     with engine.connect() as conn:
         flying = conn.execute(sa.text(
-            "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one()
+            f"SELECT count(*) FROM delivery_jobs WHERE status = '{SENDING}'")).scalar_one()
     alive = [p.pid for p in fleet.procs if p is not None]
     server.stop()
     report.events.append(f"{time.monotonic() - started:.1f}s PostgreSQL stopped "
@@ -521,7 +522,7 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
     for job_id, kill in blamed.items():
         kill.duplicates += max(0, received.get(emails.get(job_id, ""), 0) - 1)
     report.in_flight_bound = sum(k.victim_in_flight for k in report.kills)
-    report.not_terminal = sum(report.counts[s] for s in ("pending", "sending", "retry"))
+    report.not_terminal = sum(report.counts[s] for s in (PENDING, SENDING, RETRY))
     report.sink_accepted = len(records)
     report.sink_distinct = len(received)
     report.message_id_mismatches = sum(
@@ -530,7 +531,7 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
         (report.recipients > 0, "the campaign has no jobs"),
         (report.lost == 0, f"{report.lost} recipient(s) lost (P2)"),
         (report.not_terminal == 0, f"{report.not_terminal} job(s) not terminal (P2)"),
-        (status == "sent", f"campaign status is {status!r}, not 'sent' (P8)"),
+        (status == Campaign.SENT, f"campaign status is {status!r}, not 'sent' (P8)"),
         (report.duplicates <= report.in_flight_bound + report.relay_side_window,
          f"{report.duplicates} duplicates exceed the in-flight bound (P3)"),
         (report.max_duplicates_per_kill <= report.threads,
@@ -538,9 +539,9 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
          f"worker thread ({report.threads}) (SPEC 10)"),
         (report.message_id_mismatches == 0, "a copy carried another Message-ID (P3)"),
         (report.counts == slow, "counters differ from GROUP BY status (P8)"),
-        (report.counts["sent"] == report.delivered == report.sink_distinct,
+        (report.counts[SENT] == report.delivered == report.sink_distinct,
          "campaign counts differ from the sink's record (P8)"),
-        (report.counts["failed"] + report.counts["bounced"] == 0 and suppressed == 0,
+        (report.counts[FAILED] + report.counts[BOUNCED] == 0 and suppressed == 0,
          "a recipient was failed, bounced or suppressed for our own trouble (P5/P6)"),
         (not report.unexpected_exits, f"worker(s) {report.unexpected_exits} died unasked"),
     ]

@@ -39,6 +39,7 @@ from bench.chaos import ROOT, SinkProcess, process_env, wait_port
 from bench.common import DEFAULT_SERVER, free_port, fresh_database, percentile, table
 from harness.seed import make_campaign, seed_list
 from webapp.pgserver import private_postgres
+from workers.core.states import SENT, Campaign
 
 PASSWORD = "soak password 1234"
 
@@ -211,13 +212,13 @@ class SoakReport:
 def _sample(engine: sa.Engine, since: Any) -> tuple[Any, int, int, float]:
     """(now, campaign jobs sent, verifications sent, verification p95 seconds) since."""
     with engine.connect() as conn:
-        row = conn.execute(sa.text("""
+        row = conn.execute(sa.text(f"""
             SELECT clock_timestamp() AS now,
                    count(*) FILTER (WHERE kind = 'broadcast') AS campaign,
                    count(*) FILTER (WHERE kind = 'verification') AS verification,
                    percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM
                        finished_at - created_at)) FILTER (WHERE kind = 'verification') AS p95
-              FROM delivery_jobs WHERE status = 'sent' AND finished_at > :since"""),
+              FROM delivery_jobs WHERE status = '{SENT}' AND finished_at > :since"""),
             {"since": since}).one()
     return row.now, int(row.campaign), int(row.verification), float(row.p95 or 0.0)
 
@@ -229,7 +230,7 @@ def _relaunch_if_done(engine: sa.Engine, list_id: int, campaign: list[int]) -> b
     with engine.begin() as conn:
         status = conn.execute(sa.text("SELECT status FROM campaigns WHERE id = :id"),
                               {"id": campaign[0]}).scalar_one()
-        if status != "sent":
+        if status != Campaign.SENT:
             return False
     campaign_id = make_campaign(engine, list_id)
     with engine.begin() as conn:
@@ -302,7 +303,7 @@ def run_soak(options: SoakOptions) -> SoakReport:
         with engine.connect() as conn:
             report.verifications_unsent = int(conn.execute(sa.text(
                 "SELECT count(*) FROM delivery_jobs WHERE kind = 'verification' "
-                "AND status <> 'sent' AND created_at < now() - interval '30 seconds'"))
+                f"AND status <> '{SENT}' AND created_at < now() - interval '30 seconds'"))
                 .scalar_one())
     _judge(report, traffic, options)
     return report
