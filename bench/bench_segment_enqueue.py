@@ -47,6 +47,7 @@ def _seed(engine: sa.Engine, size: int) -> int:
         conn.execute(sa.text("""
             UPDATE memberships SET created_at = timestamptz '2026-01-01 00:00+00'
                    - make_interval(mins => (:n - subscriber_id)::int)"""), {"n": size})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM ANALYZE"))  # as a list that has been there a while
     return list_id
 

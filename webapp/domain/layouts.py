@@ -162,7 +162,7 @@ def delete(conn: Connection, layout_id: int, *, actor: str = "system") -> None:
 
 
 def check_for_campaign(conn: Connection, layout_id: Any) -> Layout | None:
-    """The layout a campaign may pick (None: none); Invalid when there is no such one."""
+    """The layout a campaign may pick (None: none); NotFound when there is no such one."""
     if layout_id in (None, "", 0):
         return None
     if not isinstance(layout_id, int) or isinstance(layout_id, bool):

@@ -313,8 +313,8 @@ def delete(conn: Connection, segment_id: int, *, actor: str = "system") -> None:
 
 
 def check_for_campaign(conn: Connection, list_id: int, segment_id: Any) -> int | None:
-    """The segment a campaign to ``list_id`` may use (None: the whole list); Invalid when
-    it is not a segment of that list."""
+    """The segment a campaign to ``list_id`` may use (None: the whole list); NotFound for
+    no such segment, Conflict when it is another list's."""
     if segment_id in (None, "", 0):
         return None
     if not isinstance(segment_id, int) or isinstance(segment_id, bool):
