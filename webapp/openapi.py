@@ -190,7 +190,8 @@ PATHS: dict[str, Any] = {
     "/campaigns": {
         "post": _id("createCampaign", _with_links(_op(
             "Create a campaign (draft). Its templates are compiled at once: one the "
-            "sandbox refuses is 422 naming the field", 201, CAMPAIGN, 400, 404, 413, 422,
+            "sandbox refuses is 422 naming the field; a segment of another list is 409",
+            201, CAMPAIGN, 400, 404, 409, 413, 422,
             request=_request(["name", "list_id", "subject"], {
                 "name": {"type": "string", "pattern": rules.NOT_BLANK},
                 "list_id": {"type": "integer", "minimum": -BIGINT_MAX - 1,

@@ -153,6 +153,13 @@ def test_api_and_roles(client: Any, engine: sa.Engine,
     assert r.status_code == 201 and r.json["layout_id"] == layout_id
     assert api.post("/campaigns", {"name": "c", "list_id": list_id, "subject": "s",
                                    "html": "<p>x</p>", "layout_id": 999999}).status_code == 404
+    for wrong in (False, "1", [1]):  # not a layout id (false is not 0, nor null)
+        r = api.post("/campaigns", {"name": "c", "list_id": list_id, "subject": "s",
+                                    "html": "<p>x</p>", "layout_id": wrong})
+        assert r.status_code == 422 and "layout_id" in r.json["error"]["fields"], wrong
+    r = api.post("/campaigns", {"name": "c", "list_id": list_id, "subject": "s",
+                                "html": "<p>x</p>", "layout_id": float(layout_id)})
+    assert r.status_code == 201 and r.json["layout_id"] == layout_id  # 240.0 is an integer
     assert api.delete(f"/layouts/{layout_id}").status_code == 409
     support = Api(client, make_user("support")["token"])
     assert support.get("/layouts").status_code == 403

@@ -162,7 +162,9 @@ def _audience_and_layout(conn: Connection, list_id: int, data: dict[str, Any],
     layout = layouts.check_for_campaign(conn, data.get("layout_id"))
     if layout is not None:
         validate_templates(values["subject"], values["text_body"], values["html_body"], layout)
-    return {"segment_id": segment_id, "layout_id": data.get("layout_id") if layout else None}
+    layout_id = data.get("layout_id")
+    return {"segment_id": segment_id,
+            "layout_id": int(layout_id) if layout is not None and layout_id else None}
 
 
 def layout_for(conn: Connection, campaign: dict[str, Any]) -> Layout | None:

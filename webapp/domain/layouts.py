@@ -163,7 +163,9 @@ def delete(conn: Connection, layout_id: int, *, actor: str = "system") -> None:
 
 def check_for_campaign(conn: Connection, layout_id: Any) -> Layout | None:
     """The layout a campaign may pick (None: none); NotFound when there is no such one."""
-    if layout_id in (None, "", 0):
+    if isinstance(layout_id, float) and layout_id.is_integer():
+        layout_id = int(layout_id)  # JSON Schema's integer takes 240.0
+    if layout_id is None or (layout_id in ("", 0) and not isinstance(layout_id, bool)):
         return None
     if not isinstance(layout_id, int) or isinstance(layout_id, bool):
         raise Invalid(N_("layout_id must be a number"),

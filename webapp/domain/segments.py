@@ -315,7 +315,8 @@ def delete(conn: Connection, segment_id: int, *, actor: str = "system") -> None:
 def check_for_campaign(conn: Connection, list_id: int, segment_id: Any) -> int | None:
     """The segment a campaign to ``list_id`` may use (None: the whole list); NotFound for
     no such segment, Conflict when it is another list's."""
-    if segment_id in (None, "", 0):
+    segment_id = _whole(segment_id)
+    if segment_id is None or (segment_id in ("", 0) and not isinstance(segment_id, bool)):
         return None
     if not isinstance(segment_id, int) or isinstance(segment_id, bool):
         raise Invalid(N_("segment_id must be a number"),
@@ -329,6 +330,14 @@ def check_for_campaign(conn: Connection, list_id: int, segment_id: Any) -> int |
         raise Conflict(N_("segment %(id)s belongs to another list", id=str(segment_id)),
                       fields={"segment_id": N_("not a segment of the campaign's list")})
     return segment_id
+
+
+def _whole(value: Any) -> Any:
+    """A JSON number that is a whole number as an int (JSON Schema's integer takes 240.0);
+    anything else as it is (a boolean stays a boolean, and is refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def check_sendable(conn: Connection, segment_id: int | None) -> None:
