@@ -380,3 +380,20 @@ def test_conditions_json_round_trips_for_the_page() -> None:
     assert rows[1] == {"choice": "attribute:in", "key": "country", "value": "ES, MX"}
     back = segments.from_form([(r["choice"], r["key"], r["value"]) for r in rows])
     assert back == PRO_ES_MX
+
+
+def test_the_composer_says_when_the_segment_is_another_lists(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    list_id = _seed(engine)
+    with engine.begin() as conn:
+        other = int(lists.create_list(conn, "Other")["id"])
+        segment = segments.create(conn, list_id, "Pro", PRO_ES_MX[:1])
+    marketer = Browser(client, make_user("marketer"))
+    values = {"name": "Typed", "list_id": str(other), "subject": "Hi", "text": "Hi",
+              "segment_id": str(segment["id"])}
+    r = marketer.post("/campaigns/new", values, follow_redirects=False)
+    page = r.get_data(as_text=True)
+    assert r.status_code == 422 and "belongs to another list" in page
+    assert 'value="Typed"' in page  # nothing typed is lost
+    count = marketer.get(f"/segments/audience?list_id={other}&segment_id={segment['id']}")
+    assert "belongs to another list" in count.get_data(as_text=True)

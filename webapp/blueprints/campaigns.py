@@ -131,7 +131,7 @@ def new() -> Response | tuple[str, int]:
         with engine().begin() as conn:
             campaign = campaigns.create(conn, values, default_from=config().mail_from,
                                         actor=actor())
-    except Invalid as exc:
+    except (Invalid, Conflict) as exc:  # Conflict: a segment of another list
         return _compose_page(values, error=exc)
     flash(_("Draft saved. Preview it, send yourself a test, then send it."), "success")
     return redirect(_link(campaign["id"]))
@@ -157,6 +157,8 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
     except Invalid as exc:
         return _compose_page(values, campaign, error=exc)
     except Conflict as exc:
+        if "segment_id" in exc.fields:  # a segment of another list: say so, not "locked"
+            return _compose_page(values, campaign, error=exc)
         # Sent while this form was open: keep what was typed, offer it as a new draft.
         return _compose_page(values, campaign, error=exc, locked=True)
     flash(_("Changes saved."), "success")
