@@ -130,6 +130,33 @@ list_forms = Table(
     CheckConstraint("accent ~ '^#[0-9a-fA-F]{6}$'", name="list_forms_accent_check"),
 )
 
+# A saved audience: the list narrowed by conditions (a JSON array the engine compiles to a
+# parameterised predicate, workers.delivery.audience). Migration 0029_segments.
+segments = Table(
+    "segments", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("conditions", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("created_by", BigInteger, ForeignKey("users.id", ondelete="SET NULL")),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("segments_list_name_key", "list_id", literal_column("lower(name)"), unique=True),
+)
+
+# Reusable HTML around a campaign's body: must hold {{ content }} and {{ unsubscribe_url }}
+# ({{ postal_address }} is filled from its own field). Migration 0029_segments.
+layouts = Table(
+    "layouts", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("html", Text, nullable=False),
+    Column("postal_address", Text, nullable=False, server_default=""),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("layouts_name_key", literal_column("lower(name)"), unique=True),
+)
+
 # Every double opt-in request (form or public API): the consent kept. Pending (confirmed_at
 # NULL) is not a membership, so no campaign reaches it; confirming adds the membership.
 subscription_requests = Table(
@@ -220,6 +247,13 @@ campaigns = Table(
     Column("finished_at", DateTime(timezone=True)),
     # Why the system paused it (complaint rate, SPEC 12); cleared when it is resumed.
     Column("paused_reason", Text),
+    # Its audience narrowed to a saved segment of its list, and the layout around its HTML
+    # (migration 0029_segments). A sent campaign keeps its segment's conditions on the
+    # broadcast, so deleting the segment only forgets which one it was.
+    Column("segment_id", BigInteger, ForeignKey("segments.id", ondelete="SET NULL",
+                                                name="campaigns_segment_id_fkey")),
+    Column("layout_id", BigInteger, ForeignKey("layouts.id", ondelete="RESTRICT",
+                                               name="campaigns_layout_id_fkey")),
     CheckConstraint(_in("status", CAMPAIGN_STATUSES), name="campaigns_status_check"),
     Index("campaigns_scheduled_idx", "scheduled_at",
           postgresql_where=text(f"status = '{states.Campaign.SCHEDULED}'")),
@@ -247,6 +281,9 @@ broadcasts = Table(
     # When retention rolled it up (SPEC 17): its counters stay exact, its failed and
     # bounced jobs (and any job with a feedback event) stay, the rest of its rows are gone.
     Column("rolled_up_at", DateTime(timezone=True)),
+    # The segment's conditions frozen at send time (NULL: the whole list); the enqueue
+    # compiles them with workers.delivery.audience (migration 0029_segments).
+    Column("audience_filter", JSONB),
 )
 
 delivery_jobs = Table(

@@ -14,6 +14,7 @@ ITEMS = [
     ("home.index", _l("Dashboard")),
     ("campaigns.index", _l("Campaigns")),
     ("lists.index", _l("Lists")),
+    ("layouts.index", _l("Layouts")),
     ("support.index", _l("Support")),
     ("transactional.index", _l("Transactional")),
     ("jobs.index", _l("Jobs")),

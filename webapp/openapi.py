@@ -6,10 +6,24 @@ from typing import Any
 
 from webapp.domain import fields as rules
 from webapp.domain import kinds as kinds_input
-from webapp.domain import lists, messages, subscriptions, suppressions, verifications
+from webapp.domain import (
+    layouts,
+    lists,
+    messages,
+    segments,
+    subscriptions,
+    suppressions,
+    verifications,
+)
 from webapp.models import SUPPRESSION_REASONS
 from workers.building import kinds
+from workers.building.message import (
+    CONTENT_PLACEHOLDER,
+    MAX_TEMPLATE_CHARS,
+    UNSUBSCRIBE_PLACEHOLDER,
+)
 from workers.core import states
+from workers.delivery import audience
 
 BIGINT_MAX = 2**63 - 1
 
@@ -175,7 +189,8 @@ PATHS: dict[str, Any] = {
     "/campaigns": {
         "post": _id("createCampaign", _with_links(_op(
             "Create a campaign (draft). Its templates are compiled at once: one the "
-            "sandbox refuses is 422 naming the field", 201, CAMPAIGN, 400, 404, 413, 422,
+            "sandbox refuses is 422 naming the field; a segment of another list is 409",
+            201, CAMPAIGN, 400, 404, 409, 413, 422,
             request=_request(["name", "list_id", "subject"], {
                 "name": {"type": "string", "pattern": rules.NOT_BLANK},
                 "list_id": {"type": "integer", "minimum": -BIGINT_MAX - 1,
@@ -415,6 +430,134 @@ PATHS["/messages/resend"] = {"post": _op(
     400, 404, 409, 422, 429, 503, request=_request(["kind", "user_id"], {
         "kind": KIND_NAME, "user_id": USER_ID}))}
 
+
+# Segments and layouts (issue 32, items 2 and 4): the conditions' table is
+# workers.delivery.audience's; a value the schema allows is one the server takes.
+SCALAR = {"anyOf": [{"type": "string", "maxLength": segments.MAX_VALUE,
+                     "pattern": rules.NOT_BLANK}, {"type": ["number", "boolean"]}]}
+ATTRIBUTE_KEY = {"type": "string", "maxLength": segments.MAX_KEY, "pattern": rules.NOT_BLANK,
+                 "description": "the subscriber attribute (a CSV column), e.g. plan"}
+
+
+def _condition(field: str, ops: list[str], value: dict[str, Any] | None,
+               key: bool = False) -> dict[str, Any]:
+    properties: dict[str, Any] = {"field": {"const": field}, "op": {"enum": ops}}
+    if key:
+        properties["key"] = ATTRIBUTE_KEY
+    properties["value"] = value if value is not None else {
+        "description": "not used (any value is ignored)"}
+    return _request(["field", "op", *(["key"] if key else []),
+                     *(["value"] if value is not None else [])], properties)
+
+
+CONDITION = {"anyOf": [
+    _condition("attribute", ["eq", "ne", "contains"], SCALAR, key=True),
+    _condition("attribute", sorted(audience.LIST_OPS), {
+        "type": "array", "minItems": 1, "maxItems": segments.MAX_CHOICES, "items": SCALAR},
+        key=True),
+    _condition("attribute", sorted(audience.NO_VALUE_OPS), None, key=True),
+    _condition("subscribed", ["after", "before"], {
+        "type": "string", "format": "date", "pattern": segments.DATE_PATTERN,
+        "description": "a UTC day: after = on or after it, before = before it"}),
+    _condition("activity", sorted(audience.ACTIVITY_OPS), {
+        "type": "integer", "minimum": 1, "maximum": 3650,
+        "description": "days; needs open/click tracking on the server (409 otherwise)"})],
+    "description": "one condition; a segment's conditions must all hold"}
+CONDITIONS = {"type": "array", "maxItems": audience.MAX_CONDITIONS, "items": CONDITION}
+AUDIENCE = {"type": "object", "required": ["members", "suppressed", "inactive",
+                                           "will_receive"],
+            "properties": {k: {"type": "integer"} for k in (
+                "members", "suppressed", "inactive", "will_receive", "list_members")}}
+SEGMENT = {"type": "object", "required": ["id", "list_id", "name", "conditions"],
+           "properties": {"id": {"type": "integer"}, "list_id": {"type": "integer"},
+                          "name": {"type": "string"}, "conditions": {"type": "array"},
+                          "created_at": {"type": "string"}, "updated_at": {"type": "string"},
+                          "audience": AUDIENCE}}
+SEGMENT_BODY = _request(["name"], {
+    "name": {"type": "string", "maxLength": segments.MAX_NAME, "pattern": rules.NOT_BLANK},
+    "conditions": CONDITIONS},
+    example={"name": "Pro customers in Spain and Mexico", "conditions": [
+        {"field": "attribute", "key": "plan", "op": "eq", "value": "pro"},
+        {"field": "attribute", "key": "country", "op": "in", "value": ["ES", "MX"]},
+        {"field": "subscribed", "op": "after", "value": "2026-01-01"}]})
+LAYOUT = {"type": "object", "required": ["id", "name", "html", "postal_address"],
+          "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+                         "html": {"type": "string"}, "postal_address": {"type": "string"},
+                         "created_at": {"type": "string"}, "updated_at": {"type": "string"},
+                         "campaigns": {"type": "integer"}}}
+LAYOUT_BODY = _request(["name", "html"], {
+    "name": {"type": "string", "maxLength": layouts.MAX_NAME, "pattern": rules.NOT_BLANK},
+    "html": {"type": "string", "maxLength": MAX_TEMPLATE_CHARS, "allOf": [
+        {"pattern": CONTENT_PLACEHOLDER.pattern}, {"pattern": UNSUBSCRIBE_PLACEHOLDER.pattern}],
+        "description": "an HTML template with {{ content }} exactly once (the campaign's "
+                       "body), {{ unsubscribe_url }} and, if wanted, {{ postal_address }}; "
+                       "one that does not compile is 422 with its line"},
+    "postal_address": {"type": ["string", "null"], "maxLength": layouts.MAX_ADDRESS}},
+    example={"name": "Newsletter", "postal_address": "Calle Mayor 1, 28013 Madrid",
+             "html": layouts.STARTER})
+SEGMENT_ID = [{"name": "id", "in": "path", "required": True, "schema": ID_SCHEMA}]
+PATHS["/lists/{id}/segments"] = {
+    "parameters": ID_PARAM,
+    "get": _id("listSegments", _op("The list's saved segments", 200, {
+        "type": "object", "required": ["segments"],
+        "properties": {"segments": {"type": "array", "items": SEGMENT}}}, 400, 404)),
+    "post": _id("createSegment", _with_links(_op(
+        "Save a segment of the list (all its conditions must hold); answers it with who it "
+        "picks right now. A bad condition is 422 naming it (conditions[i].field|op|key|"
+        "value); a name the list already uses, or an activity condition on a server "
+        "without open/click tracking, 409", 201, SEGMENT, 400, 404, 409, 413, 422,
+        request=SEGMENT_BODY),
+        201, _links(GetSegment=("getSegment", BY_ID), UpdateSegment=("updateSegment", BY_ID),
+                    DeleteSegment=("deleteSegment", BY_ID))))}
+PATHS["/lists/{id}/segments/count"] = {
+    "parameters": ID_PARAM,
+    "post": _id("countSegment", _op(
+        "Who these conditions pick on the list right now, by the send's own rules "
+        "(nothing saved)", 200, {"type": "object", "required": ["conditions", "audience"],
+                                 "properties": {"conditions": {"type": "array"},
+                                                "audience": AUDIENCE}},
+        400, 404, 409, 413, 422,
+        request=_request([], {"conditions": CONDITIONS})))}
+PATHS["/segments/{id}"] = {
+    "parameters": SEGMENT_ID,
+    "get": _id("getSegment", _op("A segment with who it picks right now", 200, SEGMENT,
+                                 400, 404)),
+    "put": _id("updateSegment", _op(
+        "Change a segment (a campaign already sent keeps the conditions it was sent with)",
+        200, SEGMENT, 400, 404, 409, 413, 422, request=SEGMENT_BODY)),
+    "delete": {"operationId": "deleteSegment",
+               "summary": "Delete a segment (409 while a draft or scheduled campaign is to "
+                          "be sent to it)",
+               "responses": {"204": {"description": "deleted"},
+                             **_errors(400, 401, 403, 404, 409)}}}
+PATHS["/layouts"] = {
+    "get": _id("listLayouts", _op("Every layout", 200, {
+        "type": "object", "required": ["layouts"],
+        "properties": {"layouts": {"type": "array", "items": LAYOUT}}})),
+    "post": _id("createLayout", _with_links(_op(
+        "Save a layout (campaigns pick it with layout_id). 422 naming the field when "
+        "{{ content }} or {{ unsubscribe_url }} is missing or it does not compile; 409 for "
+        "a name in use", 201, LAYOUT, 400, 409, 413, 422, request=LAYOUT_BODY),
+        201, _links(GetLayout=("getLayout", BY_ID), UpdateLayout=("updateLayout", BY_ID),
+                    DeleteLayout=("deleteLayout", BY_ID))))}
+PATHS["/layouts/{id}"] = {
+    "parameters": ID_PARAM,
+    "get": _id("getLayout", _op("A layout", 200, LAYOUT, 400, 404)),
+    "put": _id("updateLayout", _op(
+        "Change a layout (409 while a campaign using it is scheduled, sending or paused)",
+        200, LAYOUT, 400, 404, 409, 413, 422, request=LAYOUT_BODY)),
+    "delete": {"operationId": "deleteLayout",
+               "summary": "Delete a layout no campaign uses (409 otherwise)",
+               "responses": {"204": {"description": "deleted"},
+                             **_errors(400, 401, 403, 404, 409)}}}
+_CAMPAIGN_BODY = PATHS["/campaigns"]["post"]["requestBody"]["content"]["application/json"]
+_CAMPAIGN_BODY["schema"]["properties"].update({
+    "segment_id": {"type": ["integer", "null"], "minimum": 0, "maximum": BIGINT_MAX,
+                   "description": "send to this segment of the list (null: the whole "
+                                  "list); 404 if there is none, 409 if it is another list's"},
+    "layout_id": {"type": ["integer", "null"], "minimum": 0, "maximum": BIGINT_MAX,
+                  "description": "put the HTML body in this layout (404 if there is none)"}})
+
 PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     "required": False, "description": "optional: schedule for a later time instead of now",
     **_json({"type": "object", "additionalProperties": False, "properties": {
@@ -436,6 +579,8 @@ SCHEMAS: dict[str, Any] = {
                                 "status": {"type": "string",
                                            "enum": list(states.Campaign.STATES)},
                                 "broadcast_id": {"type": ["integer", "null"]},
+                                "segment_id": {"type": ["integer", "null"]},
+                                "layout_id": {"type": ["integer", "null"]},
                                 "total": {"type": "integer"}, "counts": COUNTS}},
     "Job": {"type": "object", "required": ["id", "status", "attempts"],
             "properties": {"id": {"type": "integer"}, "status": {"type": "string"},

@@ -35,3 +35,7 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import domains
 
     app.register_blueprint(domains.bp)
+    from webapp.blueprints import layouts, segments
+
+    app.register_blueprint(segments.bp)
+    app.register_blueprint(layouts.bp)

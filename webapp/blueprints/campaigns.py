@@ -14,7 +14,16 @@ from sqlalchemy.engine import Connection
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
-from webapp.domain import campaigns, composer, inbox, lists, progress, sending_domains
+from webapp.domain import (
+    campaigns,
+    composer,
+    inbox,
+    layouts,
+    lists,
+    progress,
+    segments,
+    sending_domains,
+)
 from webapp.domain.errors import Conflict, DomainError, Invalid
 from webapp.domain.fields import whole_number
 from webapp.form_memory import remember
@@ -78,7 +87,9 @@ def _form_data() -> dict[str, Any]:
     list_id = form.get("list_id", "")
     return {"name": form.get("name", ""), "list_id": whole_number(list_id),
             "from": form.get("from", ""), "subject": form.get("subject", ""),
-            "html": form.get("html") or None, "text": form.get("text") or None}
+            "html": form.get("html") or None, "text": form.get("text") or None,
+            "segment_id": whole_number(form.get("segment_id")),
+            "layout_id": whole_number(form.get("layout_id"))}
 
 
 def _compose_page(values: dict[str, Any], campaign: dict[str, Any] | None = None,
@@ -87,10 +98,11 @@ def _compose_page(values: dict[str, Any], campaign: dict[str, Any] | None = None
     with engine().connect() as conn:
         all_lists = lists.all_lists(conn)
         warnings = _warnings(conn, values) if campaign is not None and not error else []
+        picks = {"segments": segments.all_segments(conn), "layouts": layouts.all_layouts(conn)}
     status = 409 if locked else 422 if error else 200
     return render_template("campaigns/compose.html", values=values, campaign=campaign,
                            lists=all_lists, error=error, locked=locked, warnings=warnings,
-                           default_from=config().mail_from), status
+                           default_from=config().mail_from, **picks), status
 
 
 def _warnings(conn: Connection, values: dict[str, Any]) -> list[Any]:
@@ -104,7 +116,8 @@ def _warnings(conn: Connection, values: dict[str, Any]) -> list[Any]:
 def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
     return {"name": campaign["name"], "list_id": campaign["list_id"],
             "from": campaign["from_addr"], "subject": campaign["subject"],
-            "html": campaign["html_body"], "text": campaign["text_body"]}
+            "html": campaign["html_body"], "text": campaign["text_body"],
+            "segment_id": campaign["segment_id"], "layout_id": campaign["layout_id"]}
 
 
 @bp.route("/new", methods=["GET", "POST"])
@@ -112,6 +125,7 @@ def new() -> Response | tuple[str, int]:
     if request.method == "GET":
         list_id = request.args.get("list", "")
         return _compose_page({"list_id": whole_number(list_id),
+                              "segment_id": whole_number(request.args.get("segment")),
                               "from": config().mail_from})
     values = _form_data()
     try:
@@ -119,7 +133,7 @@ def new() -> Response | tuple[str, int]:
         with engine().begin() as conn:
             campaign = campaigns.create(conn, values, default_from=config().mail_from,
                                         actor=actor())
-    except Invalid as exc:
+    except (Invalid, Conflict) as exc:  # Conflict: a segment of another list
         return _compose_page(values, error=exc)
     flash(_("Draft saved. Preview it, send yourself a test, then send it."), "success")
     return redirect(_link(campaign["id"]))
@@ -145,6 +159,8 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
     except Invalid as exc:
         return _compose_page(values, campaign, error=exc)
     except Conflict as exc:
+        if "segment_id" in exc.fields:  # a segment of another list: say so, not "locked"
+            return _compose_page(values, campaign, error=exc)
         # Sent while this form was open: keep what was typed, offer it as a new draft.
         return _compose_page(values, campaign, error=exc, locked=True)
     flash(_("Changes saved."), "success")
@@ -272,13 +288,15 @@ def test(campaign_id: int) -> Response:
 def review(campaign_id: int) -> str:
     with engine().connect() as conn:
         campaign = campaigns.get(conn, campaign_id)
-        audience = campaigns.audience(conn, campaign["list_id"])
+        audience = campaigns.audience(conn, campaign["list_id"], campaign["segment_id"])
+        segment = segments.get(conn, campaign["segment_id"]) if campaign["segment_id"] else None
         the_list = lists.get_list(conn, campaign["list_id"])
         warnings = composer.warnings_for(conn, composer.campaign_values(campaign),
                                          campaign["list_id"])
         deliverability = sending_domains.review_checks(conn, config(), campaign)
     return render_template("campaigns/review.html", c=campaign, audience=audience,
-                           the_list=the_list, warnings=warnings, deliverability=deliverability)
+                           the_list=the_list, warnings=warnings, deliverability=deliverability,
+                           segment=segment)
 
 
 def _schedule_time() -> datetime | None:

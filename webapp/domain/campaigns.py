@@ -9,13 +9,19 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, composer
+from webapp.domain import audit, composer, layouts, segments
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
 from workers.building.compose import recipient_context
 from workers.building.links import unsubscribe_url
-from workers.building.message import PREVIEW_SECONDS, TemplateError, TemplateLimit, compile_campaign
+from workers.building.message import (
+    PREVIEW_SECONDS,
+    Layout,
+    TemplateError,
+    TemplateLimit,
+    compile_campaign,
+)
 from workers.core import states
 from workers.core.i18n import N_, word
 from workers.core.states import Campaign
@@ -26,10 +32,11 @@ EDITABLE = Campaign.EDITABLE
 _HEADER_FIELDS = {"subject": N_("subject"), "from": N_("from")}
 FIELDS = ("id", "name", "list_id", "from_addr", "subject", "text_body", "html_body", "status",
           "scheduled_at", "broadcast_id", "created_at", "updated_at", "started_at",
-          "finished_at", "paused_reason")
+          "finished_at", "paused_reason", "segment_id", "layout_id")
 
 
-def validate_templates(subject: str, text: str | None, html: str | None) -> None:
+def validate_templates(subject: str, text: str | None, html: str | None,
+                       layout: Layout | None = None) -> None:
     """Compile the templates now, so an error shows when composing, not mid-send (P9):
     :class:`Invalid` names every bad field at once."""
     if not (text or "").strip() and not (html or "").strip():
@@ -42,7 +49,7 @@ def validate_templates(subject: str, text: str | None, html: str | None) -> None
     # is over a render limit (operations, output size, time) even then is refused now,
     # naming the limit. Other errors depend on the data and show on the preview.
     try:
-        compile_campaign(subject, text, html).render(recipient_context(
+        compile_campaign(subject, text, html, layout).render(recipient_context(
             email="someone@example.com", name="", attributes={},
             unsubscribe_url="https://example.com/u/preview", campaign_name="",
             subject=subject), seconds=PREVIEW_SECONDS)
@@ -115,9 +122,12 @@ def create(conn: Connection, data: dict[str, Any], *, default_from: str,
                       fields={"list_id": N_("required integer")})
     get_list(conn, list_id)
     values = _check(data, default_from)
+    values.update(_audience_and_layout(conn, list_id, data, values))
     row = conn.execute(sa.text("""
-        INSERT INTO campaigns (name, list_id, from_addr, subject, text_body, html_body)
-        VALUES (:name, :list_id, :from_addr, :subject, :text_body, :html_body)
+        INSERT INTO campaigns (name, list_id, from_addr, subject, text_body, html_body,
+                               segment_id, layout_id)
+        VALUES (:name, :list_id, :from_addr, :subject, :text_body, :html_body,
+                :segment_id, :layout_id)
         RETURNING id"""), {**values, "list_id": list_id}).one()
     audit.record(conn, actor, "campaign.create", f"campaign:{row.id}", name=values["name"])
     return with_counts(conn, row.id)
@@ -132,13 +142,33 @@ def update(conn: Connection, campaign_id: int, data: dict[str, Any], *, default_
     list_id = data.get("list_id", current["list_id"])
     get_list(conn, int(list_id))
     values = _check(data, default_from)
+    values.update(_audience_and_layout(conn, int(list_id), {
+        "segment_id": current["segment_id"], "layout_id": current["layout_id"], **data}, values))
     conn.execute(sa.text("""
         UPDATE campaigns SET name = :name, list_id = :list_id, from_addr = :from_addr,
                subject = :subject, text_body = :text_body, html_body = :html_body,
+               segment_id = :segment_id, layout_id = :layout_id,
                updated_at = now() WHERE id = :id"""),
         {**values, "list_id": int(list_id), "id": campaign_id})
     audit.record(conn, actor, "campaign.update", f"campaign:{campaign_id}")
     return get(conn, campaign_id)
+
+
+def _audience_and_layout(conn: Connection, list_id: int, data: dict[str, Any],
+                        values: dict[str, Any]) -> dict[str, Any]:
+    """The segment (of the campaign's list) and layout it picks, both checked; the
+    templates are compiled again inside the layout (issue 32, items 2 and 4)."""
+    segment_id = segments.check_for_campaign(conn, list_id, data.get("segment_id"))
+    layout = layouts.check_for_campaign(conn, data.get("layout_id"))
+    if layout is not None:
+        validate_templates(values["subject"], values["text_body"], values["html_body"], layout)
+    layout_id = data.get("layout_id")
+    return {"segment_id": segment_id,
+            "layout_id": int(layout_id) if layout is not None and layout_id else None}
+
+
+def layout_for(conn: Connection, campaign: dict[str, Any]) -> Layout | None:
+    return layouts.check_for_campaign(conn, campaign.get("layout_id"))
 
 
 def get(conn: Connection, campaign_id: int, *, lock: bool = False) -> dict[str, Any]:
@@ -196,7 +226,9 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
     campaign = get(conn, campaign_id, lock=True)
     if campaign["status"] not in EDITABLE:
         raise Conflict(N_("campaign is already %(status)s", status=word(campaign["status"])))
-    validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"])
+    validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"],
+                       layout_for(conn, campaign))
+    segments.check_sendable(conn, campaign["segment_id"])
     if at is not None and at > datetime.now(UTC):
         conn.execute(sa.text("UPDATE campaigns SET status = 'scheduled', scheduled_at = :at, "
                              "updated_at = now() WHERE id = :id"), {"at": at, "id": campaign_id})
@@ -264,9 +296,13 @@ SELECT count(*) AS members,
 """)
 
 
-def audience(conn: Connection, list_id: int) -> dict[str, int]:
-    """Who a send to the list would reach right now, by the same rules as the enqueue (one
-    message per address; suppressed and inactive subscribers left out)."""
+def audience(conn: Connection, list_id: int, segment_id: int | None = None
+             ) -> dict[str, int]:
+    """Who a send to the list (narrowed by the segment, if any) would reach right now, by
+    the same rules as the enqueue (one message per address; suppressed and inactive
+    subscribers left out)."""
+    if segment_id is not None:
+        return segments.count(conn, list_id, segments.get(conn, segment_id)["conditions"])
     row = conn.execute(_AUDIENCE, {"list_id": list_id}).one()
     members, suppressed, inactive = int(row.members), int(row.suppressed), int(row.inactive)
     return {"members": members, "suppressed": suppressed, "inactive": inactive,
@@ -302,7 +338,7 @@ def preview(conn: Connection, campaign_id: int, *, base_url: str, secret_key: st
                               "sample": sample, "error": None, "rendered": None}
     try:
         template = compile_campaign(campaign["subject"], campaign["text_body"],
-                                    campaign["html_body"])
+                                    campaign["html_body"], layout_for(conn, campaign))
         result["rendered"] = template.render(recipient_context(
             email=sample["email"], name=sample["name"], attributes=sample["attributes"],
             unsubscribe_url=unsub, campaign_name=campaign["name"],
@@ -318,7 +354,8 @@ def test_send(conn: Connection, campaign_id: int, email: str, *,
     subscriber's fields, if any). It goes through the same engine, ahead of campaign mail,
     and counts in no campaign figure. Returns the job id."""
     campaign = get(conn, campaign_id)
-    validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"])
+    validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"],
+                       layout_for(conn, campaign))
     address = check_email(email)
     if subscriber_id is not None:
         get_member(conn, campaign["list_id"], subscriber_id)

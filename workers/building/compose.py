@@ -24,6 +24,7 @@ from workers.building.kinds import KindCatalog, UnknownKind, message_context
 from workers.building.links import bounce_address, unsubscribe_url
 from workers.building.message import (
     CampaignTemplate,
+    Layout,
     TemplateError,
     build_mime,
     compile_campaign,
@@ -79,6 +80,13 @@ def builtin_verification() -> tuple[str, str, str]:
             read("verification.html"))
 
 
+def layout_of(html: str | None, postal_address: str | None) -> Layout | None:
+    """The campaign's layout from its row (None: the body is the whole HTML). A layout
+    changes only while no campaign using it is being sent (webapp.domain.layouts), and
+    its change bumps the drafts' version, so the cache above stays right."""
+    return Layout(html, postal_address or "") if html is not None else None
+
+
 def recipient_context(*, email: str, name: str, attributes: dict[str, Any],
                       unsubscribe_url: str, campaign_name: str,
                       subject: str) -> dict[str, Any]:
@@ -112,14 +120,17 @@ class Composer:
         with self.engine.connect() as conn:
             row = conn.execute(sa.text(
                 "SELECT c.name, c.from_addr, c.subject, c.text_body, c.html_body, "
-                "c.list_id, l.name AS list_name, c.updated_at::text AS version "
-                "FROM campaigns c JOIN lists l ON l.id = c.list_id WHERE c.id = :id"),
+                "c.list_id, l.name AS list_name, c.updated_at::text AS version, "
+                "y.html AS layout_html, y.postal_address "
+                "FROM campaigns c JOIN lists l ON l.id = c.list_id "
+                "LEFT JOIN layouts y ON y.id = c.layout_id WHERE c.id = :id"),
                 {"id": campaign_id}).one()
         if cached is not None and cached[0] == row.version:
             return cached[1]
         prepared = PreparedCampaign(
             name=row.name, from_addr=row.from_addr, subject=row.subject,
-            template=compile_campaign(row.subject, row.text_body, row.html_body),
+            template=compile_campaign(row.subject, row.text_body, row.html_body,
+                                      layout_of(row.layout_html, row.postal_address)),
             list_id=row.list_id, list_name=row.list_name)
         with self._lock:
             self._campaigns[campaign_id] = (row.version, prepared)  # the old version goes

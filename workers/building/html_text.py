@@ -22,8 +22,10 @@ _BLANK_LINES = re.compile(r"\n{3,}")
 
 
 class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
+    def __init__(self, template_links: bool = False) -> None:
         super().__init__(convert_charrefs=True)
+        self._link_starts: tuple[str, ...] = ("http://", "https://", "mailto:") + (
+            ("{{",) if template_links else ())
         self.parts: list[str] = []
         self._dropping = 0
         self._links: list[str | None] = []
@@ -54,7 +56,7 @@ class _TextExtractor(HTMLParser):
             self._dropping = max(0, self._dropping - 1)
         elif tag == "a" and self._links:
             href = self._links.pop()
-            if href and href.startswith(("http://", "https://", "mailto:")) and \
+            if href and href.startswith(self._link_starts) and \
                     href not in "".join(self.parts[-3:]):
                 self.parts.append(f" ({href.removeprefix('mailto:')})")
         elif tag in _BLOCKS:
@@ -68,13 +70,15 @@ class _TextExtractor(HTMLParser):
         self.parts.append(data if self._pre else _SPACES.sub(" ", data.replace("\n", " ")))
 
 
-def html_to_text(html: str) -> str:
+def html_to_text(html: str, *, template_links: bool = False) -> str:
     """The readable text of an HTML body, ending in one line break.
 
     Guarantees: no markup, script or style content survives; link targets stay readable
     next to their text; at most one blank line in a row; never raises for broken HTML.
+    With ``template_links`` (the composer's text made from an HTML *template*), a link
+    whose target is a template expression (``{{ unsubscribe_url }}``) is kept too.
     """
-    extractor = _TextExtractor()
+    extractor = _TextExtractor(template_links)
     extractor.feed(html)
     extractor.close()
     lines = [line.strip() for line in "".join(extractor.parts).split("\n")]

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from html import escape as html_escape
 from types import TracebackType
 from typing import Any
 
@@ -550,13 +551,43 @@ class CampaignTemplate:
         return RenderedMessage(subject=subject, text=text, html=html)
 
 
-def compile_campaign(subject: str, text: str | None, html: str | None) -> CampaignTemplate:
-    """Compile a campaign's three templates once.
+# Layouts (issue 32, item 4): reusable HTML around a campaign's body.
+CONTENT_PLACEHOLDER = re.compile(r"\{\{\s*content\s*\}\}")
+UNSUBSCRIBE_PLACEHOLDER = re.compile(r"\{\{\s*unsubscribe_url\s*\}\}")
+POSTAL_PLACEHOLDER = re.compile(r"\{\{\s*postal_address\s*\}\}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A layout as the campaign's HTML sees it: its template (with ``{{ content }}`` where
+    the body goes) and the postal address its ``{{ postal_address }}`` shows."""
+
+    html: str
+    postal_address: str = ""
+
+
+def apply_layout(layout: Layout, body_html: str) -> str:
+    """The campaign's HTML template inside ``layout``: the first ``{{ content }}`` becomes
+    the body's source, every ``{{ postal_address }}`` the address as escaped text (line
+    breaks kept, braces escaped, so an address can never be template code). The result is
+    compiled as the campaign's HTML, so the footer's ``{{ unsubscribe_url }}`` is each
+    recipient's own link."""
+    address = (html_escape(layout.postal_address.strip()).replace("{", "&#123;")
+               .replace("}", "&#125;").replace("\r\n", "\n").replace("\n", "<br>\n"))
+    framed = POSTAL_PLACEHOLDER.sub(lambda _: address, layout.html)
+    return CONTENT_PLACEHOLDER.sub(lambda _: body_html, framed, count=1)
+
+
+def compile_campaign(subject: str, text: str | None, html: str | None,
+                     layout: Layout | None = None) -> CampaignTemplate:
+    """Compile a campaign's three templates once (its HTML inside ``layout`` if given).
 
     Guarantees: returns only if every given template parses; otherwise raises
     TemplateError naming the first bad field ("subject", "text", "html") and
     line.
     """
+    if layout is not None and html:
+        html = apply_layout(layout, html)
     literal = _WHITESPACE.sub(" ", re.sub(r"{[{%#].*?[}%#]}", "", subject)).strip()
     if len(literal) > MAX_SUBJECT:
         raise TemplateError("subject", None, _long_subject(len(literal)))

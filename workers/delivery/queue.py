@@ -33,6 +33,7 @@ from workers.core.states import (
     Campaign,
     sql_list,
 )
+from workers.delivery import audience
 from workers.delivery.lifecycle import custom_plan
 
 
@@ -95,21 +96,22 @@ class Outcome:
 # The row lock (SKIP LOCKED) keeps two processes off the same broadcast; a crash rolls
 # back only the chunk in progress, and the next run goes on from the cursor. Jobs can be
 # claimed from the first chunk on.
-_ENQUEUE_CHUNK = sa.text(f"""
+_ENQUEUE_CHUNK = """
 WITH b AS (
     SELECT b.id, b.campaign_id, b.enqueued_upto, c.list_id
       FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
      WHERE b.id = :broadcast_id AND b.enqueued_at IS NULL
-       AND c.status IN {sql_list(Campaign.STARTED)}
+       AND c.status IN {started}
        FOR UPDATE OF b SKIP LOCKED
 ), members AS MATERIALIZED (
-    SELECT m.subscriber_id FROM memberships m
+    SELECT {member_columns} FROM memberships m
      WHERE m.list_id = (SELECT list_id FROM b)
        AND m.subscriber_id > (SELECT enqueued_upto FROM b)
      ORDER BY m.subscriber_id LIMIT :chunk
 ), audience AS MATERIALIZED (
     SELECT s.id, s.email, s.status,
-           EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email)) AS suppressed
+           EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email)) AS suppressed,
+           {chosen} AS chosen
       FROM members m JOIN subscribers s ON s.id = m.subscriber_id
      WHERE s.id > (SELECT enqueued_upto FROM b)
        AND s.id <= (SELECT max(subscriber_id) FROM members)
@@ -118,12 +120,13 @@ WITH b AS (
                                subscriber_id)
     SELECT 'broadcast', :priority, 'pending', a.email, b.id, b.campaign_id, a.id
       FROM audience a, b
-     WHERE a.status = 'active' AND NOT a.suppressed
+     WHERE a.chosen AND a.status = 'active' AND NOT a.suppressed
     RETURNING 1
 ), summary AS (
     SELECT (SELECT count(*) FROM ins) AS total,
-           count(*) FILTER (WHERE suppressed) AS skipped_suppressed,
-           count(*) FILTER (WHERE NOT suppressed AND status <> 'active') AS skipped_inactive,
+           count(*) FILTER (WHERE chosen AND suppressed) AS skipped_suppressed,
+           count(*) FILTER (WHERE chosen AND NOT suppressed AND status <> 'active')
+               AS skipped_inactive,
            count(*) AS seen, max(id) AS upto
       FROM audience
 )
@@ -135,7 +138,29 @@ UPDATE broadcasts SET total = broadcasts.total + summary.total,
   FROM summary, b WHERE broadcasts.id = b.id
 RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_inactive,
           broadcasts.enqueued_at IS NOT NULL AS done, summary.total AS added
-""")
+"""
+# A segmented broadcast (issue 32, item 2) goes through the same statement: its frozen
+# conditions become the `chosen` column (workers.delivery.audience: whitelisted fragments,
+# bound values), so members outside the segment are read, not enqueued and not counted as
+# skipped, and the cursor still walks the whole list. The whole list's `chosen` is `true`,
+# and only a date condition reads the membership's date (the primary key alone, an
+# index-only scan, serves the rest).
+_WHOLE_LIST = sa.text(_ENQUEUE_CHUNK.format(started=sql_list(Campaign.STARTED), chosen="true",
+                                            member_columns="m.subscriber_id"))
+_AUDIENCE_FILTER = sa.text("SELECT audience_filter FROM broadcasts WHERE id = :id")
+
+
+def _enqueue_statement(conn: Connection, broadcast_id: int
+                       ) -> tuple[sa.TextClause, dict[str, Any]]:
+    conditions = conn.execute(_AUDIENCE_FILTER, {"id": broadcast_id}).scalar()
+    if not conditions:
+        return _WHOLE_LIST, {}
+    chosen, params = audience.predicate(conditions)
+    columns = "m.subscriber_id, m.created_at" if audience.reads_membership_date(conditions) \
+        else "m.subscriber_id"
+    return sa.text(_ENQUEUE_CHUNK.format(started=sql_list(Campaign.STARTED),
+                                         chosen=f"({chosen})", member_columns=columns)), params
+
 
 #: Members per enqueue chunk. Measured at 1M on a loaded machine (load 8-14, so only
 #: roughly): chunks of 200,000 and 50,000 were slower than one statement, a chunk of
@@ -163,8 +188,9 @@ def enqueue_chunk(conn: Connection, broadcast_id: int,
     """Create the jobs of the broadcast's next ``chunk`` members. None when the broadcast
     is already enqueued, not sending, or another process holds it right now."""
     custom_plan(conn)  # each chunk planned for its own place in the list
-    row = conn.execute(_ENQUEUE_CHUNK, {"broadcast_id": broadcast_id, "chunk": chunk,
-                                        "priority": PRIORITY["broadcast"]}).first()
+    statement, params = _enqueue_statement(conn, broadcast_id)
+    row = conn.execute(statement, {**params, "broadcast_id": broadcast_id, "chunk": chunk,
+                                   "priority": PRIORITY["broadcast"]}).first()
     if row is None:
         return None
     return EnqueueStep(row.total, row.skipped_suppressed, row.skipped_inactive, row.added,
@@ -1047,8 +1073,13 @@ def prune_rate_minutes(conn: Connection) -> None:
 
 # Sending a campaign creates its broadcast: the durable record of the request (P1). The
 # jobs are enqueued by a worker (enqueue_broadcast), so the request returns at once.
+# A campaign sent to a segment freezes the segment's conditions on its broadcast.
 _START_BROADCAST = sa.text("""
-WITH b AS (INSERT INTO broadcasts (campaign_id) VALUES (:campaign_id) RETURNING id)
+WITH b AS (INSERT INTO broadcasts (campaign_id, audience_filter)
+           SELECT c.id, g.conditions FROM campaigns c
+             LEFT JOIN segments g ON g.id = c.segment_id
+            WHERE c.id = :campaign_id
+           RETURNING id)
 UPDATE campaigns c SET status = 'sending', broadcast_id = b.id, started_at = now(),
        updated_at = now(), scheduled_at = NULL
   FROM b WHERE c.id = :campaign_id
@@ -1072,7 +1103,10 @@ WITH due AS (
     SELECT id FROM campaigns WHERE status = 'scheduled' AND scheduled_at <= now()
      ORDER BY scheduled_at FOR UPDATE SKIP LOCKED
 ), b AS (
-    INSERT INTO broadcasts (campaign_id) SELECT id FROM due RETURNING id, campaign_id
+    INSERT INTO broadcasts (campaign_id, audience_filter)
+    SELECT due.id, g.conditions FROM due JOIN campaigns c ON c.id = due.id
+      LEFT JOIN segments g ON g.id = c.segment_id
+    RETURNING id, campaign_id
 ), started AS (
     UPDATE campaigns c SET status = 'sending', broadcast_id = b.id, started_at = now(),
            updated_at = now(), scheduled_at = NULL

@@ -56,7 +56,8 @@ def add_subscribers(list_id: int) -> Response:
         return answer(lists.add_subscribers(conn, list_id, items))
 
 
-CAMPAIGN_FIELDS = ("name", "list_id", "subject", "text", "html", "from")
+CAMPAIGN_FIELDS = ("name", "list_id", "subject", "text", "html", "from", "segment_id",
+                   "layout_id")
 
 
 @bp.post("/campaigns")
