@@ -22,6 +22,8 @@ PUBLIC: frozenset[str] = frozenset({
     # Subscription forms: anyone may subscribe (double opt-in, rate-limited per IP).
     "public.subscribe_form", "public.subscribe_css", "public.subscribe_submit",
     "public.subscribe_confirm", "public.subscribe_confirm_post", "api.subscribe",
+    # Analytics and the archive: signed tracking URLs and the public web version.
+    "tracking.click", "tracking.open_pixel", "tracking.web_version",
     # Provider webhooks authenticate themselves (signatures, basic auth, webhook tokens).
     "webhooks.ses", "webhooks.sendgrid", "webhooks.postmark", "webhooks.mailgun",
     "webhooks.generic",
@@ -51,7 +53,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     # API
     "api.list_lists": MARKETING, "api.create_list": MARKETING, "api.add_subscribers": MARKETING,
     "api.create_campaign": MARKETING, "api.get_campaign": MARKETING,
-    "api.campaign_action": MARKETING,
+    "api.campaign_action": MARKETING, "api.campaign_stats": MARKETING,
     # Marketers reach it, but the view shows them only campaign jobs, without payloads.
     "api.get_job": ALL_ROLES,
     "api.create_verification": SUPPORT, "api.resend_verification": SUPPORT,

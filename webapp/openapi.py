@@ -6,7 +6,7 @@ from typing import Any
 
 from webapp.domain import fields as rules
 from webapp.domain import kinds as kinds_input
-from webapp.domain import lists, messages, subscriptions, suppressions, verifications
+from webapp.domain import lists, messages, subscriptions, suppressions, tracking, verifications
 from webapp.models import SUPPRESSION_REASONS
 from workers.building import kinds
 from workers.core import states
@@ -415,6 +415,42 @@ PATHS["/messages/resend"] = {"post": _op(
     "cooldown; a still-waiting one is reused, reused=true)", 202, MESSAGE,
     400, 404, 409, 422, 429, 503, request=_request(["kind", "user_id"], {
         "kind": KIND_NAME, "user_id": USER_ID}))}
+
+_FIGURE = {"type": "object", "required": ["total", "unique"], "additionalProperties": False,
+           "properties": {"total": {"type": "integer", "minimum": 0},
+                          "unique": {"type": "integer", "minimum": 0}}}
+_COUNT = {"type": "integer", "minimum": 0}
+CAMPAIGN_STATS = {
+    "type": "object", "additionalProperties": False,
+    "required": ["campaign_id", "tracking", "sent", "opens", "clicks", "links", "by",
+                 "timeline", "unsubscribes", "bounces", "complaints"],
+    "properties": {
+        "campaign_id": {"type": "integer"},
+        "tracking": {"type": "object", "required": ["track_opens", "track_clicks", "archive"],
+                     "additionalProperties": False, "properties": {
+                         k: {"type": "boolean"} for k in ("track_opens", "track_clicks",
+                                                          "archive")}},
+        "sent": _COUNT, "opens": _FIGURE, "clicks": _FIGURE,
+        "links": {"type": "array", "items": {
+            "type": "object", "required": ["id", "url", "total", "unique"],
+            "additionalProperties": False, "properties": {
+                "id": {"type": "integer"}, "url": {"type": "string"}, "total": _COUNT,
+                "unique": _COUNT}}},
+        "by": {"type": "string", "enum": list(tracking.BUCKETS)},
+        "timeline": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["at", "opens", "unique_opens", "clicks", "unique_clicks"],
+            "properties": {"at": {"type": "string", "format": "date-time"},
+                           "opens": _COUNT, "unique_opens": _COUNT, "clicks": _COUNT,
+                           "unique_clicks": _COUNT}}},
+        "unsubscribes": _COUNT, "bounces": _COUNT, "complaints": _COUNT}}
+PATHS["/campaigns/{id}/stats"] = {"parameters": ID_PARAM, "get": _id("getCampaignStats", {
+    **_op("A campaign's opens and clicks (total and unique, per link, per hour or day in "
+          "UTC; zero while tracking is off, the default) beside its unsubscribes, bounces "
+          "and complaints", 200, CAMPAIGN_STATS, 400, 404, 422),
+    "parameters": [{"name": "by", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": list(tracking.BUCKETS)},
+                    "description": "the timeline's buckets: hour (default) or day"}]})}
 
 PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     "required": False, "description": "optional: schedule for a later time instead of now",

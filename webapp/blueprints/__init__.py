@@ -35,3 +35,6 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import domains
 
     app.register_blueprint(domains.bp)
+    from webapp.blueprints import tracking
+
+    app.register_blueprint(tracking.bp)
