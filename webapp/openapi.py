@@ -186,7 +186,12 @@ PATHS: dict[str, Any] = {
                                            "character (it becomes a mail header)"},
                 "text": {"type": ["string", "null"], "pattern": rules.NO_NUL},
                 "html": {"type": ["string", "null"], "pattern": rules.NO_NUL},
-                "from": FROM}, anyOf=[
+                "from": FROM,
+                **{k: {"type": "boolean", "description": d} for k, d in (
+                    ("track_opens", "count opens with an image (default false)"),
+                    ("track_clicks", "count clicks through signed links (default false)"),
+                    ("archive", "publish a web version once sent (default false)"))}},
+                anyOf=[
                 # A text or an HTML body, at least one of them not blank.
                 {"required": [body], "properties": {body: {
                     "type": "string", "pattern": rules.NOT_BLANK}}} for body in ("text",

@@ -30,7 +30,8 @@ HTML = """<html><body><p>Hi {{ name }}</p>
 <p><a href="https://shop.example/sale?a=1&amp;b=2">Sale</a>
 <a href="https://blog.example/post">Blog</a>
 <a href="{{ unsubscribe_url }}">Unsubscribe</a></p></body></html>"""
-TEXT = "Hi {{ name }}\nSale: https://shop.example/sale?a=1&b=2\nUnsubscribe: {{ unsubscribe_url }}\n"
+TEXT = ("Hi {{ name }}\nSale: https://shop.example/sale?a=1&b=2\n"
+        "Unsubscribe: {{ unsubscribe_url }}\n")
 
 
 def _campaign(engine: sa.Engine, emails: list[str], *, opens: bool = False,
@@ -284,3 +285,18 @@ def test_stats_api_bad_input(api: Api, engine: sa.Engine,
     assert support.get(f"/campaigns/{campaign_id}/stats").status_code == 403
     marketer = Api(client, make_user("marketer")["token"])
     assert marketer.get(f"/campaigns/{campaign_id}/stats").status_code == 200
+
+
+def test_api_creates_a_tracked_campaign_and_refuses_a_bad_setting(api: Api,
+                                                                  engine: sa.Engine) -> None:
+    list_id = api.post("/lists", {"name": "API list"}).get_json()["id"]
+    base = {"name": "API", "list_id": list_id, "subject": "Hi", "text": "Hello"}
+    r = api.post("/campaigns", {**base, "track_clicks": True, "archive": True})
+    assert r.status_code == 201, r.get_json()
+    stats = api.get(f"/campaigns/{r.get_json()['id']}/stats").get_json()
+    assert stats["tracking"] == {"track_opens": False, "track_clicks": True, "archive": True}
+    r = api.post("/campaigns", {**base, "track_opens": "yes"})
+    assert r.status_code == 422
+    assert r.get_json()["error"]["fields"] == {"track_opens": "must be true or false"}
+    with engine.connect() as conn:  # the refused request left no campaign behind
+        assert conn.execute(sa.text("SELECT count(*) FROM campaigns")).scalar_one() == 1

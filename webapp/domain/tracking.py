@@ -30,6 +30,7 @@ from workers.building import tracking
 from workers.core.i18n import N_, word
 
 BUCKETS = ("hour", "day")
+SETTINGS = ("track_opens", "track_clicks", "archive")
 MAX_BUCKETS = 500  # the newest hours or days shown (bounded at any age)
 MAX_LINKS = 200
 
@@ -50,8 +51,7 @@ def get_settings(conn: Connection, campaign_id: int) -> dict[str, bool]:
 
 def form_values(form: Any) -> dict[str, bool]:
     """The composer's three checkboxes (absent: off)."""
-    return {key: form.get(key) in ("on", "true", "1") for key in
-            ("track_opens", "track_clicks", "archive")}
+    return {key: form.get(key) in ("on", "true", "1") for key in SETTINGS}
 
 
 def save_settings(conn: Connection, campaign_id: int, values: dict[str, Any], *,
@@ -61,7 +61,7 @@ def save_settings(conn: Connection, campaign_id: int, values: dict[str, Any], *,
     again with the new choices."""
     campaign = campaigns.get(conn, campaign_id, lock=True)
     chosen = {}
-    for key in ("track_opens", "track_clicks", "archive"):
+    for key in SETTINGS:
         value = values.get(key, False)
         if not isinstance(value, bool):
             raise Invalid(N_("%(field)s must be true or false", field=key),
