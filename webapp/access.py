@@ -24,6 +24,7 @@ PUBLIC: frozenset[str] = frozenset({
     "public.subscribe_confirm", "public.subscribe_confirm_post", "api.subscribe",
     # Analytics and the archive: signed tracking URLs and the public web version.
     "tracking.click", "tracking.open_pixel", "tracking.web_version",
+    "tracking.list_archive",
     # Provider webhooks authenticate themselves (signatures, basic auth, webhook tokens).
     "webhooks.ses", "webhooks.sendgrid", "webhooks.postmark", "webhooks.mailgun",
     "webhooks.generic",

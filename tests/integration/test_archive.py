@@ -116,3 +116,39 @@ def test_text_only_campaign_is_shown_as_text(client: Any, engine: sa.Engine, sin
     assert r.status_code == 200
     assert re.search(r"<h1>Issue 7 for\s*</h1>", body), body
     assert "Secret Person" not in body and 'class="web-version-text"' in body
+
+
+def test_list_archive_page_lists_published_campaigns_only(
+        client: Any, engine: sa.Engine, sink: Any, config_for: Callable[..., Config],
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    published = _campaign(engine, archive=True)
+    _send(engine, config_for(sink.port), published)
+    with engine.begin() as conn:
+        list_id = conn.execute(sa.text("SELECT list_id FROM campaigns WHERE id = :c"),
+                               {"c": published}).scalar_one()
+        unpublished = campaigns.create(conn, {"name": "Private", "list_id": list_id,
+                                              "subject": "Not on the web", "text": "x"},
+                                       default_from="news@example.com")
+        draft = campaigns.create(conn, {"name": "Draft", "list_id": list_id,
+                                        "subject": "Draft on the web", "text": "x"},
+                                 default_from="news@example.com")
+        tracking.save_settings(conn, draft["id"], {"archive": True}, actor="t")
+    _send(engine, config_for(sink.port), int(unpublished["id"]))
+    marketer = Browser(client, make_user("marketer"))
+    page = marketer.get(f"/campaigns/{published}").get_data(as_text=True)
+    found = re.search(r'href="http://127\.0\.0\.1:5000(/archive/list/[^"]+)" '
+                      r'id="list-archive-link"', page)
+    assert found, page
+    anonymous = client.application.test_client()
+    r = anonymous.get(found[1])
+    body = r.get_data(as_text=True)
+    assert r.status_code == 200 and "<h1>Archive list</h1>" in body
+    web_version = signing.archive_url("http://127.0.0.1:5000", SECRET, published)
+    assert f'<a href="{web_version}">Issue 7 for</a>' in body  # subject, no name in it
+    assert "Secret" not in body
+    assert "Not on the web" not in body and "Draft on the web" not in body
+    assert "Private" not in body  # a campaign's name is internal
+    for bad in (found[1][:-3] + "xyz", "/archive/list/garbage",
+                signing.list_archive_url("", SECRET, 10**9)):
+        r = anonymous.get(bad)
+        assert r.status_code == 404 and "No web version" in r.get_data(as_text=True)

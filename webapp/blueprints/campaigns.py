@@ -187,15 +187,15 @@ def detail(campaign_id: int) -> str:
             if campaign["status"] in campaigns.EDITABLE and not request.args.get("fragment") \
             else []
         stats = None if request.args.get("fragment") else tracking.stats(conn, campaign_id)
-        archive_url = archive.url_for_campaign(conn, campaign_id, base_url=config().base_url,
-                                               secret_key=config().secret_key)
+        archive_urls = archive.urls_for_campaign(conn, campaign, base_url=config().base_url,
+                                                 secret_key=config().secret_key)
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
                            inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
                            test_email=_test_email(), warnings=warnings,
                            complaint_alarm=config().feedback.complaint_alarm_rate,
-                           stats=stats, archive_url=archive_url)
+                           stats=stats, archive_urls=archive_urls)
 
 
 @bp.get("/<int:campaign_id>/failures")

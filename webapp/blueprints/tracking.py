@@ -4,6 +4,7 @@ without logging in; the signed token in each URL is the proof:
 - ``/r/<token>``: a tracked link. Records the click, redirects to the link's stored URL.
 - ``/o/<token>.gif``: the open pixel. Records the open, answers a 1x1 GIF.
 - ``/archive/<token>``: a campaign's public web version, when its archive is on.
+- ``/archive/list/<token>``: a list's published web versions.
 
 A forged, tampered or unknown token is a 404 that says so, never a redirect.
 """
@@ -60,6 +61,22 @@ def open_pixel(token: str) -> Response:
         status = 404  # said by the status; the body is still an image, so nothing breaks
     response = Response(tracking.PIXEL, status=status, mimetype="image/gif")
     response.headers["Cache-Control"] = NO_STORE
+    return response
+
+
+@bp.get("/archive/list/<token>")
+def list_archive(token: str) -> Response:
+    _language()
+    try:
+        with engine().connect() as conn:
+            page = archive.list_page(conn, base_url=config().base_url,
+                                     secret_key=config().secret_key, token=token)
+    except NotFound:
+        return Response(render_template("public/archive.html", missing=True), status=404,
+                        mimetype="text/html")
+    response = Response(render_template("public/archive_list.html", page=page),
+                        mimetype="text/html")
+    response.headers["X-Robots-Tag"] = "noindex"
     return response
 
 

@@ -27,6 +27,7 @@ from workers.core.i18n import N_
 from workers.core.states import Campaign
 
 PLACEHOLDER_EMAIL = "subscriber@example.com"
+LIST_LIMIT = 200
 PUBLISHED = (Campaign.SENDING, Campaign.PAUSED, Campaign.SENT, Campaign.CANCELLED)
 
 
@@ -66,9 +67,46 @@ def web_version(conn: Connection, *, base_url: str, secret_key: str,
             "text": rendered.text}
 
 
-def url_for_campaign(conn: Connection, campaign_id: int, *, base_url: str,
-                     secret_key: str) -> str | None:
-    """The web version's public address while the campaign's archive is on, else None."""
-    if not is_on(conn, campaign_id):
+def urls_for_campaign(conn: Connection, campaign: dict[str, Any], *, base_url: str,
+                      secret_key: str) -> dict[str, str] | None:
+    """The web version's public address and its list's archive page while the campaign's
+    archive is on, else None."""
+    if not is_on(conn, campaign["id"]):
         return None
-    return tracking.archive_url(base_url, secret_key, campaign_id)
+    return {"campaign": tracking.archive_url(base_url, secret_key, campaign["id"]),
+            "list": tracking.list_archive_url(base_url, secret_key, campaign["list_id"])}
+
+
+def _subject(subject: str) -> str:
+    """A subject as the neutral stand-in would see it (a campaign's name is internal)."""
+    try:
+        return compile_campaign(subject, "x", None).render(recipient_context(
+            email=PLACEHOLDER_EMAIL, name="", attributes={}, unsubscribe_url="",
+            campaign_name="", subject=subject), seconds=PREVIEW_SECONDS).subject
+    except TemplateError:
+        return ""
+
+
+def list_page(conn: Connection, *, base_url: str, secret_key: str,
+              token: str) -> dict[str, Any]:
+    """A list's published web versions, newest first (at most :data:`LIST_LIMIT`):
+    {list_name, issues: [{subject, at, url}]}. NotFound for a forged token or an unknown
+    list, or a list that has published none (the same answer)."""
+    list_id = tracking.read_list_archive_token(secret_key, token)
+    missing = NotFound(N_("there is no web version here"))
+    if list_id is None:
+        raise missing
+    rows = conn.execute(sa.text("""
+        SELECT c.id, c.subject, coalesce(c.started_at, c.created_at) AS at, l.name AS list_name
+          FROM campaigns c
+          JOIN campaign_tracking t ON t.campaign_id = c.id AND t.archive
+          JOIN lists l ON l.id = c.list_id
+         WHERE c.list_id = :l AND c.status = ANY(:published)
+         ORDER BY at DESC, c.id DESC LIMIT :n"""),
+        {"l": list_id, "published": list(PUBLISHED), "n": LIST_LIMIT}).mappings().all()
+    if not rows:
+        raise missing
+    return {"list_name": rows[0]["list_name"],
+            "issues": [{"subject": _subject(r["subject"]), "at": r["at"],
+                        "url": tracking.archive_url(base_url, secret_key, r["id"])}
+                       for r in rows]}

@@ -128,6 +128,23 @@ def read_archive_token(secret_key: str, token: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_LIST_ARCHIVE_SALT = "senddock-list-archive-v1"
+
+
+def list_archive_url(base_url: str, secret_key: str, list_id: int) -> str:
+    """A list's page of published web versions (unguessable, like each web version)."""
+    token = URLSafeSerializer(secret_key, salt=_LIST_ARCHIVE_SALT).dumps(list_id)
+    return f"{base_url}/archive/list/{token}"
+
+
+def read_list_archive_token(secret_key: str, token: str) -> int | None:
+    try:
+        value = URLSafeSerializer(secret_key, salt=_LIST_ARCHIVE_SALT).loads(token)
+    except BadSignature:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def archive_url(base_url: str, secret_key: str, campaign_id: int) -> str:
     """The campaign's public web version (answers only while its archive is on)."""
     return f"{base_url}/archive/{archive_token(secret_key, campaign_id)}"
