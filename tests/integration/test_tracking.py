@@ -300,3 +300,23 @@ def test_api_creates_a_tracked_campaign_and_refuses_a_bad_setting(api: Api,
     assert r.get_json()["error"]["fields"] == {"track_opens": "must be true or false"}
     with engine.connect() as conn:  # the refused request left no campaign behind
         assert conn.execute(sa.text("SELECT count(*) FROM campaigns")).scalar_one() == 1
+
+
+def test_a_duplicate_keeps_the_choices(client: Any, engine: sa.Engine,
+                                       make_user: Callable[..., dict[str, Any]]) -> None:
+    with engine.begin() as conn:
+        list_id = lists.create_list(conn, "Dup list")["id"]
+        original = campaigns.create(conn, {"name": "Orig", "list_id": list_id,
+                                           "subject": "Hi", "text": "x"},
+                                    default_from="news@example.com")
+        tracking.save_settings(conn, original["id"], {"track_clicks": True, "archive": True},
+                               actor="t")
+        campaigns.send(conn, original["id"])
+    marketer = Browser(client, make_user("marketer"))
+    r = marketer.post(f"/campaigns/{original['id']}/duplicate", follow_redirects=False)
+    copy_id = int(r.headers["Location"].rstrip("/").split("/")[-2])
+    with engine.connect() as conn:
+        assert tracking.get_settings(conn, copy_id) == {
+            "track_opens": False, "track_clicks": True, "archive": True}
+    edit = marketer.get(f"/campaigns/{copy_id}/edit").get_data(as_text=True)
+    assert 'name="track_clicks" checked' in edit and 'name="track_opens" checked' not in edit
