@@ -454,8 +454,9 @@ PATHS["/campaigns/{id}/stats"] = {"parameters": ID_PARAM, "get": _id("getCampaig
           "UTC; zero while tracking is off, the default) beside its unsubscribes, bounces "
           "and complaints", 200, CAMPAIGN_STATS, 400, 404, 422),
     "parameters": [{"name": "by", "in": "query", "required": False,
-                    "schema": {"type": "string", "enum": list(tracking.BUCKETS)},
-                    "description": "the timeline's buckets: hour (default) or day"}]})}
+                    "schema": {"type": "string", "enum": ["", *tracking.BUCKETS]},
+                    "description": "the timeline's buckets: hour (default, also when "
+                                   "empty) or day"}]})}
 
 PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     "required": False, "description": "optional: schedule for a later time instead of now",

@@ -186,9 +186,12 @@ def detail(campaign_id: int) -> str:
                                     "list_id": campaign["list_id"]}) \
             if campaign["status"] in campaigns.EDITABLE and not request.args.get("fragment") \
             else []
-        stats = None if request.args.get("fragment") else tracking.stats(conn, campaign_id)
-        archive_urls = archive.urls_for_campaign(conn, campaign, base_url=config().base_url,
-                                                 secret_key=config().secret_key)
+        # Engagement and the web version: on the page, not in its 2 s polling fragment.
+        stats = archive_urls = None
+        if not request.args.get("fragment"):
+            stats = tracking.stats(conn, campaign_id)
+            archive_urls = archive.urls_for_campaign(
+                conn, campaign, base_url=config().base_url, secret_key=config().secret_key)
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
