@@ -22,6 +22,9 @@ PUBLIC: frozenset[str] = frozenset({
     # Subscription forms: anyone may subscribe (double opt-in, rate-limited per IP).
     "public.subscribe_form", "public.subscribe_css", "public.subscribe_submit",
     "public.subscribe_confirm", "public.subscribe_confirm_post", "api.subscribe",
+    # Analytics and the archive: signed tracking URLs and the public web version.
+    "tracking.click", "tracking.open_pixel", "tracking.web_version",
+    "tracking.list_archive",
     # Provider webhooks authenticate themselves (signatures, basic auth, webhook tokens).
     "webhooks.ses", "webhooks.sendgrid", "webhooks.postmark", "webhooks.mailgun",
     "webhooks.generic",
@@ -53,7 +56,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     # API
     "api.list_lists": MARKETING, "api.create_list": MARKETING, "api.add_subscribers": MARKETING,
     "api.create_campaign": MARKETING, "api.get_campaign": MARKETING,
-    "api.campaign_action": MARKETING,
+    "api.campaign_action": MARKETING, "api.campaign_stats": MARKETING,
     "api.list_segments": MARKETING, "api.create_segment": MARKETING,
     "api.get_segment": MARKETING, "api.update_segment": MARKETING,
     "api.delete_segment": MARKETING, "api.count_segment": MARKETING,

@@ -23,6 +23,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    UniqueConstraint,
     func,
     literal_column,
     text,
@@ -562,6 +563,49 @@ rate_minutes = Table(
     "rate_minutes", metadata,
     Column("minute", DateTime(timezone=True), primary_key=True),
     Column("used", Integer, nullable=False),
+)
+
+# Analytics and the public archive (migration 0030_tracking, issue 32 items 3 and 5):
+# per campaign, off unless a marketer turns them on (no row: all off).
+campaign_tracking = Table(
+    "campaign_tracking", metadata,
+    Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("track_opens", Boolean, nullable=False, server_default=text("false")),
+    Column("track_clicks", Boolean, nullable=False, server_default=text("false")),
+    Column("archive", Boolean, nullable=False, server_default=text("false")),
+)
+
+# A tracked campaign's links, each once: a click's redirect goes to the URL stored here.
+campaign_links = Table(
+    "campaign_links", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("url", Text, nullable=False),
+    UniqueConstraint("campaign_id", "url", name="campaign_links_campaign_url_key"),
+)
+
+# One row per open or click (no IP address, no user agent). job_id has no foreign key:
+# retention rolls finished jobs up, the events stay.
+campaign_events = Table(
+    "campaign_events", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("campaign_id", BigInteger, ForeignKey("campaigns.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("broadcast_id", BigInteger),
+    Column("job_id", BigInteger, nullable=False),
+    Column("subscriber_id", BigInteger, ForeignKey("subscribers.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("link_id", BigInteger, ForeignKey("campaign_links.id", ondelete="CASCADE")),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("kind IN ('open', 'click')", name="campaign_events_kind_check"),
+    CheckConstraint("(kind = 'click') = (link_id IS NOT NULL)",
+                    name="campaign_events_link_check"),
+    Index("campaign_events_subscriber_idx", "subscriber_id", "kind", "at"),
+    Index("campaign_events_campaign_idx", "campaign_id", "kind", "at"),
+    Index("campaign_events_link_idx", "link_id"),
 )
 
 audit_log = Table(

@@ -13,6 +13,7 @@ from webapp.domain import (
     segments,
     subscriptions,
     suppressions,
+    tracking,
     verifications,
 )
 from webapp.models import SUPPRESSION_REASONS
@@ -200,7 +201,12 @@ PATHS: dict[str, Any] = {
                                            "character (it becomes a mail header)"},
                 "text": {"type": ["string", "null"], "pattern": rules.NO_NUL},
                 "html": {"type": ["string", "null"], "pattern": rules.NO_NUL},
-                "from": FROM}, anyOf=[
+                "from": FROM,
+                **{k: {"type": "boolean", "description": d} for k, d in (
+                    ("track_opens", "count opens with an image (default false)"),
+                    ("track_clicks", "count clicks through signed links (default false)"),
+                    ("archive", "publish a web version once sent (default false)"))}},
+                anyOf=[
                 # A text or an HTML body, at least one of them not blank.
                 {"required": [body], "properties": {body: {
                     "type": "string", "pattern": rules.NOT_BLANK}}} for body in ("text",
@@ -557,6 +563,42 @@ _CAMPAIGN_BODY["schema"]["properties"].update({
                                   "list); 404 if there is none, 409 if it is another list's"},
     "layout_id": {"type": ["integer", "null"], "minimum": 0, "maximum": BIGINT_MAX,
                   "description": "put the HTML body in this layout (404 if there is none)"}})
+_FIGURE = {"type": "object", "required": ["total", "unique"], "additionalProperties": False,
+           "properties": {"total": {"type": "integer", "minimum": 0},
+                          "unique": {"type": "integer", "minimum": 0}}}
+_COUNT = {"type": "integer", "minimum": 0}
+CAMPAIGN_STATS = {
+    "type": "object", "additionalProperties": False,
+    "required": ["campaign_id", "tracking", "sent", "opens", "clicks", "links", "by",
+                 "timeline", "unsubscribes", "bounces", "complaints"],
+    "properties": {
+        "campaign_id": {"type": "integer"},
+        "tracking": {"type": "object", "required": ["track_opens", "track_clicks", "archive"],
+                     "additionalProperties": False, "properties": {
+                         k: {"type": "boolean"} for k in ("track_opens", "track_clicks",
+                                                          "archive")}},
+        "sent": _COUNT, "opens": _FIGURE, "clicks": _FIGURE,
+        "links": {"type": "array", "items": {
+            "type": "object", "required": ["id", "url", "total", "unique"],
+            "additionalProperties": False, "properties": {
+                "id": {"type": "integer"}, "url": {"type": "string"}, "total": _COUNT,
+                "unique": _COUNT}}},
+        "by": {"type": "string", "enum": list(tracking.BUCKETS)},
+        "timeline": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["at", "opens", "unique_opens", "clicks", "unique_clicks"],
+            "properties": {"at": {"type": "string", "format": "date-time"},
+                           "opens": _COUNT, "unique_opens": _COUNT, "clicks": _COUNT,
+                           "unique_clicks": _COUNT}}},
+        "unsubscribes": _COUNT, "bounces": _COUNT, "complaints": _COUNT}}
+PATHS["/campaigns/{id}/stats"] = {"parameters": ID_PARAM, "get": _id("getCampaignStats", {
+    **_op("A campaign's opens and clicks (total and unique, per link, per hour or day in "
+          "UTC; zero while tracking is off, the default) beside its unsubscribes, bounces "
+          "and complaints", 200, CAMPAIGN_STATS, 400, 404, 422),
+    "parameters": [{"name": "by", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": ["", *tracking.BUCKETS]},
+                    "description": "the timeline's buckets: hour (default, also when "
+                                   "empty) or day"}]})}
 
 PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     "required": False, "description": "optional: schedule for a later time instead of now",

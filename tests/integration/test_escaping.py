@@ -104,9 +104,11 @@ def test_outsiders_text_is_escaped_on_every_page(
         for url in (call.url, f"{call.url}?{query}"):
             for headers in ({}, {"HX-Request": "true"}):
                 answer = client.get(url, headers=headers)
-                seen += payload in answer.get_data(as_text=True) or \
-                    payload.replace('"', "&#34;").replace("<", "&lt;") in \
+                # An image (the open pixel) has no text to escape.
+                text = "" if answer.mimetype.startswith("image/") else \
                     answer.get_data(as_text=True)
+                seen += payload in text or \
+                    payload.replace('"', "&#34;").replace("<", "&lt;") in text
                 if answer.status_code >= 500:
                     problems.append(f"{url} {headers}: {answer.status_code}")
                 if _unescaped(answer, payload):

@@ -39,3 +39,6 @@ def register_all(app: Flask) -> None:
 
     app.register_blueprint(segments.bp)
     app.register_blueprint(layouts.bp)
+    from webapp.blueprints import tracking
+
+    app.register_blueprint(tracking.bp)

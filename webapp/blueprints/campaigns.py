@@ -15,6 +15,7 @@ from werkzeug.wrappers import Response
 
 from webapp.context import actor, config, engine
 from webapp.domain import (
+    archive,
     campaigns,
     composer,
     inbox,
@@ -23,6 +24,7 @@ from webapp.domain import (
     progress,
     segments,
     sending_domains,
+    tracking,
 )
 from webapp.domain.errors import Conflict, DomainError, Invalid
 from webapp.domain.fields import whole_number
@@ -89,7 +91,8 @@ def _form_data() -> dict[str, Any]:
             "from": form.get("from", ""), "subject": form.get("subject", ""),
             "html": form.get("html") or None, "text": form.get("text") or None,
             "segment_id": whole_number(form.get("segment_id")),
-            "layout_id": whole_number(form.get("layout_id"))}
+            "layout_id": whole_number(form.get("layout_id")),
+            **tracking.form_values(form)}
 
 
 def _compose_page(values: dict[str, Any], campaign: dict[str, Any] | None = None,
@@ -133,6 +136,7 @@ def new() -> Response | tuple[str, int]:
         with engine().begin() as conn:
             campaign = campaigns.create(conn, values, default_from=config().mail_from,
                                         actor=actor())
+            tracking.save_settings(conn, campaign["id"], values, actor=actor())
     except (Invalid, Conflict) as exc:  # Conflict: a segment of another list
         return _compose_page(values, error=exc)
     flash(_("Draft saved. Preview it, send yourself a test, then send it."), "success")
@@ -143,19 +147,21 @@ def new() -> Response | tuple[str, int]:
 def edit(campaign_id: int) -> Response | tuple[str, int]:
     with engine().connect() as conn:
         campaign = campaigns.get(conn, campaign_id)
+        settings = tracking.get_settings(conn, campaign_id)
     if request.method == "GET":
         if campaign["status"] not in campaigns.EDITABLE:
             flash(_("This campaign is %(status)s: what was sent cannot change. Duplicate it "
                     "to send it again with changes.", status=campaign_state(campaign["status"])),
                   "info")
             return redirect(_link(campaign_id))
-        return _compose_page(_stored_values(campaign), campaign)
+        return _compose_page({**_stored_values(campaign), **settings}, campaign)
     values = _form_data()
     try:
         composer.check_templates(values)
         with engine().begin() as conn:
             campaigns.update(conn, campaign_id, values, default_from=config().mail_from,
                              actor=actor())
+            tracking.save_settings(conn, campaign_id, values, actor=actor())
     except Invalid as exc:
         return _compose_page(values, campaign, error=exc)
     except Conflict as exc:
@@ -176,6 +182,7 @@ def duplicate(campaign_id: int) -> Response:
         values["name"] = f"{original['name']} (copy)"[:200]
         copy = campaigns.create(conn, values, default_from=config().mail_from,
                                 actor=actor())
+        tracking.copy_settings(conn, campaign_id, copy["id"])
     flash(_("“%(name)s” is a new draft: change what you need, then send it.",
             name=values["name"]), "success")
     return redirect(url_for("campaigns.edit", campaign_id=copy["id"]), 303)
@@ -190,12 +197,19 @@ def detail(campaign_id: int) -> str:
                                     "list_id": campaign["list_id"]}) \
             if campaign["status"] in campaigns.EDITABLE and not request.args.get("fragment") \
             else []
+        # Engagement and the web version: on the page, not in its 2 s polling fragment.
+        stats = archive_urls = None
+        if not request.args.get("fragment"):
+            stats = tracking.stats(conn, campaign_id)
+            archive_urls = archive.urls_for_campaign(
+                conn, campaign, base_url=config().base_url, secret_key=config().secret_key)
     template = "partials/_campaign_live.html" if request.args.get("fragment") == "live" \
         else "campaigns/detail.html"
     return render_template(template, c=campaign, the_list=the_list,
                            inbox_url=inbox_url(campaign_id), page_status=campaign["status"],
                            test_email=_test_email(), warnings=warnings,
-                           complaint_alarm=config().feedback.complaint_alarm_rate)
+                           complaint_alarm=config().feedback.complaint_alarm_rate,
+                           stats=stats, archive_urls=archive_urls)
 
 
 @bp.get("/<int:campaign_id>/failures")

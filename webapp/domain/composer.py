@@ -29,7 +29,8 @@ FIELD_NAMES = {"subject": N_("subject"), "html": N_("html"), "text": N_("text")}
 # What recipient_context (workers/building/compose.py) gives every template, plus Jinja's own.
 KNOWN_NAMES = frozenset({"subscriber", "email", "name", "attributes", "unsubscribe_url",
                          "campaign", "range", "dict", "cycler", "joiner", "namespace",
-                         "loop", "self", "varargs", "kwargs", "caller"})
+                         "loop", "self", "varargs", "kwargs", "caller",
+                         "archive_url"})  # the web version (issue 32): "" unless it is on
 KEY_SAMPLE = 50_000  # subscribers read for the list's attribute keys (bounded at any size)
 
 

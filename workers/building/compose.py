@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from email.utils import parseaddr
 from importlib import resources
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from workers.building import tracking
 from workers.building.dkim import KeyRing, from_domain
 from workers.building.html_text import html_to_text
 from workers.building.kinds import KindCatalog, UnknownKind, message_context
@@ -46,6 +47,9 @@ class PreparedCampaign:
     template: CampaignTemplate
     list_id: int = 0
     list_name: str = ""
+    # Analytics and the web version (issue 32): off unless turned on for the campaign.
+    analytics: tracking.Settings = field(default_factory=tracking.Settings)
+    links: tracking.Links = field(default_factory=tracking.Links)
 
 
 @dataclass(frozen=True)
@@ -89,13 +93,15 @@ def layout_of(html: str | None, postal_address: str | None) -> Layout | None:
 
 def recipient_context(*, email: str, name: str, attributes: dict[str, Any],
                       unsubscribe_url: str, campaign_name: str,
-                      subject: str) -> dict[str, Any]:
+                      subject: str, archive_url: str = "") -> dict[str, Any]:
     """The variables a campaign template sees for one recipient (the preview uses the same,
     so what the marketer previews is what is sent)."""
     return {
         "subscriber": {"email": email, "name": name, "attributes": attributes},
         "email": email, "name": name, "attributes": attributes,
         "unsubscribe_url": unsubscribe_url,
+        # The web version ("view in browser"): empty unless the campaign's archive is on.
+        "archive_url": archive_url,
         "campaign": {"name": campaign_name, "subject": subject},
     }
 
@@ -121,17 +127,27 @@ class Composer:
             row = conn.execute(sa.text(
                 "SELECT c.name, c.from_addr, c.subject, c.text_body, c.html_body, "
                 "c.list_id, l.name AS list_name, c.updated_at::text AS version, "
-                "y.html AS layout_html, y.postal_address "
+                "y.html AS layout_html, y.postal_address, "
+                "coalesce(t.track_opens, false) AS track_opens, "
+                "coalesce(t.track_clicks, false) AS track_clicks, "
+                "coalesce(t.archive, false) AS archive "
                 "FROM campaigns c JOIN lists l ON l.id = c.list_id "
-                "LEFT JOIN layouts y ON y.id = c.layout_id WHERE c.id = :id"),
+                "LEFT JOIN layouts y ON y.id = c.layout_id "
+                "LEFT JOIN campaign_tracking t ON t.campaign_id = c.id WHERE c.id = :id"),
                 {"id": campaign_id}).one()
         if cached is not None and cached[0] == row.version:
             return cached[1]
+        settings = tracking.Settings(row.track_opens, row.track_clicks, row.archive)
+        links = tracking.Links()
+        if settings.track_clicks:
+            with self.engine.begin() as conn:
+                links = tracking.store_links(conn, campaign_id, tracking.static_links(
+                    row.html_body, row.text_body))
         prepared = PreparedCampaign(
             name=row.name, from_addr=row.from_addr, subject=row.subject,
             template=compile_campaign(row.subject, row.text_body, row.html_body,
                                       layout_of(row.layout_html, row.postal_address)),
-            list_id=row.list_id, list_name=row.list_name)
+            list_id=row.list_id, list_name=row.list_name, analytics=settings, links=links)
         with self._lock:
             self._campaigns[campaign_id] = (row.version, prepared)  # the old version goes
         return prepared
@@ -189,23 +205,48 @@ class Composer:
                                     job.subscriber_id, campaign_id)
             headers["List-Unsubscribe"] = f"<{unsub}>"
             headers["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+        archive = tracking.archive_url(self.config.base_url, self.config.secret_key,
+                                       campaign_id) if prepared.analytics.archive else ""
         rendered = prepared.template.render(recipient_context(
             email=job.email, name=name, attributes=attributes, unsubscribe_url=unsub,
-            campaign_name=prepared.name, subject=prepared.subject))
+            campaign_name=prepared.name, subject=prepared.subject, archive_url=archive))
         subject = rendered.subject
         if job.kind == "test":
             subject = f"[Test] {subject}"
         from_addr = address_of(prepared.from_addr)
         if prepared.list_id:
             headers["List-Id"] = list_id(prepared.list_name, prepared.list_id, from_addr)
-        text = rendered.text
-        if text is None and rendered.html is not None:
-            text = html_to_text(rendered.html)  # no HTML-only mail (spam filters score it)
+        text, html = self._tracked(prepared, campaign_id, job, rendered.text, rendered.html)
         message = build_mime(from_addr=prepared.from_addr, to_addr=job.email, subject=subject,
-                             text=text, html=rendered.html, message_id=job.message_id,
+                             text=text, html=html, message_id=job.message_id,
                              headers=headers)
         sender = self._envelope_from(job, from_addr)
         return Envelope(sender, message, campaign_sender=sender == from_addr)
+
+    def _tracked(self, prepared: PreparedCampaign, campaign_id: int, job: ClaimedJob,
+                 text: str | None, html: str | None) -> tuple[str | None, str | None]:
+        """The text and HTML parts, with tracked links and the open pixel when the
+        campaign tracks them (a campaign's recipients only; test sends are never tracked),
+        and a text part made from the HTML when the campaign has none."""
+        tracked = job.kind == "broadcast" and job.subscriber_id is not None
+        subscriber_id = job.subscriber_id or 0
+        config = self.config
+
+        def click(link_id: int) -> str:
+            return tracking.click_url(config.base_url, config.secret_key, campaign_id,
+                                      job.id, subscriber_id, link_id)
+
+        if tracked and prepared.analytics.track_clicks:
+            if html is not None:
+                html = tracking.rewrite_html(html, prepared.links, click)
+            if text is not None:
+                text = tracking.rewrite_text(text, prepared.links, click)
+        if text is None and html is not None:
+            text = html_to_text(html)  # no HTML-only mail (spam filters score it)
+        if tracked and prepared.analytics.track_opens and html is not None:
+            html = tracking.add_pixel(html, tracking.open_url(
+                config.base_url, config.secret_key, campaign_id, job.id, subscriber_id))
+        return text, html
 
     def _build_kind(self, job: ClaimedJob) -> Envelope:
         """A transactional kind's message (or its test send): the kind's templates, at

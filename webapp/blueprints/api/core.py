@@ -11,7 +11,7 @@ from werkzeug.wrappers import Response
 from webapp import access
 from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine, role
-from webapp.domain import campaigns, lists, messages, queue_reads
+from webapp.domain import campaigns, lists, messages, queue_reads, tracking
 from webapp.domain.errors import Invalid, NotFound
 from workers.after_acceptance import feedback
 
@@ -57,7 +57,7 @@ def add_subscribers(list_id: int) -> Response:
 
 
 CAMPAIGN_FIELDS = ("name", "list_id", "subject", "text", "html", "from", "segment_id",
-                   "layout_id")
+                   "layout_id", *tracking.SETTINGS)
 
 
 @bp.post("/campaigns")
@@ -66,6 +66,7 @@ def create_campaign() -> Response:
     with engine().begin() as conn:
         campaign = campaigns.create(conn, data, default_from=config().mail_from,
                                     actor=actor())
+        tracking.save_settings(conn, campaign["id"], data, actor=actor())
     return answer(campaign_json(campaign), 201)
 
 
