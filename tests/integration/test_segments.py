@@ -219,27 +219,30 @@ def test_scheduled_campaigns_start_with_their_segment(engine: sa.Engine) -> None
     assert _enqueued(engine, campaign["id"]) == {"gus@example.org"}
 
 
-def test_activity_conditions_wait_for_tracking_then_work(engine: sa.Engine) -> None:
+def test_activity_conditions_read_the_tracking_events(engine: sa.Engine) -> None:
+    """Opened/clicked in the last N days read campaign_events, the rows open and click
+    tracking (webapp.domain.tracking) records: an open 5 days ago counts for 90 days, one
+    200 days ago does not, and a click is not an open."""
     list_id = _seed(engine)
     opened = [{"field": "activity", "op": "opened", "value": 90}]
     with engine.begin() as conn:
-        assert not segments.activity_available(conn)
-        with pytest.raises(Conflict) as caught:
-            segments.create(conn, list_id, "Openers", opened)
-        assert "tracking is not installed" in str(caught.value.message)
-    # The table the open/click tracking (issue 32, item 3) records into.
-    with engine.begin() as conn:
-        conn.execute(sa.text("CREATE TABLE campaign_events (subscriber_id bigint, kind text, "
-                             "at timestamptz)"))
+        earlier = campaigns.create(conn, {"name": "Earlier", "list_id": list_id,
+                                          "subject": "Hi", "text": "Hi"},
+                                   default_from="news@example.com")
         conn.execute(sa.text(
-            "INSERT INTO campaign_events SELECT id, 'open', now() - make_interval(days => d) "
+            "INSERT INTO campaign_events (campaign_id, job_id, subscriber_id, kind, at) "
+            "SELECT :c, 0, id, 'open', now() - make_interval(days => d) "
             "FROM subscribers, (VALUES (5), (200)) AS t(d) WHERE email IN "
-            "('ana@example.org', 'dan@example.org') AND (email = 'ana@example.org' OR d = 200)"))
+            "('ana@example.org', 'dan@example.org') AND (email = 'ana@example.org' OR d = 200)"),
+            {"c": earlier["id"]})
         segment = segments.create(conn, list_id, "Openers", opened)
         assert segments.count(conn, list_id, segment["conditions"])["members"] == 1
         quiet = segments.validate(conn, [{"field": "activity", "op": "not_opened",
                                           "value": 90}])
         assert segments.count(conn, list_id, quiet)["members"] == 7
+        clicked = segments.validate(conn, [{"field": "activity", "op": "clicked",
+                                            "value": 90}])
+        assert segments.count(conn, list_id, clicked)["members"] == 0
     campaign, _ = _send_to(engine, list_id, segment["id"])
     assert _enqueued(engine, campaign["id"]) == {"ana@example.org"}
 
@@ -303,8 +306,8 @@ def test_api_creates_counts_and_sends_to_a_segment(
         {"field": "attribute", "key": "plan", "op": "like", "value": "p%"}]})
     assert r.status_code == 422 and "conditions[0].op" in r.json["error"]["fields"]
     r = api.post(f"/lists/{list_id}/segments", {"name": "x", "conditions": [
-        {"field": "activity", "op": "opened", "value": 30}]})
-    assert r.status_code == 409 and "tracking" in r.json["error"]["message"]
+        {"field": "activity", "op": "opened", "value": 0}]})
+    assert r.status_code == 422 and "conditions[0].value" in r.json["error"]["fields"]
     assert api.post("/lists/999999/segments", {"name": "x"}).status_code == 404
     put = client.put(f"/api/v1/segments/{segment['id']}", headers=api.headers,
                      json={"name": "Renamed", "conditions": []})

@@ -48,11 +48,10 @@ def _page(list_id: int, segment: dict[str, Any] | None, name: str,
     with engine().connect() as conn:
         the_list = lists.get_list(conn, list_id)
         saved = segments.for_list(conn, list_id)
-        activity = segments.activity_available(conn)
     live = _count(list_id, conditions) if error is None else {}
     return render_template("segments/index.html", the_list=the_list, saved=saved,
                            segment=segment, name=name, rows=_rows(conditions),
-                           choices=segments.CHOICES, activity=activity, error=error,
+                           choices=segments.CHOICES, error=error,
                            count=live.get("count"), count_error=live.get("error")
                            ), 422 if error else 200
 

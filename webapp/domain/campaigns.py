@@ -228,7 +228,6 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
         raise Conflict(N_("campaign is already %(status)s", status=word(campaign["status"])))
     validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"],
                        layout_for(conn, campaign))
-    segments.check_sendable(conn, campaign["segment_id"])
     if at is not None and at > datetime.now(UTC):
         conn.execute(sa.text("UPDATE campaigns SET status = 'scheduled', scheduled_at = :at, "
                              "updated_at = now() WHERE id = :id"), {"at": at, "id": campaign_id})

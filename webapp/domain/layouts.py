@@ -35,6 +35,7 @@ from workers.building.message import (
     compile_campaign,
 )
 from workers.core.i18n import N_
+from workers.core.states import Campaign, sql_list
 
 MAX_NAME = 200
 MAX_ADDRESS = 500
@@ -126,8 +127,9 @@ def create(conn: Connection, data: dict[str, Any], *, actor: str = "system"
 
 def _in_flight(conn: Connection, layout_id: int) -> str | None:
     row = conn.execute(sa.text(
-        "SELECT name FROM campaigns WHERE layout_id = :id AND status IN ('scheduled', "
-        "'sending', 'paused') ORDER BY id LIMIT 1"), {"id": layout_id}).first()
+        "SELECT name FROM campaigns WHERE layout_id = :id AND status IN "
+        f"{sql_list((Campaign.SCHEDULED, *Campaign.STARTED))} ORDER BY id LIMIT 1"),
+        {"id": layout_id}).first()
     return None if row is None else str(row.name)
 
 
@@ -145,7 +147,7 @@ def update(conn: Connection, layout_id: int, data: dict[str, Any], *,
                          ":postal_address, updated_at = now() WHERE id = :id"),
                  {**values, "id": layout_id})
     conn.execute(sa.text("UPDATE campaigns SET updated_at = now() WHERE layout_id = :id "
-                         "AND status = 'draft'"), {"id": layout_id})
+                         f"AND status = '{Campaign.DRAFT}'"), {"id": layout_id})
     audit.record(conn, actor, "layout.update", f"layout:{layout_id}")
     return get(conn, layout_id)
 

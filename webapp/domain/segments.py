@@ -17,8 +17,9 @@ Guarantees kept here:
 - no SQL is ever built from what a marketer typed: :func:`validate` returns the canonical
   JSON, and ``workers.delivery.audience.predicate`` turns it into whitelisted fragments with
   bound values — the same function the enqueue uses, so the live count and the send agree;
-- activity conditions need the table of tracking events (``campaign_events``); until it
-  exists they are refused with a sentence saying so (:func:`activity_available`).
+- activity conditions read the open and click events that tracking records
+  (``campaign_events``, webapp.domain.tracking): only campaigns sent with tracking on
+  leave any, which the segments page says.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, lists
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from workers.core.i18n import N_, Text
+from workers.core.states import Campaign, sql_list
 from workers.delivery import audience
 
 MAX_NAME = 200
@@ -60,13 +62,6 @@ CHOICES: dict[str, Text] = {
     "activity:not_opened": N_("opened nothing in the last N days"),
     "activity:not_clicked": N_("clicked nothing in the last N days"),
 }
-
-
-def activity_available(conn: Connection) -> bool:
-    """Whether open/click events are recorded here (the tracking table exists). Activity
-    conditions are refused until then: a segment must never silently mean 'nobody'."""
-    return bool(conn.execute(sa.text(
-        "SELECT to_regclass('campaign_events') IS NOT NULL")).scalar_one())
 
 
 def _bad(index: int, part: str, message: Text) -> Invalid:
@@ -126,13 +121,6 @@ def _activity(conn: Connection, index: int, op: str, raw: dict[str, Any]) -> dic
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 3650:
         raise _bad(index, "value", N_("a number of days from 1 to 3650"))
-    if not activity_available(conn):
-        # The server's state, not the input, is what is missing: 409, said plainly.
-        message = N_("opens and clicks are not recorded on this server yet (open and "
-                     "click tracking is not installed), so an activity condition would pick "
-                     "nobody")
-        raise Conflict(N_("condition %(number)s: %(message)s", number=index + 1,
-                          message=message), fields={f"conditions[{index}].field": message})
     return {"field": "activity", "op": op, "value": value}
 
 
@@ -303,8 +291,8 @@ def delete(conn: Connection, segment_id: int, *, actor: str = "system") -> None:
     silently widen to the whole list); sent campaigns keep their frozen conditions."""
     get(conn, segment_id)
     user = conn.execute(sa.text(
-        "SELECT name FROM campaigns WHERE segment_id = :id AND status IN ('draft', "
-        "'scheduled') ORDER BY id LIMIT 1"), {"id": segment_id}).first()
+        "SELECT name FROM campaigns WHERE segment_id = :id AND status IN "
+        f"{sql_list(Campaign.EDITABLE)} ORDER BY id LIMIT 1"), {"id": segment_id}).first()
     if user is not None:
         raise Conflict(N_("the campaign “%(name)s” is to be sent to this segment; pick "
                           "another audience for it first", name=user.name))
@@ -338,17 +326,6 @@ def _whole(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-def check_sendable(conn: Connection, segment_id: int | None) -> None:
-    """Right before a send: a segment with activity conditions needs the tracking events
-    (a 409, not a send that picks nobody)."""
-    if segment_id is None:
-        return
-    conditions = get(conn, segment_id)["conditions"]
-    if audience.uses_activity(conditions) and not activity_available(conn):
-        raise Conflict(N_("this segment uses opens or clicks, which are not recorded on "
-                          "this server; change the segment first"))
 
 
 def _json(value: Any) -> str:

@@ -28,6 +28,7 @@ from webapp.domain import audit, campaigns
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from workers.building import tracking
 from workers.core.i18n import N_, word
+from workers.core.states import BOUNCED, SENT
 
 BUCKETS = ("hour", "day")
 SETTINGS = ("track_opens", "track_clicks", "archive")
@@ -193,10 +194,10 @@ def stats(conn: Connection, campaign_id: int, *, by: str = "hour") -> dict[str, 
     return {
         "campaign_id": campaign_id,
         "tracking": settings,
-        "sent": int(campaign["counts"].get("sent", 0)),
+        "sent": int(campaign["counts"].get(SENT, 0)),
         "opens": totals["opens"], "clicks": totals["clicks"],
         "links": links, "by": by, "timeline": timeline,
         "unsubscribes": int(unsubscribes),
-        "bounces": int(campaign["counts"].get("bounced", 0)),
+        "bounces": int(campaign["counts"].get(BOUNCED, 0)),
         "complaints": int(audience.get("complaints") or 0),
     }

@@ -37,8 +37,7 @@ SUBSCRIBED_OPS: dict[str, str] = {
 }
 # Opened or clicked (any campaign) in the last N days. The events come from open/click
 # tracking (issue 32, item 3): a table campaign_events(subscriber_id, kind, at) whose kind is
-# 'open' or 'click'. Its presence is checked before a segment using it is saved or sent
-# (webapp.domain.segments.activity_available); this is the only SQL that reads it.
+# 'open' or 'click' (webapp.domain.tracking records them); this is the only SQL that reads it.
 ACTIVITY_KINDS = {"opened": "open", "clicked": "click"}
 ACTIVITY_SQL = ("EXISTS (SELECT 1 FROM campaign_events e WHERE e.subscriber_id = s.id "
                 "AND e.kind = {k} AND e.at >= now() - make_interval(days => CAST({v} AS int)))")
