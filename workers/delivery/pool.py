@@ -550,6 +550,11 @@ class Pool:
             envelope = self.composer.build(job)
         except TemplateError as exc:
             return outcomes.build_failed(job, f"template error: {exc}")
+        except DB_ERRORS as exc:
+            # The build read the database (a cache miss) and it did not answer: not the
+            # message's fault. Back to `pending` unsent and uncounted, never failed.
+            self.outage.failed(exc, retrying=f"job {job.id} goes back unsent")
+            return outcomes.released(job)
         except Exception as exc:
             log.exception("could not build the message of job %d", job.id)
             return outcomes.build_failed(job, f"could not build the message: "
