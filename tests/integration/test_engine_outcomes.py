@@ -138,3 +138,37 @@ def test_attempt_numbers_continue_across_a_manual_retry(
     assert [a["attempt"] for a in by_user] == [1, 2]
     started = [a["started_at"] for a in timeline]
     assert started == sorted(started) and started[-1] <= datetime.now(UTC)
+
+
+def test_a_database_error_while_building_hands_the_message_back(
+        engine: sa.Engine, sink: Any, config_for: Callable[..., Config]) -> None:
+    """Building a message reads the database (templates, DKIM keys) when its caches miss.
+    The database unreachable at that moment is not the message's fault: the job goes back
+    to `pending` unsent and uncounted, and is sent once the database answers -- it is not
+    failed (a recipient lost to a network blip)."""
+    campaign = make_campaign(engine, [f"blip{i}@example.org" for i in range(3)])
+    pool = Pool(engine, config_for(sink.port, WORKERS="1"), node="t")
+    build = pool.composer.build
+    failures = [0]
+
+    def flaky(job: Any) -> Any:
+        if failures[0] < 2:
+            failures[0] += 1
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception(
+                "consuming input failed: could not receive data from server: "
+                "Connection timed out"))
+        return build(job)
+
+    pool.composer.build = flaky  # type: ignore[method-assign]
+    pool.start()
+    try:
+        wait_for(lambda: campaign_status(engine, campaign["id"]) == "sent", timeout=30,
+                 message="the campaign to finish")
+    finally:
+        pool.stop()
+    assert failures[0] == 2
+    assert _states(engine) == {"sent": 3}
+    assert sorted(r["rcpt_tos"][0] for r in sink.records()) == [
+        f"blip{i}@example.org" for i in range(3)]
+    for job in jobs_by_email(engine, campaign["id"]).values():
+        assert job["attempts"] == 1, job

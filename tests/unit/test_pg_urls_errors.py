@@ -103,7 +103,7 @@ def test_budget_formula() -> None:
 
 
 def test_outage_logs_start_change_and_end(caplog: pytest.LogCaptureFixture) -> None:
-    outage = pg.Outage("worker")
+    outage = pg.Outage("worker", settle=0)
     caplog.set_level("INFO", logger="senddock.database")
     for _ in range(5):
         outage.failed(pg.UNREACHABLE)
@@ -121,3 +121,35 @@ def test_outage_logs_start_change_and_end(caplog: pytest.LogCaptureFixture) -> N
     assert "too many connections" in lines[1]
     assert "usable again after" in lines[2]
     assert "database unreachable" in lines[3]
+
+
+def test_outage_stragglers_after_the_end_make_no_new_lines(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition heals: one thread's success ends the outage, then attempts that began
+    during it (a connect_timeout, a tcp_user_timeout) fail in the next seconds. They are
+    the same outage's tail, not a new one: no "unreachable" / "usable again" pair each.
+    Failures that go on past the settle window are a new outage, said once."""
+    now = [1000.0]
+    monkeypatch.setattr(pg.time, "monotonic", lambda: now[0])
+    outage = pg.Outage("worker", settle=10.0)
+    caplog.set_level("INFO", logger="senddock.database")
+    outage.failed(pg.UNREACHABLE)
+    now[0] += 15
+    outage.ok()
+    for _ in range(3):  # stragglers, each followed by a success
+        now[0] += 1
+        outage.failed(pg.UNREACHABLE)
+        outage.ok()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "usable again after 15.0 s" in lines[1]
+    now[0] += 1
+    outage.failed(pg.UNREACHABLE)  # still failing after the window: a new outage
+    now[0] += 10
+    outage.failed(pg.UNREACHABLE)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3 and "database unreachable" in lines[2], lines
+    now[0] += 5
+    outage.ok()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4 and "usable again after 15.0 s" in lines[3], lines

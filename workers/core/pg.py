@@ -463,13 +463,22 @@ RECENT = Recent()
 
 class Outage:
     """One log line when the database becomes unusable (or its problem changes), one when
-    it is usable again with how long it was not. Thread-safe; share one per process."""
+    it is usable again with how long it was not. Thread-safe; share one per process.
 
-    def __init__(self, who: str, logger: logging.Logger | None = None) -> None:
+    Failures in the ``settle`` seconds after an outage ended are its tail, not a new
+    one: attempts that began before the heal (a connect under ``connect_timeout``, a
+    statement under ``tcp_user_timeout``, 10 s) fail after another thread's success.
+    They are logged at debug level; only failures that go on past the window make a new
+    outage, said once."""
+
+    def __init__(self, who: str, logger: logging.Logger | None = None,
+                 settle: float = 10.0) -> None:
         self.who = who
         self.log = logger or log
+        self.settle = settle
         self._lock = threading.Lock()
         self._since: float | None = None
+        self._quiet = False  # this outage began in the settle window: not said yet
         self._problem: Problem | None = None
         self._seen: set[Problem] = set()  # the kinds this outage has shown
         self.last_ended = 0.0  # monotonic time the last outage ended (0: none yet)
@@ -485,14 +494,23 @@ class Outage:
         problem = exc if isinstance(exc, Problem) else (classify(exc) or UNREACHABLE)
         detail = "" if isinstance(exc, Problem) else first_line(exc)
         with self._lock:
-            changed = problem not in self._seen
+            now = time.monotonic()
+            settling = bool(self.last_ended) and now - self.last_ended < self.settle
             if self._since is None:
-                self._since = time.monotonic()
+                self._since = now
+                self._quiet = settling
+            elif self._quiet and not settling:
+                self._quiet = False  # it went on past the window: a new outage
             self._problem = problem
-            self._seen.add(problem)
+            changed = not self._quiet and problem not in self._seen
+            if not self._quiet:
+                self._seen.add(problem)
         if changed:
             self.log.warning("%s: database %s (%s)%s", self.who, problem.status,
                              detail or problem.kind, f"; {retrying}" if retrying else "")
+        elif self._quiet:
+            self.log.debug("%s: database %s (%s) just after an outage ended", self.who,
+                           problem.status, detail or problem.kind)
         return problem
 
     def ok(self) -> None:
@@ -502,13 +520,16 @@ class Outage:
         with self._lock:
             if self._since is None:
                 return
-            self.last_ended = time.monotonic()
-            length = self.last_ended - self._since
-            problem = self._problem
-            self._since, self._problem = None, None
+            now = time.monotonic()
+            length = now - self._since
+            problem, quiet = self._problem, self._quiet
+            self._since, self._problem, self._quiet = None, None, False
             self._seen = set()
-        self.log.info("%s: database usable again after %.1f s (was: %s)", self.who,
-                         length, problem.status if problem else "?")
+            if not quiet:  # a tail keeps the window of the outage it followed
+                self.last_ended = now
+        if not quiet:
+            self.log.info("%s: database usable again after %.1f s (was: %s)", self.who,
+                          length, problem.status if problem else "?")
 
 
 def wait_until(attempt: Callable[[], Any], outage: Outage, stopping: threading.Event,

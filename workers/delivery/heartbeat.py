@@ -5,6 +5,12 @@ a lease up. A session that failed is dropped and the next renewal opens a fresh 
 renewal after the lease had lapsed comes back under a new term (the drain threads then
 give back what they claimed before, unsent). Every wait is bounded: the session's TCP
 keepalives and ``tcp_user_timeout`` (workers/core/pg.py) and a statement timeout.
+
+The session is named after the worker (``senddock-worker/liveness <worker id>``), so a
+fresh one ends the stale ones this worker left on the server: a session cut by a
+partition stays there (a backend waiting for a client that will never answer) until the
+server's own keepalives give up, two hours by default. Only this worker's, never a
+peer's: the name holds the worker id.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class Heartbeat(Service):
         self.register = register  # (re)registers the worker; its lease's term
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        self.session_name = pg.application_name(process, f"liveness {worker_id}")
 
     def start(self) -> None:
         """Register (a fresh lease) on the liveness session; raises database errors."""
@@ -84,12 +91,16 @@ class Heartbeat(Service):
                 conn.execute(sa.text(
                     "SELECT set_config('application_name', :name, false), "
                     "set_config('statement_timeout', :ms, false)"),
-                    {"name": pg.application_name(self.process, "liveness"),
-                     "ms": str(STATEMENT_TIMEOUT_MS)})
+                    {"name": self.session_name, "ms": str(STATEMENT_TIMEOUT_MS)})
+                ended = queue.end_stale_sessions(conn, self.session_name)
             except BaseException:
                 conn.invalidate()
                 conn.close()
                 raise
+            if ended:
+                log.info("worker %s: ended %d stale session(s) it had left on the server "
+                         "(backend %s)", self.worker_id, len(ended),
+                         ", ".join(str(pid) for pid in ended))
             self._conn = conn
         return self._conn
 

@@ -77,6 +77,11 @@ PACE_CHECK = 1.0  # seconds between looks at whether a peer's throttle reply pac
 RELAY_CHECK = 1.0  # seconds between looks at which relays the other processes saw down
 SENDER_PROBE_MAX = 30.0  # seconds: the longest wait between probes of a refused From
 BATCH_SLICE = 0.25  # seconds of campaign mail a worker delivers before claiming again
+# Seconds a claim (with its permits) and the drain threads' other reads may take: a lock
+# held elsewhere (a migration, an operator's transaction) ends them with query_canceled,
+# a database error the drain loop backs off from, instead of a wait with no end. The
+# network side is bounded by the sessions' keepalives and tcp_user_timeout (pg.py).
+CLAIM_TIMEOUT = 10.0
 # Python's GIL switch interval in a process that hosts the pool (default 5 ms). A drain
 # thread the relay has just answered, and the finisher woken by an outcome or by
 # PostgreSQL, wait for the GIL while another thread builds a message; until they have it,
@@ -302,7 +307,7 @@ class Pool:
         once (:meth:`_record_aftermath`): its threads fail over without waiting."""
         if len(self.relays) == 1 or time.monotonic() - self._relays_checked < RELAY_CHECK:
             return
-        with db.connect() as conn:
+        with db.connect(CLAIM_TIMEOUT) as conn:
             states = queue.relay_states(conn, len(self.relays))
         self._relays_down = {s["id"] for s in states if s["status"] == "down" or s["paused"]}
         self._relays_checked = time.monotonic()
@@ -335,7 +340,7 @@ class Pool:
         if config.rate_limit > 0 or config.rate_limit_hour > 0 or config.rate_limit_day > 0:
             return True
         if not self._paced and time.monotonic() - self._paced_checked > PACE_CHECK:
-            with db.connect() as conn:
+            with db.connect(CLAIM_TIMEOUT) as conn:
                 self._paced = queue.paced_rate(conn) is not None
             self._paced_checked = time.monotonic()
         return self._paced
@@ -348,11 +353,11 @@ class Pool:
         n = self.config.claim_batch
         config = self.config
         if not self._rate_limited(db):
-            with db.connect() as conn:
+            with db.connect(CLAIM_TIMEOUT) as conn:
                 jobs = queue.claim_batch(conn, self.worker_id, n, self.domain, token,
                                          len(self.relays))
             return jobs, [0.0] * len(jobs), 0.0
-        with self.engine.begin() as conn:
+        with db.transaction(CLAIM_TIMEOUT) as conn:
             permits = queue.acquire_permits(conn, n, config.rate_limit,
                                             config.rate_limit_hour, config.rate_limit_day)
             self._paced = permits.rate > 0 and permits.rate != config.rate_limit
@@ -545,6 +550,11 @@ class Pool:
             envelope = self.composer.build(job)
         except TemplateError as exc:
             return outcomes.build_failed(job, f"template error: {exc}")
+        except DB_ERRORS as exc:
+            # The build read the database (a cache miss) and it did not answer: not the
+            # message's fault. Back to `pending` unsent and uncounted, never failed.
+            self.outage.failed(exc, retrying=f"job {job.id} goes back unsent")
+            return outcomes.released(job)
         except Exception as exc:
             log.exception("could not build the message of job %d", job.id)
             return outcomes.build_failed(job, f"could not build the message: "

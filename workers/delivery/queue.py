@@ -480,6 +480,23 @@ def renew_lease(conn: Connection, worker_id: str, lease: float, in_flight: int) 
     return None if term is None else int(term)
 
 
+# End the other backends named ``name`` (a worker's liveness sessions: the name holds its
+# id) -- those a partition cut off, which the server keeps until its keepalives give up.
+# Waits up to 1 s for each to exit, so the caller knows it is gone. Same role only
+# (PostgreSQL allows no more without pg_signal_backend).
+_END_STALE_SESSIONS = sa.text("""
+SELECT pid FROM pg_stat_activity
+ WHERE application_name = :name
+   AND CASE WHEN pid = pg_backend_pid() THEN false  -- CASE: evaluated first, never itself
+            ELSE pg_terminate_backend(pid, 1000) END
+""")
+
+
+def end_stale_sessions(conn: Connection, name: str) -> list[int]:
+    """Terminate the other sessions named ``name``; the pids ended."""
+    return [int(pid) for pid in conn.execute(_END_STALE_SESSIONS, {"name": name}).scalars()]
+
+
 # Take back the in-flight jobs of the given dead workers, or of every worker whose lease
 # expired more than :grace seconds ago: back to `pending` with their place in line (their
 # available_at is kept), attempt not counted (we cannot know whether the relay got the
