@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,6 +49,7 @@ from webapp.domain import kinds, limits
 from webapp.domain.errors import Conflict, DomainError, TooMany
 from webapp.domain.flags import FLAG_DISPOSABLE, disposable_domain
 from workers.building.kinds import KindSpec
+from workers.core import pg
 from workers.core.i18n import N_
 from workers.core.settings import Config
 from workers.core.states import ACTIVE, CANCELLED, HELD, PENDING, SENT, WAITING, sql_list
@@ -232,8 +234,17 @@ _REPLACED = f"""), replaced AS (
      WHERE j.id = a.replace_id AND j.status IN {sql_list(WAITING)}
     RETURNING j.id
 """
-_SUBMIT_NEW = sa.text(_SUBMIT.replace("/*REPLACED*/", "").replace("/*ADMIT*/", "true"))
-_SUBMIT_REPLACING = sa.text(_SUBMIT.replace("/*REPLACED*/", _REPLACED).replace(
+
+
+def _driver(sql: str) -> str:
+    """``:name`` parameters as psycopg's ``%(name)s`` (the statements run on the driver:
+    :func:`workers.core.pg.driver_rows`)."""
+    assert "%" not in sql
+    return re.sub(r"(?<![:\w]):(items|actor|max_backlog)\b", r"%(\1)s", sql)
+
+
+_SUBMIT_NEW = _driver(_SUBMIT.replace("/*REPLACED*/", "").replace("/*ADMIT*/", "true"))
+_SUBMIT_REPLACING = _driver(_SUBMIT.replace("/*REPLACED*/", _REPLACED).replace(
     "/*ADMIT*/", "a.replace_id IS NULL OR a.replace_id IN (SELECT id FROM replaced)"))
 
 _TIMES = ("created_at", "available_at", "finished_at")
@@ -298,10 +309,10 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
         if not todo:
             break
         statement = _SUBMIT_REPLACING if state.replace else _SUBMIT_NEW
-        rows = conn.execute(statement, {
+        rows = pg.driver_rows(conn, statement, {
             "items": json.dumps([_row(state.asks[i], i, config, state.replace.get(i))
                                  for i in todo], default=str),
-            "actor": actor, "max_backlog": config.max_backlog}).mappings().all()
+            "actor": actor, "max_backlog": config.max_backlog})
         for row in rows:
             _settle(conn, config, state, row, last)
     return [a if a is not None else Answer(error=_busy()) for a in state.answers]
