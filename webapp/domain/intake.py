@@ -104,7 +104,6 @@ def _row(ask: Ask, i: int, config: Config, replace: int | None) -> dict[str, Any
     flags = [FLAG_DISPOSABLE] if disposable_domain(ask.email) else []
     policy, spec = kinds.policy(ask.spec), ask.spec
     payload = payload_of(ask)
-    event = ask.event or {}
     return {
         "i": i, "kind": spec.name, "priority": spec.priority, "version": spec.version,
         "kind_class": spec.kind_class, "dedupe_window": spec.dedupe_window,
@@ -114,9 +113,7 @@ def _row(ask: Ask, i: int, config: Config, replace: int | None) -> dict[str, Any
         "send_at": payload.get("send_at"), "one_live": policy.one_live,
         "cooldown": kinds.cooldown_of(spec, config) if policy.request_cooldown else None,
         "replace_id": replace,
-        "action": f"{'verification' if policy.one_live else 'message'}.request",
-        "details": {"kind": spec.name, "email": ask.email, "send_at": payload.get("send_at"),
-                    "event": event.get("name"), "event_id": event.get("id")}}
+        "action": f"{'verification' if policy.one_live else 'message'}.request"}
 
 
 _JOB = f"""SELECT {queue.JOB_COLUMNS} FROM delivery_jobs"""
@@ -136,7 +133,7 @@ WITH item AS (
         i int, kind text, priority int, version int, kind_class text, dedupe_window int,
         kind_cooldown int, user_ref text, email text, key text, payload jsonb, flags jsonb,
         hold boolean, send_at timestamptz, one_live boolean, cooldown int,
-        replace_id bigint, action text, details jsonb)
+        replace_id bigint, action text)
 ), stale AS (
     SELECT i.i FROM item i
      WHERE NOT EXISTS (SELECT 1 FROM kinds k
@@ -200,8 +197,12 @@ WITH item AS (
 ), audited AS (
     INSERT INTO audit_log (actor, action, target, details)
     SELECT :actor, a.action, 'user:' || a.user_ref,
-           a.details || jsonb_build_object('job_id', n.id, 'status', n.status,
-                                           'flags', n.flags, 'replaced_job_id', a.replace_id)
+           jsonb_build_object('kind', a.kind, 'email', a.email,
+                              'send_at', a.payload -> 'send_at',
+                              'event', a.payload -> 'event' -> 'name',
+                              'event_id', a.payload -> 'event' -> 'id',
+                              'job_id', n.id, 'status', n.status, 'flags', n.flags,
+                              'replaced_job_id', a.replace_id)
       FROM inserted n JOIN admitted a ON a.correlation_id = CAST(n.correlation_id AS uuid)
     RETURNING 1
 ), woken AS (
