@@ -580,7 +580,7 @@ def driver_rows(conn: sa.Connection, statement: str,
     assert isinstance(raw, psycopg.Connection)
     try:
         with raw.cursor(row_factory=dict_row) as cur:
-            cur.execute(statement, params)  # type: ignore[arg-type]
+            cur.execute(statement, params)
             return cur.fetchall() if cur.description is not None else []
     except psycopg.Error as exc:
         if raw.closed or raw.broken:
