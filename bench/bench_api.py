@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 import sqlalchemy as sa
 
 from bench.bench_p7_latency import start_server
 from bench.common import (
+    DEFAULT_SERVER,
     add_settings_option,
     free_port,
     fresh_database,
@@ -55,7 +57,7 @@ PROCESSES = 2  # client processes (the clients' threads spread over them: no GIL
 
 
 def _client(args: tuple[str, int, str, str, float, int, int, str]
-            ) -> list[tuple[float, int]]:
+            ) -> tuple[list[tuple[float, int]], float]:
     """One client process: ``threads`` keep-alive clients posting for ``seconds``."""
     host, port, path, token, seconds, threads, proc, prefix = args
     results: list[list[tuple[float, int]]] = [[] for _ in range(threads)]
@@ -87,20 +89,59 @@ def _client(args: tuple[str, int, str, str, float, int, int, str]
         w.start()
     for w in workers:
         w.join()
-    return [r for per in results for r in per]
+    return [r for per in results for r in per], time.process_time()
+
+
+class CpuSplit:
+    """CPU seconds spent by the server process and by the PostgreSQL backends serving the
+    bench's database between :meth:`start` and :meth:`stop` (the clients report their
+    own): where a request's cost goes when the machine is the limit."""
+
+    def __init__(self, server_pid: int, url: str) -> None:
+        self.server = psutil.Process(server_pid)
+        self.url = url
+        self.database = sa.make_url(url).database
+
+    def _backends(self) -> float:
+        with psycopg.connect(os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)) as conn:
+            pids = [r[0] for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.database,))]
+        total = 0.0
+        for pid in pids:
+            try:
+                times = psutil.Process(pid).cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
+
+    def _server(self) -> float:
+        times = self.server.cpu_times()
+        return times.user + times.system
+
+    def start(self) -> None:
+        self.t0 = (self._server(), self._backends())
+
+    def stop(self) -> dict[str, float]:
+        return {"server_cpu_s": self._server() - self.t0[0],
+                "postgres_cpu_s": self._backends() - self.t0[1]}
 
 
 def burst(base: str, path: str, token: str, clients: int, seconds: float,
-          prefix: str = "burst") -> dict[str, Any]:
+          prefix: str = "burst", cpu: CpuSplit | None = None) -> dict[str, Any]:
     host, port = base.removeprefix("http://").split(":")
     per = [clients // PROCESSES + (1 if p < clients % PROCESSES else 0)
            for p in range(PROCESSES)]
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        if cpu is not None:
+            cpu.start()
         parts = pool.map(_client, [(host, int(port), path, token, seconds, n, p, prefix)
                                    for p, n in enumerate(per)])
-    results = [r for part in parts for r in part]
+        split = cpu.stop() if cpu is not None else {}
+    results = [r for part, _ in parts for r in part]
     latencies = [ms for ms, _ in results]
-    return {"requests": len(results), "seconds": seconds,
+    return {**split, "client_cpu_s": sum(c for _, c in parts),
+            "requests": len(results), "seconds": seconds,
             "rps": len(results) / seconds, "p50": percentile(latencies, 50),
             "p95": percentile(latencies, 95), "p99": percentile(latencies, 99),
             "non_202": sum(1 for _, status in results if status != 202)}
@@ -243,9 +284,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             # A short warm-up of each, then the measured bursts, one after the other.
             burst(minimal_base, "/jobs", "", args.clients, 2, "warm")
             burst(base, "/api/v1/messages", token, args.clients, 2, "warm")
-            floor = burst(minimal_base, "/jobs", "", args.clients, args.seconds)
+            floor = burst(minimal_base, "/jobs", "", args.clients, args.seconds,
+                          cpu=CpuSplit(minimal.pid, url))
             rss_before = rss.mark()
-            ours = burst(base, "/api/v1/messages", token, args.clients, args.seconds)
+            ours = burst(base, "/api/v1/messages", token, args.clients, args.seconds,
+                         cpu=CpuSplit(server.pid, url))
             rss_after_burst = rss.mark()
             latency = p7(engine)
             batches = batch_rate(base, token, args.batches)
@@ -294,6 +337,15 @@ def main() -> None:
                                  ("the same, before (--before)", result["before"]))
                  if r is not None]))
     print(f"\nratio SendDock / minimal: {result['ratio']:.2f}")
+    print(table("CPU per request during the bursts (ms): where the 2 cores went",
+                ["endpoint", "server process", "PostgreSQL backends", "clients", "sum",
+                 "all CPU of the burst / requests"],
+                [[name, *(f"{1000 * v / r['requests']:.2f}" for v in (
+                    r["server_cpu_s"], r["postgres_cpu_s"], r["client_cpu_s"],
+                    r["server_cpu_s"] + r["postgres_cpu_s"] + r["client_cpu_s"],
+                    info["cpus"] * r["seconds"]))]
+                 for name, r in (("minimal queue (1 INSERT)", floor),
+                                 ("SendDock POST /messages", ours))]))
     print(table("Batch: POST /messages/batch, 500 per call, 4 clients",
                 ["calls", "accepted", "seconds", "messages/s", "call p50 ms", "call p95 ms"],
                 [[batches["calls"], f"{batches['accepted']:,}", f"{batches['seconds']:.1f}",

@@ -68,9 +68,11 @@ def budget(config: Any) -> pg.Budget:
 def web_engine(url: str, config: Any, process: str) -> Engine:
     """The web side's engine: DB_WEB_POOL connections with the request timeouts; a
     request waits for a free connection at most the statement timeout. The pre-ping stays
-    (one round trip in three of a ``POST /messages``, docs/performance.md): without it a
-    connection PostgreSQL dropped while it was down answered the request after the restart
-    with a driver error instead of the page (tests/integration/test_faults.py)."""
+    for connections that sat idle a second or more (:func:`workers.core.pg.make_engine`):
+    without it a connection PostgreSQL dropped while it was down answered the request after
+    the restart with a driver error instead of the page (tests/integration/test_faults.py);
+    a connection in steady use skips it (one round trip in three of a ``POST /messages``,
+    docs/performance.md)."""
     return make_engine(url, pool_size=config.db_web_pool, process=process, role="web",
                        statement_timeout=config.db_statement_timeout or None,
                        lock_timeout=config.db_lock_timeout or None,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,6 +49,7 @@ from webapp.domain import kinds, limits
 from webapp.domain.errors import Conflict, DomainError, TooMany
 from webapp.domain.flags import FLAG_DISPOSABLE, disposable_domain
 from workers.building.kinds import KindSpec
+from workers.core import pg
 from workers.core.i18n import N_
 from workers.core.settings import Config
 from workers.core.states import ACTIVE, CANCELLED, HELD, PENDING, SENT, WAITING, sql_list
@@ -102,7 +104,6 @@ def _row(ask: Ask, i: int, config: Config, replace: int | None) -> dict[str, Any
     flags = [FLAG_DISPOSABLE] if disposable_domain(ask.email) else []
     policy, spec = kinds.policy(ask.spec), ask.spec
     payload = payload_of(ask)
-    event = ask.event or {}
     return {
         "i": i, "kind": spec.name, "priority": spec.priority, "version": spec.version,
         "kind_class": spec.kind_class, "dedupe_window": spec.dedupe_window,
@@ -112,9 +113,7 @@ def _row(ask: Ask, i: int, config: Config, replace: int | None) -> dict[str, Any
         "send_at": payload.get("send_at"), "one_live": policy.one_live,
         "cooldown": kinds.cooldown_of(spec, config) if policy.request_cooldown else None,
         "replace_id": replace,
-        "action": f"{'verification' if policy.one_live else 'message'}.request",
-        "details": {"kind": spec.name, "email": ask.email, "send_at": payload.get("send_at"),
-                    "event": event.get("name"), "event_id": event.get("id")}}
+        "action": f"{'verification' if policy.one_live else 'message'}.request"}
 
 
 _JOB = f"""SELECT {queue.JOB_COLUMNS} FROM delivery_jobs"""
@@ -134,7 +133,7 @@ WITH item AS (
         i int, kind text, priority int, version int, kind_class text, dedupe_window int,
         kind_cooldown int, user_ref text, email text, key text, payload jsonb, flags jsonb,
         hold boolean, send_at timestamptz, one_live boolean, cooldown int,
-        replace_id bigint, action text, details jsonb)
+        replace_id bigint, action text)
 ), stale AS (
     SELECT i.i FROM item i
      WHERE NOT EXISTS (SELECT 1 FROM kinds k
@@ -198,8 +197,12 @@ WITH item AS (
 ), audited AS (
     INSERT INTO audit_log (actor, action, target, details)
     SELECT :actor, a.action, 'user:' || a.user_ref,
-           a.details || jsonb_build_object('job_id', n.id, 'status', n.status,
-                                           'flags', n.flags, 'replaced_job_id', a.replace_id)
+           jsonb_build_object('kind', a.kind, 'email', a.email,
+                              'send_at', a.payload -> 'send_at',
+                              'event', a.payload -> 'event' -> 'name',
+                              'event_id', a.payload -> 'event' -> 'id',
+                              'job_id', n.id, 'status', n.status, 'flags', n.flags,
+                              'replaced_job_id', a.replace_id)
       FROM inserted n JOIN admitted a ON a.correlation_id = CAST(n.correlation_id AS uuid)
     RETURNING 1
 ), woken AS (
@@ -232,8 +235,17 @@ _REPLACED = f"""), replaced AS (
      WHERE j.id = a.replace_id AND j.status IN {sql_list(WAITING)}
     RETURNING j.id
 """
-_SUBMIT_NEW = sa.text(_SUBMIT.replace("/*REPLACED*/", "").replace("/*ADMIT*/", "true"))
-_SUBMIT_REPLACING = sa.text(_SUBMIT.replace("/*REPLACED*/", _REPLACED).replace(
+
+
+def _driver(sql: str) -> str:
+    """``:name`` parameters as psycopg's ``%(name)s`` (the statements run on the driver:
+    :func:`workers.core.pg.driver_rows`)."""
+    assert "%" not in sql
+    return re.sub(r"(?<![:\w]):(items|actor|max_backlog)\b", r"%(\1)s", sql)
+
+
+_SUBMIT_NEW = _driver(_SUBMIT.replace("/*REPLACED*/", "").replace("/*ADMIT*/", "true"))
+_SUBMIT_REPLACING = _driver(_SUBMIT.replace("/*REPLACED*/", _REPLACED).replace(
     "/*ADMIT*/", "a.replace_id IS NULL OR a.replace_id IN (SELECT id FROM replaced)"))
 
 _TIMES = ("created_at", "available_at", "finished_at")
@@ -298,10 +310,10 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
         if not todo:
             break
         statement = _SUBMIT_REPLACING if state.replace else _SUBMIT_NEW
-        rows = conn.execute(statement, {
+        rows = pg.driver_rows(conn, statement, {
             "items": json.dumps([_row(state.asks[i], i, config, state.replace.get(i))
                                  for i in todo], default=str),
-            "actor": actor, "max_backlog": config.max_backlog}).mappings().all()
+            "actor": actor, "max_backlog": config.max_backlog})
         for row in rows:
             _settle(conn, config, state, row, last)
     return [a if a is not None else Answer(error=_busy()) for a in state.answers]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -64,10 +66,44 @@ def email_problem(message: str) -> str:
     return message
 
 
+# The common address, checked without walking email-validator's whole path (0.36 ms an
+# address, most of a 500-message batch's Python, issue 27): a plain ASCII dot-atom local
+# part (RFC 5322 atext, which email-validator accepts as it is) and a domain whose answer is
+# email-validator's own, cached per domain. Anything else (quoted or non-ASCII local parts,
+# too long, odd shapes) takes email-validator's full path, so the accepted addresses, their
+# normalized form and every refusal's wording are the same
+# (tests/unit/test_email_check.py compares both on a corpus).
+_PLAIN_LOCAL = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*")
+_MAX_LOCAL, _MAX_ADDRESS = 64, 254
+
+
+@functools.lru_cache(maxsize=4096)
+def _domain(domain: str) -> str | None:
+    """``domain`` as email-validator normalizes it, or None if it refuses it."""
+    try:
+        return str(validate_email(f"a@{domain}", check_deliverability=False).domain)
+    except EmailNotValidError:
+        return None
+
+
+def _plain(address: str) -> str | None:
+    """The normalized address if it is of the common shape and valid, else None (ask
+    email-validator)."""
+    local, at, domain = address.rpartition("@")
+    if not at or len(local) > _MAX_LOCAL or len(address) > _MAX_ADDRESS \
+            or not address.isascii() or _PLAIN_LOCAL.fullmatch(local) is None:
+        return None
+    normalized = _domain(domain)
+    return None if normalized is None else f"{local}@{normalized}"
+
+
 def check_email(raw: Any) -> str:
     """A syntactically valid address (as given, trimmed) or :class:`Invalid`."""
     if not isinstance(raw, str) or not raw.strip():
         raise Invalid(N_("email is required"), fields={"email": N_("required")})
+    plain = _plain(raw.strip())
+    if plain is not None:
+        return plain
     try:
         result = validate_email(raw.strip(), check_deliverability=False)
     except EmailNotValidError as exc:

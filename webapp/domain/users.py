@@ -15,6 +15,7 @@ from webapp.domain import audit
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email
 from webapp.models import ROLES
+from workers.core import pg
 from workers.core.i18n import N_
 
 _hasher = PasswordHasher()
@@ -101,11 +102,12 @@ def create_token(conn: Connection, user_id: int, name: str = "", *,
 
 # The token's user, and its use noted at most once a minute: sixteen clients sharing one
 # token would otherwise queue on its row's lock with every request (docs/performance.md).
-_USER_FOR_TOKEN = sa.text("""
+# Run on the driver (every API request pays for it): workers.core.pg.driver_rows.
+_USER_FOR_TOKEN = ("""
 WITH t AS (
     SELECT t.id AS token_id, t.last_used_at, u.id, u.email, u.role
       FROM api_tokens t JOIN users u ON u.id = t.user_id
-     WHERE t.token_hash = :h AND t.revoked_at IS NULL AND u.active
+     WHERE t.token_hash = %(h)s AND t.revoked_at IS NULL AND u.active
        AND (t.expires_at IS NULL OR t.expires_at > now())
 ), used AS (
     UPDATE api_tokens SET last_used_at = now()
@@ -117,8 +119,8 @@ SELECT id, email, role, token_id FROM t""")
 
 def user_for_token(conn: Connection, token: str) -> dict[str, Any] | None:
     """The active user a live token belongs to (and note its use), or None."""
-    row = conn.execute(_USER_FOR_TOKEN, {"h": _token_hash(token)}).mappings().first()
-    return dict(row) if row else None
+    rows = pg.driver_rows(conn, _USER_FOR_TOKEN, {"h": _token_hash(token)})
+    return rows[0] if rows else None
 
 
 def revoke_token(conn: Connection, token_id: int, *, actor: str = "system") -> None:

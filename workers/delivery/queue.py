@@ -1245,10 +1245,14 @@ SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
          WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL
            AND priority < {PRIORITY["broadcast"]}) AS n""")
 
-# What SENDDOCK_MAX_BACKLOG bounds (the request pipeline reads it inside its statement).
+# What SENDDOCK_MAX_BACKLOG bounds (the request pipeline reads it inside its statement),
+# from the per-kind counters the jobs table's statement triggers keep (exact, committed
+# with the rows they count: kind_counts holds jobs without a broadcast only). Counting the
+# claim index instead cost O(backlog) per request: 0.8 ms of PostgreSQL CPU with 2,000
+# waiting, on every POST (issue 27).
 TRANSACTIONAL_BACKLOG_COUNT = f"""
-SELECT count(*) FROM delivery_jobs
- WHERE status IN {sql_list(CLAIMABLE)} AND broadcast_id IS NULL"""
+SELECT coalesce(sum(n), 0)::bigint FROM kind_counts
+ WHERE status IN {sql_list(CLAIMABLE)}"""
 _TRANSACTIONAL_BACKLOG = sa.text(TRANSACTIONAL_BACKLOG_COUNT)
 
 
