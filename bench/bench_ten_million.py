@@ -140,9 +140,12 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=60, help="seconds of page polling")
     parser.add_argument("--retention-recipients", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--port-base", type=int, default=0,
+                        help="smtp-sink on this port, serve on the next (default: free ones)")
     args = parser.parse_args()
     info = machine()
-    smtp_port, web_port = free_port(), free_port()
+    smtp_port, web_port = ((args.port_base, args.port_base + 1) if args.port_base
+                           else (free_port(), free_port()))
     base = f"http://127.0.0.1:{web_port}"
     out: dict[str, Any] = {"machine": info, "recipients": args.recipients}
     rows: list[list[Any]] = []
@@ -197,6 +200,7 @@ def main() -> None:
                 "jobs browser": "/jobs/",
                 "jobs browser, campaign filter": f"/jobs/?state=waiting&campaign={campaign_id}",
                 "jobs browser, retrying": "/jobs/?state=retrying",
+                "jobs browser, an address": f"/jobs/?state=waiting&q={address}",
                 "API campaign": f"/api/v1/campaigns/{campaign_id}",
             }
             admin.headers["Authorization"] = f"Bearer {token}"  # for the API path

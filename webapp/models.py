@@ -366,8 +366,11 @@ delivery_jobs = Table(
           .label("search"), postgresql_using="gin",
           postgresql_ops={"search": "gin_trgm_ops"},
           postgresql_where=text("kind <> 'broadcast'")),
+    # The address filter's index: transactional jobs and a campaign's retrying, failed and
+    # bounced ones (never its millions waiting or sent).
     Index("delivery_jobs_email_idx", text("lower(email)"),
-          postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
+          postgresql_where=text(f"kind <> 'broadcast' OR status IN "
+                                f"{sql_list(states.ADDRESS_INDEXED)}")),
     Index("delivery_jobs_correlation_idx", "correlation_id",
           postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_user_idx", "user_ref", "created_at",

@@ -9,7 +9,7 @@
   (campaign_id, kind, at) for the campaign's figures.
 
 Revision ID: 0030_tracking
-Revises: 0021_throttle
+Revises: 0029_segments
 """
 
 from __future__ import annotations

@@ -64,7 +64,8 @@ def _rate(conn: Connection, campaign: dict[str, Any]) -> dict[str, Any]:
         start = resumed
     now = conn.execute(sa.text("SELECT now()")).scalar_one()
     window_start = max(start, now - timedelta(seconds=RATE_WINDOW))
-    row = queue_reads.recent_finishes(conn, broadcast_id, window_start, RATE_SAMPLE)
+    row = queue_reads.recent_finishes(conn, broadcast_id, window_start, RATE_SAMPLE,
+                                      recent=now - timedelta(seconds=STEADY_WINDOW))
     result: dict[str, Any] = {"rate": None, "window": None, "stalled_for": None,
                               "steady": False}
     newest = row.newest if row.newest is not None and row.newest > start else None
@@ -78,20 +79,19 @@ def _rate(conn: Connection, campaign: dict[str, Any]) -> dict[str, Any]:
     if row.n and span >= MIN_SPAN:
         result["rate"] = row.n / span
         result["window"] = span
-        result["steady"] = _steady(conn, broadcast_id, row.now, span_start, result["rate"])
+        result["steady"] = _steady(row, span_start, result["rate"])
     return result
 
 
-def _steady(conn: Connection, broadcast_id: int, now: Any, span_start: Any,
-            rate: float) -> bool:
+def _steady(row: Any, span_start: Any, rate: float) -> bool:
     """Whether the last STEADY_WINDOW seconds ran at ``rate`` (within the tolerance): an
-    ETA from a rate that is still climbing or falling is a guess."""
-    recent_start = max(span_start, now - timedelta(seconds=STEADY_WINDOW))
-    recent_span = (now - recent_start).total_seconds()
-    if recent_span >= (now - span_start).total_seconds():
+    ETA from a rate that is still climbing or falling is a guess. The recent finishes are
+    counted in the same sample (``row.n_recent``): they are its newest rows."""
+    recent_start = max(span_start, row.now - timedelta(seconds=STEADY_WINDOW))
+    recent_span = (row.now - recent_start).total_seconds()
+    if recent_span >= (row.now - span_start).total_seconds():
         return True  # the window is the recent part: nothing to compare with
-    recent = queue_reads.recent_finishes(conn, broadcast_id, recent_start, RATE_SAMPLE)
-    return abs(recent.n / recent_span - rate) <= STEADY_TOLERANCE * rate
+    return abs(row.n_recent / recent_span - rate) <= STEADY_TOLERANCE * rate
 
 
 def live(conn: Connection, campaign_id: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from workers.core.states import (
     ACTIVE,
+    ADDRESS_INDEXED,
     CLAIMABLE,
     CLASS_PRIORITY,
     KINDS,
@@ -371,11 +372,18 @@ def top_errors(conn: Connection, broadcast_id: int, limit: int = 5,
 
 
 # The newest finishes of one broadcast since `since`, newest first from
-# delivery_jobs_broadcast_finished_idx, capped at `sample`; and the newest finish at all.
+# delivery_jobs_broadcast_finished_idx, capped at `sample`: how many, the oldest of them,
+# how many of them are after `recent` (the steady check's window, from the same sample),
+# and the newest finish at all. The newest is read as the index's last entry (LIMIT 1):
+# written as max() the planner, whose statistics said no job of the broadcast had
+# finished yet, aggregated every finished job of the campaign instead (13 ms at 19,000
+# sent, growing with every message of a 10M campaign).
 _RECENT_FINISHES = sa.text("""
 SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now,
-       (SELECT max(finished_at) FROM delivery_jobs
-         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL) AS newest
+       count(*) FILTER (WHERE finished_at > :recent) AS n_recent,
+       (SELECT finished_at FROM delivery_jobs
+         WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
+         ORDER BY finished_at DESC LIMIT 1) AS newest
   FROM (SELECT finished_at FROM delivery_jobs
          WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
            AND finished_at > :since
@@ -397,11 +405,14 @@ SELECT (SELECT available_at FROM delivery_jobs
 
 
 def recent_finishes(conn: Connection, broadcast_id: int, since: datetime,
-                    sample: int) -> Any:
-    """(n, oldest, now, newest): how many of the broadcast's jobs finished after ``since``
-    (at most ``sample``), the oldest of those, the database's now, and the newest finish."""
+                    sample: int, recent: datetime | None = None) -> Any:
+    """(n, oldest, now, n_recent, newest): how many of the broadcast's jobs finished after
+    ``since`` (at most ``sample``, the newest), the oldest of those, the database's now,
+    how many of those finished after ``recent`` (default ``since``), and the newest
+    finish."""
     return conn.execute(_RECENT_FINISHES, {"broadcast_id": broadcast_id, "since": since,
-                                           "sample": sample}).one()
+                                           "sample": sample,
+                                           "recent": recent or since}).one()
 
 
 # A campaign's jobs waiting for a recipient domain that throttles us (SPEC 16): per domain
@@ -518,6 +529,10 @@ def kinds_for_user(conn: Connection, user_ref: str) -> list[str]:
 # they come due, with their next run), in flight, held. Each is keyset-paged along the
 # index that serves the state, so a deep page costs what the first does.
 
+# The predicate of delivery_jobs_email_idx: the jobs an address search finds.
+_ADDRESS_INDEXED = f"(j.kind <> 'broadcast' OR j.status IN {sql_list(ADDRESS_INDEXED)})"
+
+
 @dataclass
 class JobFilter:
     """Which jobs a jobs-browser tab shows."""
@@ -536,7 +551,10 @@ class JobFilter:
             clauses.append("j.broadcast_id = :broadcast_id")
             params["broadcast_id"] = self.broadcast_id
         if self.email:
+            # Only what the address index holds (its predicate repeated): a campaign's
+            # waiting and sent millions are not searched by address.
             clauses.append("lower(j.email) = lower(:email)")
+            clauses.append(_ADDRESS_INDEXED)
             params["email"] = self.email
         return "".join(f" AND {c}" for c in clauses), params
 
@@ -628,8 +646,8 @@ def _waiting(conn: Connection, where: JobFilter, *, after: Sequence[Any] | None,
             campaign = " AND false"
         elif after[0] == PRIORITY["broadcast"]:
             campaign_keyset = " AND (j.available_at, j.id) > (:after1, :after2)"
-    if where.kind not in (None, "broadcast"):
-        campaign = " AND false"
+    if where.kind not in (None, "broadcast") or where.email:
+        campaign = " AND false"  # an address finds no campaign job waiting (JobFilter)
     rows = conn.execute(sa.text(_WAITING.format(
         extra=extra, keyset=keyset, campaign_keyset=campaign_keyset, campaign=campaign)),
         {**params, "limit": limit})
@@ -638,7 +656,8 @@ def _waiting(conn: Connection, where: JobFilter, *, after: Sequence[Any] | None,
 
 _COUNTS_FOR_EMAIL = sa.text(f"""
 SELECT status, count(*) AS n FROM delivery_jobs j
- WHERE lower(j.email) = lower(:email) AND (CAST(:kind AS text) IS NULL OR j.kind = :kind)
+ WHERE lower(j.email) = lower(:email) AND {_ADDRESS_INDEXED}
+   AND (CAST(:kind AS text) IS NULL OR j.kind = :kind)
    AND j.status IN {sql_list(STATES)}
  GROUP BY status
 """)

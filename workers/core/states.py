@@ -33,6 +33,9 @@ CLAIMABLE: tuple[str, ...] = (PENDING, RETRY)
 WAITING: tuple[str, ...] = (PENDING, RETRY, HELD)
 #: What the failed-jobs inbox lists and an admin may retry.
 PROBLEM: tuple[str, ...] = (FAILED, BOUNCED)
+#: A campaign's jobs in these states are on the address index (delivery_jobs_email_idx)
+#: with every transactional job: the jobs browser's address filter searches only those.
+ADDRESS_INDEXED: tuple[str, ...] = (RETRY, FAILED, BOUNCED)
 #: The per-broadcast counters kept by the count triggers (campaigns never hold jobs).
 COUNTED: tuple[str, ...] = (PENDING, SENDING, RETRY, SENT, FAILED, BOUNCED, SKIPPED,
                             CANCELLED)

@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -96,6 +97,10 @@ SELECT b.id, w.n FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
  ORDER BY b.id
 """)
 
+#: Consecutive job ids one stream of the settler takes before the next stream's stripe: the
+#: streams write different heap pages.
+STRIPE = 1024
+
 # One chunk: the next waiting jobs along delivery_jobs_broadcast_due_idx after the cursor
 # (a keyset, so each chunk reads only its own entries, never the ones already settled);
 # they become `cancelled` (a legal move from `pending` and `retry`; the UPDATE re-checks
@@ -105,12 +110,14 @@ SELECT b.id, w.n FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
 # chunk). The ids go to the UPDATE as one array (a primary-key probe each): as a join the
 # planner merged it with the primary key read from its start, so every chunk read all the
 # rows before it (a 1M cancel settled 10,000 rows per 25 s). Returns how many moved and
-# where the chunk ended.
+# where the chunk ended. With several streams (:class:`Settler`), stream ``part`` of
+# ``parts`` takes only its stripes of ids.
 _SETTLE_CHUNK = sa.text(f"""
 WITH chunk AS MATERIALIZED (
     SELECT id, available_at FROM delivery_jobs
      WHERE broadcast_id = :broadcast_id AND status IN {sql_list(CLAIMABLE)}
        AND (available_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
+       AND (id / {STRIPE}) % CAST(:parts AS bigint) = :part
      ORDER BY available_at, id LIMIT :n
 ), settled AS (
     UPDATE delivery_jobs j
@@ -135,12 +142,13 @@ class SettleChunk:
 
 
 def settle_chunk(conn: Connection, broadcast_id: int, after: tuple[datetime | str, int],
-                 n: int) -> SettleChunk:
+                 n: int, *, part: int = 0, parts: int = 1) -> SettleChunk:
     """Cancel up to ``n`` waiting jobs of ``broadcast_id`` after the keyset ``after``
-    (in the caller's transaction)."""
+    (in the caller's transaction); of stream ``part`` of ``parts`` (its stripes of ids)."""
     custom_plan(conn)
     row = conn.execute(_SETTLE_CHUNK, {"broadcast_id": broadcast_id, "after_at": after[0],
-                                       "after_id": after[1], "n": n}).one()
+                                       "after_id": after[1], "n": n, "part": part,
+                                       "parts": parts}).one()
     last = (row.available_at, int(row.id)) if row.id is not None else None
     return SettleChunk(int(row.n), last)
 
@@ -164,33 +172,51 @@ class Settler:
     several at once only skip each other's locked rows). Each tick works for at most
     ``budget`` seconds in chunks of ``chunk`` jobs, each its own transaction, so it never
     holds many locks or a long snapshot, and sending (other campaigns, transactional mail)
-    goes on between chunks."""
+    goes on between chunks. ``streams`` sessions settle at once, each its own stripes of
+    the campaign's ids: a row's new version, its index entries and its WAL are the cost
+    (the triggers are a sixth of it), so a second session uses the second core (1M bench:
+    one stream 19,000 jobs/s, two 27,000 on a loaded machine)."""
 
     engine: Engine
     chunk: int = 10_000
     budget: float = 5.0
+    streams: int = 2
     stopping: threading.Event = field(default_factory=threading.Event)
-    # broadcast id -> where its last chunk ended (start again from the top at the end: a
-    # job skipped while locked, or put back to `pending` by a rescue, is behind it).
-    cursors: dict[int, tuple[datetime | str, int]] = field(default_factory=dict)
+    # (broadcast id, stream) -> where its last chunk ended (start again from the top at
+    # the end: a job skipped while locked, or put back to `pending` by a rescue, is
+    # behind it).
+    cursors: dict[tuple[int, int], tuple[datetime | str, int]] = field(default_factory=dict)
 
     def tick(self) -> int:
         """Settle for up to ``budget`` seconds; returns how many jobs were cancelled."""
         deadline = time.monotonic() + self.budget
-        total = 0
         with self.engine.connect() as conn:
             waiting = to_settle(conn)
-        self.cursors = {b: c for b, c in self.cursors.items() if b in waiting}
-        for broadcast_id in waiting:
-            while time.monotonic() < deadline and not self.stopping.is_set():
-                with self.engine.begin() as conn:
-                    done = settle_chunk(conn, broadcast_id,
-                                        self.cursors.get(broadcast_id, START), self.chunk)
-                total += done.settled
-                if done.last is None:  # the end of its range: from the top next time
-                    self.cursors.pop(broadcast_id, None)
-                    break
-                self.cursors[broadcast_id] = done.last
+        self.cursors = {k: c for k, c in self.cursors.items() if k[0] in waiting}
+        if not waiting:
+            return 0
+        if self.streams == 1:
+            total = self._stream(list(waiting), 0, deadline)
+        else:
+            with ThreadPoolExecutor(self.streams, thread_name_prefix="settler") as pool:
+                total = sum(f.result() for f in [
+                    pool.submit(self._stream, list(waiting), part, deadline)
+                    for part in range(self.streams)])
         if total:
             log.info("settled %d job(s) of cancelled campaigns", total)
+        return total
+
+    def _stream(self, waiting: list[int], part: int, deadline: float) -> int:
+        total = 0
+        for broadcast_id in waiting:
+            key = (broadcast_id, part)
+            while time.monotonic() < deadline and not self.stopping.is_set():
+                with self.engine.begin() as conn:
+                    done = settle_chunk(conn, broadcast_id, self.cursors.get(key, START),
+                                        self.chunk, part=part, parts=self.streams)
+                total += done.settled
+                if done.last is None:  # the end of its range: from the top next time
+                    self.cursors.pop(key, None)
+                    break
+                self.cursors[key] = done.last
         return total
