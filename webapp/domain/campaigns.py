@@ -229,7 +229,8 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
     validate_templates(campaign["subject"], campaign["text_body"], campaign["html_body"],
                        layout_for(conn, campaign))
     if at is not None and at > datetime.now(UTC):
-        conn.execute(sa.text("UPDATE campaigns SET status = 'scheduled', scheduled_at = :at, "
+        conn.execute(sa.text(f"UPDATE campaigns SET status = '{Campaign.SCHEDULED}', "
+                             "scheduled_at = :at, "
                              "updated_at = now() WHERE id = :id"), {"at": at, "id": campaign_id})
         audit.record(conn, actor, "campaign.schedule", f"campaign:{campaign_id}", at=at)
     else:
@@ -240,10 +241,10 @@ def send(conn: Connection, campaign_id: int, *, actor: str = "system",
 
 def unschedule(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
     campaign = get(conn, campaign_id, lock=True)
-    if campaign["status"] != "scheduled":
+    if campaign["status"] != Campaign.SCHEDULED:
         raise Conflict(N_("campaign is %(status)s, not scheduled",
                           status=word(campaign["status"])))
-    conn.execute(sa.text("UPDATE campaigns SET status = 'draft', scheduled_at = NULL, "
+    conn.execute(sa.text(f"UPDATE campaigns SET status = '{Campaign.DRAFT}', scheduled_at = NULL, "
                          "updated_at = now() WHERE id = :id"), {"id": campaign_id})
     audit.record(conn, actor, "campaign.unschedule", f"campaign:{campaign_id}")
     return with_counts(conn, campaign_id)

@@ -18,11 +18,17 @@ from sqlalchemy.engine import Connection
 from workers.core.states import (
     ACTIVE,
     ADDRESS_INDEXED,
+    CANCELLED,
     CLAIMABLE,
     CLASS_PRIORITY,
+    HELD,
     KINDS,
+    PENDING,
     PRIORITY,
     PROBLEM,
+    RETRY,
+    SENDING,
+    SENT,
     STATES,
     Campaign,
     sql_list,
@@ -188,7 +194,7 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
 # (delivery_jobs_transactional_idx).
 _HELD = sa.text(f"""
 SELECT {JOB_COLUMNS} FROM delivery_jobs
- WHERE kind <> 'broadcast' AND kind = :kind AND status = 'held'
+ WHERE kind <> 'broadcast' AND kind = :kind AND status = '{HELD}'
  ORDER BY created_at, id LIMIT :limit
 """)
 
@@ -197,9 +203,9 @@ def held_jobs(conn: Connection, kind: str, limit: int = 20) -> list[dict[str, An
     return [dict(r) for r in conn.execute(_HELD, {"kind": kind, "limit": limit}).mappings()]
 
 
-_HELD_COUNT = sa.text("""
+_HELD_COUNT = sa.text(f"""
 SELECT count(*) FROM delivery_jobs WHERE kind <> 'broadcast' AND kind = :kind
-   AND status = 'held'
+   AND status = '{HELD}'
 """)
 
 
@@ -276,13 +282,13 @@ def attempts_per_minute(conn: Connection, since: datetime,
 
 # Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_idx).
 # Bucket i counts jobs with bounds[i-1] <= seconds < bounds[i] (0: below the first bound).
-_TIME_TO_SENT = sa.text("""
+_TIME_TO_SENT = sa.text(f"""
 SELECT date_trunc('minute', finished_at) AS minute, kind,
        width_bucket(extract(epoch FROM finished_at - created_at)::float8,
                     CAST(:bounds AS float8[])) AS bucket,
        count(*) AS n, sum(extract(epoch FROM finished_at - created_at))::float8 AS seconds
   FROM delivery_jobs
- WHERE status = 'sent' AND finished_at >= :since AND finished_at < :until
+ WHERE status = '{SENT}' AND finished_at >= :since AND finished_at < :until
  GROUP BY 1, 2, 3
 """)
 
@@ -310,10 +316,10 @@ def problems_since(conn: Connection, since: datetime) -> int:
 # valid (`live`, on the database clock), how long ago it expired (`lease_overdue`, < 0
 # while valid) and the jobs `sending` in their name (read from the jobs, not from the row
 # the worker writes: a vanished worker writes nothing).
-_WORKERS = sa.text("""
+_WORKERS = sa.text(f"""
 WITH sending AS (
     SELECT claimed_by, count(*) AS n FROM delivery_jobs
-     WHERE status = 'sending' GROUP BY claimed_by
+     WHERE status = '{SENDING}' GROUP BY claimed_by
 )
 SELECT w.id, w.node, w.hostname, w.pid, w.threads, coalesce(s.n, 0) AS in_flight,
        w.started_at, w.heartbeat_at, w.lease_until, w.lease_until > now() AS live,
@@ -331,11 +337,11 @@ def running_workers(conn: Connection) -> list[dict[str, Any]]:
 
 # Jobs `sending` in the name of a worker whose lease expired (or that is not registered):
 # a vanished, cut-off or frozen host's; taken back SENDDOCK_LEASE_GRACE after the expiry.
-_STRANDED = sa.text("""
+_STRANDED = sa.text(f"""
 SELECT count(*) AS n,
        coalesce(max(extract(epoch FROM now() - w.lease_until)), 0)::float8 AS overdue
   FROM delivery_jobs j LEFT JOIN workers w ON w.id = j.claimed_by
- WHERE j.status = 'sending' AND (w.id IS NULL OR w.lease_until <= now())
+ WHERE j.status = '{SENDING}' AND (w.id IS NULL OR w.lease_until <= now())
 """)
 
 
@@ -348,7 +354,7 @@ def stranded(conn: Connection) -> tuple[int, float]:
 def in_flight(conn: Connection) -> int:
     """Every job `sending`, whoever holds it (a vanished worker's included)."""
     return int(conn.execute(sa.text(
-        "SELECT count(*) FROM delivery_jobs WHERE status = 'sending'")).scalar_one())
+        f"SELECT count(*) FROM delivery_jobs WHERE status = '{SENDING}'")).scalar_one())
 
 
 # --- campaign live page ----------------------------------------------------------------
@@ -395,11 +401,11 @@ SELECT count(*) AS n, min(finished_at) AS oldest, now() AS now,
 _RETRY_DUE = sa.text(f"""
 SELECT (SELECT available_at FROM delivery_jobs
          WHERE status IN {sql_list(CLAIMABLE)} AND priority = :priority
-           AND broadcast_id = :broadcast_id AND status = 'retry'
+           AND broadcast_id = :broadcast_id AND status = '{RETRY}'
          ORDER BY available_at LIMIT 1) AS next_at,
        (SELECT available_at FROM delivery_jobs
          WHERE status IN {sql_list(CLAIMABLE)} AND priority = :priority
-           AND broadcast_id = :broadcast_id AND status = 'retry'
+           AND broadcast_id = :broadcast_id AND status = '{RETRY}'
          ORDER BY available_at DESC LIMIT 1) AS last_at
 """)
 
@@ -484,16 +490,16 @@ def time_to_sent_counts(conn: Connection) -> dict[tuple[str, str], dict[int, tup
 # failures retried), and time to sent (from when the message was due) p50/p95.
 _KIND_STATS = sa.text(f"""
 SELECT kind, count(*) AS requested,
-       count(*) FILTER (WHERE status = 'sent') AS sent,
+       count(*) FILTER (WHERE status = '{SENT}') AS sent,
        count(*) FILTER (WHERE status IN {sql_list(PROBLEM)}) AS failed,
        count(*) FILTER (WHERE status IN {sql_list(ACTIVE)}) AS waiting,
-       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-       coalesce(sum(CASE WHEN status = 'retry' THEN attempts
+       count(*) FILTER (WHERE status = '{CANCELLED}') AS cancelled,
+       coalesce(sum(CASE WHEN status = '{RETRY}' THEN attempts
                          ELSE greatest(attempts - 1, 0) END), 0)::bigint AS retries,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds) AS p95
   FROM (SELECT kind, status, attempts,
-               CASE WHEN status = 'sent' THEN extract(epoch FROM finished_at - greatest(
+               CASE WHEN status = '{SENT}' THEN extract(epoch FROM finished_at - greatest(
                    created_at, CAST(payload ->> 'send_at' AS timestamptz))) END AS seconds
           FROM delivery_jobs
          WHERE kind <> 'broadcast' AND kind = ANY(CAST(:kinds AS text[]))
@@ -565,14 +571,14 @@ class JobFilter:
 # delivery_jobs_sent_idx and delivery_jobs_cancelled_idx backwards (a campaign's, its
 # delivery_jobs_broadcast_finished_idx), so a page costs its 51 rows at 10M jobs too.
 BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'pending'",
+    "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = '{PENDING}'",
                 ("j.priority", "j.available_at", "j.id")),
-    "retrying": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = 'retry'",
+    "retrying": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = '{RETRY}'",
                  ("j.priority", "j.available_at", "j.id")),
-    "sending": ("j.status = 'sending'", ("j.claimed_at", "j.id")),
-    "held": ("j.kind <> 'broadcast' AND j.status = 'held'", ("j.created_at", "j.id")),
-    "sent": ("j.status = 'sent'", ("j.finished_at", "j.id")),
-    "cancelled": ("j.status = 'cancelled'", ("j.finished_at", "j.id")),
+    "sending": (f"j.status = '{SENDING}'", ("j.claimed_at", "j.id")),
+    "held": (f"j.kind <> 'broadcast' AND j.status = '{HELD}'", ("j.created_at", "j.id")),
+    "sent": (f"j.status = '{SENT}'", ("j.finished_at", "j.id")),
+    "cancelled": (f"j.status = '{CANCELLED}'", ("j.finished_at", "j.id")),
 }
 NEWEST_FIRST = frozenset({"sent", "cancelled"})  # finished: the latest is what one looks for
 
@@ -618,13 +624,13 @@ _WAITING = f"""
 SELECT w.*, c.name AS campaign_name FROM (
     (SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
       WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
-        AND j.status = 'pending'{{extra}}{{keyset}}
+        AND j.status = '{PENDING}'{{extra}}{{keyset}}
       ORDER BY j.priority, j.available_at, j.id LIMIT :limit)
     UNION ALL
     SELECT d.* FROM broadcasts b CROSS JOIN LATERAL (
         SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
          WHERE j.broadcast_id = b.id AND j.status IN {sql_list(CLAIMABLE)}
-           AND j.status = 'pending'{{extra}}{{campaign_keyset}}
+           AND j.status = '{PENDING}'{{extra}}{{campaign_keyset}}
          ORDER BY j.available_at, j.id LIMIT :limit) d
      WHERE b.finished_at IS NULL{{campaign}}
 ) w LEFT JOIN campaigns c ON c.id = w.campaign_id
@@ -707,10 +713,10 @@ def count_retryable(conn: Connection, where: ProblemFilter, as_of: datetime,
                             {**params, "as_of": as_of, "cap": cap}).scalar_one())
 
 
-_SCHEDULED_CAMPAIGNS = sa.text("""
+_SCHEDULED_CAMPAIGNS = sa.text(f"""
 SELECT c.id, c.name, c.scheduled_at, l.name AS list_name, l.subscriber_count
   FROM campaigns c JOIN lists l ON l.id = c.list_id
- WHERE c.status = 'scheduled' ORDER BY c.scheduled_at, c.id LIMIT :limit
+ WHERE c.status = '{Campaign.SCHEDULED}' ORDER BY c.scheduled_at, c.id LIMIT :limit
 """)
 
 

@@ -32,14 +32,14 @@ log = logging.getLogger("senddock.lifecycle")
 # makes this one a no-op) and the audit entry is written with it. It never touches a job,
 # so it costs the same for ten recipients or ten million. Pausing records the reason (a
 # marketer's pause has none); resuming clears it; cancelling stamps the finish.
-_MOVE = sa.text("""
+_MOVE = sa.text(f"""
 WITH moved AS (
     UPDATE campaigns
        SET status = :to, updated_at = now(),
-           paused_reason = CASE WHEN :to = 'paused' THEN CAST(:reason AS text)
-                                WHEN :to = 'sending' THEN NULL ELSE paused_reason END,
-           finished_at = CASE WHEN :to = 'cancelled' THEN now() ELSE finished_at END,
-           scheduled_at = CASE WHEN :to = 'cancelled' THEN NULL ELSE scheduled_at END
+           paused_reason = CASE WHEN :to = '{Campaign.PAUSED}' THEN CAST(:reason AS text)
+                                WHEN :to = '{Campaign.SENDING}' THEN NULL ELSE paused_reason END,
+           finished_at = CASE WHEN :to = '{Campaign.CANCELLED}' THEN now() ELSE finished_at END,
+           scheduled_at = CASE WHEN :to = '{Campaign.CANCELLED}' THEN NULL ELSE scheduled_at END
      WHERE id = :id AND status = ANY(CAST(:from AS text[]))
     RETURNING id
 )

@@ -57,6 +57,7 @@ from workers.building.compose import Composer, domain_of
 from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
+from workers.core.states import PENDING
 from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, services
 from workers.delivery.classify import RefusalStreak, ReplyClass, ThrottleJudge
 from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
@@ -703,7 +704,7 @@ class Pool:
 
     @staticmethod
     def _refused(job: queue.ClaimedJob, outcome: queue.Outcome) -> None:
-        if outcome.status == "pending" and not outcome.counted:
+        if outcome.status == PENDING and not outcome.counted:
             # Handed back unsent: nothing was sent, nothing is lost.
             log.debug("job %d was taken back before it was handed back unsent", job.id)
             return

@@ -23,11 +23,17 @@ from sqlalchemy.engine import Connection
 
 from workers.core.states import (
     ACTIVE,
+    BOUNCED,
+    CANCELLED,
     CLAIMABLE,
     COUNTED,
+    HELD,
+    PENDING,
     PRIORITY,
     PROBLEM,
     RETRY,
+    SENDING,
+    SENT,
     TERMINAL,
     WAITING,
     Campaign,
@@ -35,6 +41,9 @@ from workers.core.states import (
 )
 from workers.delivery import audience
 from workers.delivery.lifecycle import custom_plan
+
+#: The suppression reason a hard bounce writes (suppressions.reason, not a job state).
+BOUNCE_REASON = "bounced"
 
 
 @dataclass
@@ -96,29 +105,29 @@ class Outcome:
 # The row lock (SKIP LOCKED) keeps two processes off the same broadcast; a crash rolls
 # back only the chunk in progress, and the next run goes on from the cursor. Jobs can be
 # claimed from the first chunk on.
-_ENQUEUE_CHUNK = """
+_ENQUEUE_CHUNK = f"""
 WITH b AS (
     SELECT b.id, b.campaign_id, b.enqueued_upto, c.list_id
       FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
      WHERE b.id = :broadcast_id AND b.enqueued_at IS NULL
-       AND c.status IN {started}
+       AND c.status IN {{started}}
        FOR UPDATE OF b SKIP LOCKED
 ), members AS MATERIALIZED (
-    SELECT {member_columns} FROM memberships m
+    SELECT {{member_columns}} FROM memberships m
      WHERE m.list_id = (SELECT list_id FROM b)
        AND m.subscriber_id > (SELECT enqueued_upto FROM b)
      ORDER BY m.subscriber_id LIMIT :chunk
 ), audience AS MATERIALIZED (
     SELECT s.id, s.email, s.status,
            EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email)) AS suppressed,
-           {chosen} AS chosen
+           {{chosen}} AS chosen
       FROM members m JOIN subscribers s ON s.id = m.subscriber_id
      WHERE s.id > (SELECT enqueued_upto FROM b)
        AND s.id <= (SELECT max(subscriber_id) FROM members)
 ), ins AS (
     INSERT INTO delivery_jobs (kind, priority, status, email, broadcast_id, campaign_id,
                                subscriber_id)
-    SELECT 'broadcast', :priority, 'pending', a.email, b.id, b.campaign_id, a.id
+    SELECT 'broadcast', :priority, '{PENDING}', a.email, b.id, b.campaign_id, a.id
       FROM audience a, b
      WHERE a.chosen AND a.status = 'active' AND NOT a.suppressed
     RETURNING 1
@@ -377,7 +386,7 @@ WITH o AS (
            finished_at = CASE WHEN o.status IN {sql_list(TERMINAL)} THEN now() END,
            claimed_by = NULL, claim_token = NULL, claimed_at = NULL
       FROM o
-     WHERE j.id = o.id AND CASE WHEN j.status = 'sending' THEN j.claim_token END = o.token
+     WHERE j.id = o.id AND CASE WHEN j.status = '{SENDING}' THEN j.claim_token END = o.token
     RETURNING j.id, j.attempts, j.email, j.kind, o.status, o.counted, o.class, o.code,
               o.enhanced, o.reply, o.stage, o.duration_ms, o.started_at
 ), a AS (
@@ -388,8 +397,8 @@ WITH o AS (
       FROM u WHERE counted
 ), s AS (
     INSERT INTO suppressions (email, reason, job_id, reply, created_by)
-    SELECT DISTINCT ON (lower(email)) lower(email), 'bounced', id, reply, 'system'
-      FROM u WHERE status = 'bounced'
+    SELECT DISTINCT ON (lower(email)) lower(email), '{BOUNCE_REASON}', id, reply, 'system'
+      FROM u WHERE status = '{BOUNCED}'
     ON CONFLICT (email) DO NOTHING
 )
 SELECT coalesce(array_agg(id), '{{}}') FROM u
@@ -503,22 +512,22 @@ def end_stale_sessions(conn: Connection, name: str) -> list[int]:
 # message; the Message-ID stays the same, P3). The workers rows are locked first, so a
 # renewal running at the same moment waits and then starts a new term: the worker gives
 # back what it held instead of sending it. A dead worker is marked stopped.
-_TAKE_BACK = sa.text("""
+_TAKE_BACK = sa.text(f"""
 WITH dead AS (
     SELECT id FROM workers
      WHERE id <> :me
        AND (id = ANY(CAST(:ids AS text[]))
             OR lease_until < now() - make_interval(secs => :grace))
        AND (stopped_at IS NULL
-            OR id IN (SELECT DISTINCT claimed_by FROM delivery_jobs WHERE status = 'sending'))
+            OR id IN (SELECT DISTINCT claimed_by FROM delivery_jobs WHERE status = '{SENDING}'))
        FOR UPDATE
 ), taken AS (
     UPDATE delivery_jobs j
-       SET status = 'pending', claimed_by = NULL, claim_token = NULL, claimed_at = NULL,
+       SET status = '{PENDING}', claimed_by = NULL, claim_token = NULL, claimed_at = NULL,
            last_error = 'taken back from worker ' || j.claimed_by
                         || ' after its lease expired',
            last_error_class = 'orphan'
-      FROM dead WHERE j.status = 'sending' AND j.claimed_by = dead.id
+      FROM dead WHERE j.status = '{SENDING}' AND j.claimed_by = dead.id
     RETURNING dead.id AS worker
 ), marked AS (
     UPDATE workers w SET stopped_at = now() FROM dead
@@ -538,11 +547,11 @@ def take_back(conn: Connection, *, me: str, grace: float,
 
 # This node's other registered processes (the startup hook asks the OS whether they are
 # still there: a restart takes its predecessor's jobs back at once, P4).
-_NODE_PEERS = sa.text("""
+_NODE_PEERS = sa.text(f"""
 SELECT id, hostname, pid FROM workers
  WHERE node = :node AND id <> :me
    AND (stopped_at IS NULL
-        OR id IN (SELECT DISTINCT claimed_by FROM delivery_jobs WHERE status = 'sending'))
+        OR id IN (SELECT DISTINCT claimed_by FROM delivery_jobs WHERE status = '{SENDING}'))
 """)
 
 
@@ -557,10 +566,10 @@ def node_peers(conn: Connection, node: str, me: str) -> list[tuple[str, str, int
 # registered after the caller's snapshot of held tokens ran after :fence (the database
 # clock, read before that snapshot), while only claims older than :fence minus the worker
 # timeout (a margin for clock steps) are touched. Back to `pending`, attempt not counted.
-_RELEASE_LOST_CLAIMS = sa.text("""
+_RELEASE_LOST_CLAIMS = sa.text(f"""
 UPDATE delivery_jobs
-   SET status = 'pending', claimed_by = NULL, claim_token = NULL, claimed_at = NULL
- WHERE status = 'sending' AND claimed_by = :me
+   SET status = '{PENDING}', claimed_by = NULL, claim_token = NULL, claimed_at = NULL
+ WHERE status = '{SENDING}' AND claimed_by = :me
    AND claimed_at < CAST(:fence AS timestamptz) - make_interval(secs => :margin)
    AND claim_token <> ALL(CAST(:holding AS uuid[]))
 """)
@@ -578,10 +587,10 @@ def release_lost_claims(conn: Connection, worker_id: str,
 
 # Release jobs this worker claimed but will not send (shutdown mid-batch, relay trouble):
 # back to `pending` without using an attempt.
-_RELEASE = sa.text("""
+_RELEASE = sa.text(f"""
 UPDATE delivery_jobs
-   SET status = 'pending', claimed_by = NULL, claim_token = NULL, claimed_at = NULL
- WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'sending'
+   SET status = '{PENDING}', claimed_by = NULL, claim_token = NULL, claimed_at = NULL
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{SENDING}'
    AND claim_token = ANY(CAST(:tokens AS uuid[]))
 """)
 
@@ -596,9 +605,9 @@ def release(conn: Connection, jobs: Sequence[ClaimedJob]) -> int:
 def mark_worker_stopped(conn: Connection, worker_id: str) -> int:
     """Mark the pool stopped; returns the jobs still claimed in its name (left to the
     rescuer, which takes them back once this process's lease has expired)."""
-    return int(conn.execute(sa.text("""
+    return int(conn.execute(sa.text(f"""
         UPDATE workers SET stopped_at = now(), in_flight = (
-            SELECT count(*) FROM delivery_jobs WHERE status = 'sending' AND claimed_by = :id)
+            SELECT count(*) FROM delivery_jobs WHERE status = '{SENDING}' AND claimed_by = :id)
          WHERE id = :id RETURNING in_flight"""), {"id": worker_id}).scalar() or 0)
 
 
@@ -740,10 +749,10 @@ PACE_ACCEPTED = 10.0
 _PACE_DOWN = sa.text(f"""
 WITH measured AS (
     SELECT greatest(count(*) / {PACE_MEASURE}, {PACE_START}) AS rate FROM delivery_jobs
-     WHERE status = 'sent' AND finished_at > now() - make_interval(secs => {PACE_MEASURE})
+     WHERE status = '{SENT}' AND finished_at > now() - make_interval(secs => {PACE_MEASURE})
 ), accepted AS (
     SELECT count(*) / {PACE_ACCEPTED} AS rate FROM delivery_jobs
-     WHERE status = 'sent' AND finished_at > now() - make_interval(secs => {PACE_ACCEPTED})
+     WHERE status = '{SENT}' AND finished_at > now() - make_interval(secs => {PACE_ACCEPTED})
 ), cur AS (
     SELECT least(coalesce(l.paced_rate, CASE WHEN :limit > 0 THEN :limit
                                              ELSE (SELECT rate FROM measured) END),
@@ -919,8 +928,9 @@ def sender_still_refused(conn: Connection, sender: str, reply: str) -> None:
                  {"sender": sender, "reply": reply[:1000]})
 
 
-_PAUSED_FOR_SENDER = sa.text("""
-SELECT id, from_addr FROM campaigns WHERE status = 'paused' AND paused_reason LIKE :reason
+_PAUSED_FOR_SENDER = sa.text(f"""
+SELECT id, from_addr FROM campaigns
+ WHERE status = '{Campaign.PAUSED}' AND paused_reason LIKE :reason
 """)
 
 
@@ -951,12 +961,12 @@ def sender_refusals(conn: Connection) -> list[dict[str, Any]]:
 _REPRIEVE = sa.text(f"""
 WITH r AS (
     UPDATE delivery_jobs
-       SET status = 'pending', attempts = greatest(0, attempts - 1), available_at = now(),
+       SET status = '{PENDING}', attempts = greatest(0, attempts - 1), available_at = now(),
            finished_at = NULL, last_error = :reason, last_error_class = 'relay'
      WHERE id = ANY(CAST(:ids AS bigint[])) AND status IN {sql_list((*PROBLEM, RETRY))}
     RETURNING id
 ), s AS (
-    DELETE FROM suppressions WHERE reason = 'bounced' AND job_id IN (SELECT id FROM r)
+    DELETE FROM suppressions WHERE reason = '{BOUNCE_REASON}' AND job_id IN (SELECT id FROM r)
 )
 SELECT count(*) FROM r
 """)
@@ -1091,13 +1101,13 @@ def prune_rate_minutes(conn: Connection) -> None:
 # Sending a campaign creates its broadcast: the durable record of the request (P1). The
 # jobs are enqueued by a worker (enqueue_broadcast), so the request returns at once.
 # A campaign sent to a segment freezes the segment's conditions on its broadcast.
-_START_BROADCAST = sa.text("""
+_START_BROADCAST = sa.text(f"""
 WITH b AS (INSERT INTO broadcasts (campaign_id, audience_filter)
            SELECT c.id, g.conditions FROM campaigns c
              LEFT JOIN segments g ON g.id = c.segment_id
             WHERE c.id = :campaign_id
            RETURNING id)
-UPDATE campaigns c SET status = 'sending', broadcast_id = b.id, started_at = now(),
+UPDATE campaigns c SET status = '{Campaign.SENDING}', broadcast_id = b.id, started_at = now(),
        updated_at = now(), scheduled_at = NULL
   FROM b WHERE c.id = :campaign_id
 RETURNING b.id
@@ -1115,9 +1125,9 @@ def start_broadcast(conn: Connection, campaign_id: int) -> int:
 # Scheduled campaigns whose time has come start, each once: the row lock (SKIP LOCKED) keeps
 # two processes from starting the same one, and the schedule lives in the row, so it
 # survives restarts. The audit entry is written in the same statement.
-_START_DUE_CAMPAIGNS = sa.text("""
+_START_DUE_CAMPAIGNS = sa.text(f"""
 WITH due AS (
-    SELECT id FROM campaigns WHERE status = 'scheduled' AND scheduled_at <= now()
+    SELECT id FROM campaigns WHERE status = '{Campaign.SCHEDULED}' AND scheduled_at <= now()
      ORDER BY scheduled_at FOR UPDATE SKIP LOCKED
 ), b AS (
     INSERT INTO broadcasts (campaign_id, audience_filter)
@@ -1125,13 +1135,13 @@ WITH due AS (
       LEFT JOIN segments g ON g.id = c.segment_id
     RETURNING id, campaign_id
 ), started AS (
-    UPDATE campaigns c SET status = 'sending', broadcast_id = b.id, started_at = now(),
+    UPDATE campaigns c SET status = '{Campaign.SENDING}', broadcast_id = b.id, started_at = now(),
            updated_at = now(), scheduled_at = NULL
       FROM b WHERE c.id = b.campaign_id
     RETURNING c.id
 ), logged AS (
     INSERT INTO audit_log (actor, action, target, details)
-    SELECT 'scheduler', 'campaign.send', 'campaign:' || id, '{"scheduled": true}'::jsonb
+    SELECT 'scheduler', 'campaign.send', 'campaign:' || id, '{{"scheduled": true}}'::jsonb
       FROM started
 )
 SELECT id FROM started ORDER BY id
@@ -1151,10 +1161,10 @@ def start_due_campaigns(conn: Connection) -> list[int]:
 # pass), then counted by a second statement, whose snapshot sees every retry committed
 # before the lock was taken; a retry that comes later waits for the lock, finds the
 # campaign `sent` and reopens it (P8).
-_COMPLETION_CANDIDATES = sa.text("""
+_COMPLETION_CANDIDATES = sa.text(f"""
 SELECT c.id FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
- WHERE c.status IN ('sending', 'cancelled') AND b.finished_at IS NULL
-   AND (b.enqueued_at IS NOT NULL OR c.status = 'cancelled')
+ WHERE c.status IN ('{Campaign.SENDING}', '{Campaign.CANCELLED}') AND b.finished_at IS NULL
+   AND (b.enqueued_at IS NOT NULL OR c.status = '{Campaign.CANCELLED}')
  ORDER BY c.id FOR UPDATE OF c SKIP LOCKED
 """)
 
@@ -1168,17 +1178,18 @@ WITH done AS (
     SELECT c.id, c.status, c.broadcast_id FROM campaigns c
       JOIN broadcasts b ON b.id = c.broadcast_id
      WHERE c.id = ANY(CAST(:ids AS bigint[]))
-       AND c.status IN ('sending', 'cancelled') AND b.finished_at IS NULL
-       AND (b.enqueued_at IS NOT NULL OR c.status = 'cancelled')
+       AND c.status IN ('{Campaign.SENDING}', '{Campaign.CANCELLED}') AND b.finished_at IS NULL
+       AND (b.enqueued_at IS NOT NULL OR c.status = '{Campaign.CANCELLED}')
        AND coalesce((SELECT sum(n) FROM broadcast_counts bc
                       WHERE bc.broadcast_id = b.id
                         AND bc.status IN {sql_list(ACTIVE)}), 0) = 0
 ), b AS (
     UPDATE broadcasts SET finished_at = now() FROM done WHERE broadcasts.id = done.broadcast_id
 )
-UPDATE campaigns SET status = 'sent', finished_at = coalesce(campaigns.finished_at, now()),
+UPDATE campaigns SET status = '{Campaign.SENT}',
+       finished_at = coalesce(campaigns.finished_at, now()),
        updated_at = now()
-  FROM done WHERE campaigns.id = done.id AND done.status = 'sending'
+  FROM done WHERE campaigns.id = done.id AND done.status = '{Campaign.SENDING}'
 RETURNING campaigns.id
 """)
 
@@ -1302,10 +1313,10 @@ _LATEST_JOB_FOR_USER = sa.text(f"""
 SELECT {JOB_COLUMNS},
        greatest(0, extract(epoch FROM greatest(
            created_at,
-           CASE WHEN status = 'sent' THEN finished_at END,
+           CASE WHEN status = '{SENT}' THEN finished_at END,
            CAST(payload ->> 'resent_at' AS timestamptz))
          + make_interval(secs => :cooldown) - now()))::float8 AS cooldown_left,
-       greatest(created_at, CASE WHEN status = 'sent' THEN finished_at END,
+       greatest(created_at, CASE WHEN status = '{SENT}' THEN finished_at END,
                 CAST(payload ->> 'resent_at' AS timestamptz))
          + make_interval(secs => :cooldown) AS cooldown_until
   FROM delivery_jobs
@@ -1331,7 +1342,7 @@ UPDATE delivery_jobs
    SET available_at = CASE WHEN status IN {sql_list(CLAIMABLE)} THEN now() ELSE available_at END,
        payload = payload || jsonb_build_object(
            'resent_at', now(), 'resends', coalesce((payload ->> 'resends')::int, 0) + 1)
- WHERE id = :id AND status IN {sql_list((*CLAIMABLE, 'sending'))}
+ WHERE id = :id AND status IN {sql_list((*CLAIMABLE, SENDING))}
 RETURNING {JOB_COLUMNS}
 """)
 
@@ -1344,8 +1355,8 @@ def mark_resent(conn: Connection, job_id: int) -> dict[str, Any] | None:
 # Release a held job: it becomes `pending` and due now. Only a job still `held` moves, so
 # two support people clicking at once release it once.
 _RELEASE_HELD = sa.text(f"""
-UPDATE delivery_jobs SET status = 'pending', available_at = now()
- WHERE id = :id AND kind = :kind AND status = 'held'
+UPDATE delivery_jobs SET status = '{PENDING}', available_at = now()
+ WHERE id = :id AND kind = :kind AND status = '{HELD}'
 RETURNING {JOB_COLUMNS}
 """)
 
@@ -1360,9 +1371,9 @@ def release_held(conn: Connection, job_id: int,
 # still `held` moves.
 _DROP_HELD = sa.text(f"""
 UPDATE delivery_jobs
-   SET status = 'cancelled', finished_at = now(), last_error = :reason,
+   SET status = '{CANCELLED}', finished_at = now(), last_error = :reason,
        last_error_class = 'dropped'
- WHERE id = :id AND kind = :kind AND status = 'held'
+ WHERE id = :id AND kind = :kind AND status = '{HELD}'
 RETURNING {JOB_COLUMNS}
 """)
 
@@ -1432,43 +1443,44 @@ SELECT c.id FROM campaigns c
 # has a live job of the same kind (one live job per user and kind; of several failed jobs
 # of one user only the newest is retried). A `sent` campaign that gets jobs back is
 # `sending` again until they finish (P8).
-_RETRY_PROBLEMS = """
+_RETRY_PROBLEMS = f"""
 WITH candidates AS (
     SELECT j.id, j.kind, j.email, j.campaign_id, c.status AS campaign_status,
            EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email)) AS suppressed,
            j.user_ref IS NOT NULL AND (
                EXISTS (SELECT 1 FROM delivery_jobs l
                         WHERE l.kind = j.kind AND l.user_ref = j.user_ref
-                          AND l.status IN {active})
+                          AND l.status IN {{active}})
                OR row_number() OVER (PARTITION BY j.kind, j.user_ref
                                      ORDER BY j.finished_at DESC, j.id DESC) > 1) AS busy
       FROM delivery_jobs j LEFT JOIN campaigns c ON c.id = j.campaign_id
-     WHERE {where} AND j.finished_at <= :as_of
+     WHERE {{where}} AND j.finished_at <= :as_of
 ), retried AS (
     UPDATE delivery_jobs j
-       SET status = 'pending', retry_base = j.attempts, available_at = now(),
+       SET status = '{PENDING}', retry_base = j.attempts, available_at = now(),
            finished_at = NULL, dismissed_at = NULL, claimed_by = NULL, claim_token = NULL,
            claimed_at = NULL
       FROM candidates x
      WHERE j.id = x.id AND NOT x.suppressed AND NOT x.busy
        AND x.campaign_status IS DISTINCT FROM 'cancelled'
-       AND j.status IN {problem} AND j.dismissed_at IS NULL
+       AND j.status IN {{problem}} AND j.dismissed_at IS NULL
     RETURNING j.id, j.kind, j.campaign_id
 ), reopened AS (
     -- finished_at stays: the campaign first finished then, whatever is retried later.
-    UPDATE campaigns SET status = 'sending', updated_at = now()
-     WHERE id IN (SELECT campaign_id FROM retried) AND status = 'sent'
+    UPDATE campaigns SET status = '{Campaign.SENDING}', updated_at = now()
+     WHERE id IN (SELECT campaign_id FROM retried) AND status = '{Campaign.SENT}'
     RETURNING broadcast_id
 ), unfinished AS (
     UPDATE broadcasts SET finished_at = NULL WHERE id IN (SELECT broadcast_id FROM reopened)
 )
 SELECT (SELECT count(*) FROM retried) AS retried,
-       (SELECT coalesce(array_agg(DISTINCT kind), '{{}}') FROM retried) AS kinds,
+       (SELECT coalesce(array_agg(DISTINCT kind), '{{{{}}}}') FROM retried) AS kinds,
        (SELECT count(*) FROM candidates WHERE suppressed) AS suppressed,
-       (SELECT coalesce(array_agg(email ORDER BY email), '{{}}') FROM (
+       (SELECT coalesce(array_agg(email ORDER BY email), '{{{{}}}}') FROM (
             SELECT email FROM candidates WHERE suppressed ORDER BY email LIMIT 5) e)
            AS suppressed_examples,
-       (SELECT count(*) FROM candidates WHERE campaign_status = 'cancelled') AS cancelled,
+       (SELECT count(*) FROM candidates
+         WHERE campaign_status = '{Campaign.CANCELLED}') AS cancelled,
        (SELECT count(*) FROM candidates WHERE busy AND NOT suppressed) AS busy
 """
 
@@ -1537,8 +1549,8 @@ def enqueue_message(conn: Connection, *, kind: str, priority: int, email: str,
 # status guard makes two concurrent cancels cancel each message once.
 _CANCEL_WAITING = sa.text(f"""
 UPDATE delivery_jobs
-   SET status = 'cancelled', finished_at = now(), last_error = :reason,
-       last_error_class = 'cancelled'
+   SET status = '{CANCELLED}', finished_at = now(), last_error = :reason,
+       last_error_class = '{CANCELLED}'
  WHERE kind = :kind AND user_ref = :user_ref AND status IN {sql_list(WAITING)}
 RETURNING id
 """)
@@ -1556,14 +1568,14 @@ def cancel_waiting(conn: Connection, kind: str, user_ref: str, reason: str) -> l
 # job that moved on since the page was shown is left alone (and counted as not changed).
 _CANCEL_CHOSEN = sa.text(f"""
 UPDATE delivery_jobs
-   SET status = 'cancelled', finished_at = now(), last_error = :reason,
-       last_error_class = 'cancelled', claimed_by = NULL, claim_token = NULL
- WHERE id = ANY(CAST(:ids AS bigint[])) AND status IN {sql_list((*CLAIMABLE, 'held'))}
+   SET status = '{CANCELLED}', finished_at = now(), last_error = :reason,
+       last_error_class = '{CANCELLED}', claimed_by = NULL, claim_token = NULL
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status IN {sql_list((*CLAIMABLE, HELD))}
 RETURNING id
 """)
-_RETRY_CHOSEN_NOW = sa.text("""
+_RETRY_CHOSEN_NOW = sa.text(f"""
 UPDATE delivery_jobs SET available_at = now()
- WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'retry' AND available_at > now()
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{RETRY}' AND available_at > now()
 RETURNING id
 """)
 
@@ -1582,9 +1594,9 @@ def retry_chosen_now(conn: Connection, job_ids: Sequence[int]) -> list[int]:
     return ids
 
 
-_IN_FLIGHT_FOR_USER = sa.text("""
+_IN_FLIGHT_FOR_USER = sa.text(f"""
 SELECT count(*) FROM delivery_jobs
- WHERE kind = :kind AND user_ref = :user_ref AND status = 'sending'
+ WHERE kind = :kind AND user_ref = :user_ref AND status = '{SENDING}'
 """)
 
 
