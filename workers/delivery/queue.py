@@ -316,7 +316,7 @@ WITH relay_up AS (
      LIMIT :n
 ), claimed AS (
     UPDATE delivery_jobs j
-       SET status = 'sending', claimed_by = :worker, claim_token = CAST(:token AS uuid),
+       SET status = '{SENDING}', claimed_by = :worker, claim_token = CAST(:token AS uuid),
            claimed_at = clock_timestamp(),
            message_id = coalesce(j.message_id, '<' || replace(gen_random_uuid()::text, '-', '')
                || '@' || coalesce((SELECT lower(substring(c.from_addr FROM '@([^@>\s]+)>?\s*$'))
