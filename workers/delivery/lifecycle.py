@@ -172,15 +172,18 @@ class Settler:
     several at once only skip each other's locked rows). Each tick works for at most
     ``budget`` seconds in chunks of ``chunk`` jobs, each its own transaction, so it never
     holds many locks or a long snapshot, and sending (other campaigns, transactional mail)
-    goes on between chunks. ``streams`` sessions settle at once, each its own stripes of
-    the campaign's ids: a row's new version, its index entries and its WAL are the cost
-    (the triggers are a sixth of it), so a second session uses the second core (1M bench:
-    one stream 19,000 jobs/s, two 27,000 on a loaded machine)."""
+    goes on between chunks. ``streams`` sessions can settle at once, each its own stripes
+    of the campaign's ids. One by default: a row's new version, its index entries and its
+    WAL are the cost (the triggers are a sixth of it); two sessions on contiguous id
+    ranges settled 27,000 jobs/s where one gave 19,000 (1M table, loaded machine), but
+    the striped streams were not faster than one at 10M (each reads the other's entries
+    and visits their rows; docs/performance.md), so they stay an option until measured.
+    """
 
     engine: Engine
     chunk: int = 10_000
     budget: float = 5.0
-    streams: int = 2
+    streams: int = 1
     stopping: threading.Event = field(default_factory=threading.Event)
     # (broadcast id, stream) -> where its last chunk ended (start again from the top at
     # the end: a job skipped while locked, or put back to `pending` by a rescue, is
