@@ -63,15 +63,28 @@ class HealthProbe:
         self._running: Future[Check] | None = None
         self._last: Check | None = None
 
+    def start(self) -> None:
+        """Begin a check now (unless a recent answer will be reused) and return at once: a
+        page that reads other things first collects it with :meth:`check`, so the probe's
+        commit (one WAL flush, slow while a big campaign writes) overlaps that work."""
+        with self._lock:
+            self._submit()
+
+    def _submit(self) -> Check | Future[Check]:
+        """The reusable last answer, or the running check (started if none is)."""
+        last = self._last
+        if last is not None and time.monotonic() - last.at < REUSE:
+            return last
+        if self._running is None or self._running.done():
+            self._running = self._executor.submit(self._run)
+        return self._running
+
     def check(self, deadline: float = DEADLINE) -> Check:
         """The database's state, within ``deadline`` seconds."""
         with self._lock:
-            last = self._last
-            if last is not None and time.monotonic() - last.at < REUSE:
-                return last
-            if self._running is None or self._running.done():
-                self._running = self._executor.submit(self._run)
-            running = self._running
+            running = self._submit()
+        if isinstance(running, Check):
+            return running
         try:
             result = running.result(timeout=deadline)
         except FutureTimeout:

@@ -19,10 +19,12 @@ bp = Blueprint("health", __name__, url_prefix="/health")
 
 @bp.get("/")
 def index() -> str:
+    ext = current_app.extensions["senddock"]
+    probe = ext.health_probe()
+    probe.start()  # the database check runs while the page reads the queue
     with engine().connect() as conn:
         stats = health.queue_health(conn, config())
-    ext = current_app.extensions["senddock"]
-    stats["database"] = dbhealth.details(ext.health_probe(), ext.engine)
+    stats["database"] = dbhealth.details(probe, ext.engine)
     template = "partials/_health_status.html" if request.args.get("fragment") == "status" \
         else "health/index.html"
     return render_template(template, stats=stats, chart=health.chart_bars(stats["chart"]))
