@@ -15,8 +15,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Flask, g, request
-from flask_babel import Babel, format_decimal, get_locale, gettext, lazy_pgettext
+from flask import Flask, g, has_request_context, request
+from flask_babel import Babel, format_decimal, get_locale, get_translations, gettext, lazy_pgettext
 from flask_babel import lazy_gettext as _l
 from flask_login import current_user
 
@@ -193,10 +193,31 @@ def localize(message: Any) -> Any:
     return message.say(gettext, num) if isinstance(message, Text) else message
 
 
+def _request_translations() -> Any:
+    """The request's catalogue, looked up on its first use in the request."""
+    if not has_request_context():
+        return get_translations()
+    translations = getattr(request, "senddock_translations", None)
+    if translations is None:
+        translations = get_translations()
+        request.senddock_translations = translations  # type: ignore[attr-defined]
+    return translations
+
+
 def init_app(app: Flask) -> None:
     app.config.setdefault("BABEL_DEFAULT_LOCALE", DEFAULT)
     app.config["BABEL_TRANSLATION_DIRECTORIES"] = str(resource_dir("translations"))
     Babel(app, locale_selector=select_locale)
+    # Flask-Babel looks the request's translations up again for every string a template
+    # translates (three context lookups and the locale's name each time): a page like Queue
+    # health translates hundreds. The request's locale is fixed once chosen (Flask-Babel
+    # keeps it on the request's context too), so the catalogue is looked up once per request.
+    app.jinja_env.install_gettext_callables(  # type: ignore[attr-defined]
+        gettext=lambda s: _request_translations().ugettext(s),
+        ngettext=lambda s, p, n: _request_translations().ungettext(s, p, n),
+        newstyle=True,
+        pgettext=lambda c, s: _request_translations().upgettext(c, s),
+        npgettext=lambda c, s, p, n: _request_translations().unpgettext(c, s, p, n))
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
                                  campaign_state=campaign_state, key_state=key_state,
                                  audit_key=audit_key, bounce_reason=bounce_reason)
