@@ -2,8 +2,9 @@
 whenever orjson would answer differently or not at all.
 
 orjson refuses what ``json`` takes (integers beyond 64 bits, keys that are not strings,
-types it does not know) and writes NaN and infinities as ``null`` where ``json`` writes
-``NaN``: each of these falls back to ``json``, so every value is written and read exactly as
+types it does not know, ``NaN`` in text), reads integers beyond 64 bits as floats and
+writes NaN and infinities as ``null`` where ``json`` writes ``NaN``: each of these falls
+back to ``json``, so every value is written and read exactly as
 before, only the common case is faster (a batch of 500 messages spent about a fifth of its
 Python in ``json``, docs/performance.md).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -64,9 +66,20 @@ def size(value: Any) -> int | None:
         return None
 
 
-def loads(text: str | bytes) -> Any:
-    """Parse JSON text as ``json.loads`` does (integers of any size included)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
+# orjson reads an integer beyond 64 bits as a float; such a number has 19 digits or more.
+_LONG_DIGITS = re.compile(r"\d{19}")
+_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
+
+
+def loads(text: str | bytes | bytearray | memoryview) -> Any:
+    """Parse JSON text as ``json.loads`` does (integers of any size, NaN included)."""
+    if isinstance(text, memoryview | bytearray):
+        text = bytes(text)
+    long_digits = _LONG_DIGITS.search(text) if isinstance(text, str) \
+        else _LONG_DIGITS_BYTES.search(text)
+    if long_digits is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
