@@ -41,16 +41,18 @@ def _finite(value: Any) -> bool:
 
 
 def dumps(value: Any, *, sort_keys: bool = False,
-          default: Callable[[Any], Any] | None = None) -> str | None:
+          default: Callable[[Any], Any] | None = None, nan_as_null: bool = False) -> str | None:
     """``value`` as compact JSON text (UTF-8 as it is, not ``\\u`` escapes), or None when
     only the standard library can write it the same way (the caller then uses ``json``).
-    ``default`` as for ``json.dumps``."""
+    ``default`` as for ``json.dumps``. With ``nan_as_null`` a NaN or infinity is written
+    ``null`` (valid JSON, where ``json`` writes ``NaN``), saving the walk that looks for
+    them."""
     try:
         text = orjson.dumps(value, default=default,
                             option=_PASS | (orjson.OPT_SORT_KEYS if sort_keys else 0))
     except (TypeError, orjson.JSONEncodeError):
         return None
-    if b"null" in text and not _finite(value):
+    if not nan_as_null and b"null" in text and not _finite(value):
         return None
     return text.decode()
 

@@ -52,8 +52,11 @@ def _iso(value: Any) -> Any:
 
 
 def answer(payload: dict[str, Any], status: int = 200) -> Response:
-    """``payload`` as JSON, times as ISO 8601 (keys sorted, as Flask's ``jsonify``)."""
-    text = fastjson.dumps(payload, sort_keys=True, default=_iso)
+    """``payload`` as JSON, times as ISO 8601, keys sorted, as Flask's ``jsonify`` wrote it
+    (through orjson: a batch's 207 answer cost a tenth of its Python), except that a NaN or
+    infinity (never stored: PostgreSQL's JSON refuses them) would be ``null``, valid JSON,
+    where ``jsonify`` wrote ``NaN``."""
+    text = fastjson.dumps(payload, sort_keys=True, default=_iso, nan_as_null=True)
     if text is None:
         response = jsonify(jsonable(payload))
     else:
