@@ -73,13 +73,31 @@ def _find_unstorable(value: Any, where: str) -> tuple[str, str] | None:
     return None
 
 
+def _plain_json_body() -> bool:
+    """True when the request's JSON body cannot hold text the database refuses, judged
+    from its bytes: a parsed string can hold a NUL or a lone surrogate only through a
+    ``\\u`` escape (JSON refuses raw control characters) or raw encoded surrogates
+    (``json`` decodes with ``surrogatepass``: refused here by the strict decode), and a
+    body with no NUL byte is not UTF-16 or UTF-32, so has no escape hidden from this
+    search. The API's bodies skip the walk (issue 27)."""
+    data = request.get_data(cache=True)
+    if b"\\u" in data or b"\x00" in data:
+        return False
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _text_inputs() -> Iterator[tuple[str, Any]]:
     """(name, value) of every input a view may read: path, query, form or JSON body."""
     yield from (request.view_args or {}).items()
     yield from request.args.items(multi=True)
     if request.method in ("POST", "PUT", "PATCH", "DELETE"):
         if request.is_json:
-            yield "", request.get_json(silent=True)
+            if not _plain_json_body():
+                yield "", request.get_json(silent=True)
         elif request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
             yield from request.form.items(multi=True)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, current_app, jsonify, request
 from werkzeug.wrappers import Response
 
 from webapp.domain.errors import DomainError, Invalid
+from workers.core import fastjson
 
 bp = Blueprint("api", __name__)
 
@@ -44,8 +45,22 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
 def answer(payload: dict[str, Any], status: int = 200) -> Response:
-    response = jsonify(jsonable(payload))
+    """``payload`` as JSON, times as ISO 8601, keys sorted, as Flask's ``jsonify`` wrote it
+    (through orjson: a batch's 207 answer cost a tenth of its Python), except that a NaN or
+    infinity (never stored: PostgreSQL's JSON refuses them) would be ``null``, valid JSON,
+    where ``jsonify`` wrote ``NaN``."""
+    text = fastjson.dumps(payload, sort_keys=True, default=_iso, nan_as_null=True)
+    if text is None:
+        response = jsonify(jsonable(payload))
+    else:
+        response = current_app.response_class(text + "\n", mimetype="application/json")
     response.status_code = status
     return response
 
