@@ -285,6 +285,11 @@ broadcasts = Table(
     # The segment's conditions frozen at send time (NULL: the whole list); the enqueue
     # compiles them with workers.delivery.audience (migration 0029_segments).
     Column("audience_filter", JSONB),
+    # The ids between which its jobs lie (the enqueue inserts them together; transactional
+    # jobs inserted meanwhile may sit in between): a cancel's settler walks this span along
+    # the primary key (migration 0032_scale3).
+    Column("first_job_id", BigInteger),
+    Column("last_job_id", BigInteger),
 )
 
 delivery_jobs = Table(
@@ -349,7 +354,12 @@ delivery_jobs = Table(
     # Taking back jobs from dead workers scans only the in-flight ones.
     Index("delivery_jobs_sending_idx", "claimed_by",
           postgresql_where=text(f"status = '{states.SENDING}'")),
-    Index("delivery_jobs_broadcast_idx", "broadcast_id", "status"),
+    # A campaign's problem jobs (its page's most frequent errors). Only those: an entry on
+    # every job cost each enqueued, settled and sent campaign job and each transactional
+    # job one more index write; its counts come from broadcast_counts.
+    Index("delivery_jobs_broadcast_idx", "broadcast_id", "status",
+          postgresql_where=text(f"broadcast_id IS NOT NULL AND status IN "
+                                f"{sql_list((states.RETRY, *states.PROBLEM))}")),
     # The failed-jobs inbox: newest first with keyset paging on (finished_at, id), all
     # problems or one campaign's.
     Index("delivery_jobs_problem_idx", "finished_at", "id",

@@ -6,6 +6,7 @@ counter."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -83,9 +84,12 @@ def test_cancel_is_one_row_the_claim_stops_and_the_settler_finishes_with_exact_c
     settler.budget = 60
     settler.chunk = 7
     with engine.connect() as conn:
-        first = lifecycle.settle_chunk(conn, campaign["broadcast_id"], lifecycle.START, 7)
+        span = lifecycle.settle_span(conn, campaign["broadcast_id"])
+        assert span is not None and span[1] - span[0] == N - 1  # one insert, one span
+        first = lifecycle.settle_window(conn, campaign["broadcast_id"], span[0] - 1,
+                                        span[0] - 1 + 7)
         conn.rollback()
-    assert first.settled == 7
+    assert first == 7 - 5  # the window's first five are with the relay
     assert settler.tick() == N - 5
     fast, slow = _counts(engine, campaign["broadcast_id"])
     assert fast == slow and fast["cancelled"] == N - 5 and fast["pending"] == 0
@@ -362,10 +366,13 @@ def test_a_settle_chunk_and_a_roll_up_chunk_deep_in_a_campaign_read_only_their_r
     with engine.begin() as conn:
         campaigns.cancel(conn, campaign["id"])
         conn.execute(sa.text("ANALYZE delivery_jobs"))
-    cursor: Any = lifecycle.START
     with engine.begin() as conn:
+        span = lifecycle.settle_span(conn, b)
+        assert span is not None
+        cursor = span[0] - 1
         for _ in range(3):
-            cursor = lifecycle.settle_chunk(conn, b, cursor, 1000).last
+            assert lifecycle.settle_window(conn, b, cursor, cursor + 1000) == 1000
+            cursor += 1000
         conn.execute(sa.text("ANALYZE delivery_jobs"))
         conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))  # counted before
     def big(conn: sa.Connection) -> sa.Connection:
@@ -374,14 +381,14 @@ def test_a_settle_chunk_and_a_roll_up_chunk_deep_in_a_campaign_read_only_their_r
         conn.execute(sa.text("SET enable_seqscan = off"))
         return conn
 
-    done: list[lifecycle.SettleChunk] = []
-    read = _entries_read(engine, lambda c: done.append(lifecycle.settle_chunk(big(c), b,
-                                                                              cursor, 200)))
-    assert done[0].settled == 200
+    done: list[int] = []
+    read = _entries_read(engine, lambda c: done.append(lifecycle.settle_window(
+        big(c), b, cursor, cursor + 200)))
+    assert done[0] == 200
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE broadcasts SET finished_at = now() - interval '40 days' "
                              "WHERE id = :b"), {"b": b})
-        lifecycle.settle_chunk(conn, b, lifecycle.START, 10_000)
+        lifecycle.settle_window(conn, b, span[0] - 1, span[1])
         after = retention.START
         for _ in range(3):
             after = retention.roll_up_chunk(conn, b, after, 1000)[1]  # type: ignore[assignment]
@@ -438,21 +445,71 @@ def test_the_jobs_browser_address_filter_reads_only_the_address_index(
     assert read < 100, read
 
 
-def test_the_settler_streams_take_disjoint_stripes_and_together_every_job(
+def test_the_settler_streams_take_disjoint_windows_and_together_every_job_once(
         engine: sa.Engine) -> None:
-    """Two sessions settle one cancelled campaign at once, each its own stripes of ids:
-    between them every waiting job exactly once, the counters exact."""
-    campaign = _enqueued(engine, 3000, name="Striped")
+    """Two sessions settle one cancelled campaign at once, each taking the next window of
+    its span of ids: the windows are disjoint and cover the span; every waiting job is
+    settled exactly once, a transactional job inside the span is untouched, a job that
+    was with the relay and comes back `pending` is settled by the next pass, and the
+    counters equal GROUP BY status."""
+    campaign = make_campaign(engine, [f"w{i}@example.net" for i in range(3000)],
+                             name="Windows")
     b = campaign["broadcast_id"]
+    with engine.begin() as conn:  # enqueued in three chunks, transactional mail between
+        for i in range(3):
+            step = queue.enqueue_chunk(conn, b, 1000)
+            assert step is not None and step.added == 1000
+            queue.enqueue_single(conn, kind="verification", email=f"v{i}@example.org",
+                                 user_ref=f"u{i}", payload="{}")
+        first, last, lo, hi = conn.execute(sa.text(
+            "SELECT b.first_job_id, b.last_job_id, min(j.id), max(j.id) FROM broadcasts b "
+            "JOIN delivery_jobs j ON j.broadcast_id = b.id WHERE b.id = :b "
+            "GROUP BY b.id"), {"b": b}).one()
+    assert (first, last) == (lo, hi) and last - first == 3001  # two verifications in it
+    claimed = _claim(engine, 7)  # the three verifications first (P7), four campaign jobs
+    assert sorted(j.kind for j in claimed) == ["broadcast"] * 4 + ["verification"] * 3
     with engine.begin() as conn:
         campaigns.cancel(conn, campaign["id"])
-    with engine.connect() as conn:
-        parts = [lifecycle.settle_chunk(conn, b, lifecycle.START, 10_000, part=p, parts=2)
-                 for p in range(2)]
-        conn.rollback()
-    assert all(p.settled > 0 for p in parts) and sum(p.settled for p in parts) == 3000
+    windows: list[tuple[int, int]] = []
+    take = lifecycle.Sweep.take
+
+    def recording(sweep: lifecycle.Sweep, size: int) -> tuple[int, int] | None:
+        window = take(sweep, size)
+        if window is not None:
+            windows.append(window)
+        return window
+
     settler = lifecycle.Settler(engine, chunk=250, budget=60, streams=2)
-    assert settler.tick() == 3000
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lifecycle.Sweep, "take", recording)
+        assert settler.tick() == 3000 - 4
+    windows.sort()
+    assert windows[0][0] == first - 1 and windows[-1][1] == last
+    assert all(a[1] == b_[0] for a, b_ in itertools.pairwise(windows))
+    fast, slow = _counts(engine, b)
+    assert fast == slow and fast["cancelled"] == 3000 - 4 and fast["sending"] == 4
+    with engine.begin() as conn:  # a shutdown hands its claims back: `pending` again
+        queue.release(conn, claimed)
+    assert settler.tick() == 4
+    assert settler.tick() == 0
     fast, slow = _counts(engine, b)
     assert fast == slow and fast["cancelled"] == 3000 and fast["pending"] == 0
-    assert settler.tick() == 0
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(
+            "SELECT array_agg(status ORDER BY id) FROM delivery_jobs "
+            "WHERE kind = 'verification'")).scalar_one() == ["pending"] * 3
+
+
+def test_a_broadcast_enqueued_before_its_span_was_recorded_is_settled_too(
+        engine: sa.Engine) -> None:
+    """A broadcast enqueued by a release without the span (first_job_id NULL): the span is
+    read from its waiting jobs."""
+    campaign = _enqueued(engine, 50)
+    b = campaign["broadcast_id"]
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE broadcasts SET first_job_id = NULL, last_job_id = NULL "
+                             "WHERE id = :b"), {"b": b})
+        campaigns.cancel(conn, campaign["id"])
+    assert lifecycle.Settler(engine, chunk=7, budget=60).tick() == 50
+    fast, slow = _counts(engine, b)
+    assert fast == slow and fast["cancelled"] == 50

@@ -6,9 +6,10 @@ The decision is the campaign's status: the claim takes a broadcast's jobs only w
 campaign is `sending` (workers.queue._CLAIM), so from the commit of a pause or a cancel no
 claim that starts later hands out one of its jobs, however many are still `pending`. A
 cancel then leaves the jobs to :class:`Settler`, which moves them `pending | retry →
-cancelled` (legal moves of :data:`workers.states.TRANSITIONS`) ten thousand at a time,
-each chunk its own short transaction, while the counters (kept by the same statements)
-stay exact: the page shows "cancelling: N left" from them until N is 0.
+cancelled` (legal moves of :data:`workers.states.TRANSITIONS`) along the campaign's span
+of ids, ten thousand ids at a time, each chunk its own short transaction, while the
+counters (kept by the same statements) stay exact: the page shows "cancelling: N left"
+from them until N is 0.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -97,60 +97,57 @@ SELECT b.id, w.n FROM campaigns c JOIN broadcasts b ON b.id = c.broadcast_id
  ORDER BY b.id
 """)
 
-#: Consecutive job ids one stream of the settler takes before the next stream's stripe: the
-#: streams write different heap pages.
-STRIPE = 1024
-
-# One chunk: the next waiting jobs along delivery_jobs_broadcast_due_idx after the cursor
-# (a keyset, so each chunk reads only its own entries, never the ones already settled);
-# they become `cancelled` (a legal move from `pending` and `retry`; the UPDATE re-checks
-# the state under the row lock, so a job a rescue is moving is settled as it ends up), and
-# the count triggers move them between the counters in the same statement. No FOR UPDATE
-# first: locking each row before updating it cost a WAL record per job (20 % of the
-# chunk). The ids go to the UPDATE as one array (a primary-key probe each): as a join the
-# planner merged it with the primary key read from its start, so every chunk read all the
-# rows before it (a 1M cancel settled 10,000 rows per 25 s). Returns how many moved and
-# where the chunk ended. With several streams (:class:`Settler`), stream ``part`` of
-# ``parts`` takes only its stripes of ids.
-_SETTLE_CHUNK = sa.text(f"""
-WITH chunk AS MATERIALIZED (
-    SELECT id, available_at FROM delivery_jobs
-     WHERE broadcast_id = :broadcast_id AND status IN {sql_list(CLAIMABLE)}
-       AND (available_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
-       AND (id / {STRIPE}) % CAST(:parts AS bigint) = :part
-     ORDER BY available_at, id LIMIT :n
-), settled AS (
-    UPDATE delivery_jobs j
-       SET status = '{CANCELLED}', finished_at = now(), claimed_by = NULL, claim_token = NULL
-     WHERE j.id = ANY(ARRAY(SELECT id FROM chunk)) AND j.status IN {sql_list(CLAIMABLE)}
-    RETURNING j.id
-)
-SELECT (SELECT count(*) FROM settled) AS n, last.available_at, last.id
-  FROM (SELECT 1) one
-  LEFT JOIN (SELECT available_at, id FROM chunk ORDER BY available_at DESC, id DESC LIMIT 1)
-       last ON true
+# A cancelled campaign's jobs lie in one span of ids: the enqueue inserts them together
+# and records the span on the broadcast (broadcasts.first_job_id / last_job_id, widened by
+# every enqueue chunk). A broadcast enqueued before that was recorded has its span read
+# once from its waiting jobs.
+_SPAN = sa.text(f"""
+SELECT coalesce(b.first_job_id, w.lo) AS lo, coalesce(b.last_job_id, w.hi) AS hi
+  FROM broadcasts b
+  LEFT JOIN LATERAL (
+    SELECT min(j.id) AS lo, max(j.id) AS hi FROM delivery_jobs j
+     WHERE j.broadcast_id = b.id AND j.status IN {sql_list(CLAIMABLE)}
+       AND (b.first_job_id IS NULL OR b.last_job_id IS NULL)) w ON true
+ WHERE b.id = :broadcast_id
 """)
 
-#: Where a cursor starts: before every job.
-START = ("-infinity", 0)
+# One chunk: the broadcast's waiting jobs in one window of ids (after, upto], read along
+# the primary key, so a chunk reads at most its window's rows, in heap order (the enqueue
+# wrote them there one after another), whatever the campaign's size and however much of
+# it is settled already. They become `cancelled` (a legal move from `pending` and
+# `retry`; the UPDATE re-checks the state under the row lock, so a job a rescue is moving
+# is settled as it ends up), and the count triggers move them between the counters in the
+# same statement. No FOR UPDATE first: locking each row before updating it cost a WAL
+# record per job (20 % of the chunk). (Walking delivery_jobs_broadcast_due_idx instead, as
+# before, read the entries of every job settled before it until a vacuum removed them:
+# 4,000 jobs/s at 10M.)
+_SETTLE_WINDOW = sa.text(f"""
+WITH settled AS (
+    UPDATE delivery_jobs j
+       SET status = '{CANCELLED}', finished_at = now(), claimed_by = NULL, claim_token = NULL
+     WHERE j.id > :after AND j.id <= :upto
+       AND j.broadcast_id = :broadcast_id AND j.status IN {sql_list(CLAIMABLE)}
+    RETURNING 1
+)
+SELECT count(*) FROM settled
+""")
 
 
-@dataclass
-class SettleChunk:
-    settled: int
-    last: tuple[datetime | str, int] | None
+def settle_span(conn: Connection, broadcast_id: int) -> tuple[int, int] | None:
+    """(first, last): the ids between which the broadcast's jobs lie; None if it has none
+    waiting (and no recorded span)."""
+    row = conn.execute(_SPAN, {"broadcast_id": broadcast_id}).first()
+    if row is None or row.lo is None:
+        return None
+    return int(row.lo), int(row.hi)
 
 
-def settle_chunk(conn: Connection, broadcast_id: int, after: tuple[datetime | str, int],
-                 n: int, *, part: int = 0, parts: int = 1) -> SettleChunk:
-    """Cancel up to ``n`` waiting jobs of ``broadcast_id`` after the keyset ``after``
-    (in the caller's transaction); of stream ``part`` of ``parts`` (its stripes of ids)."""
+def settle_window(conn: Connection, broadcast_id: int, after: int, upto: int) -> int:
+    """Cancel the waiting jobs of ``broadcast_id`` whose id is in (``after``, ``upto``]
+    (in the caller's transaction); returns how many."""
     custom_plan(conn)
-    row = conn.execute(_SETTLE_CHUNK, {"broadcast_id": broadcast_id, "after_at": after[0],
-                                       "after_id": after[1], "n": n, "part": part,
-                                       "parts": parts}).one()
-    last = (row.available_at, int(row.id)) if row.id is not None else None
-    return SettleChunk(int(row.n), last)
+    return int(conn.execute(_SETTLE_WINDOW, {"broadcast_id": broadcast_id, "after": after,
+                                             "upto": upto}).scalar_one())
 
 
 def custom_plan(conn: Connection) -> None:
@@ -167,59 +164,90 @@ def to_settle(conn: Connection) -> dict[int, int]:
 
 
 @dataclass
+class Sweep:
+    """One pass over a cancelled broadcast's span of ids, handed out a window at a time
+    (in id order) to whichever stream asks next: each stream's chunk reads its own heap
+    pages, and no stream idles while another still has a long range left."""
+
+    broadcast_id: int
+    upto: int  # the span's last id
+    next: int  # windows start after this id
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, size: int) -> tuple[int, int] | None:
+        """The next window (after, upto], or None when the pass is over."""
+        with self.lock:
+            if self.next >= self.upto:
+                return None
+            window = (self.next, min(self.next + size, self.upto))
+            self.next = window[1]
+            return window
+
+    def give_back(self, window: tuple[int, int]) -> None:
+        """A window that was not settled (its transaction failed, or the tick ran out of
+        time before it): taken again first."""
+        with self.lock:
+            self.next = min(self.next, window[0])
+
+
+@dataclass
 class Settler:
     """The periodic service that settles cancelled campaigns (one per maintenance pool;
-    several at once only skip each other's locked rows). Each tick works for at most
-    ``budget`` seconds in chunks of ``chunk`` jobs, each its own transaction, so it never
-    holds many locks or a long snapshot, and sending (other campaigns, transactional mail)
-    goes on between chunks. ``streams`` sessions can settle at once, each its own stripes
-    of the campaign's ids. One by default: a row's new version, its index entries and its
-    WAL are the cost (the triggers are a sixth of it); two sessions on contiguous id
-    ranges settled 27,000 jobs/s where one gave 19,000 (1M table, loaded machine), but
-    the striped streams were not faster than one at 10M (each reads the other's entries
-    and visits their rows; docs/performance.md), so they stay an option until measured.
+    several at once only wait on each other's row locks). Each tick works for at most
+    ``budget`` seconds in chunks of ``chunk`` consecutive ids, each its own transaction, so
+    it never holds many locks or a long snapshot, and sending (other campaigns,
+    transactional mail) goes on between chunks. ``streams`` sessions settle at once, each
+    taking the next window of the campaign's span (measured: docs/performance.md). When a
+    pass ends with jobs still waiting (one was `sending` when its window was settled and
+    came back `pending`, or an enqueue chunk committed after the span was read), the next
+    tick starts a new pass over the span read again.
     """
 
     engine: Engine
     chunk: int = 10_000
     budget: float = 5.0
-    streams: int = 1
+    streams: int = 2
     stopping: threading.Event = field(default_factory=threading.Event)
-    # (broadcast id, stream) -> where its last chunk ended (start again from the top at
-    # the end: a job skipped while locked, or put back to `pending` by a rescue, is
-    # behind it).
-    cursors: dict[tuple[int, int], tuple[datetime | str, int]] = field(default_factory=dict)
+    sweeps: dict[int, Sweep] = field(default_factory=dict)
 
     def tick(self) -> int:
         """Settle for up to ``budget`` seconds; returns how many jobs were cancelled."""
         deadline = time.monotonic() + self.budget
         with self.engine.connect() as conn:
             waiting = to_settle(conn)
-        self.cursors = {k: c for k, c in self.cursors.items() if k[0] in waiting}
-        if not waiting:
+            self.sweeps = {b: s for b, s in self.sweeps.items() if b in waiting}
+            for broadcast_id in waiting:
+                if broadcast_id not in self.sweeps:
+                    span = settle_span(conn, broadcast_id)
+                    if span is not None:
+                        self.sweeps[broadcast_id] = Sweep(broadcast_id, span[1], span[0] - 1)
+        sweeps = [self.sweeps[b] for b in waiting if b in self.sweeps]
+        if not sweeps:
             return 0
         if self.streams == 1:
-            total = self._stream(list(waiting), 0, deadline)
+            total = self._stream(sweeps, deadline)
         else:
             with ThreadPoolExecutor(self.streams, thread_name_prefix="settler") as pool:
-                total = sum(f.result() for f in [
-                    pool.submit(self._stream, list(waiting), part, deadline)
-                    for part in range(self.streams)])
+                total = sum(f.result() for f in [pool.submit(self._stream, sweeps, deadline)
+                                                 for _ in range(self.streams)])
+        for sweep in sweeps:
+            if sweep.next >= sweep.upto:  # the pass is over: a new one if any are left
+                self.sweeps.pop(sweep.broadcast_id, None)
         if total:
             log.info("settled %d job(s) of cancelled campaigns", total)
         return total
 
-    def _stream(self, waiting: list[int], part: int, deadline: float) -> int:
+    def _stream(self, sweeps: list[Sweep], deadline: float) -> int:
         total = 0
-        for broadcast_id in waiting:
-            key = (broadcast_id, part)
+        for sweep in sweeps:
             while time.monotonic() < deadline and not self.stopping.is_set():
-                with self.engine.begin() as conn:
-                    done = settle_chunk(conn, broadcast_id, self.cursors.get(key, START),
-                                        self.chunk, part=part, parts=self.streams)
-                total += done.settled
-                if done.last is None:  # the end of its range: from the top next time
-                    self.cursors.pop(key, None)
+                window = sweep.take(self.chunk)
+                if window is None:
                     break
-                self.cursors[key] = done.last
+                try:
+                    with self.engine.begin() as conn:
+                        total += settle_window(conn, sweep.broadcast_id, *window)
+                except BaseException:
+                    sweep.give_back(window)
+                    raise
         return total

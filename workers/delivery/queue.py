@@ -102,6 +102,7 @@ class Outcome:
 # materialized audience and the count trigger's transition table to disk). The chunk that
 # finds fewer members than asked stamps enqueued_at. (The id range on subscribers keeps
 # the join to this chunk's slice of the table: without it every chunk read all of it.)
+# The span of the ids it created is recorded too (the settler of a cancel walks it).
 # The row lock (SKIP LOCKED) keeps two processes off the same broadcast; a crash rolls
 # back only the chunk in progress, and the next run goes on from the cursor. Jobs can be
 # claimed from the first chunk on.
@@ -130,9 +131,12 @@ WITH b AS (
     SELECT 'broadcast', :priority, '{PENDING}', a.email, b.id, b.campaign_id, a.id
       FROM audience a, b
      WHERE a.chosen AND a.status = 'active' AND NOT a.suppressed
-    RETURNING 1
+    RETURNING id
+), made AS (
+    SELECT count(*) AS n, min(id) AS first_id, max(id) AS last_id FROM ins
 ), summary AS (
-    SELECT (SELECT count(*) FROM ins) AS total,
+    SELECT (SELECT n FROM made) AS total,
+           (SELECT first_id FROM made) AS first_id, (SELECT last_id FROM made) AS last_id,
            count(*) FILTER (WHERE chosen AND suppressed) AS skipped_suppressed,
            count(*) FILTER (WHERE chosen AND NOT suppressed AND status <> 'active')
                AS skipped_inactive,
@@ -143,6 +147,8 @@ UPDATE broadcasts SET total = broadcasts.total + summary.total,
        skipped_suppressed = broadcasts.skipped_suppressed + summary.skipped_suppressed,
        skipped_inactive = broadcasts.skipped_inactive + summary.skipped_inactive,
        enqueued_upto = coalesce(summary.upto, broadcasts.enqueued_upto),
+       first_job_id = least(broadcasts.first_job_id, summary.first_id),
+       last_job_id = greatest(broadcasts.last_job_id, summary.last_id),
        enqueued_at = CASE WHEN summary.seen < :chunk THEN now() END
   FROM summary, b WHERE broadcasts.id = b.id
 RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_inactive,
