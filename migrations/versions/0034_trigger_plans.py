@@ -10,7 +10,7 @@ on the 10M table (auto_explain), a live settle of 500 jobs/s. With nested loops 
 these two functions the join is hashed at any size (15,000 jobs/s live on the same table).
 
 Revision ID: 0034_trigger_plans
-Revises: 0031_scale2
+Revises: 0032_scale3
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0034_trigger_plans"
-down_revision = "0031_scale2"
+down_revision = "0032_scale3"
 branch_labels = None
 depends_on = None
 
