@@ -119,8 +119,9 @@ SELECT coalesce(b.first_job_id, w.lo) AS lo, coalesce(b.last_job_id, w.hi) AS hi
 # is settled as it ends up), and the count triggers move them between the counters in the
 # same statement. No FOR UPDATE first: locking each row before updating it cost a WAL
 # record per job (20 % of the chunk). (Walking delivery_jobs_broadcast_due_idx instead, as
-# before, read the entries of every job settled before it until a vacuum removed them:
-# 4,000 jobs/s at 10M.)
+# before, also read the entries of every job settled before it until a vacuum removed
+# them; most of the 1,382 jobs/s measured at 10M was the trigger plan that migration
+# 0034_trigger_plans fixed, docs/performance.md.)
 _SETTLE_WINDOW = sa.text(f"""
 WITH settled AS (
     UPDATE delivery_jobs j
