@@ -3,11 +3,14 @@ of outcomes) as a drain goes on: claims jobs and finishes them in groups of --gr
 autocommit, round after round with no vacuum in between, and prints the milliseconds per
 statement of each round.
 
-Two forms of the guard "still `sending`, under the same claim token": the one in
-workers/delivery/queue.py (a join condition: one primary-key lookup per outcome), and a plain
-``status = 'sending'`` restriction as it was until issue 12's last change, which lets the
-planner read delivery_jobs_sending_idx; that index keeps an entry for every job finished
-since the last vacuum, so the old form grows slower with the drain.
+Three forms: the one in workers/delivery/queue.py (the ids as an array restriction, and
+the guard "still `sending`, under the same claim token" as a join condition: one
+primary-key lookup per outcome); the same without the id array, as it was until round 3,
+whose generic plan (100 outcomes guessed from jsonb_to_recordset) scans the whole table
+with a hash join while the table is small (a new install: a few thousand jobs); and a
+plain ``status = 'sending'`` restriction as it was until issue 12's last change, which
+lets the planner read delivery_jobs_sending_idx; that index keeps an entry for every job
+finished since the last vacuum, so that form grows slower with the drain.
 
     python -m bench.bench_finish [--jobs 4000] [--rounds 4] [--group 2]
 """
@@ -28,6 +31,8 @@ from workers.core.states import SENDING
 from workers.delivery import queue
 from workers.delivery.queue import Outcome
 
+ID_ARRAY = ("WHERE j.id = ANY (ARRAY(SELECT x.id FROM o x))  -- the primary key at any table "
+            "size\n       AND ")
 NEW_GUARD = f"CASE WHEN j.status = '{SENDING}' THEN j.claim_token END = o.token"
 OLD_GUARD = f"j.status = '{SENDING}' AND j.claim_token = o.token"
 
@@ -42,9 +47,12 @@ def _finish(conn: sa.Connection, sql: str, jobs: list[queue.ClaimedJob]) -> None
 
 
 def measure(jobs: int, rounds: int, group: int) -> list[dict[str, Any]]:
-    assert NEW_GUARD in queue._FINISH
+    assert NEW_GUARD in queue._FINISH and ID_ARRAY in queue._FINISH
+    without_array = queue._FINISH.replace(ID_ARRAY, "WHERE ")
     forms = {"join on the primary key (now)": queue._FINISH,
-             f"status = '{SENDING}' (before)": queue._FINISH.replace(NEW_GUARD, OLD_GUARD)}
+             "without the id array (until round 3)": without_array,
+             f"status = '{SENDING}' (until issue 12)": without_array.replace(NEW_GUARD,
+                                                                           OLD_GUARD)}
     results: list[dict[str, Any]] = []
     for label, sql in forms.items():
         with fresh_database() as url:

@@ -372,7 +372,12 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
 # as a plain `status = 'sending'` it let the planner read all of delivery_jobs_sending_idx
 # (every job in flight, and an entry for each one finished since the last vacuum) where
 # each outcome needs one primary-key lookup: 0.98 ms per statement growing to 1.64 after
-# 12,000 finished, against 0.50-0.57 (bench/bench_finish.py). A counted outcome adds its
+# 12,000 finished, against 0.50-0.57 (bench/bench_finish.py). The ids are also given as
+# an array (`j.id = ANY (...)`): the prepared statement's generic plan guesses 100
+# outcomes from jsonb_to_recordset, and on a table of a few thousand jobs (a new install,
+# the API bench) it chose a hash join over a sequential scan of delivery_jobs: 2.5 ms for
+# one outcome instead of 0.15, the biggest PostgreSQL cost of a transactional burst
+# (bench/bench_finish.py, "without the id array"). A counted outcome adds its
 # attempt, numbered after every earlier one (manual retries included); a hard bounce
 # suppresses the address in the same statement.
 _FINISH = f"""
@@ -392,7 +397,8 @@ WITH o AS (
            finished_at = CASE WHEN o.status IN {sql_list(TERMINAL)} THEN now() END,
            claimed_by = NULL, claim_token = NULL, claimed_at = NULL
       FROM o
-     WHERE j.id = o.id AND CASE WHEN j.status = '{SENDING}' THEN j.claim_token END = o.token
+     WHERE j.id = ANY (ARRAY(SELECT x.id FROM o x))  -- the primary key at any table size
+       AND j.id = o.id AND CASE WHEN j.status = '{SENDING}' THEN j.claim_token END = o.token
     RETURNING j.id, j.attempts, j.email, j.kind, o.status, o.counted, o.class, o.code,
               o.enhanced, o.reply, o.stage, o.duration_ms, o.started_at
 ), a AS (
