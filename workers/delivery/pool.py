@@ -53,6 +53,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Connection, Engine
 
 from workers.after_acceptance import pool as after_acceptance
+from workers.building import kinds
 from workers.building.compose import Composer, domain_of
 from workers.building.message import TemplateError
 from workers.core import pg
@@ -90,6 +91,10 @@ CLAIM_TIMEOUT = 10.0
 # PostgreSQL 0.29 ms after its hand-over instead of 0.42 (bench_drain; the SIGKILL storms
 # moved within their run-to-run spread: docs/performance.md).
 SWITCH_INTERVAL = 0.0001
+# The pool is behind (Pool.behind) when transactional mail it claimed had been due for more
+# than BEHIND_LAG seconds, as seen at a claim less than LAG_FRESH seconds ago.
+BEHIND_LAG = 0.2
+LAG_FRESH = 1.0
 
 log = logging.getLogger("senddock.worker")
 
@@ -123,6 +128,9 @@ class Pool:
         # learns it at its own throttle reply or within PACE_CHECK seconds of another's.
         self._paced = False
         self._paced_checked = 0.0
+        # How late this process's transactional mail is: (monotonic time of the claim, the
+        # longest any claimed message had been due). Read by :meth:`behind`.
+        self._lag = (0.0, 0.0)
         self.domain = domain_of(config.mail_from)
         self.composer = Composer(engine, config)
         self._db = StatementDb(engine)  # claims and outcomes, one statement at a time
@@ -370,6 +378,23 @@ class Pool:
         return (jobs, [permits.first_at + i * permits.interval for i in range(len(jobs))],
                 permits.interval)
 
+    def _note_lag(self, jobs: list[queue.ClaimedJob], asked: int) -> None:
+        """Remember how long the claimed transactional mail had been due; a claim that
+        found less than it asked for and no transactional mail has caught up."""
+        waited = [j.waited for j in jobs if j.kind not in kinds.RESERVED]
+        if waited:
+            self._lag = (time.monotonic(), max(waited))
+        elif len(jobs) < asked:
+            self._lag = (time.monotonic(), 0.0)
+
+    def behind(self) -> bool:
+        """Transactional mail claimed within the last LAG_FRESH seconds had waited more
+        than BEHIND_LAG since it was due: this process's delivery threads are not keeping
+        up with what is being accepted (P7). The API paces new mail while this holds
+        (:func:`webapp.context.yield_to_delivery`)."""
+        at, lag = self._lag
+        return lag > BEHIND_LAG and time.monotonic() - at < LAG_FRESH
+
     def _drain_once(self, transport: _Transports, db: StatementDb) -> bool:
         """Claim one batch and deliver it message by message. Returns False when there was
         nothing to do. Every job of the batch leaves `sending`: marked with its outcome,
@@ -389,6 +414,7 @@ class Pool:
                 self._probed_at = time.monotonic()
                 self._maybe_probe_relay(transport)
             jobs, slots, interval = self._claim(db, token)
+            self._note_lag(jobs, self.config.claim_batch)
             with self._holding_lock:
                 self._claims[token] = {job.id: job for job in jobs}
             if not jobs:

@@ -69,6 +69,7 @@ class ClaimedJob:
     # Counted attempts when the job was last retried by hand: the retry schedule restarts
     # there, the attempt numbers go on.
     retry_base: int = 0
+    waited: float = 0.0  # seconds it was due before this claim (the pool's lag)
 
 
 @dataclass
@@ -340,7 +341,8 @@ WITH relay_up AS (
                        '{{}}'::jsonb) AS attributes,
               (SELECT c.updated_at::text FROM campaigns c
                 WHERE c.id = coalesce(j.campaign_id, (j.payload ->> 'campaign_id')::bigint))
-                  AS campaign_version
+                  AS campaign_version,
+              extract(epoch FROM clock_timestamp() - j.available_at)::float8 AS waited
 )
 -- One JSON value for the whole batch: decoding it is far cheaper in Python than rows.
 SELECT coalesce(json_agg(claimed ORDER BY claimed.id), '[]'::json) AS jobs FROM claimed

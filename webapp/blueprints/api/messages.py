@@ -8,12 +8,13 @@ from flask import request
 from werkzeug.wrappers import Response
 
 from webapp.blueprints.api import answer, body, bp
-from webapp.context import actor, config, engine, request_connection
+from webapp.context import actor, config, engine, request_connection, yield_to_delivery
 from webapp.domain import messages, verifications
 
 
 @bp.post("/messages")
 def create_message() -> Response:
+    yield_to_delivery()
     data = body()
     key = verifications.check_idempotency_key(request.headers.get("Idempotency-Key"))
     with request_connection() as conn:
@@ -27,6 +28,7 @@ def create_message() -> Response:
 def create_messages() -> Response:
     """Up to 500 messages in one call: ``207`` with one result per item (``202`` with the
     message, or the item's own status and error naming its fields)."""
+    yield_to_delivery()
     data = body("messages")
     with request_connection() as conn:
         asks, errors = messages.parse_batch(conn, data)

@@ -6,12 +6,13 @@ from flask import request
 from werkzeug.wrappers import Response
 
 from webapp.blueprints.api import answer, body, bp
-from webapp.context import actor, config, engine, request_connection
+from webapp.context import actor, config, engine, request_connection, yield_to_delivery
 from webapp.domain import verifications
 
 
 @bp.post("/verifications")
 def create_verification() -> Response:
+    yield_to_delivery()
     req = verifications.parse_request(body("user_id", "email", "verify_url"))
     key = verifications.check_idempotency_key(request.headers.get("Idempotency-Key"))
     with request_connection() as conn:
