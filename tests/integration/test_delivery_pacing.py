@@ -12,7 +12,6 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
-from tests.helpers import make_campaign
 from webapp import context
 from workers.delivery import pool as pool_module
 from workers.delivery import queue
