@@ -12,7 +12,11 @@ plain ``status = 'sending'`` restriction as it was until issue 12's last change,
 lets the planner read delivery_jobs_sending_idx; that index keeps an entry for every job
 finished since the last vacuum, so that form grows slower with the drain.
 
+``--minute-trigger off`` disables job_attempts' per-minute counter trigger (migration
+0035_minute_counters) in the bench database, to measure what it adds to each statement.
+
     python -m bench.bench_finish [--jobs 4000] [--rounds 4] [--group 2]
+        [--minute-trigger on|off]
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ def _finish(conn: sa.Connection, sql: str, jobs: list[queue.ClaimedJob]) -> None
                    prepare=True).fetchone()
 
 
-def measure(jobs: int, rounds: int, group: int) -> list[dict[str, Any]]:
+def measure(jobs: int, rounds: int, group: int,
+            minute_trigger: bool = True) -> list[dict[str, Any]]:
     assert NEW_GUARD in queue._FINISH and ID_ARRAY in queue._FINISH
     without_array = queue._FINISH.replace(ID_ARRAY, "WHERE ")
     forms = {"join on the primary key (now)": queue._FINISH,
@@ -62,6 +67,9 @@ def measure(jobs: int, rounds: int, group: int) -> list[dict[str, Any]]:
                 broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
                 queue.enqueue_broadcast(conn, broadcast_id)
                 conn.execute(sa.text("ALTER TABLE delivery_jobs SET (autovacuum_enabled = off)"))
+                if not minute_trigger:
+                    conn.execute(sa.text(
+                        "ALTER TABLE job_attempts DISABLE TRIGGER job_attempts_minutes"))
             autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
             for n in range(rounds):
                 with engine.begin() as conn:
@@ -84,11 +92,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=4000, help="jobs finished per round")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--group", type=int, default=2, help="outcomes per statement")
+    parser.add_argument("--minute-trigger", choices=("on", "off"), default="on",
+                        help="job_attempts' per-minute counter trigger")
     args = parser.parse_args()
-    results = measure(args.jobs, args.rounds, args.group)
+    results = measure(args.jobs, args.rounds, args.group, args.minute_trigger == "on")
     info = machine()
     print(table(f"Finish statement, {args.group} outcomes each, {args.jobs:,} per round, no "
-                f"vacuum ({info['cpus']} cores, PostgreSQL {info['postgres']}, "
+                f"vacuum, minute trigger {args.minute_trigger} ({info['cpus']} cores, "
+                f"PostgreSQL {info['postgres']}, "
                 f"load {info['load_1m']})",
                 ["guard", "round", "jobs finished before", "ms per statement"],
                 [[r["form"], r["round"], f"{r['finished_before']:,}",

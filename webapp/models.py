@@ -578,6 +578,20 @@ rate_minutes = Table(
     Column("used", Integer, nullable=False),
 )
 
+# Counted attempts per minute, kind and outcome class (migration 0035_minute_counters),
+# kept by a statement trigger on job_attempts in slot pg_backend_pid() % 8: Queue health's
+# chart and failure rate sum a few rows per minute. Pruned past queue.MINUTES_KEPT.
+attempt_minutes = Table(
+    "attempt_minutes", metadata,
+    Column("minute", DateTime(timezone=True), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("slot", SmallInteger, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("minute", "kind", "outcome", "slot"),
+    postgresql_with={"fillfactor": "50"},
+)
+
 # Analytics and the public archive (migration 0030_tracking, issue 32 items 3 and 5):
 # per campaign, off unless a marketer turns them on (no row: all off).
 campaign_tracking = Table(

@@ -22,8 +22,6 @@ from workers.delivery import queue
 @pytest.fixture(autouse=True)
 def fresh_caches() -> None:
     health._alarm_cache.clear()
-    health.ATTEMPTS.reset()
-    health.TIME_TO_SENT.reset()
 
 
 def names(engine: sa.Engine, config: Config) -> set[str]:

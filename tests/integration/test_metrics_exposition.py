@@ -17,8 +17,6 @@ from webapp.domain import health
 @pytest.fixture(autouse=True)
 def fresh_caches() -> None:
     health._alarm_cache.clear()
-    health.ATTEMPTS.reset()
-    health.TIME_TO_SENT.reset()
 
 
 def seed(engine: sa.Engine) -> None:

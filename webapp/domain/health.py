@@ -1,14 +1,14 @@
 """Queue health and alarms (SPEC 5): what the health page, the banner on every page and
 ``/metrics`` show. Everything here is cheap enough to run on every page view: counts come
-from counters and small indexes, and per-minute history is cached per process once a
-minute is over (a finished minute's counts do not change).
+from counters and small indexes; attempts per minute from attempt_minutes, kept by a
+trigger (a few rows a minute however fast a campaign drains).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,67 +24,26 @@ from workers.core.states import Campaign
 from workers.delivery import queue
 from workers.delivery.smtp import parse_relays
 
-WINDOW = timedelta(minutes=15)  # failure rate, attempts by class, time to sent
-CHART = timedelta(hours=1)  # the sent-per-minute chart
+WINDOW = timedelta(minutes=15)  # failure rate, attempts by class
+CHART = timedelta(hours=1)  # the sent-per-minute chart (within queue.MINUTES_KEPT)
 ADMINS = ("admin",)  # the roles shown an alarm only an admin can act on
 MIN_FINISHED_FOR_RATE = 20  # a failure rate over fewer finished jobs is noise
-# Seconds from enqueue to sent: the time-to-sent histogram's upper bounds.
-TIME_TO_SENT_BOUNDS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0,
-                       86400.0)
 
 
 def _minute(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
 
 
-class MinuteCache:
-    """Per-minute rows of one series, per database. Minutes that ended more than
-    ``settle`` ago are fetched once and kept; the recent ones are read every time."""
-
-    def __init__(self, fetch: Callable[[Connection, datetime, datetime], list[Any]],
-                 settle: timedelta = timedelta(seconds=90),
-                 keep: timedelta = CHART) -> None:
-        self.fetch = fetch
-        self.settle = settle
-        self.keep = keep
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[datetime, list[Any]]] = {}
-
-    def rows(self, conn: Connection, since: datetime) -> list[Any]:
-        """Rows (their first field is the minute) for minutes from ``since`` to now."""
-        now = datetime.now(UTC)
-        settled = _minute(now - self.settle)
-        key = str(conn.engine.url)
-        with self._lock:
-            upto, kept = self._cache.get(key, (_minute(now - self.keep), []))
-        if upto < settled:
-            kept = [r for r in kept if r[0] >= _minute(now - self.keep)]
-            kept += self.fetch(conn, upto, settled)
-            with self._lock:
-                self._cache[key] = (settled, kept)
-            upto = settled
-        fresh = self.fetch(conn, upto, now + timedelta(minutes=1))
-        return [r for r in kept if r[0] >= since] + fresh
-
-    def reset(self) -> None:
-        with self._lock:
-            self._cache.clear()
-
-
-ATTEMPTS = MinuteCache(queue_reads.attempts_per_minute)
-TIME_TO_SENT = MinuteCache(
-    lambda conn, since, until: queue_reads.time_to_sent_per_minute(conn, since, until,
-                                                             TIME_TO_SENT_BOUNDS),
-    keep=WINDOW)
-
-
 def sent_per_minute(conn: Connection) -> list[dict[str, Any]]:
-    """The last 60 minutes, oldest first: {minute, sent, failed} (failed = counted
-    attempts that did not deliver: bounces, rejections, transient failures)."""
+    """The last 60 minutes (``CHART``), oldest first: {minute, sent, failed} (failed =
+    counted attempts that did not deliver: bounces, rejections, transient failures)."""
     now = _minute(datetime.now(UTC))
-    minutes = [now - timedelta(minutes=59 - i) for i in range(60)]
-    series = {m: {"minute": m, "sent": 0, "failed": 0} for m in minutes}
-    for minute, _kind, outcome, n in ATTEMPTS.rows(conn, minutes[0]):
+    count = int(CHART / timedelta(minutes=1))
+    minutes = [now - timedelta(minutes=count - 1 - i) for i in range(count)]
+    series: dict[datetime, dict[str, Any]] = {m: {"minute": m, "sent": 0, "failed": 0}
+                                              for m in minutes}
+    until = now + timedelta(minutes=1)
+    for minute, _kind, outcome, n in queue_reads.attempts_per_minute(conn, minutes[0], until):
         if minute in series:
             series[minute]["sent" if outcome == "sent" else "failed"] += n
     return list(series.values())
@@ -92,23 +51,12 @@ def sent_per_minute(conn: Connection) -> list[dict[str, Any]]:
 
 def attempts_in_window(conn: Connection) -> dict[tuple[str, str], int]:
     """Counted attempts over the last 15 minutes per (kind, outcome class)."""
-    since = _minute(datetime.now(UTC) - WINDOW)
+    now = datetime.now(UTC)
     totals: dict[tuple[str, str], int] = {}
-    for _minute_at, kind, outcome, n in ATTEMPTS.rows(conn, since):
+    for _minute_at, kind, outcome, n in queue_reads.attempts_per_minute(
+            conn, _minute(now - WINDOW), _minute(now) + timedelta(minutes=1)):
         totals[(kind, outcome)] = totals.get((kind, outcome), 0) + n
     return totals
-
-
-def time_to_sent(conn: Connection) -> dict[str, tuple[list[int], float]]:
-    """Per kind, over the last 15 minutes: job counts per bucket of
-    ``TIME_TO_SENT_BOUNDS`` (plus one for above the last) and the sum of seconds."""
-    since = _minute(datetime.now(UTC) - WINDOW)
-    result: dict[str, tuple[list[int], float]] = {}
-    for _minute_at, kind, bucket, n, seconds in TIME_TO_SENT.rows(conn, since):
-        counts, total = result.get(kind, ([0] * (len(TIME_TO_SENT_BOUNDS) + 1), 0.0))
-        counts[bucket] += n  # width_bucket: 0 below the first bound, len() above the last
-        result[kind] = (counts, total + seconds)
-    return result
 
 
 @dataclass

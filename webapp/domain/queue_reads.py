@@ -261,44 +261,22 @@ def oldest_due_age(conn: Connection) -> float:
 
 
 # Counted attempts per minute, kind and outcome class (sent, hard_bounce, rejected,
-# transient, build) from job_attempts_started_idx: the sent-per-minute chart, sends and
-# failures by class, retries. The attempt carries its job's kind, so no job is read (a row
-# written without it, by hand, falls back to its job).
+# transient, build): the sent-per-minute chart, sends and failures by class. Read from
+# attempt_minutes, which a statement trigger on job_attempts keeps (migration
+# 0035_minute_counters): a few rows per minute and kind, however many attempts were made.
 _ATTEMPTS_PER_MINUTE = sa.text("""
-SELECT date_trunc('minute', a.started_at) AS minute,
-       coalesce(a.kind, (SELECT j.kind FROM delivery_jobs j WHERE j.id = a.job_id)) AS kind,
-       a.outcome, count(*) AS n
-  FROM job_attempts a
- WHERE a.started_at >= :since AND a.started_at < :until
- GROUP BY 1, 2, 3
+SELECT minute, kind, outcome, sum(n)::bigint AS n FROM attempt_minutes
+ WHERE minute >= :since AND minute < :until
+ GROUP BY minute, kind, outcome
 """)
 
 
 def attempts_per_minute(conn: Connection, since: datetime,
                         until: datetime) -> list[tuple[datetime, str, str, int]]:
+    """(minute, kind, outcome, attempts) for the minutes from ``since`` (whole minutes:
+    pass a minute's start) to before ``until``."""
     rows = conn.execute(_ATTEMPTS_PER_MINUTE, {"since": since, "until": until})
     return [(r.minute, r.kind, r.outcome, int(r.n)) for r in rows]
-
-
-# Time from enqueue to `sent`, bucketed per minute of sending (delivery_jobs_sent_idx).
-# Bucket i counts jobs with bounds[i-1] <= seconds < bounds[i] (0: below the first bound).
-_TIME_TO_SENT = sa.text(f"""
-SELECT date_trunc('minute', finished_at) AS minute, kind,
-       width_bucket(extract(epoch FROM finished_at - created_at)::float8,
-                    CAST(:bounds AS float8[])) AS bucket,
-       count(*) AS n, sum(extract(epoch FROM finished_at - created_at))::float8 AS seconds
-  FROM delivery_jobs
- WHERE status = '{SENT}' AND finished_at >= :since AND finished_at < :until
- GROUP BY 1, 2, 3
-""")
-
-
-def time_to_sent_per_minute(conn: Connection, since: datetime, until: datetime,
-                            bounds: Sequence[float]) -> list[tuple[datetime, str, int, int,
-                                                                   float]]:
-    rows = conn.execute(_TIME_TO_SENT, {"since": since, "until": until,
-                                        "bounds": [float(b) for b in bounds]})
-    return [(r.minute, r.kind, int(r.bucket), int(r.n), float(r.seconds)) for r in rows]
 
 
 # Jobs that failed or bounced in a window (the failure-rate alarm), from the inbox index.

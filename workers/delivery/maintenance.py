@@ -1,11 +1,14 @@
 """Maintenance, every second: fire scheduled campaigns, enqueue accepted broadcasts (chunk
 by chunk, each committed on its own, so the workers start sending after the first),
-complete finished ones."""
+complete finished ones; and at the first tick and then hourly, prune the per-minute
+counters (attempt_minutes, rate_minutes), which otherwise grow a few rows every minute
+forever."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -20,11 +23,13 @@ log = logging.getLogger("senddock.worker")
 class Maintenance(Service):
     name = "maintenance"
     interval = 1.0
+    prune_every = 3600.0  # seconds
 
     def __init__(self, engine: Engine, outage: pg.Outage, stopping: threading.Event) -> None:
         self.engine = engine
         self.outage = outage
         self.stopping = stopping
+        self._prune_at = 0.0  # time.monotonic() of the next prune: the first tick prunes
 
     def run(self) -> None:
         try:
@@ -37,9 +42,21 @@ class Maintenance(Service):
             with self.engine.begin() as conn:
                 for campaign_id in queue.complete_finished_campaigns(conn):
                     log.info("campaign %d finished", campaign_id)
+            if time.monotonic() >= self._prune_at:
+                self._prune()
             self.outage.ok()
         except DB_ERRORS as exc:
             self.outage.failed(exc)
+
+    def _prune(self) -> None:
+        """Forget counter minutes no reader looks at any more, in bounded batches each
+        committed on its own (the finishers upsert only the newest minutes)."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            pruned = queue.prune_minutes(conn)
+            queue.prune_rate_minutes(conn)
+        self._prune_at = time.monotonic() + self.prune_every
+        if pruned:
+            log.info("pruned %d attempt counter row(s)", pruned)
 
     def _enqueue(self, broadcast_id: int) -> None:
         """Enqueue the broadcast chunk by chunk, each committed on its own (the workers

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from email.utils import parseaddr
 from typing import Any
 
@@ -1108,6 +1108,35 @@ def rate_usage(conn: Connection) -> dict[str, int]:
 def prune_rate_minutes(conn: Connection) -> None:
     """Forget minutes older than the longest window (maintenance)."""
     conn.execute(sa.text("DELETE FROM rate_minutes WHERE minute < now() - interval '25 hours'"))
+
+
+# --- minute counters (migration 0035_minute_counters) -----------------------------------
+
+#: How far back attempt_minutes is kept: Queue health's chart shows the last hour.
+MINUTES_KEPT = timedelta(hours=2)
+PRUNE_BATCH = 10_000
+
+# One batch of counter rows older than the horizon, along the primary key (minute first);
+# each batch is its own short statement, so no long lock is held on the rows the
+# finishers upsert (which are all newer).
+_PRUNE_MINUTES = sa.text("""
+DELETE FROM attempt_minutes WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM attempt_minutes
+     WHERE minute < now() - make_interval(secs => :kept) LIMIT :batch))
+""")
+
+
+def prune_minutes(conn: Connection, kept: timedelta = MINUTES_KEPT,
+                  batch: int = PRUNE_BATCH) -> int:
+    """Delete the attempt counters older than ``kept``, ``batch`` rows per statement, each
+    committed on its own when ``conn`` is in autocommit; returns how many went."""
+    total = 0
+    while True:
+        gone = conn.execute(_PRUNE_MINUTES, {"kept": kept.total_seconds(),
+                                              "batch": batch}).rowcount
+        total += gone
+        if gone < batch:
+            return total
 
 
 # --- campaign lifecycle ----------------------------------------------------------------
