@@ -8,10 +8,22 @@ out: so a crash resends at most one message per thread.
 The session runs in libpq's pipeline mode. The drain thread that hands an outcome over
 writes its statement to the session itself, with its own sync point (so its own
 transaction), even while earlier statements are still running: an outcome never waits
-in this process, not even for another thread to wake up; it waits in PostgreSQL, which
-commits it even if this process dies the next moment. The finisher's thread opens the
-session, reads the results and settles each outcome's future. Outcomes handed over while
-no session is open (the first, or after an error) are sent together once one is.
+in this process, not even for another thread to wake up. The finisher's thread opens the
+session, reads the results and settles each outcome's future: True only once its sync
+point has come back, so once it is committed. Outcomes handed over while no session is
+open (the first, or after an error) are sent together once one is.
+
+The crash bound rests on that alone. If this process dies with statements still on the
+session, PostgreSQL commits none, some or all of them, in the order they were written:
+the backend gives up at its first failed send to the dead client ("could not send data
+to client", then FATAL "connection to client lost" at its next interrupt check). Over a
+Unix socket (the embedded server's) that is the reply to the statement running at the
+kill, so the statements behind it never run; over TCP the first send after the close
+still succeeds and they usually do; with ``client_connection_check_interval`` set the
+running one is cancelled too. PostgreSQL 15 and 18 alike. An outcome not committed
+leaves its job ``sending``, for the rescuer to take back and resend: one message per
+drain thread at most, since a thread sends no further message before its previous
+outcome is confirmed (SPEC 10).
 
 If a statement fails, every outcome of its group gets the error and its drain thread
 retries it itself (:meth:`workers.delivery.pool.Pool._record`); the session is then dropped and the
