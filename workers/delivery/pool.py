@@ -414,7 +414,8 @@ class Pool:
                 self._probed_at = time.monotonic()
                 self._maybe_probe_relay(transport)
             jobs, slots, interval = self._claim(db, token)
-            self._note_lag(jobs, self.config.claim_batch)
+            if not any(slots):  # a rate limit's wait is not the pool falling behind
+                self._note_lag(jobs, self.config.claim_batch)
             with self._holding_lock:
                 self._claims[token] = {job.id: job for job in jobs}
             if not jobs:
