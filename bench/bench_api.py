@@ -162,16 +162,19 @@ def start_minimal(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError(f"minimal queue did not start: {log.read_text()}")
 
 
-def batch_rate(base: str, token: str, calls: int, clients: int = 4) -> dict[str, Any]:
-    """``calls`` batches of 500 new verifications from ``clients`` threads."""
+def batch_rate(base: str, token: str, calls: int, clients: int = 4,
+               cpu: CpuSplit | None = None, prefix: str = "batch") -> dict[str, Any]:
+    """``calls`` batches of 500 new verifications from ``clients`` threads (with ``cpu``:
+    what the server process and the database's backends spent meanwhile, the delivery
+    pool sending the batches' mail included)."""
     accepted: list[int] = []
     latencies: list[float] = []
     lock = threading.Lock()
 
     def run(c: int) -> None:
         for n in range(c, calls, clients):
-            items = [{"kind": "verification", "user_id": f"batch-{n}-{i}",
-                      "email": f"batch-{n}-{i}@example.net",
+            items = [{"kind": "verification", "user_id": f"{prefix}-{n}-{i}",
+                      "email": f"{prefix}-{n}-{i}@example.net",
                       "data": {"verify_url": f"https://app.example/v?b={n}-{i}"},
                       "event": {"name": "import", "id": f"imp-{n}-{i}"}} for i in range(500)]
             request = urllib.request.Request(
@@ -185,6 +188,8 @@ def batch_rate(base: str, token: str, calls: int, clients: int = 4) -> dict[str,
                 latencies.append((time.perf_counter() - t0) * 1000)
                 accepted.append(body["accepted"])
 
+    if cpu is not None:
+        cpu.start()
     t0 = time.perf_counter()
     threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
     for t in threads:
@@ -192,7 +197,8 @@ def batch_rate(base: str, token: str, calls: int, clients: int = 4) -> dict[str,
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
-    return {"calls": calls, "accepted": sum(accepted), "seconds": elapsed,
+    split = cpu.stop() if cpu is not None else {}
+    return {**split, "calls": calls, "accepted": sum(accepted), "seconds": elapsed,
             "msgs_per_s": sum(accepted) / elapsed, "call_p50": percentile(latencies, 50),
             "call_p95": percentile(latencies, 95)}
 
@@ -269,13 +275,18 @@ def _before(args: argparse.Namespace, url: str, smtp_port: int, token: str,
         server.wait(30)
 
 
+def _admin_token(url: str) -> tuple[sa.Engine, str]:
+    """An engine on the bench's database and an admin's API token."""
+    engine = db.make_engine(url, pool_size=2)
+    with engine.begin() as conn:
+        user = users.create_user(conn, "bench@example.com", "benchmark-password", "admin")
+        return engine, users.create_token(conn, user["id"])
+
+
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     smtp_port = free_port()
     with fresh_database() as url, sink_process("postfix", smtp_port):
-        engine = db.make_engine(url, pool_size=2)
-        with engine.begin() as conn:
-            user = users.create_user(conn, "bench@example.com", "benchmark-password", "admin")
-            token = users.create_token(conn, user["id"])
+        engine, token = _admin_token(url)
         minimal, minimal_base = start_minimal(url, workdir / "minimal.log")
         server, base = start_server(url, smtp_port, workdir / "serve.log",
                                     **settings_from(args.setting))
@@ -291,7 +302,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                          cpu=CpuSplit(server.pid, url))
             rss_after_burst = rss.mark()
             latency = p7(engine)
-            batches = batch_rate(base, token, args.batches)
+            batches = batch_rate(base, token, args.batches, cpu=CpuSplit(server.pid, url))
             rss_after_batch = rss.mark()
         finally:
             rss.stop.set()
@@ -311,6 +322,33 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                        "samples": rss.samples}}
 
 
+def batch_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+    """``--batch-only``: a warm-up of 8 calls, then ``--repeat`` runs of the batch alone."""
+    smtp_port = free_port()
+    with fresh_database() as url, sink_process("postfix", smtp_port):
+        engine, token = _admin_token(url)
+        server, base = start_server(url, smtp_port, workdir / "serve.log",
+                                    **settings_from(args.setting))
+        try:
+            batch_rate(base, token, 8, prefix="warm")
+            return [batch_rate(base, token, args.batches, cpu=CpuSplit(server.pid, url),
+                               prefix=f"run{r}") for r in range(args.repeat)]
+        finally:
+            server.terminate()
+            server.wait(30)
+            engine.dispose()
+
+
+def _batch_table(title: str, runs: list[dict[str, Any]]) -> str:
+    return table(f"{title} (CPU: ms per 500 messages, the delivery pool's included)",
+                 ["calls", "accepted", "seconds", "messages/s", "call p50 ms", "call p95 ms",
+                  "server CPU", "PostgreSQL CPU"],
+                 [[b["calls"], f"{b['accepted']:,}", f"{b['seconds']:.1f}",
+                   f"{b['msgs_per_s']:,.0f}", f"{b['call_p50']:.0f}", f"{b['call_p95']:.0f}",
+                   *(f"{500_000 * b[k] / max(1, b['accepted']):.1f}"
+                     for k in ("server_cpu_s", "postgres_cpu_s"))] for b in runs])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=16)
@@ -319,8 +357,20 @@ def main() -> None:
     add_settings_option(parser)
     parser.add_argument("--before", metavar="DIR",
                         help="also measure POST /messages served from this checkout")
+    parser.add_argument("--batch-only", action="store_true",
+                        help="only the batch: a warm-up, then --repeat runs of --batches calls")
+    parser.add_argument("--repeat", type=int, default=3, help="runs with --batch-only")
     args = parser.parse_args()
     load_before = machine()["load_1m"]
+    if args.batch_only:
+        with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
+            runs = batch_only(args, Path(tmp))
+        info = machine()
+        print(_batch_table(f"Batch: POST /messages/batch, 500 per call, 4 clients, load "
+                           f"{load_before} before / {info['load_1m']} after", runs))
+        saved = save("api-batch", {"machine": info, "load_before": load_before, "runs": runs})
+        print(f"\nsaved {saved}")
+        return
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         result = measure(args, Path(tmp))
     info = machine()
@@ -346,11 +396,7 @@ def main() -> None:
                     info["cpus"] * r["seconds"]))]
                  for name, r in (("minimal queue (1 INSERT)", floor),
                                  ("SendDock POST /messages", ours))]))
-    print(table("Batch: POST /messages/batch, 500 per call, 4 clients",
-                ["calls", "accepted", "seconds", "messages/s", "call p50 ms", "call p95 ms"],
-                [[batches["calls"], f"{batches['accepted']:,}", f"{batches['seconds']:.1f}",
-                  f"{batches['msgs_per_s']:,.0f}", f"{batches['call_p50']:.0f}",
-                  f"{batches['call_p95']:.0f}"]]))
+    print(_batch_table("Batch: POST /messages/batch, 500 per call, 4 clients", [batches]))
     print(table("P7 during the burst: insert -> accepted by the relay",
                 ["sent / requested", "p50 ms", "p95 ms", "max ms", "to the attempt's start: p50",
                  "p95"],

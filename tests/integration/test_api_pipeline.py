@@ -20,6 +20,7 @@ from tests.helpers import place_jobs
 from tests.integration.test_kinds_api import ONBOARDING, message, put_kind
 from webapp import create_app
 from webapp.domain import intake, kinds
+from webapp.domain.flags import FLAG_DISPOSABLE
 from workers.core import pg
 from workers.core.settings import Config
 
@@ -195,6 +196,42 @@ def test_a_batch_of_500_is_one_call_and_501_is_refused(api: Api, engine: sa.Engi
     assert len(audit_actions(engine, "verification.request")) == 500
     too_many = api.post("/messages/batch", {"messages": items + items[:1]})
     assert too_many.status_code == 422 and "messages" in too_many.get_json()["error"]["fields"]
+
+
+def test_a_batch_of_two_kinds_answers_what_was_stored(api: Api, engine: sa.Engine) -> None:
+    """Each kind is sent to the statement once per call and every item keeps its own kind's
+    rules; a new message is answered with the payload the request gave, which is the one
+    stored; a kind edited between two batches is read again for its own items only."""
+    assert put_kind(api, "onboarding", ONBOARDING).status_code == 201
+    items = [message(user_id="m-1", data={"first_name": "Ada", "n": [1, 2.5, "ü"]}),
+             as_message({**VERIFY, "user_id": "m-1", "email": "m1@mailinator.com"}),
+             message(user_id="m-1"),  # the first item's dedupe window
+             {**message(user_id="m-2"), "idempotency_key": None},
+             as_message({**VERIFY, "user_id": "m-2", "email": "m2@example.org"})]
+    results = api.post("/messages/batch", {"messages": items}).get_json()["results"]
+    assert [r["http_status"] for r in results] == [202] * 5, results
+    assert [r["existing"] for r in results] == [False, False, True, False, False]
+    assert results[2]["id"] == results[0]["id"]
+    assert [r["kind"] for r in results] == ["onboarding", "verification", "onboarding",
+                                           "onboarding", "verification"]
+    assert results[1]["flags"] == [FLAG_DISPOSABLE] and results[4]["flags"] == []
+    stored = {j["id"]: j for j in rows(engine, "onboarding") + rows(engine, "verification")}
+    assert len(stored) == 4
+    for r in results:
+        job = stored[r["id"]]
+        assert (r["email"], r["user_id"], r["status"], r["flags"], r["correlation_id"]) == (
+            job["email"], job["user_ref"], job["status"], job["flags"],
+            str(job["correlation_id"]))
+        assert r["data"] == job["payload"]["data"] and r["event"] == job["payload"].get("event")
+        assert datetime.fromisoformat(r["created_at"]) == job["created_at"]
+    version = stored[results[0]["id"]]["payload"]["kind_version"]
+    assert put_kind(api, "onboarding", {"dedupe_window": 0}).status_code == 200
+    again = api.post("/messages/batch", {"messages": [
+        message(user_id="m-3"), as_message({**VERIFY, "user_id": "m-3"})]}).get_json()
+    assert [r["existing"] for r in again["results"]] == [False, False]
+    [newest] = [j for j in rows(engine, "onboarding") if j["user_ref"] == "m-3"]
+    assert newest["payload"]["kind_version"] == version + 1
+    assert again["results"][0]["data"] == newest["payload"]["data"]
 
 
 def test_the_backlog_limit_holds_per_item(engine: sa.Engine, make_user: Callable[..., Any],

@@ -102,26 +102,46 @@ def payload_of(ask: Ask) -> dict[str, Any]:
     return payload
 
 
-def _row(ask: Ask, i: int, config: Config, replace: int | None) -> dict[str, Any]:
-    flags = [FLAG_DISPOSABLE] if disposable_domain(ask.email) else []
-    policy, spec = kinds.policy(ask.spec), ask.spec
-    payload = payload_of(ask)
-    row = {
-        "i": i, "kind": spec.name, "priority": spec.priority, "version": spec.version,
-        "kind_class": spec.kind_class, "dedupe_window": spec.dedupe_window,
-        "kind_cooldown": -1 if spec.resend_cooldown is None else spec.resend_cooldown,
-        "user_ref": ask.user_ref, "email": ask.email, "key": ask.key, "payload": payload,
-        "flags": flags, "hold": held(spec, flags, config),
-        "send_at": payload.get("send_at"), "one_live": policy.one_live,
-        "cooldown": kinds.cooldown_of(spec, config) if policy.request_cooldown else None,
-        "replace_id": replace,
-        "action": f"{'verification' if policy.one_live else 'message'}.request"}
-    # A missing key is NULL to jsonb_to_recordset; without nulls the JSON is written
-    # without a walk looking for NaN (workers.core.fastjson).
+def _kind_row(spec: KindSpec, k: int, config: Config) -> dict[str, Any]:
+    """What the statement needs of a kind (``k``: the items' reference to it): sent once
+    per kind in a call, not per item."""
+    policy = kinds.policy(spec)
+    row = {"k": k, "name": spec.name, "priority": spec.priority, "version": spec.version,
+           "kind_class": spec.kind_class, "dedupe_window": spec.dedupe_window,
+           "kind_cooldown": -1 if spec.resend_cooldown is None else spec.resend_cooldown,
+           "one_live": policy.one_live,
+           "cooldown": kinds.cooldown_of(spec, config) if policy.request_cooldown else None,
+           "action": f"{'verification' if policy.one_live else 'message'}.request"}
     return {k: v for k, v in row.items() if v is not None}
 
 
+def _row(ask: Ask, i: int, k: int, config: Config, replace: int | None,
+         payload: dict[str, Any]) -> dict[str, Any]:
+    """One ask as the statement reads it; what every ask of its kind shares is in
+    :func:`_kind_row`. A missing key is NULL to jsonb_to_recordset (and the JSON is written
+    without a walk looking for NaN when it has no null: workers.core.fastjson)."""
+    row: dict[str, Any] = {"i": i, "k": k, "user_ref": ask.user_ref,
+                           "email": ask.email, "payload": payload}
+    if disposable_domain(ask.email):
+        row["flags"] = [FLAG_DISPOSABLE]
+        if held(ask.spec, row["flags"], config):
+            row["hold"] = True
+    if ask.key is not None:
+        row["key"] = ask.key
+    if "send_at" in payload:
+        row["send_at"] = payload["send_at"]
+    if replace is not None:
+        row["replace_id"] = replace
+    return row
+
+
 _JOB = f"""SELECT {queue.JOB_COLUMNS} FROM delivery_jobs"""
+# A new job comes back as columns, without its payload: the payload is the one the
+# statement was given (as jsonb it is the same value), and reading 500 of them back as
+# JSON was the largest part of a batch's Python (issue 27).
+_NEW_COLUMNS = queue.JOB_COLUMNS.replace(" payload,", "")
+_NEW_NAMES = [c.strip().rpartition(" AS ")[2].strip() for c in _NEW_COLUMNS.split(",")]
+assert "payload" not in _NEW_NAMES and len(_NEW_NAMES) == len(queue.JOB_COLUMNS.split(",")) - 1
 
 # One statement for a list of asks (one ask: a single POST). Each ask's earlier answer is
 # looked up by the same predicates as the constraints that guard the insert; the asks left
@@ -134,11 +154,18 @@ _JOB = f"""SELECT {queue.JOB_COLUMNS} FROM delivery_jobs"""
 # is checked against it.
 _SUBMIT = f"""
 WITH item AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:items AS jsonb)) AS x(
-        i int, kind text, priority int, version int, kind_class text, dedupe_window int,
-        kind_cooldown int, user_ref text, email text, key text, payload jsonb, flags jsonb,
-        hold boolean, send_at timestamptz, one_live boolean, cooldown int,
-        replace_id bigint, action text)
+    SELECT x.i, k.name AS kind, k.priority, k.version, k.kind_class, k.dedupe_window,
+           k.kind_cooldown, x.user_ref, x.email, x.key, x.payload,
+           coalesce(x.flags, '[]') AS flags, coalesce(x.hold, false) AS hold, x.send_at,
+           k.one_live, k.cooldown, x.replace_id, k.action
+      FROM jsonb_to_recordset(CAST(:items AS jsonb)) AS x(
+               i int, k int, user_ref text, email text, key text, payload jsonb,
+               flags jsonb, hold boolean, send_at timestamptz, replace_id bigint)
+      JOIN jsonb_to_recordset(CAST(:kinds AS jsonb)) AS k(
+               k int, name text, priority int, version int, kind_class text,
+               dedupe_window int, kind_cooldown int, one_live boolean, cooldown int,
+               action text)
+        ON k.k = x.k
 ), stale AS (
     SELECT i.i FROM item i
      WHERE NOT EXISTS (SELECT 1 FROM kinds k
@@ -198,7 +225,7 @@ WITH item AS (
       FROM admitted a
      WHERE /*ADMIT*/
     ON CONFLICT DO NOTHING
-    RETURNING {queue.JOB_COLUMNS}
+    RETURNING {_NEW_COLUMNS}
 ), audited AS (
     INSERT INTO audit_log (actor, action, target, details)
     SELECT :actor, a.action, 'user:' || a.user_ref,
@@ -219,8 +246,8 @@ SELECT i.i,
        CASE WHEN s.i IS NOT NULL THEN 'stale' WHEN e.id IS NOT NULL THEN e.why
             WHEN n.id IS NOT NULL THEN 'new'
             WHEN f.i IS NOT NULL AND a.i IS NULL THEN 'full' ELSE 'busy' END AS outcome,
-       e.wait,
-       coalesce(to_jsonb(n), (SELECT to_jsonb(d) FROM ({_JOB} WHERE id = e.id) d)) AS job,
+       e.wait, {", ".join(f"n.{c}" for c in _NEW_NAMES)},
+       (SELECT to_jsonb(d) FROM ({_JOB} WHERE id = e.id) d) AS earlier,
        (SELECT array_agg(kind) FROM woken) AS woken
   FROM item i
   LEFT JOIN stale s ON s.i = i.i
@@ -246,7 +273,7 @@ def _driver(sql: str) -> str:
     """``:name`` parameters as psycopg's ``%(name)s`` (the statements run on the driver:
     :func:`workers.core.pg.driver_rows`)."""
     assert "%" not in sql
-    return re.sub(r"(?<![:\w]):(items|actor|max_backlog|notify)\b", r"%(\1)s", sql)
+    return re.sub(r"(?<![:\w]):(items|kinds|actor|max_backlog|notify)\b", r"%(\1)s", sql)
 
 
 _SUBMIT_NEW = _driver(_SUBMIT.replace("/*REPLACED*/", "").replace("/*ADMIT*/", "true"))
@@ -308,6 +335,14 @@ class _Round:
         self.asks = list(asks)
         self.answers: list[Answer | None] = [None] * len(asks)
         self.replace: dict[int, int] = {}
+        self.payloads: dict[int, dict[str, Any]] = {}
+
+    def payload(self, i: int) -> dict[str, Any]:
+        """The ask's payload, built once (a new job is answered with it)."""
+        payload = self.payloads.get(i)
+        if payload is None or payload["kind_version"] != self.asks[i].spec.version:
+            payload = self.payloads[i] = payload_of(self.asks[i])
+        return payload
 
     def open(self) -> list[int]:
         return [i for i, a in enumerate(self.answers) if a is None]
@@ -327,10 +362,21 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
         if not todo:
             break
         statement = _SUBMIT_REPLACING if state.replace else _SUBMIT_NEW
-        items = [_row(state.asks[i], i, config, state.replace.get(i)) for i in todo]
+        specs: dict[int, int] = {}  # id(spec) -> k: an ask's kind, read once per call
+        kind_rows: list[dict[str, Any]] = []
+        items: list[dict[str, Any]] = []
+        for i in todo:
+            ask = state.asks[i]
+            k = specs.get(id(ask.spec))
+            if k is None:
+                k = specs[id(ask.spec)] = len(kind_rows)
+                kind_rows.append(_kind_row(ask.spec, k, config))
+            payload = state.payload(i)
+            items.append(_row(ask, i, k, config, state.replace.get(i), payload))
         rows = pg.driver_rows(conn, statement, {
             "items": fastjson.dumps(items, default=str) or json.dumps(items, default=str),
-            "actor": actor, "max_backlog": config.max_backlog, "notify": not committed})
+            "kinds": json.dumps(kind_rows), "actor": actor,
+            "max_backlog": config.max_backlog, "notify": not committed})
         if committed and rows and rows[0]["woken"]:
             pg.driver_rows(conn, _WAKE, {"kinds": rows[0]["woken"]})
         for row in rows:
@@ -340,11 +386,14 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
 
 def _settle(conn: Connection, config: Config, state: _Round, row: Any, last: bool) -> None:
     """Record one statement row's answer, or leave the ask open for the next round."""
-    i, outcome, job = row["i"], row["outcome"], _job(row["job"])
+    i, outcome = row["i"], row["outcome"]
     ask = state.asks[i]
     if outcome == "new":
-        state.answers[i] = Answer(job)
-    elif outcome == "idempotency_key":
+        state.answers[i] = Answer({**{c: row[c] for c in _NEW_NAMES},
+                                   "payload": state.payloads[i]})
+        return
+    job = _job(row["earlier"])
+    if outcome == "idempotency_key":
         assert job is not None
         state.answers[i] = Answer(job, outcome, _same_request(job, ask))
     elif outcome == "live" and job is not None and job["email"].lower() != ask.email.lower():

@@ -88,14 +88,20 @@ def check_event(raw: Any) -> dict[str, Any] | None:
     return event
 
 
-def parse_request(conn: Connection, body: dict[str, Any]) -> intake.Ask:
-    """Validate a ``POST /messages`` body. An unknown kind is a 404 listing the known ones;
-    an inactive one a 409; every other bad field is named in one :class:`Invalid` (413
-    when the only problem is the size of ``data``/``event``)."""
+def parse_request(conn: Connection, body: dict[str, Any], *, key: str | None = None,
+                  specs: dict[str, KindSpec] | None = None) -> intake.Ask:
+    """Validate a ``POST /messages`` body (``key``: its idempotency key, already checked).
+    An unknown kind is a 404 listing the known ones; an inactive one a 409; every other
+    bad field is named in one :class:`Invalid` (413 when the only problem is the size of
+    ``data``/``event``). ``specs`` keeps the kinds read for one call (a batch)."""
     name = body.get("kind")
     if not isinstance(name, str) or not name.strip():
         raise Invalid("kind is required", fields={"kind": "required"})
-    spec = kinds.active(conn, name.strip())
+    spec = specs.get(name) if specs is not None else None
+    if spec is None:
+        spec = kinds.active(conn, name.strip())
+        if specs is not None:
+            specs[name] = spec
     now = datetime.now(UTC)
     fields: dict[str, str] = {}
     errors: list[TooLarge] = []
@@ -104,11 +110,11 @@ def parse_request(conn: Connection, body: dict[str, Any]) -> intake.Ask:
         "user_id": verifications.check_user_id, "email": check_email,
         "data": lambda v: kinds.check_object("data", v, limit=MAX_JSON_BYTES),
         "event": check_event, "send_at": lambda v: check_send_at(v, now)}
-    for key, check in checks.items():
+    for field_name, check in checks.items():
         try:
-            values[key] = check(body.get(key))
+            values[field_name] = check(body.get(field_name))
         except Invalid as exc:
-            fields.update(exc.fields or {key: exc.message})
+            fields.update(exc.fields or {field_name: exc.message})
         except TooLarge as exc:  # answered 413 when nothing else is wrong
             errors.append(exc)
     if kinds.policy(spec).verify_url and not fields and not errors:
@@ -125,7 +131,7 @@ def parse_request(conn: Connection, body: dict[str, Any]) -> intake.Ask:
     if errors:
         raise errors[0]
     return intake.Ask(spec, values["user_id"], values["email"], values["data"],
-                          values["event"], values["send_at"])
+                      values["event"], values["send_at"], key)
 
 
 # --- request -----------------------------------------------------------------------------
@@ -136,7 +142,7 @@ def request(conn: Connection, config: Config, req: intake.Ask, *,
     :mod:`webapp.domain.intake`). Returns (job, why_existing) where why_existing is "" for
     a new message, else ``idempotency_key``, ``dedupe_window`` or ``live``. Raises what
     refused it (409 key reused or address in flight, 429 cooldown, 503 backlog)."""
-    ask = dataclasses.replace(req, key=idempotency_key)
+    ask = req if idempotency_key is None else dataclasses.replace(req, key=idempotency_key)
     answer = intake.submit(conn, config, [ask], actor=actor)[0]
     if answer.error is not None:
         raise answer.error
@@ -164,15 +170,18 @@ def parse_batch(conn: Connection, body: Any) -> tuple[list[intake.Ask | None],
             f"messages[{i}]": "must be a JSON object" for i in odd})
     asks: list[intake.Ask | None] = []
     errors: dict[int, DomainError] = {}
+    specs: dict[str, KindSpec] = {}  # each kind read once per call
     for index, item in enumerate(items):
         try:
-            fields = {k: v for k, v in item.items() if k != "idempotency_key"}
-            key = item.get("idempotency_key")
-            if key is not None and not isinstance(key, str):
-                raise Invalid("idempotency_key must be a string",
-                              fields={"idempotency_key": "must be a string"})
-            key = verifications.check_idempotency_key(key, field="idempotency_key")
-            asks.append(dataclasses.replace(parse_request(conn, fields), key=key))
+            key = None
+            if "idempotency_key" in item:
+                item = dict(item)
+                key = item.pop("idempotency_key")
+                if key is not None and not isinstance(key, str):
+                    raise Invalid("idempotency_key must be a string",
+                                  fields={"idempotency_key": "must be a string"})
+                key = verifications.check_idempotency_key(key, field="idempotency_key")
+            asks.append(parse_request(conn, item, key=key, specs=specs))
         except DomainError as exc:
             asks.append(None)
             errors[index] = exc

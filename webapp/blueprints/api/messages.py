@@ -18,8 +18,8 @@ def create_message() -> Response:
     data = body()
     key = verifications.check_idempotency_key(request.headers.get("Idempotency-Key"))
     with request_connection() as conn:
-        req = messages.parse_request(conn, data)
-        job, why = messages.request(conn, config(), req, idempotency_key=key, actor=actor())
+        req = messages.parse_request(conn, data, key=key)
+        job, why = messages.request(conn, config(), req, actor=actor())
     return answer({**messages.as_json(job), "existing": bool(why),
                    "existing_because": why or None}, 202)
 
