@@ -139,9 +139,8 @@ _JOB = f"""SELECT {queue.JOB_COLUMNS} FROM delivery_jobs"""
 # A new job comes back as columns, without its payload: the payload is the one the
 # statement was given (as jsonb it is the same value), and reading 500 of them back as
 # JSON was the largest part of a batch's Python (issue 27).
-_NEW_COLUMNS = queue.JOB_COLUMNS.replace(" payload,", "")
-_NEW_NAMES = [c.strip().rpartition(" AS ")[2].strip() for c in _NEW_COLUMNS.split(",")]
-assert "payload" not in _NEW_NAMES and len(_NEW_NAMES) == len(queue.JOB_COLUMNS.split(",")) - 1
+_NEW_COLUMNS = queue.job_columns(without=("payload",))
+_NEW_NAMES = [name for name in queue.JOB_FIELDS if name != "payload"]
 
 # One statement for a list of asks (one ask: a single POST). Each ask's earlier answer is
 # looked up by the same predicates as the constraints that guard the insert; the asks left

@@ -1328,11 +1328,24 @@ def backlog(conn: Connection) -> int:
 # pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
 # keeps it to one live job per (kind, user).
 
-JOB_COLUMNS = """
-id, kind, status, email, user_ref, correlation_id::text AS correlation_id, flags, payload,
-attempts, available_at, created_at, finished_at, last_error, last_error_class,
-requested_by, idempotency_key, message_id
-"""
+# A job as the API and the pages read it: each field's name, and its expression where
+# the column alone is not it.
+JOB_FIELDS: dict[str, str] = {
+    "id": "id", "kind": "kind", "status": "status", "email": "email",
+    "user_ref": "user_ref", "correlation_id": "correlation_id::text", "flags": "flags",
+    "payload": "payload", "attempts": "attempts", "available_at": "available_at",
+    "created_at": "created_at", "finished_at": "finished_at", "last_error": "last_error",
+    "last_error_class": "last_error_class", "requested_by": "requested_by",
+    "idempotency_key": "idempotency_key", "message_id": "message_id"}
+
+
+def job_columns(without: Sequence[str] = ()) -> str:
+    """The select list of :data:`JOB_FIELDS`, less the fields ``without``."""
+    return ", ".join(expression if expression == name else f"{expression} AS {name}"
+                     for name, expression in JOB_FIELDS.items() if name not in without)
+
+
+JOB_COLUMNS = job_columns()
 
 
 def lock_user(conn: Connection, kind: str, user_ref: str) -> None:
