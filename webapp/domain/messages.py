@@ -97,9 +97,10 @@ def parse_request(conn: Connection, body: dict[str, Any], *, key: str | None = N
     name = body.get("kind")
     if not isinstance(name, str) or not name.strip():
         raise Invalid("kind is required", fields={"kind": "required"})
+    name = name.strip()
     spec = specs.get(name) if specs is not None else None
     if spec is None:
-        spec = kinds.active(conn, name.strip())
+        spec = kinds.active(conn, name)
         if specs is not None:
             specs[name] = spec
     now = datetime.now(UTC)
