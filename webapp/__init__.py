@@ -85,8 +85,10 @@ def create_app(config: Config | None = None, *, engine: Any = None) -> Flask:
         engine = db.web_engine(url, config, config.extra.get("process", "web"))
     app.extensions["senddock"] = SendDock(config, engine)
 
-    from webapp.context import close_request_connection
+    from webapp.context import close_request_connection, page_ended, page_started
 
+    app.before_request(page_started)  # first, so every page is counted from its start
+    app.teardown_request(page_ended)
     app.teardown_request(close_request_connection)
     auth.init_app(app)
     security.init_app(app)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flask import current_app, g
+from flask import current_app, g, request
 from flask_login import current_user
 from sqlalchemy.engine import Connection, Engine
 
@@ -49,6 +49,28 @@ def yield_to_delivery() -> None:
     pool = current_app.extensions["senddock"].pool
     if pool is not None and pool.behind():
         time.sleep(PACE)
+
+
+# Requests machines send, at any volume: they do not hold up campaign mail.
+MACHINE_BLUEPRINTS = frozenset({"api", "tracking", "webhooks", "ops"})
+
+
+def page_started() -> None:
+    """A page (not the API, tracking, webhooks, health probes or a static file) is being
+    answered by a process that also delivers (serve): its campaign messages give way until
+    it is done (:mod:`workers.delivery.foreground`). Paired with :func:`page_ended`."""
+    pool = current_app.extensions["senddock"].pool
+    if pool is None or request.endpoint in (None, "static") \
+            or request.blueprint in MACHINE_BLUEPRINTS:
+        return
+    pool.foreground.enter()
+    g._foreground = pool.foreground
+
+
+def page_ended(_exc: BaseException | None = None) -> None:
+    foreground = g.pop("_foreground", None)
+    if foreground is not None:
+        foreground.leave()
 
 
 def close_request_connection(_exc: BaseException | None = None) -> None:

@@ -62,6 +62,7 @@ from workers.core.states import PENDING
 from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, services
 from workers.delivery.classify import RefusalStreak, ReplyClass, ThrottleJudge
 from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
+from workers.delivery.foreground import Foreground
 from workers.delivery.heartbeat import Heartbeat
 from workers.delivery.lease import Lease
 from workers.delivery.listener import Listener
@@ -137,6 +138,8 @@ class Pool:
         # Commits the outcomes, each statement under FINISH_TIMEOUT.
         self.finisher = Finisher(functools.partial(self._db.connect, FINISH_TIMEOUT),
                                  self.worker_id)
+        # The pages this process is answering (serve): campaign messages give way to them.
+        self.foreground = Foreground()
         self.maintenance = maintenance
         self.stopping = threading.Event()
         self._wake = threading.Condition()
@@ -469,6 +472,8 @@ class Pool:
                     # the next second, so the rest goes back and fresh permits are asked.
                     self._give_back(db, handed, jobs[index:])
                     return
+                if job.kind == "broadcast":
+                    self.foreground.give_way()  # a page being answered goes first
                 self._busy(job)
                 this = outcomes.Aftermath()
                 outcome = self._attempt(transport, job, this, fence,
