@@ -9,9 +9,8 @@ The web app validates with clear messages first (``webapp.domain.segments``); th
 compiles the frozen copy on the broadcast with the same function, so what the composer
 counts is what is enqueued.
 
-The predicate reads ``s`` (subscribers) and ``m`` (memberships of the list: its
-``created_at`` only when :func:`reads_membership_date`) and nothing else, so the enqueue
-and the live count can put it beside their own joins.
+The predicate reads ``s`` (subscribers) and ``m`` (memberships of the list) and nothing
+else, so the enqueue and the live count can put it beside their own joins.
 """
 
 from __future__ import annotations
@@ -62,11 +61,6 @@ class BadCondition(ValueError):
 
 def uses_activity(conditions: Sequence[dict[str, Any]]) -> bool:
     return any(c.get("field") == "activity" for c in conditions)
-
-
-def reads_membership_date(conditions: Sequence[dict[str, Any]]) -> bool:
-    """Whether the predicate reads ``m.created_at`` (the caller then selects it)."""
-    return any(c.get("field") == "subscribed" for c in conditions)
 
 
 def _value(condition: dict[str, Any]) -> Any:

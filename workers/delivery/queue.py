@@ -100,9 +100,11 @@ class Outcome:
 # summary and moves the cursor, all in the caller's transaction. Each chunk reads its
 # members along memberships' primary key and the subscribers by theirs, so its cost and
 # memory do not grow with the list (one 10M-row statement spilled its hash join, its
-# materialized audience and the count trigger's transition table to disk). The chunk that
-# finds fewer members than asked stamps enqueued_at. (The id range on subscribers keeps
-# the join to this chunk's slice of the table: without it every chunk read all of it.)
+# materialized audience and the count trigger's transition table to disk). The two
+# primary keys are walked side by side (a merge join; 0.56 s for a 1M chunk, where first
+# materializing the members and hashing the subscribers took 2 s). The chunk that finds
+# fewer members than asked stamps enqueued_at. (The lower bound on subscribers starts
+# their walk at the cursor: without it every chunk read the table from its start.)
 # The span of the ids it created is recorded too (the settler of a cancel walks it).
 # The row lock (SKIP LOCKED) keeps two processes off the same broadcast; a crash rolls
 # back only the chunk in progress, and the next run goes on from the cursor. Jobs can be
@@ -114,18 +116,15 @@ WITH b AS (
      WHERE b.id = :broadcast_id AND b.enqueued_at IS NULL
        AND c.status IN {{started}}
        FOR UPDATE OF b SKIP LOCKED
-), members AS MATERIALIZED (
-    SELECT {{member_columns}} FROM memberships m
-     WHERE m.list_id = (SELECT list_id FROM b)
-       AND m.subscriber_id > (SELECT enqueued_upto FROM b)
-     ORDER BY m.subscriber_id LIMIT :chunk
 ), audience AS MATERIALIZED (
     SELECT s.id, s.email, s.status,
            EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email)) AS suppressed,
            {{chosen}} AS chosen
-      FROM members m JOIN subscribers s ON s.id = m.subscriber_id
-     WHERE s.id > (SELECT enqueued_upto FROM b)
-       AND s.id <= (SELECT max(subscriber_id) FROM members)
+      FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
+     WHERE m.list_id = (SELECT list_id FROM b)
+       AND m.subscriber_id > (SELECT enqueued_upto FROM b)
+       AND s.id > (SELECT enqueued_upto FROM b)
+     ORDER BY m.subscriber_id LIMIT :chunk
 ), ins AS (
     INSERT INTO delivery_jobs (kind, priority, status, email, broadcast_id, campaign_id,
                                subscriber_id)
@@ -161,8 +160,7 @@ RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_in
 # skipped, and the cursor still walks the whole list. The whole list's `chosen` is `true`,
 # and only a date condition reads the membership's date (the primary key alone, an
 # index-only scan, serves the rest).
-_WHOLE_LIST = sa.text(_ENQUEUE_CHUNK.format(started=sql_list(Campaign.STARTED), chosen="true",
-                                            member_columns="m.subscriber_id"))
+_WHOLE_LIST = sa.text(_ENQUEUE_CHUNK.format(started=sql_list(Campaign.STARTED), chosen="true"))
 _AUDIENCE_FILTER = sa.text("SELECT audience_filter FROM broadcasts WHERE id = :id")
 
 
@@ -172,10 +170,8 @@ def _enqueue_statement(conn: Connection, broadcast_id: int
     if not conditions:
         return _WHOLE_LIST, {}
     chosen, params = audience.predicate(conditions)
-    columns = "m.subscriber_id, m.created_at" if audience.reads_membership_date(conditions) \
-        else "m.subscriber_id"
     return sa.text(_ENQUEUE_CHUNK.format(started=sql_list(Campaign.STARTED),
-                                         chosen=f"({chosen})", member_columns=columns)), params
+                                         chosen=f"({chosen})")), params
 
 
 #: Members per enqueue chunk. Measured at 1M on a loaded machine (load 8-14, so only
