@@ -333,7 +333,7 @@ delivery_jobs = Table(
     CheckConstraint(_in("status", JOB_STATUSES), name="delivery_jobs_status_check"),
     # The engine's own kinds and the admins' (rows of `kinds`, no foreign key: it would
     # cost the set-based broadcast enqueue a lookup per row).
-    CheckConstraint(f"kind ~ '{states.KIND_NAME}'", name="delivery_jobs_kind_check"),
+    CheckConstraint(states.KIND_CHECK, name="delivery_jobs_kind_check"),
     # One message per user, kind and dedupe window (SPEC 11), under any concurrency: no two
     # not-cancelled messages of one (kind, user) have overlapping windows.
     ExcludeConstraint(("user_ref", "="), ("kind", "="),
