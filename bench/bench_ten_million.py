@@ -3,7 +3,8 @@ seeded set-based, one `senddock serve` with defaults (UI + API + worker pool) ag
 Postfix's smtp-sink, the campaign sent through the API. Prints:
 
 - the send request, and the enqueue until the campaign's total is there (recipients/s);
-- every page a marketer or admin opens, polled while it drains (p50/p95), and serve's RSS;
+- the drain with no page open, then every page a marketer or admin opens polled back to
+  back while it drains (p50/p95, and the drain meanwhile), and serve's RSS;
 - pause, resume and cancel through the API (answer time), what was claimed after each
   decision, how long the engine takes to settle the cancel (every job terminal) and
   whether the counters still equal GROUP BY status;
@@ -12,7 +13,7 @@ Postfix's smtp-sink, the campaign sent through the API. Prints:
   the cost of dropping a partition holding the same rows (the measurement behind
   docs/scale-out.md's choice).
 
-    python -m bench.bench_ten_million [--recipients 10000000] [--drain 60]
+    python -m bench.bench_ten_million [--recipients 10000000] [--drain 60] [--idle 15]
         [--retention-recipients 500000] [--rounds 3]
 """
 
@@ -138,6 +139,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--recipients", type=int, default=10_000_000)
     parser.add_argument("--drain", type=float, default=60, help="seconds of page polling")
+    parser.add_argument("--idle", type=float, default=15,
+                        help="seconds of draining with no page open, before the polling")
     parser.add_argument("--retention-recipients", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settle-timeout", type=float, default=900,
@@ -207,12 +210,23 @@ def main() -> None:
                 "API campaign": f"/api/v1/campaigns/{campaign_id}",
             }
             admin.headers["Authorization"] = f"Bearer {token}"  # for the API path
+            # The drain with no page open, then while the pages are polled back to back
+            # (in serve, campaign mail gives way to pages: workers.delivery.foreground).
+            sent0 = _counts(engine, broadcast_id)[SENT]
+            t_idle = time.monotonic()
+            time.sleep(args.idle)
+            idle = _counts(engine, broadcast_id)[SENT] - sent0
+            idle_s = time.monotonic() - t_idle
+            rows.append([f"sent during {idle_s:.0f} s with no page open",
+                         f"{idle:,} ({idle / idle_s:,.0f}/s)"])
             sent0 = _counts(engine, broadcast_id)[SENT]
             t_drain = time.monotonic()
             samples, errors = _poll_pages(admin, base, pages, args.drain)
             drained = _counts(engine, broadcast_id)[SENT] - sent0
-            rows.append([f"sent during {time.monotonic() - t_drain:.0f} s of polling",
-                         f"{drained:,}"])
+            drain_s = time.monotonic() - t_drain
+            rows.append([f"sent during {drain_s:.0f} s of polling pages back to back",
+                         f"{drained:,} ({drained / drain_s:,.0f}/s; "
+                         f"{sum(map(len, samples.values())):,} pages answered)"])
             for name, v in samples.items():
                 rows.append([f"{name} (while draining)",
                              f"p50 {percentile(v, 50):.0f} ms, p95 {percentile(v, 95):.0f} ms,"
