@@ -263,11 +263,17 @@ def test_campaign_page_and_composer(client: Any, engine: sa.Engine, sink: Any,
         campaigns.send(conn, campaign_id)
         with pytest.raises(Exception, match="tracking cannot change"):
             tracking.save_settings(conn, campaign_id, {"track_opens": False}, actor="t")
+    # While it sends, the engagement figures say they are as of the page's opening (the
+    # counters above them are the live ones, polled every 2 s).
+    sending = marketer.get(f"/campaigns/{campaign_id}").get_data(as_text=True)
+    assert 'id="engagement-as-of"' in sending
+    assert "los contadores de arriba se actualizan en directo" in marketer.get(
+        f"/campaigns/{campaign_id}", headers={"Accept-Language": "es"}).get_data(as_text=True)
     _deliver(engine, config_for(sink.port), campaign_id)
     html = _part(_messages(sink)["pat@example.org"], "html")
     client.get(_path(re.findall(r'href="(http://127\.0\.0\.1:5000/r/[^"]+)"', html)[0]))
     page = marketer.get(f"/campaigns/{campaign_id}").get_data(as_text=True)
-    assert 'id="campaign-stats"' in page
+    assert 'id="campaign-stats"' in page and 'id="engagement-as-of"' not in page
     figures = page.split('id="stat-clicks"')[1].split("</dd>")[0]
     assert "<strong>1</strong>" in figures
     assert "https://a.example/" in page.split('id="link-clicks"')[1]
