@@ -50,6 +50,7 @@ import psycopg
 import sqlalchemy as sa
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.date import DateTrigger
 from sqlalchemy.engine import Connection, Engine
 
 from workers.after_acceptance import pool as after_acceptance
@@ -235,6 +236,7 @@ class Pool:
         finished = True
         if self._scheduler is not None:
             deadline = timeout if timeout is not None else self.config.smtp_timeout + 10
+            _await_one_off_jobs(self._scheduler)
             waiter = threading.Thread(target=self._scheduler.shutdown, kwargs={"wait": True},
                                       daemon=True)
             waiter.start()
@@ -806,6 +808,17 @@ class Pool:
     def status(self) -> dict[str, Any]:
         return {"worker_id": self.worker_id, "threads": self.config.workers,
                 "running": self._scheduler is not None and not self.stopping.is_set()}
+
+
+def _await_one_off_jobs(scheduler: BackgroundScheduler, longest: float = 2.0) -> None:
+    """Wait (``longest`` seconds at most) until the scheduler has started its one-off jobs
+    (the drain loops). It submits each and then removes it from its store; a shutdown in
+    between made the removal raise JobLookupError in the scheduler's thread (a pool
+    stopped moments after its start)."""
+    deadline = time.monotonic() + longest
+    while any(isinstance(job.trigger, DateTrigger) for job in scheduler.get_jobs()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 class _Transports:
