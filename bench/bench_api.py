@@ -9,7 +9,9 @@ the same PostgreSQL with the same client,
 each hammered by ``--clients`` keep-alive HTTP clients for ``--seconds``; then
 ``POST /api/v1/messages/batch`` (500 messages per call) for its messages/s; P7 — each burst
 verification's time from its insert to the relay's acceptance (``finished_at``) — while the
-burst ran; and the serve process's RSS through the whole run.
+burst ran; P7 of single verifications posted while the batch's messages drain; the serve
+process's RSS through the whole run; and last the same burst and batch against ``senddock
+web`` (the API with no delivery in the process), to show what the intake costs alone.
 
     python -m bench.bench_api --clients 16 --seconds 12
 
@@ -51,8 +53,9 @@ from bench.common import (
 )
 from webapp import db
 from webapp.domain import users
-from workers.core.states import SENT
+from workers.core.states import CLAIMABLE, SENT, sql_list
 
+INTAKE_ALONE = "the same, intake alone (senddock web)"
 PROCESSES = 2  # client processes (the clients' threads spread over them: no GIL ceiling)
 
 
@@ -203,9 +206,10 @@ def batch_rate(base: str, token: str, calls: int, clients: int = 4,
             "call_p95": percentile(latencies, 95)}
 
 
-def p7(engine: sa.Engine, settle: float = 60) -> dict[str, Any]:
-    """Insert → relay acceptance of the burst's verifications (the database's own clocks),
-    after waiting up to ``settle`` s for them to be sent."""
+def p7(engine: sa.Engine, settle: float = 60, prefix: str = "burst") -> dict[str, Any]:
+    """Insert → relay acceptance of the verifications of users ``prefix-*`` (the burst's by
+    default; the database's own clocks), after waiting up to ``settle`` s for them to be
+    sent."""
     deadline = time.monotonic() + settle
     query = sa.text(f"""
         SELECT count(*) FILTER (WHERE status = '{SENT}') AS sent, count(*) AS total,
@@ -215,10 +219,10 @@ def p7(engine: sa.Engine, settle: float = 60) -> dict[str, Any]:
                                               WHERE a.job_id = j.id) - created_at) * 1000)
                    FILTER (WHERE status = '{SENT}') AS claim_ms
           FROM delivery_jobs j
-         WHERE user_ref LIKE 'burst-%'""")
+         WHERE user_ref LIKE :pattern""")
     while True:
         with engine.connect() as conn:
-            row = conn.execute(query).mappings().one()
+            row = conn.execute(query, {"pattern": f"{prefix}-%"}).mappings().one()
         if row["sent"] == row["total"] or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -227,6 +231,52 @@ def p7(engine: sa.Engine, settle: float = 60) -> dict[str, Any]:
     return {"sent": row["sent"], "total": row["total"], "p50": percentile(ms, 50),
             "claim_p50": percentile(claim, 50), "claim_p95": percentile(claim, 95),
             "p95": percentile(ms, 95), "max": max(ms) if ms else float("nan")}
+
+
+def singles_during_import(base: str, token: str, engine: sa.Engine, count: int = 30,
+                          every: float = 0.1) -> dict[str, Any]:
+    """Right after the batch: ``count`` single verifications, one every ``every`` s, while
+    the imported mail drains; how much imported mail was still waiting at the first, and
+    the singles' insert -> relay acceptance (P7 of a signup during an import)."""
+    waiting = sa.text("SELECT count(*) FROM delivery_jobs WHERE user_ref LIKE 'batch-%'"
+                      f" AND status IN {sql_list(CLAIMABLE)}")
+    with engine.connect() as conn:
+        backlog = int(conn.execute(waiting).scalar_one())
+    host, port = base.removeprefix("http://").split(":")
+    client = http.client.HTTPConnection(host, int(port), timeout=30)
+    statuses = []
+    for i in range(count):
+        user = f"single-{i}"
+        client.request("POST", "/api/v1/messages", json.dumps(
+            {"kind": "verification", "user_id": user, "email": f"{user}@example.net",
+             "data": {"verify_url": f"https://app.example/v?u={user}"}}),
+            {"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+        response = client.getresponse()
+        response.read()
+        statuses.append(response.status)
+        time.sleep(every)
+    client.close()
+    return {"import_waiting": backlog, "non_202": sum(1 for s in statuses if s != 202),
+            **p7(engine, prefix="single")}
+
+
+def intake_alone(args: argparse.Namespace, url: str, smtp_port: int, token: str,
+                 workdir: Path) -> dict[str, Any]:
+    """The same burst and batch against ``senddock web`` (the API without delivery, as in
+    a scale-out) on the same database: what the intake costs when no delivery shares
+    the cores."""
+    server, base = start_server(url, smtp_port, workdir / "web.log", "web",
+                                **settings_from(args.setting))
+    try:
+        burst(base, "/api/v1/messages", token, args.clients, 2, "warm-web")
+        single = burst(base, "/api/v1/messages", token, args.clients, args.seconds, "web",
+                       cpu=CpuSplit(server.pid, url))
+        batches = batch_rate(base, token, args.batches, cpu=CpuSplit(server.pid, url),
+                             prefix="webbatch")
+        return {"burst": single, "batch": batches}
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 class RssWatch:
@@ -288,8 +338,12 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with fresh_database() as url, sink_process("postfix", smtp_port):
         engine, token = _admin_token(url)
         minimal, minimal_base = start_minimal(url, workdir / "minimal.log")
-        server, base = start_server(url, smtp_port, workdir / "serve.log",
-                                    **settings_from(args.setting))
+        try:
+            server, base = start_server(url, smtp_port, workdir / "serve.log",
+                                        **settings_from(args.setting))
+        except BaseException:
+            minimal.terminate()
+            raise
         rss = RssWatch(server.pid)
         try:
             # A short warm-up of each, then the measured bursts, one after the other.
@@ -304,19 +358,22 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             latency = p7(engine)
             batches = batch_rate(base, token, args.batches, cpu=CpuSplit(server.pid, url))
             rss_after_batch = rss.mark()
+            singles = singles_during_import(base, token, engine)
         finally:
             rss.stop.set()
             server.terminate()
             server.wait(30)
-        try:  # last, alone with the minimal endpoint: its undelivered jobs harm no one
+        try:  # last, with no delivery running: their undelivered jobs harm no one
+            alone = intake_alone(args, url, smtp_port, token, workdir)
             before = _before(args, url, smtp_port, token, workdir)
         finally:
             minimal.terminate()
             minimal.wait(30)
         engine.dispose()
     return {"floor": floor, "senddock": ours, "ratio": ours["rps"] / floor["rps"],
-            "before": before,
-            "p7": latency, "batch": batches,
+            "before": before, "intake_alone": alone,
+            "ratio_intake_alone": alone["burst"]["rps"] / floor["rps"],
+            "p7": latency, "batch": batches, "singles_during_import": singles,
             "rss_mb": {"before_burst": rss_before, "after_burst": rss_after_burst,
                        "after_batch": rss_after_batch,
                        "samples": rss.samples}}
@@ -384,9 +441,11 @@ def main() -> None:
                   f"{r['p95']:.1f}", f"{r['p99']:.1f}", r["non_202"]]
                  for name, r in (("minimal queue (1 INSERT)", floor),
                                  ("SendDock POST /messages", ours),
+                                 (INTAKE_ALONE, result["intake_alone"]["burst"]),
                                  ("the same, before (--before)", result["before"]))
                  if r is not None]))
-    print(f"\nratio SendDock / minimal: {result['ratio']:.2f}")
+    print(f"\nratio SendDock / minimal: {result['ratio']:.2f} (intake alone, no delivery "
+          f"in the process: {result['ratio_intake_alone']:.2f})")
     print(table("CPU per request during the bursts (ms): where the 2 cores went",
                 ["endpoint", "server process", "PostgreSQL backends", "clients", "sum",
                  "all CPU of the burst / requests"],
@@ -395,14 +454,24 @@ def main() -> None:
                     r["server_cpu_s"] + r["postgres_cpu_s"] + r["client_cpu_s"],
                     info["cpus"] * r["seconds"]))]
                  for name, r in (("minimal queue (1 INSERT)", floor),
-                                 ("SendDock POST /messages", ours))]))
-    print(_batch_table("Batch: POST /messages/batch, 500 per call, 4 clients", [batches]))
+                                 ("SendDock POST /messages", ours),
+                                 (INTAKE_ALONE, result["intake_alone"]["burst"]))]))
+    print(_batch_table("Batch: POST /messages/batch, 500 per call, 4 clients; serve, then "
+                       "web (intake alone)", [batches, result["intake_alone"]["batch"]]))
     print(table("P7 during the burst: insert -> accepted by the relay",
                 ["sent / requested", "p50 ms", "p95 ms", "max ms", "to the attempt's start: p50",
                  "p95"],
                 [[f"{latency['sent']:,} / {latency['total']:,}", f"{latency['p50']:.0f}",
                   f"{latency['p95']:.0f}", f"{latency['max']:.0f}",
                   f"{latency['claim_p50']:.0f}", f"{latency['claim_p95']:.0f}"]]))
+    singles = result["singles_during_import"]
+    print(table("P7 of single verifications posted while the batch's messages drain (one "
+                "every 0.1 s)",
+                ["imported mail waiting at the first", "sent / requested", "non-202",
+                 "p50 ms", "p95 ms", "max ms"],
+                [[f"{singles['import_waiting']:,}", f"{singles['sent']} / {singles['total']}",
+                  singles["non_202"], f"{singles['p50']:.0f}", f"{singles['p95']:.0f}",
+                  f"{singles['max']:.0f}"]]))
     rss = result["rss_mb"]
     print(table("RSS of senddock serve (MB)", ["before burst", "after burst", "after batch"],
                 [[f"{rss['before_burst']:.0f}", f"{rss['after_burst']:.0f}",

@@ -57,23 +57,25 @@ class Client:
             return resp.status, json.loads(resp.read())
 
 
-def start_server(url: str, smtp_port: int, log: Path,
+def start_server(url: str, smtp_port: int, log: Path, command: str = "serve",
                  **settings: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``senddock serve`` (or ``web``: no delivery) on a free port, once it answers."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = env_for(url, smtp_port, BASE_URL=base, **settings)
-    proc = subprocess.Popen([sys.executable, "-m", "webapp", "serve", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "webapp", command, "--port", str(port)],
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"senddock serve exited: {log.read_text()}")
+            raise RuntimeError(f"senddock {command} exited: {log.read_text()}")
         try:
             urllib.request.urlopen(f"{base}/healthz", timeout=2).close()
             return proc, base
         except OSError:
             time.sleep(0.2)
-    raise RuntimeError("senddock serve did not start within 60 s")
+    proc.terminate()
+    raise RuntimeError(f"senddock {command} did not start within 60 s")
 
 
 def waiting_jobs(engine: sa.Engine, broadcast_id: int) -> dict[str, int]:

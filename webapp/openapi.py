@@ -419,7 +419,9 @@ PATHS["/messages/batch"] = {"post": _op(
     "one result per item, in order — http_status 202 and the message (existing and "
     "existing_because as for POST /messages), or the item's own status (404, 409, 422, "
     "429, 503) and error naming its fields. A bad item never refuses the others; each "
-    "item keeps POST /messages' rules (dedupe window, cooldown, backlog limit)",
+    "item keeps POST /messages' rules (dedupe window, cooldown, backlog limit). The "
+    "messages queue behind single POST /messages requests of their kind's class (an "
+    "import never delays a signup's verification)",
     207, {"type": "object", "required": ["accepted", "rejected", "results"], "properties": {
         "accepted": {"type": "integer"}, "rejected": {"type": "integer"},
         "results": {"type": "array", "items": BATCH_RESULT}}},

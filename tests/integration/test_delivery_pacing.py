@@ -38,11 +38,12 @@ def test_a_claim_says_how_long_each_job_was_due(engine: sa.Engine, api: Api) -> 
     assert 0.0 <= jobs[fresh].waited < jobs[late].waited
 
 
-def _job(kind: str, waited: float) -> queue.ClaimedJob:
+def _job(kind: str, waited: float, priority: int = 0) -> queue.ClaimedJob:
     return queue.ClaimedJob(id=1, kind=kind, email="a@example.org", claim_token="t",
                             attempts=0, correlation_id="c", message_id="<m@x>",
                             campaign_id=None, subscriber_id=None, broadcast_id=None,
-                            user_ref="u", payload={}, suppressed=False, waited=waited)
+                            user_ref="u", payload={}, suppressed=False, waited=waited,
+                            priority=priority)
 
 
 def test_the_pool_is_behind_while_claimed_verification_mail_waited_too_long(

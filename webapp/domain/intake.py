@@ -54,7 +54,16 @@ from workers.building.kinds import KindSpec
 from workers.core import fastjson, pg
 from workers.core.i18n import N_
 from workers.core.settings import Config
-from workers.core.states import ACTIVE, CANCELLED, HELD, PENDING, SENT, WAITING, sql_list
+from workers.core.states import (
+    ACTIVE,
+    BULK_STEP,
+    CANCELLED,
+    HELD,
+    PENDING,
+    SENT,
+    WAITING,
+    sql_list,
+)
 from workers.delivery import queue
 
 ROUNDS = 4  # statements at most per request: a lost race, a replaced address, a changed kind
@@ -102,11 +111,13 @@ def payload_of(ask: Ask) -> dict[str, Any]:
     return payload
 
 
-def _kind_row(spec: KindSpec, k: int, config: Config) -> dict[str, Any]:
+def _kind_row(spec: KindSpec, k: int, config: Config, bulk: bool) -> dict[str, Any]:
     """What the statement needs of a kind (``k``: the items' reference to it): sent once
-    per kind in a call, not per item."""
+    per kind in a call, not per item. ``bulk``: a batch's items, queued
+    :data:`~workers.core.states.BULK_STEP` behind the single requests of their class."""
     policy = kinds.policy(spec)
-    row = {"k": k, "name": spec.name, "priority": spec.priority, "version": spec.version,
+    row = {"k": k, "name": spec.name, "version": spec.version,
+           "priority": spec.priority + (BULK_STEP if bulk else 0),
            "kind_class": spec.kind_class, "dedupe_window": spec.dedupe_window,
            "kind_cooldown": -1 if spec.resend_cooldown is None else spec.resend_cooldown,
            "one_live": policy.one_live,
@@ -348,9 +359,10 @@ class _Round:
 
 
 def submit(conn: Connection, config: Config, asks: list[Ask], *,
-           actor: str) -> list[Answer]:
+           actor: str, bulk: bool = False) -> list[Answer]:
     """Answer every ask (in order): a new job, the earlier job that answers it, or the
-    error that refuses it. One statement when nothing raced; at most :data:`ROUNDS`."""
+    error that refuses it. One statement when nothing raced; at most :data:`ROUNDS`.
+    ``bulk`` (a batch call): new jobs queue behind the single requests of their class."""
     state = _Round(asks)
     # In autocommit each statement is committed when it returns, and the workers are woken
     # by a statement of its own (:data:`_WAKE`); in the caller's transaction the statement
@@ -369,7 +381,7 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
             k = specs.get(id(ask.spec))
             if k is None:
                 k = specs[id(ask.spec)] = len(kind_rows)
-                kind_rows.append(_kind_row(ask.spec, k, config))
+                kind_rows.append(_kind_row(ask.spec, k, config, bulk))
             payload = state.payload(i)
             items.append(_row(ask, i, k, config, state.replace.get(i), payload))
         rows = pg.driver_rows(conn, statement, {

@@ -196,7 +196,8 @@ def batch(conn: Connection, config: Config, asks: list[intake.Ask | None],
     its status, message and fields."""
     valid = [(i, a) for i, a in enumerate(asks) if a is not None]
     answers = dict(zip([i for i, _ in valid],
-                       intake.submit(conn, config, [a for _, a in valid], actor=actor),
+                       intake.submit(conn, config, [a for _, a in valid], actor=actor,
+                                     bulk=True),
                        strict=True))
     results = []
     for index in range(len(asks)):

@@ -20,10 +20,10 @@ from workers.core.states import (
     ADDRESS_INDEXED,
     CANCELLED,
     CLAIMABLE,
-    CLASS_PRIORITY,
     HELD,
     KINDS,
     PENDING,
+    PRIORITIES,
     PRIORITY,
     PROBLEM,
     RETRY,
@@ -255,7 +255,7 @@ SELECT extract(epoch FROM now() - min(t.available_at)) FROM (
 
 def oldest_due_age(conn: Connection) -> float:
     """Seconds the oldest due (pending or retry) job has been waiting; 0 when none is."""
-    value = conn.execute(_OLDEST_DUE, {"priorities": sorted(set(CLASS_PRIORITY.values()))}
+    value = conn.execute(_OLDEST_DUE, {"priorities": list(PRIORITIES)}
                          ).scalar()
     return max(0.0, float(value or 0))
 

@@ -68,7 +68,7 @@ def class_of(kind: str, priority: int) -> str:
         return "campaign"
     if kind == "test":
         return "test"
-    return "critical" if priority <= CLASS_PRIORITY["critical"] else "lifecycle"
+    return "critical" if priority < CLASS_PRIORITY["lifecycle"] else "lifecycle"
 
 
 @dataclass(frozen=True)
