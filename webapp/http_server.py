@@ -13,11 +13,18 @@ is not under this deadline (a large CSV upload on a slow line is legitimate), on
 waitress's inactivity timeout. The connection limit is ``SENDDOCK_WEB_CONNECTION_LIMIT``
 (1,000; waitress's default is 100), on ``poll()`` rather than ``select()``, which cannot
 watch descriptors past 1,024.
+
+waitress warns "Task queue depth is N" for every request that finds no idle thread; in a
+burst that is hundreds of lines a second, formatted on the event loop. It is said once a
+minute here (:class:`QueueWarnings`).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from waitress import create_server
@@ -58,6 +65,33 @@ class _Channel(HTTPChannel):
         return flushed
 
 
+QUEUE_WARNING_EVERY = 60.0  # seconds between two "Task queue depth" warnings
+
+
+class QueueWarnings:
+    """Stands in for waitress's queue logger: the first warning of a minute is logged,
+    with how many were left unsaid since the last; the others cost a clock read."""
+
+    def __init__(self, logger: logging.Logger,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._said_at: float | None = None
+        self._unsaid = 0
+
+    def warning(self, message: str, *args: Any) -> None:
+        now = self.clock()
+        with self._lock:
+            if self._said_at is not None and now - self._said_at < QUEUE_WARNING_EVERY:
+                self._unsaid += 1
+                return
+            self._said_at, unsaid, self._unsaid = now, self._unsaid, 0
+        more = f" (and {unsaid} more times since the last such warning)" if unsaid else ""
+        self.logger.warning(message + ": requests are waiting for a free thread%s; said at "
+                            "most once a minute", *args, more)
+
+
 def close_slow_heads(server: Any, head_timeout: float, now: float | None = None) -> int:
     """Mark every connection whose request head is overdue to be closed; how many."""
     now = time.monotonic() if now is None else now
@@ -78,6 +112,7 @@ def make_server(app: Any, *, host: str, port: int, threads: int, body_limit: int
                            connection_limit=connection_limit, asyncore_use_poll=True,
                            cleanup_interval=1, channel_timeout=max(30, int(head_timeout)))
     server.channel_class = _Channel
+    server.task_dispatcher.queue_logger = QueueWarnings(logging.getLogger("waitress.queue"))
     waitress_maintenance = server.maintenance
 
     def maintenance(now: float) -> None:  # every cleanup_interval, on the event loop
