@@ -14,7 +14,7 @@ from tests.conftest import Api
 from tests.integration.test_delivery_pacing import _job
 from tests.integration.test_kinds_api import ONBOARDING, message, put_kind
 from workers.building.kinds import class_of
-from workers.core.states import BULK_STEP, CLASS_PRIORITY
+from workers.core.states import BULK_STEP, CLASS_PRIORITY, SENT
 from workers.delivery import pool as pool_module
 from workers.delivery import queue
 from workers.delivery.pool import Pool
@@ -79,3 +79,24 @@ def test_imported_mail_waiting_does_not_make_the_pool_behind(
     assert pool.behind()
     pool._note_lag([_job("verification", late, priority=bulk)] * 10, asked=10)
     assert not pool.behind()
+
+
+def test_imported_mail_is_counted_in_its_class(api: Api, engine: sa.Engine) -> None:
+    """/metrics' class label of an imported verification is critical, like its kind's."""
+    assert api.post("/messages/batch", {"messages": [
+        _verification("counted-import")]}).status_code == 207
+    with engine.begin() as conn:
+        [job] = queue.claim_batch(conn, "w-bulk", 1, "example.com")
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        assert queue.finish_one(conn, "w-bulk", queue.Outcome(
+            job.id, job.claim_token, SENT, counted=True, reply_class=SENT, code=250,
+            reply="250 ok", stage="data_end"))
+    with engine.connect() as conn:
+        counted = {(r.kind, r.klass, r.outcome): int(r.n) for r in conn.execute(sa.text(
+            "SELECT kind, class AS klass, outcome, sum(n) AS n FROM job_outcome_counts"
+            " GROUP BY 1, 2, 3"))}
+        timed = {(r.kind, r.klass) for r in conn.execute(sa.text(
+            "SELECT DISTINCT kind, class AS klass FROM time_to_sent_counts"))}
+    assert counted == {("verification", "critical", SENT): 1}
+    assert timed == {("verification", "critical")}
