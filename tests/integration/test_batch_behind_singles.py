@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from tests.conftest import Api
@@ -100,3 +101,46 @@ def test_imported_mail_is_counted_in_its_class(api: Api, engine: sa.Engine) -> N
             "SELECT DISTINCT kind, class AS klass FROM time_to_sent_counts"))}
     assert counted == {("verification", "critical", SENT): 1}
     assert timed == {("verification", "critical")}
+
+
+def _claim_order(engine: sa.Engine, n: int) -> list[str]:
+    with engine.begin() as conn:
+        return [j.user_ref for j in queue.claim_batch(conn, "w-bulk", n, "example.com")]
+
+
+def test_an_imported_message_asked_for_again_by_its_user_goes_first(
+        api: Api, engine: sa.Engine) -> None:
+    """The user is waiting for it now: asked again by a single request (the same address:
+    the live job answers), it leaves the import's queue."""
+    assert api.post("/messages/batch", {"messages": [
+        _verification(f"import-{i}") for i in range(5)]}).status_code == 207
+    again = api.post("/messages", _verification("import-3"))
+    assert again.status_code == 202 and again.get_json()["existing_because"] == "live"
+    assert _priorities(engine)["import-3"] == CLASS_PRIORITY["critical"]
+    assert _claim_order(engine, 5) == ["import-3", "import-0", "import-1", "import-2",
+                                       "import-4"]
+
+
+def test_an_imported_message_asked_again_in_another_batch_stays_imported(
+        api: Api, engine: sa.Engine) -> None:
+    for _ in range(2):
+        assert api.post("/messages/batch", {"messages": [
+            _verification("import-0")]}).status_code == 207
+    assert _priorities(engine)["import-0"] == CLASS_PRIORITY["critical"] + BULK_STEP
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/messages/resend", {"kind": "verification", "user_id": "import-2"}),
+    ("/verifications/resend", {"user_id": "import-2"}),
+])
+def test_a_resend_of_an_imported_message_goes_first(
+        api: Api, engine: sa.Engine, path: str, body: dict[str, Any]) -> None:
+    assert api.post("/messages/batch", {"messages": [
+        _verification(f"import-{i}") for i in range(4)]}).status_code == 207
+    with engine.begin() as conn:  # imported before the resend cooldown
+        conn.execute(sa.text("UPDATE delivery_jobs SET created_at = now() - interval '1 h',"
+                             " available_at = now() - interval '1 h'"))
+    resent = api.post(path, body)
+    assert resent.status_code == 202, resent.get_json()
+    assert resent.get_json()["reused"] is True
+    assert _claim_order(engine, 4) == ["import-2", "import-0", "import-1", "import-3"]

@@ -58,6 +58,7 @@ from workers.core.states import (
     ACTIVE,
     BULK_STEP,
     CANCELLED,
+    CLAIMABLE,
     HELD,
     PENDING,
     SENT,
@@ -257,7 +258,8 @@ SELECT i.i,
             WHEN n.id IS NOT NULL THEN 'new'
             WHEN f.i IS NOT NULL AND a.i IS NULL THEN 'full' ELSE 'busy' END AS outcome,
        e.wait, {", ".join(f"n.{c}" for c in _NEW_NAMES)},
-       (SELECT to_jsonb(d) FROM ({_JOB} WHERE id = e.id) d) AS earlier,
+       (SELECT to_jsonb(d) FROM (SELECT {queue.JOB_COLUMNS}, priority FROM delivery_jobs
+                                  WHERE id = e.id) d) AS earlier,
        (SELECT array_agg(kind) FROM woken) AS woken
   FROM item i
   LEFT JOIN stale s ON s.i = i.i
@@ -341,8 +343,9 @@ def _busy() -> Conflict:
 class _Round:
     """The asks still open and what each needs on the next statement."""
 
-    def __init__(self, asks: list[Ask]) -> None:
+    def __init__(self, asks: list[Ask], bulk: bool) -> None:
         self.asks = list(asks)
+        self.bulk = bulk
         self.answers: list[Answer | None] = [None] * len(asks)
         self.replace: dict[int, int] = {}
         self.payloads: dict[int, dict[str, Any]] = {}
@@ -363,7 +366,7 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
     """Answer every ask (in order): a new job, the earlier job that answers it, or the
     error that refuses it. One statement when nothing raced; at most :data:`ROUNDS`.
     ``bulk`` (a batch call): new jobs queue behind the single requests of their class."""
-    state = _Round(asks)
+    state = _Round(asks, bulk)
     # In autocommit each statement is committed when it returns, and the workers are woken
     # by a statement of its own (:data:`_WAKE`); in the caller's transaction the statement
     # notifies, delivered at that transaction's commit.
@@ -404,6 +407,7 @@ def _settle(conn: Connection, config: Config, state: _Round, row: Any, last: boo
                                    "payload": state.payloads[i]})
         return
     job = _job(row["earlier"])
+    priority = job.pop("priority") if job is not None else None
     if outcome == "idempotency_key":
         assert job is not None
         state.answers[i] = Answer(job, outcome, _same_request(job, ask))
@@ -414,6 +418,10 @@ def _settle(conn: Connection, config: Config, state: _Round, row: Any, last: boo
             state.answers[i] = Answer(job, outcome, _in_flight(job))
     elif outcome in ("live", "dedupe_window"):
         state.answers[i] = Answer(job, outcome)
+        if job is not None and not state.bulk and priority is not None \
+                and priority > ask.spec.priority and job["status"] in CLAIMABLE:
+            # Imported, and now asked for by the user: it stops waiting behind the import.
+            queue.hurry(conn, int(job["id"]), ask.spec.priority)
     elif outcome == "cooldown":
         assert job is not None
         state.answers[i] = Answer(job, outcome, _cooldown(job, ask, float(row["wait"])))

@@ -288,7 +288,7 @@ def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
                          seconds=str(wait)), retry_after=wait,
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
     if latest["status"] in (PENDING, SENDING, RETRY):
-        job = queue.mark_resent(conn, latest["id"])
+        job = queue.mark_resent(conn, latest["id"], spec.priority)
         assert job is not None
         reused = True
     else:

@@ -204,7 +204,7 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
     assert latest is not None  # _check_resendable raised NotFound otherwise
     job = None
     if latest["status"] in (PENDING, SENDING, RETRY):
-        job = queue.mark_resent(conn, latest["id"])
+        job = queue.mark_resent(conn, latest["id"], kinds.get(conn, KIND).priority)
         if job is None:
             # The user lock keeps other requests out, not workers: one finished the job
             # between the two statements. Judge again from what it became (sent moments

@@ -1386,12 +1386,16 @@ def latest_job_for_user(conn: Connection, kind: str, user_ref: str,
     return dict(row) if row else None
 
 
-# A resend that reuses the live job: a waiting (pending/retry) job becomes due now; the
-# resend time is stamped on every live job so the cooldown restarts. Held jobs are left to
-# release/drop. Returns nothing when the job is no longer live.
+# A resend that reuses the live job: a waiting (pending/retry) job becomes due now, at the
+# priority of a single request of its kind (an imported one no longer waits behind the rest
+# of its import: states.BULK_STEP); the resend time is stamped on every live job so the
+# cooldown restarts. Held jobs are left to release/drop. Returns nothing when the job is no
+# longer live.
 _MARK_RESENT = sa.text(f"""
 UPDATE delivery_jobs
    SET available_at = CASE WHEN status IN {sql_list(CLAIMABLE)} THEN now() ELSE available_at END,
+       priority = CASE WHEN status IN {sql_list(CLAIMABLE)} THEN least(priority, :priority)
+                       ELSE priority END,
        payload = payload || jsonb_build_object(
            'resent_at', now(), 'resends', coalesce((payload ->> 'resends')::int, 0) + 1)
  WHERE id = :id AND status IN {sql_list((*CLAIMABLE, SENDING))}
@@ -1399,8 +1403,22 @@ RETURNING {JOB_COLUMNS}
 """)
 
 
-def mark_resent(conn: Connection, job_id: int) -> dict[str, Any] | None:
-    row = conn.execute(_MARK_RESENT, {"id": job_id}).mappings().first()
+# A waiting job asked for again by a single request (the user is waiting for it now): at
+# that request's priority if it was imported (states.BULK_STEP). Only a job still waiting
+# moves; nothing else about it changes.
+_HURRY = sa.text(f"""
+UPDATE delivery_jobs SET priority = :priority
+ WHERE id = :id AND priority > :priority AND status IN {sql_list(CLAIMABLE)}
+""")
+
+
+def hurry(conn: Connection, job_id: int, priority: int) -> None:
+    conn.execute(_HURRY, {"id": job_id, "priority": priority})
+
+
+def mark_resent(conn: Connection, job_id: int, priority: int) -> dict[str, Any] | None:
+    """``priority``: the kind's, a single request's."""
+    row = conn.execute(_MARK_RESENT, {"id": job_id, "priority": priority}).mappings().first()
     return dict(row) if row else None
 
 
