@@ -7,7 +7,8 @@ priorities in order, so classes are served critical → lifecycle → campaigns 
 
 Guarantees kept here:
 
-- every job's priority comes from :data:`CLASS_PRIORITY` (one place), so the claim's
+- every job's priority comes from :data:`CLASS_PRIORITY` (one place; a batch's items
+  ``BULK_STEP`` behind their class's, still ahead of the next class), so the claim's
   ``ORDER BY priority`` is the class order;
 - :func:`message_context` is the only place that decides what a kind's template sees, used
   by the worker that sends and by the preview, so what an admin previews is what is sent;

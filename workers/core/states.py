@@ -63,7 +63,9 @@ KIND_NAME = "^[a-z][a-z0-9_-]{0,39}$"
 KIND_CHECK = "kind ~ '^[a-z][a-z0-9_-]*$' AND length(kind) <= 40"
 #: Claim order by class: lower is served first. Critical kinds (verification) first, then
 #: lifecycle kinds (onboarding, churn), then campaigns (P7: transactional mail never waits
-#: behind a campaign). A job's priority is fixed at enqueue from its kind's class.
+#: behind a campaign). A job's priority is set at enqueue from its kind's class (a batch's
+#: items BULK_STEP behind it); it only ever moves up, to its class's, when the user asks
+#: for an imported message again (webapp.domain.intake, queue.mark_resent).
 CLASS_PRIORITY: dict[str, int] = {"critical": 0, "lifecycle": 5, "campaign": 10}
 #: Items of ``POST /messages/batch`` (an import) queue this far behind the single requests
 #: of their class, still ahead of the next class: a signup's verification never waits
