@@ -187,11 +187,6 @@ def _check_resendable(conn: Connection, latest: dict[str, Any] | None, user_ref:
                       retry_at=latest["cooldown_until"].isoformat(), job_id=latest["id"])
 
 
-def resend_cooldown(conn: Connection, config: Config) -> int:
-    """The verification kind's resend cooldown: its row's, else SENDDOCK_RESEND_COOLDOWN."""
-    return kinds.cooldown_of(kinds.get(conn, KIND), config)
-
-
 def resend(conn: Connection, config: Config, user_ref: str, *,
            actor: str) -> tuple[dict[str, Any], bool]:
     """Send the user's verification email again. Returns (job, reused): a job still waiting
@@ -199,18 +194,19 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
     cooldown, :class:`NotFound` for a user without verification mail, :class:`Conflict` for
     a held job or a suppressed address. Every resend is in the audit log with ``actor``."""
     queue.lock_user(conn, KIND, user_ref)
-    latest = queue.latest_job_for_user(conn, KIND, user_ref, resend_cooldown(conn, config))
+    kind = kinds.get(conn, KIND)  # read once: its cooldown, and a single request's priority
+    cooldown = kinds.cooldown_of(kind, config)
+    latest = queue.latest_job_for_user(conn, KIND, user_ref, cooldown)
     _check_resendable(conn, latest, user_ref)
     assert latest is not None  # _check_resendable raised NotFound otherwise
     job = None
     if latest["status"] in (PENDING, SENDING, RETRY):
-        job = queue.mark_resent(conn, latest["id"], kinds.get(conn, KIND).priority)
+        job = queue.mark_resent(conn, latest["id"], kind.priority)
         if job is None:
             # The user lock keeps other requests out, not workers: one finished the job
             # between the two statements. Judge again from what it became (sent moments
             # ago: the cooldown answers; failed: a new job is enqueued below).
-            latest = queue.latest_job_for_user(conn, KIND, user_ref,
-                                               resend_cooldown(conn, config))
+            latest = queue.latest_job_for_user(conn, KIND, user_ref, cooldown)
             _check_resendable(conn, latest, user_ref)
             assert latest is not None
     if job is not None:

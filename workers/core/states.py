@@ -73,11 +73,16 @@ CLASS_PRIORITY: dict[str, int] = {"critical": 0, "lifecycle": 5, "campaign": 10}
 BULK_STEP = 1
 #: Every priority a job can have, in claim order.
 PRIORITIES: tuple[int, ...] = tuple(sorted(
-    {p for p in CLASS_PRIORITY.values()}
+    {*CLASS_PRIORITY.values()}
     | {p + BULK_STEP for c, p in CLASS_PRIORITY.items() if c != "campaign"}))
 PRIORITY: dict[str, int] = {"verification": CLASS_PRIORITY["critical"],
                             "test": CLASS_PRIORITY["critical"],
                             "broadcast": CLASS_PRIORITY["campaign"]}
+
+
+def imported(priority: int) -> bool:
+    """Whether a job at ``priority`` came in a batch (``BULK_STEP`` behind its class)."""
+    return priority not in CLASS_PRIORITY.values()
 
 
 def can_move(old: str, new: str) -> bool:

@@ -59,7 +59,7 @@ from workers.building.compose import Composer, domain_of
 from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
-from workers.core.states import CLASS_PRIORITY, PENDING
+from workers.core.states import PENDING, imported
 from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, services
 from workers.delivery.classify import RefusalStreak, ReplyClass, ThrottleJudge
 from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
@@ -388,12 +388,11 @@ class Pool:
         found less than it asked for and no transactional mail has caught up. Imported
         mail (a batch's, BULK_STEP behind its class) waits by design: claiming it means no
         single request of its class was due, so those have caught up too."""
-        waited = [j.waited for j in jobs
-                  if j.kind not in kinds.RESERVED and j.priority in CLASS_PRIORITY.values()]
+        transactional = [j for j in jobs if j.kind not in kinds.RESERVED]
+        waited = [j.waited for j in transactional if not imported(j.priority)]
         if waited:
             self._lag = (time.monotonic(), max(waited))
-        elif len(jobs) < asked or any(j.priority not in CLASS_PRIORITY.values()
-                                      and j.kind not in kinds.RESERVED for j in jobs):
+        elif len(jobs) < asked or transactional:  # transactional, all of it imported
             self._lag = (time.monotonic(), 0.0)
 
     def behind(self) -> bool:
