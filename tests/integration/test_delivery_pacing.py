@@ -2,7 +2,7 @@
 long each job had been due (``waited``); the pool is *behind* while the transactional mail
 it claims had waited more than BEHIND_LAG; and while it is, the API's intake endpoints wait
 PACE seconds before they take more mail, which lets the delivery threads have the CPU
-(measured in bench/bench_api.py: docs/performance.md, "Session 4")."""
+(measured in bench/bench_api.py: docs/performance.md, "The transactional API")."""
 
 from __future__ import annotations
 
