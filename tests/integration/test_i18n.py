@@ -26,6 +26,20 @@ def test_the_browser_language_decides_before_login(client: Any) -> None:
     assert "Log in to SendDock" in other.get_data(as_text=True)
 
 
+def test_the_page_says_its_language_in_html_lang(
+        client: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Screen readers and the browser's translation offer read ``<html lang>``: it is the
+    language the page is written in, never a fixed "en"."""
+    assert '<html lang="es">' in client.get("/login", headers={
+        "Accept-Language": "es"}).get_data(as_text=True)
+    assert '<html lang="en">' in client.get("/login", headers={
+        "Accept-Language": "en"}).get_data(as_text=True)
+    browser = Browser(client, make_user("support"))
+    browser.post("/account/language", {"locale": "es"})
+    assert '<html lang="es">' in browser.get("/", headers={
+        "Accept-Language": "en"}).get_data(as_text=True)
+
+
 def test_the_users_setting_wins_and_numbers_and_dates_follow(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
     campaign = make_campaign(engine, [f"r{i}@example.org" for i in range(3)], name="Otoño")
