@@ -12,6 +12,7 @@ the ``.po`` files. To update: ``pybabel extract --sort-output -F babel.cfg -k _l
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,7 +47,8 @@ VOCABULARY = {
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
     "problem": _l("problem"), "warning": _l("warning"),
     "critical": _l("critical"), "lifecycle": _l("lifecycle"), "complained": _l("complained"),
-    "delivered": _l("delivered"),
+    "delivered": _l("delivered"), "relay_throttle": _l("relay throttle"),
+    "domain_throttle": _l("domain throttle"), "sender": _l("sender refused"),
 }
 # The keys of an audit entry's details, as the audit page names them (unknown keys are
 # shown as they are, "_" read as a space).
@@ -129,6 +131,19 @@ def label(value: Any) -> str:
     """A stored vocabulary word in the page's language (unknown words as they are)."""
     text = VOCABULARY.get(str(value))
     return str(text) if text is not None else str(value)
+
+
+_CANCELLED_BY = re.compile(r"cancelled by (?P<actor>.+)", re.S)
+
+
+def job_note(value: Any) -> str:
+    """A job's stored note (its last error) in the page's language where SendDock wrote it
+    itself ("cancelled by …"); a relay's reply stays as the relay said it."""
+    text = "" if value is None else str(value)
+    found = _CANCELLED_BY.fullmatch(text)
+    if found:
+        return gettext("cancelled by %(actor)s", actor=found["actor"])
+    return text
 
 
 def audit_key(value: Any) -> str:
@@ -220,7 +235,8 @@ def init_app(app: Flask) -> None:
         npgettext=lambda c, s, p, n: _request_translations().unpgettext(c, s, p, n))
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
                                  campaign_state=campaign_state, key_state=key_state,
-                                 audit_key=audit_key, bounce_reason=bounce_reason)
+                                 audit_key=audit_key, bounce_reason=bounce_reason,
+                                 job_note=job_note)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

@@ -179,3 +179,18 @@ def test_the_api_keeps_the_same_refusals_in_english(client: Any, api: Any) -> No
     assert resend.status_code == 404
     assert resend.get_json()["error"]["message"] == (
         "no verification email was ever requested for user nadie-42")
+
+
+def test_error_classes_and_cancellations_are_said_in_spanish(
+        app: Any, client: Any, engine: sa.Engine) -> None:
+    """Stored words (an error class, "cancelled by …" that SendDock wrote) reach a Spanish
+    page in Spanish; a relay's own reply stays as the relay said it."""
+    from webapp.i18n import job_note, label
+    with app.test_request_context("/", headers={"Accept-Language": "es"}):
+        assert label("hard_bounce") == "rebote definitivo"
+        assert label("domain_throttle") == "límite del dominio"
+        assert job_note("cancelled by ana@example.com") == "cancelado por ana@example.com"
+        assert job_note("550 5.1.1 no such user") == "550 5.1.1 no such user"
+        assert job_note(None) == ""
+    with app.test_request_context("/", headers={"Accept-Language": "en"}):
+        assert job_note("cancelled by ana@example.com") == "cancelled by ana@example.com"

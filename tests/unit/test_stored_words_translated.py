@@ -1,0 +1,37 @@
+"""Every stored word a page shows (a job's state, its error class, a subscriber's status)
+has a Spanish label: the crawl in tests/integration/test_spanish_pages.py finds English
+fragments of three words or more, and these words are one or two, so they are checked
+here, one by one, against the catalogue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from babel.messages.pofile import read_po
+
+from webapp.i18n import VOCABULARY
+from workers.core.states import STATES
+from workers.delivery.classify import ReplyClass
+
+CATALOG = Path(__file__).resolve().parents[2] / "translations" / "es" / "LC_MESSAGES" / \
+    "messages.po"
+# Error classes SendDock writes itself besides the reply classes (workers/delivery/queue.py).
+ENGINE_CLASSES = ("orphan", "dropped", "relay", "cancelled", "build", "unknown")
+SUBSCRIBER_STATUSES = ("active", "unsubscribed", "blocklisted")
+WORDS = sorted({*STATES, *(c.value for c in ReplyClass), *ENGINE_CLASSES,
+                *SUBSCRIBER_STATUSES})
+
+
+def _spanish() -> dict[str, str]:
+    with CATALOG.open("rb") as handle:
+        catalog = read_po(handle)
+    return {str(m.id): str(m.string) for m in catalog if m.id and isinstance(m.id, str)}
+
+
+@pytest.mark.parametrize("word", WORDS)
+def test_the_word_has_a_label_and_a_spanish_translation(word: str) -> None:
+    assert word in VOCABULARY, f"{word!r} would reach pages untranslated: add it to " \
+        "webapp/i18n.py VOCABULARY"
+    english = str(VOCABULARY[word]._args[0])  # type: ignore[attr-defined]
+    assert _spanish().get(english), f"no Spanish for {english!r} in messages.po"
