@@ -194,3 +194,14 @@ def test_error_classes_and_cancellations_are_said_in_spanish(
         assert job_note(None) == ""
     with app.test_request_context("/", headers={"Accept-Language": "en"}):
         assert job_note("cancelled by ana@example.com") == "cancelled by ana@example.com"
+
+
+def test_the_dashboards_failure_card_links_a_date_the_inbox_reads_in_spanish(
+        client: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    """A date inside a link is data (ISO), not text: the Spanish dashboard's card once
+    linked 01/12/2026 and the inbox answered 422."""
+    browser = Browser(client, make_user("admin"))
+    page = browser.get("/", headers=ES).get_data(as_text=True)
+    link = unescape(re.search(r'href="(/inbox/\?from=[^"]+)"', page)[1])  # type: ignore[index]
+    assert re.fullmatch(r"/inbox/\?from=\d{4}-\d\d-\d\d", link), link
+    assert browser.get(link, headers=ES).status_code == 200
