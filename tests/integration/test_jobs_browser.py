@@ -6,6 +6,7 @@ and the queue health numbers link into it."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
 from html import unescape
 from typing import Any
@@ -207,3 +208,34 @@ def test_bulk_actions_need_an_admin_and_the_csrf_token(
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT status FROM delivery_jobs WHERE id = :j"),
                             {"j": job}).scalar() == "pending"
+
+
+def test_a_message_asked_for_later_is_scheduled_not_due(
+        client: Any, api: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    """A verification scheduled two hours ahead is pending in the database, but nobody is
+    waiting for a worker: the dashboard and Queue health do not count it as due, the
+    waiting tab does not list it ("due since" a future time), the Scheduled tab does."""
+    later = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    r = api.post("/messages", {"kind": "verification", "user_id": "later-1",
+                               "email": "later@example.org", "send_at": later.isoformat(),
+                               "data": {"verify_url": "https://app.example/v/1"}})
+    assert r.status_code == 202 and r.get_json()["send_at"], r.get_json()
+    now = api.post("/messages", {"kind": "verification", "user_id": "now-1",
+                                 "email": "now@example.org",
+                                 "data": {"verify_url": "https://app.example/v/2"}})
+    assert now.status_code == 202
+    browser = Browser(client, make_user("admin"))
+    for lang in ("en", "es"):
+        jobs = browser.get("/jobs/", headers={"Accept-Language": lang}).get_data(as_text=True)
+        assert _tab_counts(jobs)["waiting"] == 1 and _tab_counts(jobs)["scheduled"] == 1
+        assert "later@example.org" not in jobs and "now@example.org" in jobs
+        scheduled = browser.get("/jobs/?state=scheduled",
+                                headers={"Accept-Language": lang}).get_data(as_text=True)
+        assert "later@example.org" in scheduled and "now@example.org" not in scheduled
+        assert later.strftime("%H:%M:%S") in scheduled
+        board = _text(browser.get("/", headers={"Accept-Language": lang}).get_data(as_text=True))
+        due = re.search(r"(\d+) (?:due now, waiting for a worker|pendientes ahora)", board)
+        assert due and due[1] == "1", board[:600]
+        health = browser.get("/health/?fragment=status").get_data(as_text=True)
+        assert re.search(r'id="health-due"><div class="n">1<', health), health[:800]
+        assert re.search(r'id="health-scheduled"><div class="n">1<', health)

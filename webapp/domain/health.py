@@ -274,6 +274,8 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
         "totals": {s: sum(k[s] for k in by_kind.values())
                    for s in next(iter(by_kind.values()))},
         "oldest_due": queue_reads.oldest_due_age(conn),
+        # Pending includes messages asked for later; "due now" leaves those out.
+        "scheduled": queue_reads.scheduled_message_count(conn, queue_reads.JobFilter()),
         "backlog": queue.backlog(conn),
         "max_backlog": config.max_backlog,
         "chart": sent_per_minute(conn),

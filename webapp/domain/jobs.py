@@ -36,7 +36,7 @@ _TIMESTAMP_KEYS = {"available_at", "claimed_at", "created_at", "finished_at"}
 # The bulk actions each tab offers on the jobs chosen on it (Oban Web's: cancel what has
 # not run, run again now what waits for its retry).
 BULK_ACTIONS = {"waiting": ("cancel",), "retrying": ("retry_now", "cancel"),
-                "held": ("cancel",)}
+                "held": ("cancel",), "scheduled": ("cancel",)}
 
 
 @dataclass
@@ -106,9 +106,12 @@ def counts(conn: Connection, f: Filters) -> dict[str, int]:
                 per_state[state] = per_state.get(state, 0) + n
     result = {tab: per_state.get(state, 0) for tab, state in _STATE_OF.items()}
     no_campaign_jobs = f.kind not in (None, "broadcast") or f.email
-    result["scheduled"] = 0 if no_campaign_jobs else len(
+    later = 0 if f.campaign_id is not None else queue_reads.scheduled_message_count(
+        conn, queue_reads.JobFilter(kind=f.kind, email=f.email))
+    result["waiting"] = max(0, result["waiting"] - later)  # pending, but not due yet
+    result["scheduled"] = later + (0 if no_campaign_jobs else len(
         [c for c in queue_reads.scheduled_campaigns(conn)
-         if f.campaign_id is None or c["id"] == f.campaign_id])
+         if f.campaign_id is None or c["id"] == f.campaign_id]))
     result["failed"] = queue_reads.count_problems(conn, _problem_filter(f),
                                                   datetime.now(UTC))
     return result
@@ -138,18 +141,24 @@ def _after(tab: str, cursor: str | None) -> list[Any] | None:
 def page(conn: Connection, tab: str, f: Filters, cursor: str | None = None
          ) -> dict[str, Any]:
     """One page of the tab: ``rows`` and the ``next`` cursor (None on the last page)."""
-    if tab == "scheduled":
-        rows = [c for c in queue_reads.scheduled_campaigns(conn)
-                if f.campaign_id is None or c["id"] == f.campaign_id]
-        return {"rows": rows, "next": None}
     where = queue_reads.JobFilter(kind=f.kind, broadcast_id=f.broadcast_id, email=f.email)
+    campaigns: list[dict[str, Any]] = []
+    if tab == "scheduled":
+        # Scheduled campaigns (their jobs are made when their time comes) above the
+        # transactional messages whose send_at is ahead, which page like any tab.
+        if not cursor and f.kind in (None, "broadcast") and not f.email:
+            campaigns = [c for c in queue_reads.scheduled_campaigns(conn)
+                         if f.campaign_id is None or c["id"] == f.campaign_id]
+        if f.campaign_id is not None:
+            return {"rows": [], "campaigns": campaigns, "next": None}
     if f.campaign_id is not None and f.broadcast_id is None:
-        return {"rows": [], "next": None}  # a campaign not sent yet has no jobs
+        return {"rows": [], "campaigns": [], "next": None}  # not sent yet: no jobs
     rows = queue_reads.jobs_in_state(conn, tab, where, after=_after(tab, cursor),
                                      limit=PAGE_SIZE + 1)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
-    return {"rows": rows, "next": _cursor(tab, rows[-1]) if more and rows else None}
+    return {"rows": rows, "campaigns": campaigns,
+            "next": _cursor(tab, rows[-1]) if more and rows else None}
 
 
 MAX_CHOSEN = 200  # a page shows 50; a crafted form cannot name a million

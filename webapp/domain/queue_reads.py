@@ -543,6 +543,13 @@ class JobFilter:
         return "".join(f" AND {c}" for c in clauses), params
 
 
+# A transactional message whose send_at is still ahead (delivery_jobs_claim_idx's predicate
+# repeated). It is pending but not due: the waiting tab, the dashboard's "due now" and Queue
+# health leave it out, the Scheduled tab lists it.
+_SCHEDULED_MESSAGE = (f"j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL "
+                      f"AND j.status = '{PENDING}' AND j.available_at > now()")
+
+
 # state -> (condition, order columns). Waiting and retrying walk delivery_jobs_claim_idx
 # (its predicate is repeated so the planner can use it), in flight delivery_jobs_sending_idx,
 # held delivery_jobs_transactional_idx; sent and cancelled, newest first, walk
@@ -557,6 +564,8 @@ BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "held": (f"j.kind <> 'broadcast' AND j.status = '{HELD}'", ("j.created_at", "j.id")),
     "sent": (f"j.status = '{SENT}'", ("j.finished_at", "j.id")),
     "cancelled": (f"j.status = '{CANCELLED}'", ("j.finished_at", "j.id")),
+    # Transactional messages asked for with a later send_at: waiting, but not yet due.
+    "scheduled": (_SCHEDULED_MESSAGE, ("j.available_at", "j.id")),
 }
 NEWEST_FIRST = frozenset({"sent", "cancelled"})  # finished: the latest is what one looks for
 
@@ -602,7 +611,7 @@ _WAITING = f"""
 SELECT w.*, c.name AS campaign_name FROM (
     (SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
       WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
-        AND j.status = '{PENDING}'{{extra}}{{keyset}}
+        AND j.status = '{PENDING}' AND j.available_at <= now(){{extra}}{{keyset}}
       ORDER BY j.priority, j.available_at, j.id LIMIT :limit)
     UNION ALL
     SELECT d.* FROM broadcasts b CROSS JOIN LATERAL (
@@ -636,6 +645,17 @@ def _waiting(conn: Connection, where: JobFilter, *, after: Sequence[Any] | None,
         extra=extra, keyset=keyset, campaign_keyset=campaign_keyset, campaign=campaign)),
         {**params, "limit": limit})
     return [dict(r) for r in rows.mappings()]
+
+
+def scheduled_message_count(conn: Connection, where: JobFilter) -> int:
+    """Transactional messages matching ``where`` whose send_at is still ahead (a campaign's
+    jobs are never among them: a scheduled campaign has none until its time)."""
+    if where.broadcast_id is not None or where.kind == "broadcast":
+        return 0
+    extra, params = where.where()
+    return int(conn.execute(sa.text(
+        f"SELECT count(*) FROM delivery_jobs j WHERE {_SCHEDULED_MESSAGE}{extra}"),
+        params).scalar() or 0)
 
 
 _COUNTS_FOR_EMAIL = sa.text(f"""
