@@ -6,8 +6,8 @@ and the queue health numbers link into it."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from html import unescape
 from typing import Any
 
