@@ -180,3 +180,20 @@ def test_layout_pages_in_both_languages(
     assert 'id="layout-preview"' in r.get_data(as_text=True)
     es = marketer.get("/layouts/", headers={"Accept-Language": "es"}).get_data(as_text=True)
     assert "Plantillas de diseño" in es and "Dirección postal" in es
+
+
+def test_the_review_page_sees_the_unsubscribe_link_of_the_layout(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """The layout carries the unsubscribe link (it must): the review page once warned "no
+    visible unsubscribe link" for such a campaign because it read the body alone."""
+    from webapp.domain import sending_domains
+    assert sending_domains.has_visible_unsubscribe(None, "<p>Hi</p>", LAYOUT)
+    assert not sending_domains.has_visible_unsubscribe("{{ unsubscribe_url }}",
+                                                       "<p>Hi</p>", None)
+    in_layout = _campaign(engine, _layout(engine)["id"])
+    bare = _campaign(engine, None, text="no link")
+    marketer = Browser(client, make_user("marketer"))
+    assert "no visible unsubscribe link" not in marketer.get(
+        f"/campaigns/{in_layout['id']}/send").get_data(as_text=True)
+    assert "no visible unsubscribe link" in marketer.get(
+        f"/campaigns/{bare['id']}/send").get_data(as_text=True)

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit
+from webapp.domain import audit, layouts
 from webapp.domain import domain_checks as dc
 from webapp.domain.errors import Invalid
 from workers.building import dkim
@@ -133,10 +133,14 @@ def report(conn: Connection, config: Config, domain: str, *,
     return result
 
 
-def has_visible_unsubscribe(text_body: str | None, html_body: str | None) -> bool:
+def has_visible_unsubscribe(text_body: str | None, html_body: str | None,
+                            layout_html: str | None = None) -> bool:
     """Whether the body the reader sees shows ``{{ unsubscribe_url }}``: the HTML part when
-    there is one (most readers show it), else the text."""
+    there is one (most readers show it), inside its layout when the campaign has one (the
+    layout wraps an HTML body only), else the text."""
     shown = html_body if html_body else text_body
+    if html_body and layout_html:
+        shown = f"{layout_html}\n{html_body}"
     return bool(shown and _UNSUBSCRIBE_VARIABLE.search(shown))
 
 
@@ -144,7 +148,10 @@ def review_checks(conn: Connection, config: Config, campaign: dict[str, Any]) ->
     """What the review page warns about before a send: the From domain's failing DNS checks
     (free-mail From included) and a body without a visible unsubscribe link."""
     checks: list[dc.Check] = []
-    if not has_visible_unsubscribe(campaign.get("text_body"), campaign.get("html_body")):
+    layout_html = layouts.get(conn, campaign["layout_id"])["html"] \
+        if campaign.get("layout_id") else None
+    if not has_visible_unsubscribe(campaign.get("text_body"), campaign.get("html_body"),
+                                   layout_html):
         checks.append(dc.Check("unsubscribe link", dc.PROBLEM, "the body has no visible "
                                "unsubscribe link: Gmail and Yahoo require one in marketing "
                                "mail (the List-Unsubscribe header alone is not enough).",
