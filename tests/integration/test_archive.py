@@ -79,7 +79,8 @@ def test_web_version_is_linked_from_the_email_and_shows_no_personal_data(
     r = client.get(path)
     body = r.get_data(as_text=True)
     assert r.status_code == 200 and r.mimetype == "text/html"
-    assert "Hello reader (subscriber@example.com), plan </p>" in body
+    assert "Hello Subscriber (subscriber@example.com), plan </p>" in body
+    assert "<title>Issue 7 for Subscriber</title>" in body
     assert "Secret Person" not in body and "secret.person" not in body
     assert "platinum" not in body
     assert 'href="https://shop.example/"' in body  # the campaign's own links, untracked
@@ -114,7 +115,7 @@ def test_text_only_campaign_is_shown_as_text(client: Any, engine: sa.Engine, sin
     r = client.get(f"/archive/{signing.archive_token(SECRET, campaign_id)}")
     body = r.get_data(as_text=True)
     assert r.status_code == 200
-    assert re.search(r"<h1>Issue 7 for\s*</h1>", body), body
+    assert "<h1>Issue 7 for Subscriber</h1>" in body, body
     assert "Secret Person" not in body and 'class="web-version-text"' in body
 
 
@@ -152,3 +153,29 @@ def test_list_archive_page_lists_published_campaigns_only(
                 signing.list_archive_url("", SECRET, 10**9)):
         r = anonymous.get(bad)
         assert r.status_code == 404 and "No web version" in r.get_data(as_text=True)
+
+
+def test_web_version_keeps_the_campaigns_layout(
+        client: Any, engine: sa.Engine, sink: Any, config_for: Callable[..., Config]) -> None:
+    """The web version is the message as sent, in its layout (header, footer, postal
+    address), not the bare body."""
+    from webapp.domain import layouts
+    with engine.begin() as conn:
+        layout = layouts.create(conn, {
+            "name": "House", "postal_address": "Calle Mayor 1, Madrid",
+            "html": "<html><head><title>ACME</title></head><body><header>ACME NEWS</header>"
+                    "{{ content }}<footer>{{ postal_address }} · <a href=\"{{ unsubscribe_url"
+                    " }}\">Unsubscribe</a></footer></body></html>"})
+        lst = lists.create_list(conn, "Layout archive")
+        lists.add_subscribers(conn, lst["id"], [{"email": "x@example.org"}])
+        campaign = campaigns.create(conn, {
+            "name": "Team news", "list_id": lst["id"], "subject": "Team news for {{ name }}",
+            "html": "<p>Body text</p>", "layout_id": layout["id"]},
+            default_from="news@example.com")
+        tracking.save_settings(conn, campaign["id"], {"archive": True}, actor="t")
+    _send(engine, config_for(sink.port), int(campaign["id"]))
+    path = signing.archive_url("http://x", SECRET, int(campaign["id"])).removeprefix("http://x")
+    body = client.get(path).get_data(as_text=True)
+    assert "<header>ACME NEWS</header>" in body and "<p>Body text</p>" in body
+    assert "Calle Mayor 1, Madrid" in body and "<title>ACME</title>" in body
+    assert body.count("<title") == 1  # the layout's own title is kept, none added

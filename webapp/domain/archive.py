@@ -7,27 +7,33 @@ browser"). It answers only once the campaign has been sent (or is sending) and w
 archive stays on.
 
 No recipient's data is ever rendered: the web version is rendered for a neutral stand-in
-(no name, the address :data:`PLACEHOLDER_EMAIL`, no attributes, an unsubscribe link that
-only explains itself), and its links are the campaign's own, never tracking URLs.
+(the name :data:`PLACEHOLDER_NAME`, the address :data:`PLACEHOLDER_EMAIL`, no attributes,
+an unsubscribe link that only explains itself), inside the campaign's layout as its
+messages are, and its links are the campaign's own, never tracking URLs.
 """
 
 from __future__ import annotations
 
+import re
+from html import escape
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import campaigns
+from webapp.domain import campaigns, layouts
 from webapp.domain.errors import NotFound
 from workers.building import tracking
-from workers.building.compose import recipient_context
+from workers.building.compose import layout_of, recipient_context
 from workers.building.message import PREVIEW_SECONDS, TemplateError, compile_campaign
 from workers.core.i18n import N_
 from workers.core.states import Campaign
 
 PLACEHOLDER_EMAIL = "subscriber@example.com"
+# A subject such as "Team news for {{ name }}" reads as a sentence for the stand-in too.
+PLACEHOLDER_NAME = "Subscriber"
 LIST_LIMIT = 200
+_TITLE = re.compile(r"<title[\s>]", re.I)
 PUBLISHED = (Campaign.SENDING, Campaign.PAUSED, Campaign.SENT, Campaign.CANCELLED)
 
 
@@ -53,17 +59,23 @@ def web_version(conn: Connection, *, base_url: str, secret_key: str,
     if campaign["status"] not in PUBLISHED or not is_on(conn, campaign_id):
         raise missing
     try:
+        layout = layouts.get(conn, campaign["layout_id"]) if campaign["layout_id"] else None
         rendered = compile_campaign(
-            campaign["subject"], campaign["text_body"], campaign["html_body"]).render(
+            campaign["subject"], campaign["text_body"], campaign["html_body"],
+            layout_of(layout["html"], layout["postal_address"]) if layout else None).render(
             recipient_context(
-                email=PLACEHOLDER_EMAIL, name="", attributes={},
+                email=PLACEHOLDER_EMAIL, name=PLACEHOLDER_NAME, attributes={},
                 unsubscribe_url=f"{base_url}/u/preview", campaign_name=campaign["name"],
                 subject=campaign["subject"],
                 archive_url=tracking.archive_url(base_url, secret_key, campaign_id)),
             seconds=PREVIEW_SECONDS)
     except TemplateError:
         raise missing from None
-    return {"campaign": campaign, "subject": rendered.subject, "html": rendered.html,
+    html = rendered.html
+    if html is not None and not _TITLE.search(html):
+        # A browser tab and a bookmark name the page by its subject.
+        html = f"<!doctype html><title>{escape(rendered.subject)}</title>\n{html}"
+    return {"campaign": campaign, "subject": rendered.subject, "html": html,
             "text": rendered.text}
 
 
