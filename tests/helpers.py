@@ -29,7 +29,10 @@ def place_jobs(conn: sa.Connection, statement: sa.TextClause,
 def make_campaign(engine: sa.Engine, emails: list[str], *, send: bool = True,
                   name: str = "Test campaign") -> dict[str, Any]:
     with engine.begin() as conn:
-        lst = lists.create_list(conn, f"{name} list")
+        taken = conn.execute(sa.text("SELECT count(*) FROM lists WHERE lower(name) LIKE "
+                                     "lower(:n) || '%'"), {"n": f"{name} list"}).scalar()
+        # List names are unique: a second campaign of the same name gets "… list 2".
+        lst = lists.create_list(conn, f"{name} list" + (f" {taken + 1}" if taken else ""))
         result = lists.add_subscribers(conn, lst["id"], [{"email": e, "name": e.split("@")[0]}
                                                          for e in emails])
         assert not result["errors"], result["errors"]

@@ -152,3 +152,19 @@ def test_support_cannot_reach_lists(client: Any, make_user: Callable[..., dict[s
     browser = Browser(client, make_user("support"))
     assert browser.get("/lists/").status_code == 403
     assert browser.get("/campaigns/").status_code == 403
+
+
+def test_two_lists_cannot_share_a_name(engine: sa.Engine) -> None:
+    """The composer, the import form and the preference page name lists: two with one name
+    (in any case) could not be told apart."""
+    with engine.begin() as conn:
+        first = lists.create_list(conn, "Newsletter")
+        other = lists.create_list(conn, "Product news")
+    with engine.begin() as conn, pytest.raises(Conflict) as taken:
+        lists.create_list(conn, "  newsletter ")
+    assert "exists already" in str(taken.value)
+    assert taken.value.fields == {"name": "already used"}
+    with engine.begin() as conn, pytest.raises(Conflict):
+        lists.rename_list(conn, other["id"], "NEWSLETTER")
+    with engine.begin() as conn:  # keeping its own name, in another case, is no conflict
+        assert lists.rename_list(conn, first["id"], "newsletter")["name"] == "newsletter"

@@ -124,9 +124,23 @@ def _check_list_name(name: str, description: str) -> tuple[str, str]:
     return name, (description or "").strip()[:2000]
 
 
+def _taken(conn: Connection, name: str, list_id: int | None) -> None:
+    """Two lists with one name cannot be told apart in the composer, the import form or a
+    subscriber's preferences: a name is used once, whatever its case. Two requests naming
+    the same new list at once are serialized on the name (a transaction-scoped lock)."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended("
+                         "'senddock.list:' || lower(:n), 0))"), {"n": name})
+    if conn.execute(sa.text("SELECT 1 FROM lists WHERE lower(name) = lower(:n) "
+                            "AND id IS DISTINCT FROM :id"),
+                    {"n": name, "id": list_id}).first() is not None:
+        raise Conflict(N_("a list named “%(name)s” exists already", name=name),
+                       fields={"name": N_("already used")})
+
+
 def create_list(conn: Connection, name: str, description: str = "", *,
                 actor: str = "system") -> dict[str, Any]:
     name, description = _check_list_name(name, description)
+    _taken(conn, name, None)
     row = conn.execute(sa.text(
         "INSERT INTO lists (name, description) VALUES (:n, :d) RETURNING id, name, created_at"),
         {"n": name, "d": description}).mappings().one()
@@ -157,6 +171,7 @@ def rename_list(conn: Connection, list_id: int, name: str, description: str = ""
                 actor: str = "system") -> dict[str, Any]:
     current = get_list(conn, list_id, lock=True)
     name, description = _check_list_name(name, description)
+    _taken(conn, name, list_id)
     conn.execute(sa.text("UPDATE lists SET name = :n, description = :d WHERE id = :id"),
                  {"n": name, "d": description, "id": list_id})
     audit.record(conn, actor, "list.rename", f"list:{list_id}", old=current["name"], new=name)
