@@ -20,6 +20,7 @@ import logging
 import ssl
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,10 @@ log = logging.getLogger("senddock.submission")
 
 AUTH_FAILURES = 10  # failed AUTH per client address ...
 AUTH_WINDOW = 900.0  # ... in this many seconds lock it out until the window passes
+# Commands per connection (more: 421 and the connection closes): AUTH guessing and
+# EHLO/NOOP loops end quickly; a client reusing its connection for many messages does not.
+CALL_LIMITS = {"AUTH": 5, "EHLO": 10, "HELO": 10, "STARTTLS": 3, "NOOP": 100, "VRFY": 10,
+               "EXPN": 10, "HELP": 10, "*": 100_000}
 
 
 def _parse_listen(name: str, raw: str | None) -> tuple[str, int] | None:
@@ -98,14 +103,14 @@ class SubmissionSettings:
         tls_listen = _parse_listen("SUBMISSION_TLS_LISTEN", get("SUBMISSION_TLS_LISTEN"))
         cert, key = get("SUBMISSION_CERT"), get("SUBMISSION_KEY")
         plain = (get("SUBMISSION_PLAIN_AUTH") or "").lower() in {"1", "on", "true", "yes"}
-        if (listen or tls_listen) and not (cert and key):
-            if tls_listen or not (plain and listen and _loopback(listen[0])):
-                raise ConfigError("SENDDOCK_SUBMISSION_CERT and SENDDOCK_SUBMISSION_KEY are "
-                                  "required: AUTH is only offered after TLS")
         if plain and listen and not _loopback(listen[0]):
             raise ConfigError("SENDDOCK_SUBMISSION_PLAIN_AUTH allows AUTH without TLS on a "
                               "loopback address only (127.0.0.1, ::1), not "
                               f"{listen[0]}")
+        if (listen or tls_listen) and not (cert and key):
+            if tls_listen or not (plain and listen and _loopback(listen[0])):
+                raise ConfigError("SENDDOCK_SUBMISSION_CERT and SENDDOCK_SUBMISSION_KEY are "
+                                  "required: AUTH is only offered after TLS")
         hostname = get("SUBMISSION_HOSTNAME") or urlsplit(config.base_url).hostname \
             or "localhost"
         return cls(listen, tls_listen, cert, key, plain, number("SUBMISSION_MAX_SIZE"),
@@ -255,15 +260,23 @@ class SubmissionServer:
     def _factory(self, tls_context: ssl.SSLContext | None, require_tls: bool,
                  auth_require_tls: bool) -> Callable[[], SMTP]:
         def make() -> SMTP:
-            return SMTP(self.handler, data_size_limit=self.settings.max_size or None,
-                        enable_SMTPUTF8=True, decode_data=False,
-                        hostname=self.settings.hostname, ident="SendDock submission",
-                        tls_context=tls_context, require_starttls=require_tls,
-                        timeout=self.settings.timeout, auth_required=True,
-                        auth_require_tls=auth_require_tls,
-                        authenticator=self.handler.authenticator,
-                        command_call_limit=100, loop=self.loop)
+            with warnings.catch_warnings():
+                # Implicit TLS: the socket is TLS already, which aiosmtpd's check for
+                # "AUTH without TLS" cannot see; plain AUTH is loopback-only (load()).
+                warnings.simplefilter("ignore", UserWarning)
+                return self._smtp(tls_context, require_tls, auth_require_tls)
         return make
+
+    def _smtp(self, tls_context: ssl.SSLContext | None, require_tls: bool,
+              auth_require_tls: bool) -> SMTP:
+        return SMTP(self.handler, data_size_limit=self.settings.max_size or None,
+                    enable_SMTPUTF8=True, decode_data=False,
+                    hostname=self.settings.hostname, ident="SendDock submission",
+                    tls_context=tls_context, require_starttls=require_tls,
+                    timeout=self.settings.timeout, auth_required=True,
+                    auth_require_tls=auth_require_tls,
+                    authenticator=self.handler.authenticator,
+                    command_call_limit=CALL_LIMITS, loop=self.loop)
 
     async def _listen(self) -> None:
         tls = self.settings.tls_context()
