@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import shutil
 import smtplib
+import socket
 import ssl
 import subprocess
 from collections.abc import Callable, Iterator
@@ -20,6 +21,8 @@ import pytest
 import sqlalchemy as sa
 
 from harness.postfix import make_certificates
+from harness.postfix import running as postfix_running
+from harness.postfix import unavailable_reason as postfix_unavailable
 from tests.conftest import Api, settings, wait_for
 from webapp.submission import SubmissionServer, SubmissionSettings
 from workers.core.settings import load
@@ -435,3 +438,83 @@ def test_message_without_date_or_message_id_gets_them(
     (out,) = deliver(engine, running.config, sink, 1)
     assert b"Message-ID: <" in out and b"\nDate: " in out
     assert "zoë@example.org".encode() in out
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            return s.recv(64).startswith(b"220")
+    except OSError:
+        return False
+
+
+def _submission_port() -> int:
+    """A free port in this area's range (24000-24999), the same for the restarted process."""
+    for port in range(24500, 25000):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 24500-24999")
+
+
+def test_postfix_smarthost_retries_after_senddock_is_killed_mid_data_one_copy(
+        engine: sa.Engine, db_url: str, sink: Any, token: str, tmp_path: Path,
+        certs: tuple[Path, Path, Path], spawn: Callable[..., Any]) -> None:
+    """Postfix relays into SendDock (relayhost, SASL with the token, TLS required). The
+    SendDock process is killed after the client sent the whole message and before the
+    250 (its insert waits on a lock the test holds): nothing is kept, Postfix keeps the
+    message and retries once SendDock is back, and the recipient gets exactly one copy."""
+    reason = postfix_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    _ca, cert, key = certs
+    port = _submission_port()
+    values = settings(db_url, sink.port, SUBMISSION_LISTEN=f"127.0.0.1:{port}",
+                      SUBMISSION_CERT=str(cert), SUBMISSION_KEY=str(key),
+                      SUBMISSION_HOSTNAME="localhost", DB_LOCK_TIMEOUT="120",
+                      DB_STATEMENT_TIMEOUT="120")
+    first = spawn(["smtp"], values)
+    wait_for(lambda: _listening(port), message="senddock smtp listening")
+    relay = {"relayhost": f"[127.0.0.1]:{port}", "default_transport": "smtp",
+             "relay_transport": "smtp", "smtp_sasl_auth_enable": "yes",
+             "smtp_sasl_password_maps": f"static:postfix:{token}",
+             "smtp_sasl_security_options": "noanonymous",
+             "smtp_sasl_tls_security_options": "noanonymous",
+             "smtp_tls_security_level": "encrypt", "minimal_backoff_time": "1s",
+             "maximal_backoff_time": "2s", "queue_run_delay": "1s"}
+    with postfix_running(main_cf=relay) as postfix:
+        holder = engine.connect()
+        try:
+            holder.execute(sa.text("LOCK TABLE smtp_messages IN ACCESS EXCLUSIVE MODE"))
+            with smtplib.SMTP("127.0.0.1", postfix.port, timeout=30) as smtp:
+                smtp.sendmail("orders@shop.example.com", ["ann@example.org"],
+                              raw_message(message_id="<postfix-1@shop.example.com>"))
+
+            def waiting_insert() -> bool:
+                with engine.connect() as conn:
+                    return bool(conn.execute(sa.text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%INSERT INTO smtp_messages%'")).scalar())
+
+            wait_for(waiting_insert, message="SendDock's insert waiting after DATA")
+            first.kill()  # mid-DATA: the message is received, the 250 not sent
+        finally:
+            holder.rollback()
+            holder.close()
+        wait_for(lambda: not waiting_insert(), message="the killed session's insert gone")
+        assert jobs(engine) == []
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM smtp_messages")).scalar() == 0
+        assert postfix.queue_size() == 1  # Postfix still holds it
+        second = spawn(["smtp"], values)
+        wait_for(lambda: _listening(port), message="senddock smtp listening again")
+        wait_for(lambda: postfix.queue_size() == 0, message="Postfix's retry accepted")
+        rows = jobs(engine)
+        assert [r.email for r in rows] == ["ann@example.org"]
+        second.terminate()
+    delivered = deliver(engine, load(values), sink, 1)
+    assert len(delivered) == 1
+    assert b"Message-ID: <postfix-1@shop.example.com>" in delivered[0]
