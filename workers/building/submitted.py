@@ -86,7 +86,7 @@ def header_values(raw: bytes, name: str) -> list[str]:
     for f in _fields(head):
         if field_name(f) == wanted:
             value = f.split(b":", 1)[1]
-            values.append(re.sub(rb"\r?\n[ \t]", b" ", value).strip().decode(
+            values.append(re.sub(rb"\r?\n(?=[ \t])", b"", value).strip().decode(
                 "utf-8", "replace"))
     return values
 
