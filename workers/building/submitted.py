@@ -53,6 +53,14 @@ def split(raw: bytes) -> tuple[bytes, bytes]:
     return raw[:at + width], raw[at + width:]
 
 
+def head_of(raw: bytes) -> bytes:
+    """The header block alone (no copy of the body: a 20 MB message is not copied to read
+    its headers)."""
+    crlf, lf = raw.find(b"\r\n\r\n"), raw.find(b"\n\n")
+    ends = [at + width for at, width in ((crlf, 2), (lf, 1)) if at >= 0]
+    return raw[:min(ends)] if ends else raw
+
+
 def _fields(head: bytes) -> list[bytes]:
     """The header block as whole fields (each with its continuation lines and line ends)."""
     fields: list[bytes] = []
@@ -80,7 +88,7 @@ def strip_headers(raw: bytes) -> bytes:
 def header_values(raw: bytes, name: str) -> list[str]:
     """The unfolded values of header ``name`` (case-insensitive), decoded as UTF-8 with
     replacement (SMTPUTF8 headers are UTF-8)."""
-    head, _ = split(raw)
+    head = head_of(raw)
     wanted = name.lower().encode()
     values = []
     for f in _fields(head):
