@@ -58,7 +58,7 @@ def client(port: int, ca: str, token: str, index: int, count: int, size: int,
             assert code == 354
             smtp.send(smtplib._quote_periods(raw) + b"\r\n.\r\n")  # type: ignore[attr-defined]
             start = time.perf_counter()
-            code, reply = smtp.getreply()
+            code, _ = smtp.getreply()
             waits.append(time.perf_counter() - start)
             if code != 250:
                 refused += 1

@@ -11,6 +11,7 @@ import smtplib
 import socket
 import ssl
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from email import message_from_bytes
 from email.message import EmailMessage
@@ -23,7 +24,7 @@ import sqlalchemy as sa
 from harness.postfix import make_certificates
 from harness.postfix import running as postfix_running
 from harness.postfix import unavailable_reason as postfix_unavailable
-from tests.conftest import Api, settings, wait_for
+from tests.conftest import Api, free_port, process_env, settings, wait_for
 from webapp.submission import SubmissionServer, SubmissionSettings
 from workers.core.settings import load
 from workers.delivery.pool import Pool
@@ -518,3 +519,34 @@ def test_postfix_smarthost_retries_after_senddock_is_killed_mid_data_one_copy(
     delivered = deliver(engine, load(values), sink, 1)
     assert len(delivered) == 1
     assert b"Message-ID: <postfix-1@shop.example.com>" in delivered[0]
+
+
+def test_serve_listens_when_set_and_a_cli_token_default_kind_applies(
+        engine: sa.Engine, db_url: str, sink: Any, token: str, tmp_path: Path,
+        certs: tuple[Path, Path, Path], make_user: Callable[..., dict[str, Any]],
+        spawn: Callable[..., Any]) -> None:
+    ca, cert, key = certs
+    user = make_user("support")
+    values = settings(db_url, sink.port, WORKERS="0")
+    made = subprocess.run([sys.executable, "-m", "webapp", "token", "create", "--user",
+                           user["email"], "--name", "cron", "--default-kind", "receipt"],
+                          env=process_env(values), capture_output=True, text=True,
+                          timeout=120)
+    assert made.returncode == 0, made.stderr
+    cli_token = made.stdout.strip()
+    alone = subprocess.run([sys.executable, "-m", "webapp", "smtp"], env=process_env(values),
+                           capture_output=True, text=True, timeout=120)
+    assert alone.returncode != 0 and "SENDDOCK_SUBMISSION_LISTEN" in alone.stderr
+    port = _submission_port()
+    spawn(["serve", "--port", str(free_port())], {
+        **values, "SUBMISSION_LISTEN": f"127.0.0.1:{port}", "SUBMISSION_CERT": str(cert),
+        "SUBMISSION_KEY": str(key), "SUBMISSION_HOSTNAME": "localhost"})
+    wait_for(lambda: _listening(port), message="senddock serve's submission port")
+    no_kind = raw_message(message_id="<cli@x>").replace(b"X-SendDock-Kind: receipt\r\n", b"")
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+        smtp.starttls(context=ssl.create_default_context(cafile=str(ca)))
+        smtp.login(user["email"], cli_token)
+        code, reply = submit(smtp, no_kind, ["ann@example.org"])
+    assert code == 250, reply
+    (row,) = jobs(engine)
+    assert row.payload["data"]["source"]["token"] == "cron"
