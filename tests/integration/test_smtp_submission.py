@@ -550,3 +550,31 @@ def test_serve_listens_when_set_and_a_cli_token_default_kind_applies(
     assert code == 250, reply
     (row,) = jobs(engine)
     assert row.payload["data"]["source"]["token"] == "cron"
+
+
+def test_retention_removes_a_stored_message_with_its_last_job(
+        engine: sa.Engine, token: str, start_submission: Callable[..., Running]) -> None:
+    from workers.delivery import retention
+
+    running = start_submission()
+    with running.client() as smtp:
+        smtp.login("x", token)
+        for n in (1, 2):
+            code, reply = submit(smtp, raw_message(message_id=f"<old-{n}@x>"),
+                                 ["ann@example.org"])
+            assert code == 250, reply
+    with engine.begin() as conn:  # both are old; the first one's job is finished
+        conn.execute(sa.text("UPDATE smtp_messages SET created_at = created_at "
+                             "- interval '400 days'"))
+        conn.execute(sa.text("UPDATE delivery_jobs SET created_at = created_at "
+                             "- interval '400 days', status = 'cancelled', finished_at = now() "
+                             "WHERE true "
+                             "AND payload -> 'data' -> 'source' ->> 'message_id' = '<old-1@x>'"))
+        conn.execute(sa.text("UPDATE delivery_jobs SET created_at = created_at "
+                             "- interval '400 days' WHERE payload -> 'data' -> 'source' "
+                             "->> 'message_id' = '<old-2@x>'"))
+    done = retention.Retention(engine, campaign_days=0, transactional_days=90).tick()
+    assert done["transactional_rows"] == 1 and done["submitted_messages"] == 1
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("SELECT message_id FROM smtp_messages")).scalars().all()
+    assert left == ["<old-2@x>"]  # its job still waits
