@@ -584,3 +584,30 @@ def test_retention_removes_a_stored_message_with_its_last_job(
     with engine.connect() as conn:
         left = conn.execute(sa.text("SELECT message_id FROM smtp_messages")).scalars().all()
     assert left == ["<old-2@x>"]  # its job still waits
+
+
+def test_auth_guessing_is_locked_out_and_a_stalled_client_is_dropped(
+        token: str, start_submission: Callable[..., Running]) -> None:
+    running = start_submission(SUBMISSION_TIMEOUT="5")
+    codes = []
+    for _connection in range(3):
+        with running.client() as smtp:
+            smtp.ehlo()
+            for _guess in range(4):
+                code, _ = smtp.docmd("AUTH", "PLAIN " + base64.b64encode(
+                    b"\0x\0sd_guess").decode())
+                codes.append(code)
+    assert codes[:10] == [535] * 10 and set(codes[10:]) == {454}
+    with running.client() as smtp:  # the right token too, from that address, for now
+        smtp.ehlo()
+        code, reply = smtp.docmd("AUTH", "PLAIN " + base64.b64encode(
+            f"\0x\0{token}".encode()).decode())
+        assert code == 454, reply
+    with socket.create_connection(("127.0.0.1", running.port), timeout=60) as stalled:
+        assert stalled.recv(512).startswith(b"220")
+        stalled.sendall(b"EHLO half-a-comm")  # and nothing more
+        rest = b""
+        while chunk := stalled.recv(512):
+            rest += chunk
+        # The loop ended: the server closed the connection (recv returned b"").
+        assert not rest or rest.startswith(b"421"), rest
