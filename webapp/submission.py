@@ -163,6 +163,7 @@ class Handler:
         self.counts: dict[str, int] = {}
 
     def note(self, what: str) -> None:
+        """Count an outcome (accepted, refused_<code>, auth_failed...): logged at stop."""
         self.counts[what] = self.counts.get(what, 0) + 1
 
     def authenticator(self, server: SMTP, session: Any, envelope: Any, mechanism: str,
@@ -330,3 +331,4 @@ class SubmissionServer:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
         self.executor.shutdown(wait=True)
+        log.info("SMTP submission stopped; accepted and refused: %s", self.handler.counts)
