@@ -102,7 +102,9 @@ def token_group() -> None:
 @token_group.command("create")
 @click.option("--user", "email", required=True, help="Email of the token's user.")
 @click.option("--name", default="", help="A label to recognise the token by.")
-def token_create(email: str, name: str) -> None:
+@click.option("--default-kind", default=None,
+              help="Kind of mail the token submits by SMTP when no X-SendDock-Kind says.")
+def token_create(email: str, name: str, default_kind: str | None) -> None:
     """Create an API token; prints the token alone on stdout (shown once)."""
     from webapp.domain import users
 
@@ -113,6 +115,11 @@ def token_create(email: str, name: str) -> None:
         if user is None:
             raise click.ClickException(f"no user with email {email}")
         token = users.create_token(conn, user["id"], name, actor="cli")
+        if default_kind is not None:
+            from webapp.domain import submissions
+
+            token_id = users.user_for_token(conn, token)["token_id"]  # type: ignore[index]
+            submissions.set_default_kind(conn, token_id, default_kind)
     click.echo(token)
 
 
@@ -166,7 +173,16 @@ def serve(host: str, port: int, threads: int | None) -> None:
     app.extensions["senddock"].pool = pool
     if config.workers:
         pool.start()
-    serve_app(app, host, port, threads or config.db_web_pool, pool)
+    from webapp.submission import SubmissionServer, SubmissionSettings
+
+    submission = SubmissionSettings.load(config)
+    smtp_server = SubmissionServer(engine, config, submission).start() \
+        if submission.enabled else None
+    try:
+        serve_app(app, host, port, threads or config.db_web_pool, pool)
+    finally:
+        if smtp_server is not None:
+            smtp_server.stop()
 
 
 @main.command()
@@ -210,6 +226,32 @@ def worker() -> None:
     while not stop_requested.wait(0.5):
         pass
     pool.stop()
+
+
+@main.command("smtp")
+def smtp_command() -> None:
+    """The SMTP submission server only (docs/smtp.md), until SIGTERM."""
+    from webapp.submission import SubmissionServer, SubmissionSettings
+
+    config = load_config(require_secret=True)
+    config.extra["process"] = "smtp"
+    submission = SubmissionSettings.load(config)
+    if not submission.enabled:
+        raise click.ClickException("set SENDDOCK_SUBMISSION_LISTEN and/or "
+                                   "SENDDOCK_SUBMISSION_TLS_LISTEN (docs/smtp.md)")
+    engine = open_engine(config, process="smtp")
+    server = SubmissionServer(engine, config, submission).start()
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    click.echo(f"smtp submission listening {server.ports}", err=True)
+    while not stop_requested.wait(0.5):
+        pass
+    server.stop()
 
 
 @main.group("dkim")

@@ -94,6 +94,8 @@ api_tokens = Table(
     # After this the token answers 401 (None: it never expires).
     Column("expires_at", DateTime(timezone=True)),
     _now(),
+    # The kind of mail submitted by SMTP with this token when no X-SendDock-Kind says.
+    Column("default_kind", Text),
 )
 
 login_attempts = Table(
@@ -868,4 +870,18 @@ dkim_keys = Table(
           postgresql_where=text("status = 'active'")),
     Index("dkim_keys_one_next_idx", "domain", "algorithm", unique=True,
           postgresql_where=text("status = 'next'")),
+)
+
+# SMTP submission (docs/smtp.md): each submitted message once, its jobs point at it.
+smtp_messages = Table(
+    "smtp_messages", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("token_id", BigInteger, ForeignKey("api_tokens.id", ondelete="SET NULL")),
+    Column("message_id", Text, nullable=False, server_default=""),
+    Column("mail_from", Text, nullable=False, server_default=""),
+    Column("client", Text, nullable=False, server_default=""),
+    Column("size", Integer, nullable=False),
+    Column("raw", LargeBinary, nullable=False),
+    _now(),
+    Index("smtp_messages_created_idx", "created_at"),
 )

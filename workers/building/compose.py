@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from email.utils import parseaddr
 from importlib import resources
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from workers.building import tracking
+from workers.building import submitted, tracking
 from workers.building.dkim import KeyRing, from_domain
 from workers.building.html_text import html_to_text
 from workers.building.kinds import KindCatalog, UnknownKind, message_context
@@ -159,6 +160,8 @@ class Composer:
         recipient."""
         if job.kind == "broadcast" or (job.kind == "test" and "kind" not in job.payload):
             envelope = self._build_campaign(job)
+        elif submitted.stored_id(job.payload) is not None:
+            envelope = self._build_submitted(job)
         else:
             envelope = self._build_kind(job)
         return self._signed(envelope)
@@ -269,6 +272,22 @@ class Composer:
                              subject=subject, text=text, html=rendered.html,
                              message_id=job.message_id, headers=headers)
         return Envelope(self._envelope_from(job, self.config.mail_from), message)
+
+    def _build_submitted(self, job: ClaimedJob) -> Envelope:
+        """A message submitted by SMTP: its stored bytes, less our headers and Bcc
+        (:mod:`workers.building.submitted`)."""
+        try:
+            mail_from, raw = submitted.load(self.engine, self.config.secret_key, job.payload)
+        except submitted.Missing as exc:
+            raise TemplateError("message", None, str(exc)) from None
+        message = submitted.prepared(raw, correlation_id=job.correlation_id,
+                                     message_id=job.message_id,
+                                     now=datetime.now(UTC))
+        sender = mail_from or submitted.from_address(raw) or address_of(self.config.mail_from)
+        verp = self.config.feedback.bounce_address
+        if verp:
+            sender = bounce_address(verp, self.config.secret_key, job.id)
+        return Envelope(sender, message)
 
     def _envelope_from(self, job: ClaimedJob, from_addr: str) -> str:
         """The VERP bounce address for this job when SENDDOCK_BOUNCE_ADDRESS is set (bounces

@@ -228,6 +228,28 @@ SETTINGS: list[Setting] = [
             "The SPF include your relay provider documents (amazonses.com, "
             "spf.protection.outlook.com, _spf.google.com...). Set: the SPF check asks for it; "
             "unset: the SPF check evaluates the relay host's address."),
+    # SMTP submission (docs/smtp.md): read by webapp.submission.SubmissionSettings.
+    Setting("SUBMISSION_LISTEN", None,
+            "host:port of the SMTP submission port with STARTTLS (e.g. 0.0.0.0:587); set, "
+            "senddock serve listens there too (senddock smtp always does). Unset: none."),
+    Setting("SUBMISSION_TLS_LISTEN", None,
+            "host:port of the SMTP submission port with implicit TLS (e.g. 0.0.0.0:465)."),
+    Setting("SUBMISSION_CERT", None, "PEM certificate (chain) of the submission ports."),
+    Setting("SUBMISSION_KEY", None, "PEM private key of SUBMISSION_CERT."),
+    Setting("SUBMISSION_PLAIN_AUTH", "off",
+            "on: AUTH without TLS on SUBMISSION_LISTEN, allowed only when it is a loopback "
+            "address (a local Postfix or a container sidecar)."),
+    Setting("SUBMISSION_MAX_SIZE", "26214400",
+            "Largest message accepted by SMTP, in bytes (advertised as SIZE; larger: 552)."),
+    Setting("SUBMISSION_MAX_RECIPIENTS", "100",
+            "Recipients per submitted message (more: 452, the client sends the rest again)."),
+    Setting("SUBMISSION_RATE_LIMIT", "0",
+            "Messages per minute per API token and submission process (more: 450 4.7.1; "
+            "0 = no limit)."),
+    Setting("SUBMISSION_HOSTNAME", None,
+            "Name the submission server greets with; unset: the host of SENDDOCK_BASE_URL."),
+    Setting("SUBMISSION_TIMEOUT", "60",
+            "Seconds a submission client may stay silent before it is disconnected."),
 ]
 
 

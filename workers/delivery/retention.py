@@ -96,6 +96,24 @@ WITH gone AS (
 SELECT count(*) FROM gone
 """)
 
+# Submitted messages (docs/smtp.md) whose jobs are all gone. A message's jobs are created
+# in its own transaction, so they share its created_at: each message asks
+# delivery_jobs_kind_created_idx once per kind, never scans the jobs.
+_SUBMITTED_CHUNK = sa.text("""
+WITH gone AS (
+    DELETE FROM smtp_messages m
+     WHERE m.id = ANY(ARRAY(SELECT id FROM smtp_messages
+                     WHERE created_at < now() - CAST(:days AS float8) * interval '1 day'
+                     ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED))
+       AND NOT EXISTS (SELECT 1 FROM delivery_jobs j
+                        WHERE j.kind IN (SELECT name FROM kinds) AND j.kind <> 'broadcast'
+                          AND j.created_at = m.created_at
+                          AND j.payload -> 'data' ->> 'smtp_message_id' = m.id::text)
+    RETURNING 1
+)
+SELECT count(*) FROM gone
+""")
+
 _KINDS = sa.text("SELECT DISTINCT kind FROM kind_counts WHERE n <> 0 ORDER BY kind")
 
 START = ("-infinity", 0)
@@ -125,6 +143,7 @@ class Retention:
             self._campaigns(deadline, done)
         if self.transactional_days > 0:
             self._transactional(deadline, done)
+            self._submitted(deadline, done)
         if any(done.values()):
             log.info("retention: %s", done)
         return done
@@ -158,6 +177,19 @@ class Retention:
                 done["transactional_rows"] += n
                 if n < self.chunk:
                     break
+
+    def _submitted(self, deadline: float, done: dict[str, int]) -> None:
+        """Stored SMTP messages none of whose jobs remain (``submitted_messages`` in
+        ``done`` when there were any)."""
+        while self._more_time(deadline):
+            with self.engine.begin() as conn:
+                n = int(conn.execute(_SUBMITTED_CHUNK, {
+                    "days": self.transactional_days, "n": self.chunk}).scalar_one())
+            if n:
+                done["submitted_messages"] = done.get("submitted_messages", 0) + n
+            if n < self.chunk:
+                break
+
 
 
 def roll_up_chunk(conn: Connection, broadcast_id: int, after: tuple[datetime | str, int],

@@ -1,0 +1,209 @@
+"""Mail submitted by SMTP (docs/smtp.md, RFC 6409): who may submit, and the durable
+acceptance of one message.
+
+:func:`accept` runs in one transaction: the raw message is stored once
+(``smtp_messages``), one job per recipient is enqueued by the same pipeline as
+``POST /api/v1/messages`` (:func:`enqueue_transactional`, the one call into it), and only
+when that transaction has committed does the server answer the final 250. A crash
+before the commit leaves nothing (the client still holds the message and retries); after
+it, the jobs are in PostgreSQL.
+
+The transactional model is the API's: the kind comes from ``X-SendDock-Kind`` or the
+token's ``default_kind``; ``X-SendDock-User`` is the job's user (else the recipient's
+address); a resend of the same Message-ID with the same token is answered by the jobs it
+created (an idempotency key per token, Message-ID and recipient), so a client that lost
+the 250 and sends again does not send twice; suppressed recipients are held, the backlog
+limit refuses with a temporary error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from webapp.access import ENDPOINTS
+from webapp.domain import kinds, messages, users
+from webapp.domain.errors import DomainError, NotFound, Overloaded, TooMany
+from webapp.domain.intake import Ask
+from workers.building import submitted
+from workers.core.settings import Config
+
+# Who may submit: the roles that may call POST /api/v1/messages.
+SUBMIT_ROLES = ENDPOINTS["api.create_message"]
+MAX_USER_REF = 200
+
+
+def enqueue_transactional(conn: Connection, config: Config, ask: Ask, *,
+                          actor: str) -> tuple[dict[str, Any], str]:
+    """Enqueue one transactional message exactly as ``POST /api/v1/messages`` does: the
+    one call from SMTP submission into the enqueue path. Returns (job, why_existing)."""
+    return messages.request(conn, config, ask, actor=actor)
+
+
+@dataclass(frozen=True)
+class Submitter:
+    """An authenticated SMTP client: the API token's user."""
+
+    user_id: int
+    email: str
+    role: str
+    token_id: int
+    token_name: str
+    default_kind: str | None
+
+    @property
+    def actor(self) -> str:
+        return f"{self.email} (token {self.token_id}, SMTP)"
+
+
+class Refused(Exception):
+    """The SMTP reply that refuses a command or a message (``reply``: code, enhanced code
+    and text, e.g. ``452 4.3.1 ...``)."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__(reply)
+        self.reply = reply
+
+
+def authenticate(conn: Connection, password: str) -> Submitter:
+    """The token's user when the token is live and its role may send transactional mail;
+    else :class:`Refused` with the 535 to answer. The user name is not checked (clients
+    insist on one: any text, or the token owner's email, will do)."""
+    user = users.user_for_token(conn, password.strip()) if password.strip() else None
+    if user is None:
+        raise Refused("535 5.7.8 Authentication credentials invalid: the password must be "
+                      "a live SendDock API token")
+    if user["role"] not in SUBMIT_ROLES:
+        raise Refused(f"535 5.7.8 This token's user has the role {user['role']}, which may "
+                      f"not send transactional mail ({', '.join(sorted(SUBMIT_ROLES))} may)")
+    row = conn.execute(sa.text("SELECT name, default_kind FROM api_tokens WHERE id = :id"),
+                       {"id": user["token_id"]}).one()
+    return Submitter(int(user["id"]), str(user["email"]), str(user["role"]),
+                     int(user["token_id"]), str(row.name), row.default_kind)
+
+
+def set_default_kind(conn: Connection, token_id: int, kind: str | None) -> None:
+    """The kind of mail this token submits when a message does not name one."""
+    if kind is not None:
+        kinds.get(conn, kind)
+    conn.execute(sa.text("UPDATE api_tokens SET default_kind = :k WHERE id = :id"),
+                 {"k": kind, "id": token_id})
+
+
+def sending_domains(conn: Connection) -> list[str]:
+    return list(conn.execute(sa.text("SELECT domain FROM sending_domains ORDER BY domain"))
+                .scalars())
+
+
+def check_from(conn: Connection, raw: bytes) -> None:
+    """A From header is required; when sending domains are configured its domain must be
+    one of them (the reply names them)."""
+    address = submitted.from_address(raw)
+    if not address or "@" not in address:
+        raise Refused("550 5.6.0 The message has no From address; add a From header")
+    domains = sending_domains(conn)
+    domain = address.rsplit("@", 1)[1].lower()
+    if domains and domain not in domains:
+        raise Refused(f"550 5.7.1 SendDock does not send for {domain}; it sends for: "
+                      f"{', '.join(domains)}")
+
+
+def _kind_name(raw: bytes, submitter: Submitter) -> str:
+    named = submitted.header_values(raw, "X-SendDock-Kind")
+    name = named[0].strip() if named else (submitter.default_kind or "")
+    if not name:
+        raise Refused("550 5.6.0 No kind: add an X-SendDock-Kind header or give the token "
+                      "a default kind (docs/smtp.md)")
+    return name
+
+
+def _user_ref(raw: bytes, recipient: str) -> str:
+    named = submitted.header_values(raw, "X-SendDock-User")
+    user = named[0].strip() if named else ""
+    if len(user) > MAX_USER_REF or any(ord(c) < 32 for c in user):
+        raise Refused(f"550 5.6.0 X-SendDock-User must be at most {MAX_USER_REF} characters "
+                      "without control characters")
+    return user or recipient.lower()
+
+
+def idempotency_key(token_id: int, message_id: str, recipient: str) -> str | None:
+    """One key per token, Message-ID and recipient (None: the message has no Message-ID)."""
+    if not message_id:
+        return None
+    digest = hashlib.sha256(f"{token_id}\0{message_id}\0{recipient.lower()}".encode())
+    return "smtp:" + digest.hexdigest()[:40]
+
+
+def _refusal(exc: DomainError) -> Refused:
+    text = str(exc.message)
+    if isinstance(exc, Overloaded):
+        return Refused(f"452 4.3.1 Insufficient system storage: {text}")
+    if isinstance(exc, TooMany):
+        return Refused(f"450 4.7.1 {text}")
+    if isinstance(exc, NotFound):
+        return Refused(f"550 5.6.0 {text}")
+    if exc.status == 409:
+        return Refused(f"451 4.7.0 {text}")
+    return Refused(f"554 5.6.0 {text}")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What the final 250 reports: one correlation id per recipient, and whether every
+    job already existed (a resend)."""
+
+    correlation_ids: list[str]
+    job_ids: list[int]
+    existing: bool
+
+    @property
+    def reply(self) -> str:
+        ids = " ".join(self.correlation_ids)
+        again = " (already accepted)" if self.existing else ""
+        return f"250 2.0.0 Queued{again} as {ids}"
+
+
+def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: str,
+           recipients: list[str], raw: bytes, client: str) -> Accepted:
+    """Store the message and enqueue one job per recipient, committed before it returns;
+    :class:`Refused` (nothing stored) otherwise."""
+    with engine.begin() as conn:
+        check_from(conn, raw)
+        try:
+            spec = kinds.active(conn, _kind_name(raw, submitter))
+        except DomainError as exc:
+            raise _refusal(exc) from None
+        if kinds.policy(spec).verify_url:
+            raise Refused(f"550 5.6.0 Kind {spec.name} needs a verify_url: send it through "
+                          "POST /api/v1/verifications")
+        message_ids = submitted.header_values(raw, "Message-ID")
+        message_id = message_ids[0] if message_ids else ""
+        stored = conn.execute(sa.text("""
+            INSERT INTO smtp_messages (token_id, message_id, mail_from, client, size, raw)
+            VALUES (:t, :m, :f, :c, :s, :raw) RETURNING id"""), {
+            "t": submitter.token_id, "m": message_id, "f": mail_from, "c": client,
+            "s": len(raw), "raw": raw}).scalar_one()
+        data = {"smtp_message_id": stored,
+                "smtp_signature": submitted.signature(config.secret_key, stored),
+                "source": {"via": "smtp", "client": client, "token": submitter.token_name,
+                           "token_id": submitter.token_id, "message_id": message_id}}
+        correlation_ids: list[str] = []
+        job_ids: list[int] = []
+        new = 0
+        for recipient in recipients:
+            ask = Ask(spec, _user_ref(raw, recipient), recipient, data,
+                      key=idempotency_key(submitter.token_id, message_id, recipient))
+            try:
+                job, why = enqueue_transactional(conn, config, ask, actor=submitter.actor)
+            except DomainError as exc:
+                raise _refusal(exc) from None
+            correlation_ids.append(str(job["correlation_id"]))
+            job_ids.append(int(job["id"]))
+            new += not why
+        if not new:  # a resend: its jobs point at the first copy
+            conn.execute(sa.text("DELETE FROM smtp_messages WHERE id = :id"), {"id": stored})
+    return Accepted(correlation_ids, job_ids, existing=not new)
