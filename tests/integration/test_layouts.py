@@ -175,6 +175,8 @@ def test_layout_pages_in_both_languages(
                                     "postal_address": ""}, follow_redirects=False)
     assert r.status_code == 422
     assert "put {{ unsubscribe_url }} in it" in r.get_data(as_text=True)
+    # Said once: "Not saved: check html", never "Not saved: the layout was not saved: html".
+    assert "Not saved:</strong> check html" in r.get_data(as_text=True)
     r = marketer.post("/layouts/", {"name": "News", "html": LAYOUT, "postal_address": "M"})
     assert "Layout “News” saved." in r.get_data(as_text=True)
     assert 'id="layout-preview"' in r.get_data(as_text=True)

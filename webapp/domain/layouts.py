@@ -86,7 +86,7 @@ def check(name: Any, html: Any, postal_address: Any) -> dict[str, str]:
             fields["html"] = N_("line %(line)s: %(message)s", line=exc.line,
                                 message=exc.message) if exc.line else exc.message
     if fields:
-        raise Invalid(N_("the layout was not saved: %(fields)s", fields=", ".join(fields)),
+        raise Invalid(N_("check %(fields)s", fields=", ".join(fields)),
                       fields=fields)
     return {"name": name, "html": html, "postal_address": address}
 

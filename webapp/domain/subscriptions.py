@@ -74,7 +74,7 @@ def save_form(conn: Connection, list_id: int, *, enabled: bool, title: str, intr
     if not _COLOUR.fullmatch(accent):
         fields["accent"] = N_("a colour like #2b6cb0")
     if fields:
-        raise Invalid(N_("the form was not saved: %(fields)s", fields=", ".join(fields)),
+        raise Invalid(N_("check %(fields)s", fields=", ".join(fields)),
                       fields=fields)
     conn.execute(sa.text("""
         INSERT INTO list_forms (list_id, enabled, title, intro, accent)
