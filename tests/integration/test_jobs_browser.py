@@ -239,3 +239,17 @@ def test_a_message_asked_for_later_is_scheduled_not_due(
         health = browser.get("/health/?fragment=status").get_data(as_text=True)
         assert re.search(r'id="health-due"><div class="n">1<', health), health[:800]
         assert re.search(r'id="health-scheduled"><div class="n">1<', health)
+
+
+def test_a_kind_that_does_not_exist_is_said_not_shown_as_all_kinds(
+        client: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    """?kind=zzz matched nothing while the filter read "all kinds": the filter shows what
+    was asked for, and that no kind has that name."""
+    browser = Browser(client, make_user("admin"))
+    for path in ("/jobs/?kind=zzz", "/inbox/?kind=zzz"):
+        page = browser.get(path).get_data(as_text=True)
+        assert 'selected id="unknown-kind">zzz (no such kind)</option>' in page, path
+        es = browser.get(path, headers={"Accept-Language": "es"}).get_data(as_text=True)
+        assert "zzz (no existe ese tipo)" in es
+    assert 'id="unknown-kind"' not in browser.get("/jobs/?kind=verification").get_data(
+        as_text=True)
