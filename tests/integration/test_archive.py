@@ -29,7 +29,9 @@ HTML = """<html><body><p>Hello {{ name or "reader" }} ({{ email }}), plan {{ att
 def _campaign(engine: sa.Engine, *, archive: bool, text_only: bool = False,
               clicks: bool = False) -> int:
     with engine.begin() as conn:
-        lst = lists.create_list(conn, "Archive list")
+        taken = conn.execute(sa.text(
+            "SELECT count(*) FROM lists WHERE name LIKE 'Archive list%'")).scalar()
+        lst = lists.create_list(conn, "Archive list" + (f" {taken + 1}" if taken else ""))
         lists.add_subscribers(conn, lst["id"], [
             {"email": "secret.person@example.org", "name": "Secret Person",
              "attributes": {"plan": "platinum"}}])
@@ -179,3 +181,17 @@ def test_web_version_keeps_the_campaigns_layout(
     assert "<header>ACME NEWS</header>" in body and "<p>Body text</p>" in body
     assert "Calle Mayor 1, Madrid" in body and "<title>ACME</title>" in body
     assert body.count("<title") == 1  # the layout's own title is kept, none added
+
+
+def test_the_preview_shows_the_view_in_browser_link_the_messages_will_carry(
+        engine: sa.Engine) -> None:
+    """{{ archive_url }} rendered empty in the preview while the web version was on."""
+    campaign_id = _campaign(engine, archive=True)
+    with engine.connect() as conn:
+        shown = campaigns.preview(conn, campaign_id, base_url="http://x", secret_key=SECRET)
+    url = signing.archive_url("http://x", SECRET, campaign_id)
+    assert f'<a href="{url}">View in browser</a>' in shown["rendered"].html
+    off = _campaign(engine, archive=False)
+    with engine.connect() as conn:
+        shown = campaigns.preview(conn, off, base_url="http://x", secret_key=SECRET)
+    assert '<a href="">View in browser</a>' in shown["rendered"].html

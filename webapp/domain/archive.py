@@ -21,10 +21,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import campaigns, layouts
+from webapp.domain import campaigns
 from webapp.domain.errors import NotFound
 from workers.building import tracking
-from workers.building.compose import layout_of, recipient_context
+from workers.building.compose import recipient_context
 from workers.building.message import PREVIEW_SECONDS, TemplateError, compile_campaign
 from workers.core.i18n import N_
 from workers.core.states import Campaign
@@ -59,10 +59,9 @@ def web_version(conn: Connection, *, base_url: str, secret_key: str,
     if campaign["status"] not in PUBLISHED or not is_on(conn, campaign_id):
         raise missing
     try:
-        layout = layouts.get(conn, campaign["layout_id"]) if campaign["layout_id"] else None
         rendered = compile_campaign(
             campaign["subject"], campaign["text_body"], campaign["html_body"],
-            layout_of(layout["html"], layout["postal_address"]) if layout else None).render(
+            campaigns.layout_for(conn, campaign)).render(
             recipient_context(
                 email=PLACEHOLDER_EMAIL, name=PLACEHOLDER_NAME, attributes={},
                 unsubscribe_url=f"{base_url}/u/preview", campaign_name=campaign["name"],

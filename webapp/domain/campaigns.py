@@ -13,6 +13,7 @@ from webapp.domain import audit, composer, layouts, segments
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
+from workers.building import tracking as signing
 from workers.building.compose import recipient_context
 from workers.building.links import unsubscribe_url
 from workers.building.message import (
@@ -342,10 +343,20 @@ def preview(conn: Connection, campaign_id: int, *, base_url: str, secret_key: st
         result["rendered"] = template.render(recipient_context(
             email=sample["email"], name=sample["name"], attributes=sample["attributes"],
             unsubscribe_url=unsub, campaign_name=campaign["name"],
-            subject=campaign["subject"]), seconds=PREVIEW_SECONDS)
+            subject=campaign["subject"],
+            archive_url=_archive_url(conn, campaign_id, base_url, secret_key)),
+            seconds=PREVIEW_SECONDS)
     except TemplateError as exc:
         result["error"] = exc
     return result
+
+
+def _archive_url(conn: Connection, campaign_id: int, base_url: str, secret_key: str) -> str:
+    """``{{ archive_url }}`` as the messages will carry it: the web version's address while
+    the campaign publishes one, else nothing (as the worker renders it)."""
+    on = conn.execute(sa.text("SELECT archive FROM campaign_tracking WHERE campaign_id = :c"),
+                      {"c": campaign_id}).scalar()
+    return signing.archive_url(base_url, secret_key, campaign_id) if on else ""
 
 
 def test_send(conn: Connection, campaign_id: int, email: str, *,
