@@ -142,10 +142,10 @@ PATHS: dict[str, Any] = {
             "type": "object", "required": ["lists"],
             "properties": {"lists": {"type": "array"}}})),
         "post": _id("createList", _with_links(_op(
-            "Create a list", 201, {"type": "object", "required": ["id", "name"],
-                                   "properties": {"id": {"type": "integer"},
-                                                  "name": {"type": "string"}}},
-            400, 413, 422, request=_request(["name"], {"name": {
+            "Create a list (a name used by another list, in any case, is 409)", 201,
+            {"type": "object", "required": ["id", "name"],
+             "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}},
+            400, 409, 413, 422, request=_request(["name"], {"name": {
                 "type": "string", "maxLength": lists.MAX_NAME, "pattern": rules.NOT_BLANK}})),
             201, _links(AddSubscribers=("addSubscribers", BY_ID),
                         CreateCampaign=("createCampaign", {
