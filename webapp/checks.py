@@ -1,4 +1,4 @@
-"""``senddock check``: is this installation ready to send? (SPEC 14)
+"""``senddock check``: is this installation ready to send? (docs/design.md §25)
 
 The database (reachable, migrations current), the relay (connect, EHLO with the configured
 name, STARTTLS and its certificate, AUTH, MAIL FROM accepted), the DKIM keys and the DNS
@@ -132,7 +132,7 @@ def envelope_sender(config: Config) -> str:
 
 def relay_checks(config: Config) -> list[Check]:
     """Connect, EHLO, STARTTLS and the certificate, AUTH, MAIL FROM: one line per step up
-    to the first that fails, for each relay of SENDDOCK_SMTP_URL (SPEC 16; with several,
+    to the first that fails, for each relay of SENDDOCK_SMTP_URL (docs/design.md §17; with several,
     each line names its relay and role)."""
     try:
         relays = parse_relays(config.smtp_url)

@@ -1,4 +1,5 @@
-"""Provider webhooks (SPEC 12): each request authenticated the way its provider documents,
+"""Provider webhooks (docs/design.md §18): each request authenticated the way its provider
+documents,
 then turned into :class:`~workers.after_acceptance.reports.Feedback` events with the
 references that find the job (VERP bounce address, Message-ID, correlation ID).
 
@@ -600,7 +601,7 @@ def _mailgun_event(data: dict[str, Any]) -> ProviderEvent | None:
 # --- generic -----------------------------------------------------------------------------
 
 def parse_generic(body: bytes) -> tuple[Inbound, list[dict[str, str]]]:
-    """The generic webhook body (SPEC 12). Returns the request and the offending fields
+    """The generic webhook body (docs/design.md §18). Returns the request and the offending fields
     (``[{"field", "error"}]``; non-empty means 422 and nothing done)."""
     item = _json(body)
     if not isinstance(item, dict):

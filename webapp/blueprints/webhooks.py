@@ -1,4 +1,4 @@
-"""Provider webhooks (SPEC 12): ``POST /webhooks/ses|sendgrid|postmark|mailgun|generic``.
+"""Provider webhooks (docs/design.md §18): ``POST /webhooks/ses|sendgrid|postmark|mailgun|generic``.
 
 Public routes (no session, no CSRF): each authenticates itself the way its provider
 documents (:mod:`webapp.webhooks`). A refused request answers a JSON error (4xx) and
@@ -154,7 +154,7 @@ def mailgun() -> Response:
 
 @bp.post("/generic")
 def generic() -> Response:
-    """Any other source: ``Authorization: Bearer <webhook token>``, body as SPEC 12."""
+    """Any other source: ``Authorization: Bearer <webhook token>``, body as docs/design.md §18."""
     def handle() -> Response:
         with context.engine().begin() as conn:
             ok = feedback_intake.check_webhook_token(conn, request.headers.get("Authorization"))

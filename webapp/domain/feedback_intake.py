@@ -1,4 +1,5 @@
-"""Webhook intake (SPEC 12): an authenticated provider request becomes effects on jobs, in
+"""Webhook intake (docs/design.md §18): an authenticated provider request becomes effects on jobs,
+in
 one transaction, or a clear refusal with nothing changed.
 
 - A replay of a signed request (same SNS MessageId, SendGrid timestamp and body, Postmark

@@ -1,4 +1,4 @@
-"""What support should know about an address before it is sent to (SPEC 4): a disposable
+"""What support should know about an address before it is sent to (docs/design.md §21): a disposable
 domain (the maintained ``disposable-email-domains`` list) and the suppression list."""
 
 from __future__ import annotations

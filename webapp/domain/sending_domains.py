@@ -1,6 +1,6 @@
 """Sending domains as the admins' page and the campaign review page see them: the domains
 mail goes out From, their DKIM keys, the DNS checks, and what a campaign's review warns
-about (SPEC 13; Gmail's and Yahoo's bulk-sender rules)."""
+about (docs/design.md §19; Gmail's and Yahoo's bulk-sender rules)."""
 
 from __future__ import annotations
 

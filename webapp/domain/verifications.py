@@ -1,4 +1,5 @@
-"""Verification emails (SPEC 4): request, resend with a cooldown, disposable-domain policy,
+"""Verification emails (docs/design.md §21): request, resend with a cooldown, disposable-domain
+policy,
 and the history support staff read. Shared by the API and the support console.
 
 Guarantees kept here:
@@ -333,7 +334,8 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
     latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
     attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
-    # Bounces and complaints reported after acceptance (SPEC 12), shown with the attempts.
+    # Bounces and complaints reported after acceptance (docs/design.md §18), shown with the
+    # attempts.
     events = feedback.events_for_jobs(conn, [j["id"] for j in jobs])
     for job in jobs:
         job["events"] = events[job["id"]]

@@ -56,7 +56,7 @@ class PreparedCampaign:
 class Envelope:
     """The envelope sender and the bytes for one job. ``campaign_sender``: the envelope
     sender is the campaign's own From (no bounce address), so a relay refusing it refuses
-    that campaign, not every message (SPEC 10)."""
+    that campaign, not every message (docs/design.md §16)."""
 
     mail_from: str
     message: bytes
@@ -164,7 +164,7 @@ class Composer:
         return self._signed(envelope)
 
     def retry_schedule(self, kind: str) -> tuple[int, ...]:
-        """The delays between attempts for ``kind``: the kind's own (SPEC 11), else the
+        """The delays between attempts for ``kind``: the kind's own (docs/design.md §21), else the
         settings' (campaigns, tests, and the built-in kind unless an admin set one)."""
         return self.kinds.retry_schedule(kind, self.config.retry_schedule)
 

@@ -2,7 +2,7 @@
 
 Signing goes through ``cryptography`` (OpenSSL) rather than dkimpy's pure-Python RSA:
 ``bench/bench_dkim.py`` measured dkimpy at several milliseconds of CPU per message, which
-would cap the drain far below SPEC 8's 1,000 msgs/s; the canonicalisation here is the
+would cap the drain far below docs/design.md §27's 1,000 msgs/s; the canonicalisation here is the
 relaxed/relaxed one of RFC 6376 section 3.4 and the tests check every signature with
 dkimpy's verifier (and OpenDKIM) against a real DNS server.
 

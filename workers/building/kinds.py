@@ -1,4 +1,5 @@
-"""Transactional kinds as the engine sees them (SPEC 11): the class → priority vocabulary,
+"""Transactional kinds as the engine sees them (docs/design.md §21): the class → priority
+vocabulary,
 what a kind's template sees, and a per-process catalog of compiled kinds.
 
 A kind is a row of ``kinds`` (name, class, templates, retry schedule, resend cooldown,

@@ -277,9 +277,9 @@ def notify_new_jobs(conn: Connection, kind: str) -> None:
 # campaign is `sending` (the lifecycle's one-row decision, workers.delivery.lifecycle) from its own
 # range of delivery_jobs_broadcast_due_idx, so a paused or cancelled backlog of any size is
 # never read, and a cancelled campaign's jobs not settled yet are never claimed. Nothing
-# is claimed while every relay (:relays of them, SPEC 16) is marked down (P6) or has
+# is claimed while every relay (:relays of them, docs/design.md §17) is marked down (P6) or has
 # paused us (one relay up is enough: it carries the others' streams), nor for a recipient
-# domain that is throttling us (SPEC 10: the other domains keep flowing).
+# domain that is throttling us (docs/design.md §16: the other domains keep flowing).
 # The Message-ID is fixed at the first claim and never changes (P3): random (it must not
 # reveal volume) on the campaign's From domain.
 _CLAIM = sa.text(rf"""
@@ -360,7 +360,7 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
 
 # --- finish ----------------------------------------------------------------------------
 
-# Finish jobs the moment the relay has answered (SPEC 10: the duplicate window is one
+# Finish jobs the moment the relay has answered (docs/design.md §16: the duplicate window is one
 # message per worker thread). One statement, so one round trip and one commit on an
 # autocommit session, prepared once per session; it takes one JSON document, so the
 # outcomes that reach the finisher (workers/delivery/finisher.py) together are committed together
@@ -457,7 +457,7 @@ def finish_one(conn: Connection, worker_id: str, outcome: Outcome) -> bool:
     return outcome.job_id in finish(conn, worker_id, [outcome])
 
 
-# --- liveness: leases (SPEC 15) -------------------------------------------------------
+# --- liveness: leases (docs/design.md §15) -------------------------------------------------------
 
 _REGISTER_WORKER = sa.text("""
 INSERT INTO workers (id, node, hostname, pid, threads, heartbeat_at, lease_until)
@@ -625,9 +625,9 @@ def mark_worker_stopped(conn: Connection, worker_id: str) -> int:
 
 # Pause all delivery (every process: the claim reads this row) and probe with backoff:
 # 2, 4, ... s up to :probe_max (SENDDOCK_RELAY_PROBE_MAX); after a refused login no more
-# often than :login_interval (SPEC 10: a fail2ban jail must never ban us). The refused
+# often than :login_interval (docs/design.md §16: a fail2ban jail must never ban us). The refused
 # URL's fingerprint is kept, so a process started with a different one probes at once.
-# The pause escalates once per probe cycle (SPEC 16): a failure seen by a drain thread
+# The pause escalates once per probe cycle (docs/design.md §17): a failure seen by a drain thread
 # while the relay is already down (another thread's reply, or a send that started before
 # the pause) changes neither the failure count nor the next probe; only a failed probe,
 # or a different reason (a refused login now), does. The row lock makes this a
@@ -736,7 +736,7 @@ def relay_status(conn: Connection, relay: int = 1) -> dict[str, Any]:
                                   "paused": False, "paced_rate": None}
 
 
-# --- throttling (SPEC 10, 16): slow down, never fail -------------------------------------
+# --- throttling (docs/design.md §16, §17): slow down, never fail ----------------------------------
 # A relay that throttles us is paced (AIMD, on the shared rate limiter's row): its rate is
 # halved at most once per second -- threads that see the same reply at the same moment
 # count once -- and grows back by a step per clean PACE_CLEAN_INTERVAL; nothing stops. A
@@ -874,7 +874,7 @@ def throttle_domain(conn: Connection, domain: str, reply: str,
 
 def lift_domain_throttles(conn: Connection, domains: Sequence[str]) -> None:
     """Those domains were judged throttled for a reply that turned out to be the relay's
-    (SPEC 16): their mail need not wait."""
+    (docs/design.md §17): their mail need not wait."""
     conn.execute(sa.text("DELETE FROM domain_throttles WHERE domain = ANY(:domains)"),
                  {"domains": [d.lower() for d in domains]})
 
@@ -892,7 +892,7 @@ def prune_domain_throttles(conn: Connection) -> None:
     conn.execute(sa.text("DELETE FROM domain_throttles WHERE until < now() - interval '1 day'"))
 
 
-# --- a refused From is probed until the relay accepts it (SPEC 16) -----------------------
+# --- a refused From is probed until the relay accepts it (docs/design.md §17) ---------------------
 
 SENDER_REFUSED = "the relay refuses this From address"
 
@@ -962,7 +962,7 @@ def sender_refusals(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in rows.mappings()]
 
 
-# --- the same refusal for many recipients in a row (SPEC 10) ------------------------------
+# --- the same refusal for many recipients in a row (docs/design.md §16) ---------------------------
 
 # Undo what a streak of identical refusals charged to recipients before it was recognized
 # as being about us: the jobs go back to `pending`, their attempt is given back, and a
@@ -991,7 +991,7 @@ def reprieve_jobs(conn: Connection, job_ids: Sequence[int], reason: str) -> int:
 
 
 # --- rate limit ------------------------------------------------------------------------
-# On the database's clock, shared by every process and host (SPEC 10). Per second: a GCRA
+# On the database's clock, shared by every process and host (docs/design.md §16). Per second: a GCRA
 # ("theoretical arrival time") in one row, so sends are spaced 1/rate apart however many
 # workers ask and fractional rates work (0.5/s = one send every 2 s). Per hour and per
 # day: sends counted per minute over rolling windows. The row lock taken first serializes
@@ -1320,7 +1320,8 @@ def backlog(conn: Connection) -> int:
 
 
 # --- verification ----------------------------------------------------------------------
-# Transactional mail for one user of the team's SaaS (SPEC 4). "Live" means not terminal:
+# Transactional mail for one user of the team's SaaS (docs/design.md §21). "Live" means not
+# terminal:
 # pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
 # keeps it to one live job per (kind, user).
 
@@ -1581,7 +1582,7 @@ def dismiss_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-# --- transactional kinds (SPEC 11) -----------------------------------------------------
+# --- transactional kinds (docs/design.md §21) -----------------------------------------------------
 # One message of a kind for one user. Its priority comes from the kind's class (the claim
 # serves critical → lifecycle → campaigns), `available_at` is its send_at (scheduled mail
 # waits in the claim index like a retry does), and `dedupe_until` opens the kind's dedupe

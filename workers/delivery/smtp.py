@@ -5,7 +5,7 @@
 never raises for relay, network or TLS problems, so a worker loop only has to
 look at ``result.reply_class``.
 
-What a real relay needs (SPEC 10): the EHLO name is ``SENDDOCK_SMTP_HELO`` or this host's
+What a real relay needs (docs/design.md §16): the EHLO name is ``SENDDOCK_SMTP_HELO`` or this host's
 FQDN, never ``localhost`` (an address literal when the host has no dotted name); one AUTH
 mechanism per connection (the best the relay offers), never a cascade of failed logins;
 a private CA trusted with ``SENDDOCK_SMTP_CA_FILE``; a kept-open connection is recycled
@@ -142,7 +142,7 @@ def parse_smtp_url(url: str) -> SmtpConfig:
     )
 
 
-# --- several relays (SPEC 16) -----------------------------------------------------------
+# --- several relays (docs/design.md §17) ----------------------------------------------------------
 
 #: A relay's role: which stream it carries first. Every relay is also the failover of the
 #: other stream (after that stream's own relays), so mail goes out while any relay works.
