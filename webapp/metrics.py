@@ -139,8 +139,7 @@ class QueueCollector(Collector):
 
     def _after_acceptance(self, conn: Connection) -> Iterator[Metric]:
         """docs/design.md §18: bounce/complaint events by source, type and effect; complaint rate
-        per
-        open campaign; outgoing event-webhook deliveries by state."""
+        per open campaign; outgoing event-webhook deliveries by state."""
         events = GaugeMetricFamily("senddock_feedback_events",
                                    "Bounces and complaints reported after acceptance.",
                                    labels=["source", "type", "effect"])

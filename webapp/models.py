@@ -335,8 +335,7 @@ delivery_jobs = Table(
     # cost the set-based broadcast enqueue a lookup per row).
     CheckConstraint(states.KIND_CHECK, name="delivery_jobs_kind_check"),
     # One message per user, kind and dedupe window (docs/design.md §21), under any concurrency: no
-    # two
-    # not-cancelled messages of one (kind, user) have overlapping windows.
+    # two not-cancelled messages of one (kind, user) have overlapping windows.
     ExcludeConstraint(("user_ref", "="), ("kind", "="),
                       (text("tstzrange(created_at, dedupe_until)"), "&&"),
                       name="delivery_jobs_dedupe_excl", using="gist",
@@ -552,8 +551,7 @@ rate_limiter = Table(
     Column("id", SmallInteger, primary_key=True),
     Column("tat", DateTime(timezone=True), nullable=False, server_default=func.now()),
     # A relay that throttles us paces every process (docs/design.md §17, AIMD): the send rate in
-    # force
-    # (NULL: not paced), the additive step it grows back by, and when it last changed.
+    # force (NULL: not paced), the additive step it grows back by, and when it last changed.
     Column("paced_rate", Float),
     Column("paced_step", Float),
     Column("paced_at", DateTime(timezone=True)),
@@ -561,8 +559,7 @@ rate_limiter = Table(
 )
 
 # A From address the relay refuses (docs/design.md §17): probed with the same MAIL FROM on a
-# backoff;
-# the campaigns it paused resume by themselves once the relay accepts it.
+# backoff; the campaigns it paused resume by themselves once the relay accepts it.
 sender_refusals = Table(
     "sender_refusals", metadata,
     Column("sender", Text, primary_key=True),

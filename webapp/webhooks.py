@@ -1,6 +1,5 @@
 """Provider webhooks (docs/design.md §18): each request authenticated the way its provider
-documents,
-then turned into :class:`~workers.after_acceptance.reports.Feedback` events with the
+documents, then turned into :class:`~workers.after_acceptance.reports.Feedback` events with the
 references that find the job (VERP bounce address, Message-ID, correlation ID).
 
 - SES through SNS: the SNS signature (versions 1 and 2) checked with ``cryptography``

@@ -237,8 +237,7 @@ def _backend_gone(engine: sa.Engine, pid: int) -> bool:
 def test_a_sigkill_with_statements_in_flight_loses_only_outcomes_not_yet_confirmed(
         engine: sa.Engine, db_url: str) -> None:
     """The kill window of docs/design.md §16 in the finisher. One outcome is confirmed; the next
-    one's
-    statement waits for a row lock held here, a third is handed over behind it, and the
+    one's statement waits for a row lock held here, a third is handed over behind it, and the
     process is SIGKILLed. Neither of the two was confirmed (so the drain threads they
     stand for sent nothing more). The confirmed one is committed. Of the two in flight PostgreSQL
     commits a prefix, in the order handed over, once the lock goes: both over TCP (its

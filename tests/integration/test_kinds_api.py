@@ -1,6 +1,5 @@
 """Transactional kinds through the public API (docs/design.md §21): define a kind, send with an
-event,
-dedupe per (user, kind, window) under concurrency, schedule and cancel, and the P9 answers
+event, dedupe per (user, kind, window) under concurrency, schedule and cancel, and the P9 answers
 that name the field."""
 
 from __future__ import annotations

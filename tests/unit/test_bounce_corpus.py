@@ -4,8 +4,7 @@ recipient (``../shared/corpora/bounces``; its README defines the classes). The p
 table is printed (``pytest -s`` shows it; a failure shows it too).
 
 Targets (docs/design.md §17): agreement with Sisimai ≥ 95 % of recipients, hard bounces missed ≤ 1
-%,
-no complaint missed, no exception, and no bounce Sisimai does not call hard suppressed,
+%, no complaint missed, no exception, and no bounce Sisimai does not call hard suppressed,
 except the two samples below, whose replies are word for word those of samples Sisimai
 calls hard (the same text cannot be both): SendDock reads them the way of the majority.
 """

@@ -1,6 +1,5 @@
 """SENDDOCK_SMTP_URL with several relays (docs/design.md §17): the syntax, the roles and the route
-of
-each stream (its own relays first, then the others as failover)."""
+of each stream (its own relays first, then the others as failover)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Webhook intake (docs/design.md §18): an authenticated provider request becomes effects on jobs,
-in
-one transaction, or a clear refusal with nothing changed.
+in one transaction, or a clear refusal with nothing changed.
 
 - A replay of a signed request (same SNS MessageId, SendGrid timestamp and body, Postmark
   record id) is refused with 409: its receipt is stored with the effects. A Mailgun

@@ -164,8 +164,7 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
 
 def feedback_alarms(conn: Connection, config: Config) -> list[Alarm]:
     """docs/design.md §18: a campaign whose complaint rate reached SENDDOCK_COMPLAINT_ALARM_RATE,
-    and
-    an event-webhook endpoint disabled because it keeps failing."""
+    and an event-webhook endpoint disabled because it keeps failing."""
     alarms: list[Alarm] = []
     level = config.feedback.complaint_alarm_rate
     for c in feedback.complaint_rates(conn):

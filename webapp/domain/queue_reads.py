@@ -400,8 +400,7 @@ def recent_finishes(conn: Connection, broadcast_id: int, since: datetime,
 
 
 # A campaign's jobs waiting for a recipient domain that throttles us (docs/design.md §17): per
-# domain
-# throttled now, how many of the broadcast's waiting jobs go there. Only read while some
+# domain throttled now, how many of the broadcast's waiting jobs go there. Only read while some
 # domain is throttled, and bounded: at most THROTTLED_SCAN waiting jobs are looked at
 # (``more``: there may be more than counted).
 THROTTLED_SCAN = 50_000

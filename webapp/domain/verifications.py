@@ -1,6 +1,5 @@
 """Verification emails (docs/design.md §21): request, resend with a cooldown, disposable-domain
-policy,
-and the history support staff read. Shared by the API and the support console.
+policy, and the history support staff read. Shared by the API and the support console.
 
 Guarantees kept here:
 

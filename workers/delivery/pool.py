@@ -113,8 +113,7 @@ class Pool:
         self.node = node or config.node or socket.gethostname()
         self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
         # The relays of SENDDOCK_SMTP_URL (docs/design.md §17): a stream goes through the first of
-        # its
-        # route that is not down; each relay has its own state row, login gate (one failed
+        # its route that is not down; each relay has its own state row, login gate (one failed
         # AUTH per process and relay) and fingerprint (a keyed hash of its URL, never the
         # password itself).
         self.relays = parse_relays(config.smtp_url)

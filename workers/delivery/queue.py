@@ -1321,8 +1321,7 @@ def backlog(conn: Connection) -> int:
 
 # --- verification ----------------------------------------------------------------------
 # Transactional mail for one user of the team's SaaS (docs/design.md §21). "Live" means not
-# terminal:
-# pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
+# terminal: pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
 # keeps it to one live job per (kind, user).
 
 # A job as the API and the pages read it: each field's name, and its expression where
