@@ -21,7 +21,7 @@ OUTSIDE = [
     (re.compile(r"\b" + _BRIEF + r"\b"), "cites the outside product brief"),
     (re.compile(r"\.\./shared/(?!corpora/)"), "cites a file outside the repository"),
 ]
-CITED = re.compile(r"design\.md((?:\s*(?:,|and|–|-|to)?\s*§\s*\d+)+)")
+CITED = re.compile(r"design\.md((?:\s*(?:,|and|\u2013|-|to)?\s*§\s*\d+)+)")
 SECTION = re.compile(r"§\s*(\d+)")
 HEADING = re.compile(r"^#{2,4} §(\d+)\b", re.MULTILINE)
 PROMISE = re.compile(r"\bP(\d+)\b")
@@ -83,7 +83,7 @@ def test_the_check_catches_what_it_should():
     bad = [("a.py", "# as " + _BRIEF + " 15 says\n"),
            ("b.md", "see docs/design.md §2, §9\n"),
            ("c.py", "open('../shared/" + "notes.md')\n"),
-           ("d.md", "docs/design.md §1–§3, fine; corpus at ../shared/corpora/bounces\n")]
+           ("d.md", "docs/design.md §1\u2013§3, fine; corpus at ../shared/corpora/bounces\n")]
     found = problems(bad, sections)
     assert len(found) == 3, found
     assert "a.py:1" in found[0] and "§9 does not exist" in found[1] and "c.py:1" in found[2]

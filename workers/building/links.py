@@ -74,7 +74,9 @@ def read_bounce_token(secret_key: str, token: str) -> int | None:
     except ValueError:
         return None
     expected = base64.b32encode(_verp_mac(secret_key, job_id)).decode().rstrip("=").lower()
-    return job_id if hmac.compare_digest(expected, mac) else None
+    # Bytes, not str: the token is anyone's text, and compare_digest refuses non-ASCII str.
+    return job_id if hmac.compare_digest(expected.encode(),
+                                         mac.encode("utf-8", "surrogatepass")) else None
 
 
 def bounce_address(bounce_address: str, secret_key: str, job_id: int) -> str:
