@@ -21,6 +21,7 @@ from webapp import db
 from webapp.domain import domain_checks as dc
 from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
 from workers.building import dkim
+from workers.core.addresses import domain_of
 from workers.core.settings import Config
 from workers.core.states import Campaign, sql_list
 from workers.delivery.classify import ReplyClass
@@ -204,13 +205,13 @@ def _relay_ok(where: str, transport: SmtpTransport, session: Any, sender: str) -
 def sending_domains(conn: Any, config: Config) -> list[str]:
     """The domains mail is sent From: SENDDOCK_FROM's, every domain with a key, and the
     From domains of campaigns not yet finished."""
-    domains = [parseaddr(config.mail_from)[1].rpartition("@")[2].lower()]
+    domains = [domain_of(config.mail_from)]
     domains += conn.execute(sa.text("SELECT domain FROM sending_domains ORDER BY domain"))\
         .scalars().all()
     for from_addr in conn.execute(sa.text(
             "SELECT DISTINCT from_addr FROM campaigns WHERE status IN "
             f"{sql_list(Campaign.OPEN)}")).scalars():
-        domains.append(parseaddr(from_addr)[1].rpartition("@")[2].lower())
+        domains.append(domain_of(from_addr))
     return [d for d in dict.fromkeys(domains) if d]
 
 

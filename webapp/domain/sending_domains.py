@@ -8,7 +8,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from email.utils import parseaddr
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,6 +17,7 @@ from webapp.domain import audit
 from webapp.domain import domain_checks as dc
 from webapp.domain.errors import Invalid
 from workers.building import dkim
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_, message_of
 from workers.core.settings import Config
 from workers.core.states import Campaign, sql_list
@@ -32,11 +32,6 @@ class DomainView:
     domain: str
     keys: list[dkim.KeyRecord]
     uses: list[str]
-
-
-def domain_of(address: str) -> str:
-    addr = parseaddr(address)[1]
-    return addr.rpartition("@")[2].lower().rstrip(".") if "@" in addr else ""
 
 
 def overview(conn: Connection, config: Config) -> list[DomainView]:

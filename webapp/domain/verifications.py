@@ -29,6 +29,7 @@ from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMa
 from webapp.domain.lists import check_email
 from webapp.i18n import dt
 from workers.after_acceptance import feedback
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_, word
 from workers.core.settings import Config
 from workers.core.states import (
@@ -134,7 +135,7 @@ def explain_flags(job: dict[str, Any]) -> list[FlagView]:
     views = []
     for flag in job.get("flags") or []:
         if flag == FLAG_DISPOSABLE:
-            listed = flags.disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
+            listed = flags.disposable_domain(job["email"]) or domain_of(job["email"])
             reason = N_("%(domain)s is a throwaway-mail domain on the disposable-email-domains "
                         "list; the email is held until support releases or drops it.",
                         domain=listed) if job["status"] == HELD else \

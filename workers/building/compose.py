@@ -31,6 +31,7 @@ from workers.building.message import (
     compile_campaign,
     list_id,
 )
+from workers.core.addresses import domain_of
 from workers.core.settings import Config
 from workers.delivery.queue import ClaimedJob
 
@@ -69,10 +70,10 @@ def address_of(field: str) -> str:
     return parseaddr(field)[1]
 
 
-def domain_of(address: str) -> str:
-    """The domain part of a From address, for Message-IDs."""
-    addr = address_of(address)
-    return addr.rsplit("@", 1)[-1] if "@" in addr else "senddock.local"
+def message_id_domain(address: str) -> str:
+    """The domain Message-IDs are made on: the From address's, or ``senddock.local`` when
+    it has none."""
+    return domain_of(address_of(address)) or "senddock.local"
 
 
 def builtin_verification() -> tuple[str, str, str]:

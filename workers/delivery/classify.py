@@ -71,6 +71,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_
 
 
@@ -337,7 +338,7 @@ def refusal_key(code: int | None, text: str, recipient: str) -> str:
     """A refusal with everything recipient-specific taken out (addresses in or out of
     angle brackets, the recipient's local part and domain), so two recipients' refusals
     compare equal exactly when the relay said the same thing to both."""
-    local, _, domain = recipient.lower().rpartition("@")
+    local, domain = recipient.lower().rpartition("@")[0], domain_of(recipient)
     normalized = _ADDRESSES.sub("<>", text.lower())
     for part in (domain, local):
         if len(part) >= 3:
@@ -380,7 +381,7 @@ class RefusalStreak:
             key = f"{cls}:{refusal_key(code, text, recipient)}"
             who = recipient.lower()
             if cls is ReplyClass.HARD_BOUNCE:
-                who = who.rpartition("@")[2]
+                who = domain_of(who)
             if self._row and self._row[-1][1] != key:
                 self._row.clear()
             if any(entry[2] == who for entry in self._row):
@@ -468,7 +469,7 @@ class ThrottleJudge:
         known to be the relay's: their backoff should be lifted)."""
         if stage not in MESSAGE_STAGES:
             return cls, []
-        domain = recipient.rpartition("@")[2].lower()
+        domain = domain_of(recipient)
         if cls is ReplyClass.SENDER:
             if code is None or code // 100 != 4 or not sender:
                 return cls, []

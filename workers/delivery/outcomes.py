@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from workers.core.addresses import domain_of
 from workers.core.states import BOUNCED, FAILED, PENDING, RETRY, SENT, SKIPPED
 from workers.delivery.classify import MESSAGE_STAGES, ReplyClass
 from workers.delivery.queue import ClaimedJob, Outcome
@@ -59,8 +60,7 @@ def outcome_for(job: ClaimedJob, result: SendResult, schedule: tuple[int, ...],
     return make(PENDING, counted=False, error=f"{label}: {reply}")
 
 
-def recipient_domain(email: str) -> str:
-    return email.rpartition("@")[2].lower()
+recipient_domain = domain_of  # the name workers.delivery.pool reads
 
 
 @dataclass

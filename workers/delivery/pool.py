@@ -55,7 +55,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from workers.after_acceptance import pool as after_acceptance
 from workers.building import kinds
-from workers.building.compose import Composer, domain_of
+from workers.building.compose import Composer
+from workers.building.compose import message_id_domain as domain_of
 from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
