@@ -22,10 +22,11 @@ from webapp.domain import domain_checks as dc
 from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
 from workers.building import dkim
 from workers.core.addresses import domain_of
+from workers.core.relays import RelaySpec, parse_relays
 from workers.core.settings import Config
 from workers.core.states import Campaign, sql_list
 from workers.delivery.classify import ReplyClass
-from workers.delivery.smtp import AUTH_PREFERENCE, RelaySpec, SmtpTransport, parse_relays
+from workers.delivery.smtp import AUTH_PREFERENCE, SmtpTransport
 
 
 def run_checks(config: Config) -> list[Check]:

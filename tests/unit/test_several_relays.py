@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from workers.core.relays import parse_relays, route
 from workers.core.settings import ConfigError, load
-from workers.delivery.smtp import parse_relays, route
 
 TWO = ("smtp://u:p%40ss@tx.example:587?tls=starttls&role=transactional&name=tx, "
        "smtps://bulk.example?role=campaign")

@@ -19,9 +19,9 @@ from webapp.domain.errors import Invalid
 from workers.building import dkim
 from workers.core.addresses import domain_of
 from workers.core.i18n import N_, message_of
+from workers.core.relays import parse_relays
 from workers.core.settings import Config
 from workers.core.states import Campaign, sql_list
-from workers.delivery.smtp import parse_relays
 
 _UNSUBSCRIBE_VARIABLE = re.compile(r"\{\{-?\s*unsubscribe_url\b")
 _CACHE_SECONDS = 60.0

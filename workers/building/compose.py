@@ -32,8 +32,8 @@ from workers.building.message import (
     list_id,
 )
 from workers.core.addresses import domain_of
+from workers.core.jobs import ClaimedJob
 from workers.core.settings import Config
-from workers.delivery.queue import ClaimedJob
 
 # The built-in verification message as shipped (migration 0014 seeded the `verification`
 # kind with it; a test keeps the two equal). Transactional mail renders from `kinds`.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.core.outgoing import Guard
+from workers.core.relays import parse_relays
 
 
 class ConfigError(Exception):
@@ -278,8 +279,6 @@ def _nonnegative(name: str, value: float) -> Any:
 
 def _smtp_url(raw: str) -> str:
     """The URL as given, once it parses: a bad one is one line naming the variable."""
-    from workers.delivery.smtp import parse_relays
-
     try:
         parse_relays(raw)
     except ValueError as exc:

@@ -13,7 +13,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parseaddr
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from workers.core.jobs import ClaimedJob, Outcome  # defined in core; imported from here too
 from workers.core.states import (
     ACTIVE,
     BOUNCED,
@@ -44,52 +45,6 @@ from workers.delivery.lifecycle import custom_plan
 
 #: The suppression reason a hard bounce writes (suppressions.reason, not a job state).
 BOUNCE_REASON = "bounced"
-
-
-@dataclass
-class ClaimedJob:
-    id: int
-    kind: str
-    email: str
-    claim_token: str
-    attempts: int
-    correlation_id: str
-    message_id: str
-    campaign_id: int | None
-    subscriber_id: int | None
-    broadcast_id: int | None
-    user_ref: str | None
-    payload: dict[str, Any]
-    suppressed: bool
-    name: str = ""
-    attributes: dict[str, Any] = field(default_factory=dict)
-    priority: int = 0  # from the kind's class at enqueue (workers.core.states.CLASS_PRIORITY)
-    # The campaign's updated_at at the claim: compiled templates are cached under it.
-    campaign_version: str | None = None
-    # Counted attempts when the job was last retried by hand: the retry schedule restarts
-    # there, the attempt numbers go on.
-    retry_base: int = 0
-    waited: float = 0.0  # seconds it was due before this claim (the pool's lag)
-
-
-@dataclass
-class Outcome:
-    """How one claimed job ends this round. ``counted`` is False for outcomes that are not
-    an attempt at the recipient (relay trouble, skip, release on shutdown)."""
-
-    job_id: int
-    claim_token: str
-    status: str
-    counted: bool
-    reply_class: str | None = None
-    delay: float | None = None
-    error: str | None = None
-    code: int | None = None
-    enhanced: str | None = None
-    reply: str | None = None
-    stage: str | None = None
-    duration_ms: float = 0.0
-    started_at: datetime | None = None
 
 
 # --- enqueue ---------------------------------------------------------------------------
