@@ -1,5 +1,5 @@
-"""The transactional API at SaaS speed (issue 27, SPEC 17): side by side in one run, against
-the same PostgreSQL with the same client,
+"""The transactional API at SaaS speed (issue 27, docs/design.md §26): side by side in one run,
+against the same PostgreSQL with the same client,
 
 1. a minimal queue endpoint (bench/minimal_queue.py: Flask + waitress + psycopg, one
    INSERT per request) and

@@ -1,4 +1,4 @@
-"""What transactional kinds cost the engine (SPEC 11): the outcome-counter trigger of
+"""What transactional kinds cost the engine (docs/design.md §21): the outcome-counter trigger of
 migration 0014 on the finish path, and the dedupe window (the gist exclusion constraint)
 on the enqueue path.
 

@@ -1,5 +1,5 @@
-"""P7 with transactional kinds (SPEC 11): while a 100,000-recipient campaign drains through
-a real ``senddock serve`` and a 50,000-message onboarding burst (class ``lifecycle``) lands
+"""P7 with transactional kinds (docs/design.md §21): while a 100,000-recipient campaign drains
+through a real ``senddock serve`` and a 50,000-message onboarding burst (class ``lifecycle``) lands
 on top of it, verification emails (class ``critical``) are requested through the HTTP API;
 each one's latency is the time from the API's 202 to the sink accepting it (the sink's own
 timestamp, same host clock). Also reported: how the classes were served (onboarding before

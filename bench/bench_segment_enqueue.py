@@ -1,5 +1,6 @@
 """Segmented enqueue (issue 32, item 2): a campaign sent to a segment of a list, side by
-side with the same list sent whole, in the same sitting (SPEC 8: ≥ 100,000 recipients/s).
+side with the same list sent whole, in the same sitting (docs/design.md §27: ≥ 100,000
+recipients/s).
 
 Each run is a fresh database with a list of ``size`` subscribers carrying attributes
 (``plan``: pro for 1 in 2; ``country``: ES, MX, US or AR in turn) and membership dates one

@@ -14,7 +14,7 @@ How the bound is measured: a victim is frozen (SIGSTOP), the jobs it holds in `s
 are counted, then it is SIGKILLed. Only those jobs can have been accepted by the relay
 without being marked `sent` (P3), so duplicates <= their sum over all kills. Each
 duplicate is also put down to the kill whose victim held its job: outcomes are committed
-per message (SPEC 10), so no kill may cause more duplicates than the victim has worker
+per message (docs/design.md §16), so no kill may cause more duplicates than the victim has worker
 threads. ``--sink postfix`` uses Postfix's smtp-sink (the zero-latency relay) instead of
 our scripted sink. With
 --relay-outage the sink itself is stopped mid-conversation; a message whose final dot
@@ -112,7 +112,7 @@ class SinkProcess:
 
 
 class PostfixSinkProcess:
-    """Postfix's ``smtp-sink`` (C, answers at once: the zero-latency relay of SPEC 10) as
+    """Postfix's ``smtp-sink`` (C, answers at once: the zero-latency relay of docs/design.md §16) as
     its own process, appending every accepted transaction to one dump file (``-D``); the
     same interface as SinkProcess (no scripted rules)."""
 
@@ -536,7 +536,7 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
          f"{report.duplicates} duplicates exceed the in-flight bound (P3)"),
         (report.max_duplicates_per_kill <= report.threads,
          f"a kill caused {report.max_duplicates_per_kill} duplicates, more than one per "
-         f"worker thread ({report.threads}) (SPEC 10)"),
+         f"worker thread ({report.threads}) (docs/design.md §16)"),
         (report.message_id_mismatches == 0, "a copy carried another Message-ID (P3)"),
         (report.counts == slow, "counters differ from GROUP BY status (P8)"),
         (report.counts[SENT] == report.delivered == report.sink_distinct,

@@ -1,4 +1,5 @@
-"""Worker hosts in network namespaces, for the multi-host fault tests (issue 24, SPEC 15).
+"""Worker hosts in network namespaces, for the multi-host fault tests (issue 24, docs/design.md
+§15).
 
 Each host is a network namespace ``sdf-fencing-<name>`` joined to this (the test's)
 namespace by a veth pair made here: ``sdf-fencing-h<i>`` on our side with

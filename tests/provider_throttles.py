@@ -1,4 +1,4 @@
-"""Throttle replies as the receiving providers document them (SPEC 16), each with the
+"""Throttle replies as the receiving providers document them (docs/design.md §17), each with the
 public page it was taken from (IP addresses and recipients replaced by documentation
 values). docs/reliability.md shows the same table; tests/unit/test_throttle_judge.py and
 tests/integration/test_provider_throttles.py check every row."""

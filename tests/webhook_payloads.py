@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 
-from webapp.webhooks import sns_string_to_sign
+from webapp.inbound_webhooks import sns_string_to_sign
 
 TOPIC = "arn:aws:sns:us-east-1:123456789012:senddock-ses-feedback"
 CERT_URL = ("https://sns.us-east-1.amazonaws.com/"

@@ -26,8 +26,7 @@ PUBLIC: frozenset[str] = frozenset({
     "tracking.click", "tracking.open_pixel", "tracking.web_version",
     "tracking.list_archive",
     # Provider webhooks authenticate themselves (signatures, basic auth, webhook tokens).
-    "webhooks.ses", "webhooks.sendgrid", "webhooks.postmark", "webhooks.mailgun",
-    "webhooks.generic",
+    "webhooks.receive",
 })
 
 # Blueprint-wide rules: endpoint prefix -> roles. More specific entries in ENDPOINTS win.

@@ -1,4 +1,4 @@
-"""``senddock check``: is this installation ready to send? (SPEC 14)
+"""``senddock check``: is this installation ready to send? (docs/design.md §25)
 
 The database (reachable, migrations current), the relay (connect, EHLO with the configured
 name, STARTTLS and its certificate, AUTH, MAIL FROM accepted), the DKIM keys and the DNS
@@ -21,10 +21,12 @@ from webapp import db
 from webapp.domain import domain_checks as dc
 from webapp.domain.domain_checks import OK, PROBLEM, WARNING, Check
 from workers.building import dkim
+from workers.core.addresses import domain_of
+from workers.core.relays import RelaySpec, parse_relays
 from workers.core.settings import Config
 from workers.core.states import Campaign, sql_list
 from workers.delivery.classify import ReplyClass
-from workers.delivery.smtp import AUTH_PREFERENCE, RelaySpec, SmtpTransport, parse_relays
+from workers.delivery.smtp import AUTH_PREFERENCE, SmtpTransport
 
 
 def run_checks(config: Config) -> list[Check]:
@@ -132,7 +134,7 @@ def envelope_sender(config: Config) -> str:
 
 def relay_checks(config: Config) -> list[Check]:
     """Connect, EHLO, STARTTLS and the certificate, AUTH, MAIL FROM: one line per step up
-    to the first that fails, for each relay of SENDDOCK_SMTP_URL (SPEC 16; with several,
+    to the first that fails, for each relay of SENDDOCK_SMTP_URL (docs/design.md §17; with several,
     each line names its relay and role)."""
     try:
         relays = parse_relays(config.smtp_url)
@@ -204,13 +206,13 @@ def _relay_ok(where: str, transport: SmtpTransport, session: Any, sender: str) -
 def sending_domains(conn: Any, config: Config) -> list[str]:
     """The domains mail is sent From: SENDDOCK_FROM's, every domain with a key, and the
     From domains of campaigns not yet finished."""
-    domains = [parseaddr(config.mail_from)[1].rpartition("@")[2].lower()]
+    domains = [domain_of(config.mail_from)]
     domains += conn.execute(sa.text("SELECT domain FROM sending_domains ORDER BY domain"))\
         .scalars().all()
     for from_addr in conn.execute(sa.text(
             "SELECT DISTINCT from_addr FROM campaigns WHERE status IN "
             f"{sql_list(Campaign.OPEN)}")).scalars():
-        domains.append(parseaddr(from_addr)[1].rpartition("@")[2].lower())
+        domains.append(domain_of(from_addr))
     return [d for d in dict.fromkeys(domains) if d]
 
 

@@ -1,4 +1,4 @@
-"""The ``senddock`` command (SPEC 7)."""
+"""The ``senddock`` command (docs/design.md §24)."""
 
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def smtp_command() -> None:
 
 @main.group("dkim")
 def dkim_group() -> None:
-    """DKIM keys of the sending domains (SPEC 13)."""
+    """DKIM keys of the sending domains (docs/design.md §19)."""
 
 
 def _print_key(key: Any) -> None:

@@ -1,5 +1,5 @@
-"""The UI in English and Spanish (SPEC 14): Flask-Babel, the language chosen from the user's
-setting or the browser's ``Accept-Language``, and numbers and dates formatted for it.
+"""The UI in English and Spanish (docs/design.md §25): Flask-Babel, the language chosen from the
+user's setting or the browser's ``Accept-Language``, and numbers and dates formatted for it.
 
 Catalogs live in ``translations/<lang>/LC_MESSAGES/messages.po`` with their compiled
 ``messages.mo`` committed beside them (so a fresh clone and a built wheel need no build

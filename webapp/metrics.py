@@ -12,7 +12,7 @@ every process reports the same numbers): ``senddock_messages_total{kind,class,ou
 (terminal outcomes: sent, failed, bounced, skipped, cancelled),
 ``senddock_retries_total{kind,class}`` (transient failures retried on the schedule),
 ``senddock_time_to_sent_seconds{kind,class}`` (from when a message was due to sent). Per
-kind, so onboarding is never averaged into verification (SPEC 11).
+kind, so onboarding is never averaged into verification (docs/design.md §21).
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ class QueueCollector(Collector):
 
 
     def _after_acceptance(self, conn: Connection) -> Iterator[Metric]:
-        """SPEC 12: bounce/complaint events by source, type and effect; complaint rate per
-        open campaign; outgoing event-webhook deliveries by state."""
+        """docs/design.md §18: bounce/complaint events by source, type and effect; complaint rate
+        per open campaign; outgoing event-webhook deliveries by state."""
         events = GaugeMetricFamily("senddock_feedback_events",
                                    "Bounces and complaints reported after acceptance.",
                                    labels=["source", "type", "effect"])

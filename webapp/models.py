@@ -248,7 +248,7 @@ campaigns = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
-    # Why the system paused it (complaint rate, SPEC 12); cleared when it is resumed.
+    # Why the system paused it (complaint rate, docs/design.md §18); cleared when it is resumed.
     Column("paused_reason", Text),
     # Its audience narrowed to a saved segment of its list, and the layout around its HTML
     # (migration 0029_segments). A sent campaign keeps its segment's conditions on the
@@ -272,16 +272,16 @@ broadcasts = Table(
     Column("skipped_suppressed", Integer, nullable=False, server_default=text("0")),
     Column("skipped_inactive", Integer, nullable=False, server_default=text("0")),
     # Set when the jobs exist. The send request only records the broadcast (durably) and
-    # returns; a worker enqueues the audience in one set-based statement (SPEC 3).
+    # returns; a worker enqueues the audience in one set-based statement (docs/design.md §20).
     Column("enqueued_at", DateTime(timezone=True)),
     # The enqueue goes through the list in subscriber order, a chunk per transaction: the
     # last subscriber id done (workers.delivery.queue.enqueue_chunk).
     Column("enqueued_upto", BigInteger, nullable=False, server_default=text("0")),
     _now(),
     Column("finished_at", DateTime(timezone=True)),
-    # Jobs of this broadcast with at least one complaint (SPEC 12's complaint rate).
+    # Jobs of this broadcast with at least one complaint (docs/design.md §18's complaint rate).
     Column("complaints", Integer, nullable=False, server_default=text("0")),
-    # When retention rolled it up (SPEC 17): its counters stay exact, its failed and
+    # When retention rolled it up (docs/design.md §26): its counters stay exact, its failed and
     # bounced jobs (and any job with a feedback event) stay, the rest of its rows are gone.
     Column("rolled_up_at", DateTime(timezone=True)),
     # The segment's conditions frozen at send time (NULL: the whole list); the enqueue
@@ -336,8 +336,8 @@ delivery_jobs = Table(
     # The engine's own kinds and the admins' (rows of `kinds`, no foreign key: it would
     # cost the set-based broadcast enqueue a lookup per row).
     CheckConstraint(states.KIND_CHECK, name="delivery_jobs_kind_check"),
-    # One message per user, kind and dedupe window (SPEC 11), under any concurrency: no two
-    # not-cancelled messages of one (kind, user) have overlapping windows.
+    # One message per user, kind and dedupe window (docs/design.md §21), under any concurrency: no
+    # two not-cancelled messages of one (kind, user) have overlapping windows.
     ExcludeConstraint(("user_ref", "="), ("kind", "="),
                       (text("tstzrange(created_at, dedupe_until)"), "&&"),
                       name="delivery_jobs_dedupe_excl", using="gist",
@@ -387,7 +387,7 @@ delivery_jobs = Table(
           postgresql_where=text(f"kind <> 'broadcast' OR status IN {sql_list(states.PROBLEM)}")),
     Index("delivery_jobs_user_idx", "user_ref", "created_at",
           postgresql_where=text("user_ref IS NOT NULL")),
-    # One live verification job per user (SPEC 4: asking again returns it). Other kinds
+    # One live verification job per user (docs/design.md §21: asking again returns it). Other kinds
     # dedupe by their window (delivery_jobs_dedupe_excl).
     Index("delivery_jobs_one_active_idx", "kind", "user_ref", unique=True,
           postgresql_where=text(
@@ -483,7 +483,7 @@ suppressions = Table(
           postgresql_ops={"email": "gin_trgm_ops"}),
 )
 
-# Liveness is in the schema: each pool holds a lease (SPEC 15), an expiry on the database
+# Liveness is in the schema: each pool holds a lease (docs/design.md §15), an expiry on the database
 # clock that its heartbeat renews. A worker whose lease expired more than
 # SENDDOCK_LEASE_GRACE ago is dead: peers take its jobs back. Its own node's next start
 # takes them back at once when the old process is gone from this host. Never judged by a
@@ -507,7 +507,7 @@ workers = Table(
 )
 
 # One row per relay of SENDDOCK_SMTP_URL (id = its place in the list, 1 for a single
-# relay): its health as every process sees it (P6, SPEC 16).
+# relay): its health as every process sees it (P6, docs/design.md §17).
 relay_state = Table(
     "relay_state", metadata,
     Column("id", SmallInteger, primary_key=True),
@@ -552,16 +552,16 @@ rate_limiter = Table(
     "rate_limiter", metadata,
     Column("id", SmallInteger, primary_key=True),
     Column("tat", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # A relay that throttles us paces every process (SPEC 16, AIMD): the send rate in force
-    # (NULL: not paced), the additive step it grows back by, and when it last changed.
+    # A relay that throttles us paces every process (docs/design.md §17, AIMD): the send rate in
+    # force (NULL: not paced), the additive step it grows back by, and when it last changed.
     Column("paced_rate", Float),
     Column("paced_step", Float),
     Column("paced_at", DateTime(timezone=True)),
     CheckConstraint("id = 1", name="rate_limiter_single_row"),
 )
 
-# A From address the relay refuses (SPEC 16): probed with the same MAIL FROM on a backoff;
-# the campaigns it paused resume by themselves once the relay accepts it.
+# A From address the relay refuses (docs/design.md §17): probed with the same MAIL FROM on a
+# backoff; the campaigns it paused resume by themselves once the relay accepts it.
 sender_refusals = Table(
     "sender_refusals", metadata,
     Column("sender", Text, primary_key=True),
@@ -650,7 +650,7 @@ audit_log = Table(
     Index("audit_log_target_idx", "target", "id"),
 )
 
-# Transactional kinds (SPEC 11): the built-in `verification` and the admins' own kinds.
+# Transactional kinds (docs/design.md §21): the built-in `verification` and the admins' own kinds.
 # A kind's class fixes the priority of its jobs at enqueue (workers.building.kinds.CLASS_PRIORITY).
 # NULL retry_schedule / resend_cooldown: the settings' defaults (the built-in kind only).
 kinds = Table(
@@ -708,7 +708,7 @@ time_to_sent_counts = Table(
 )
 
 
-# --- after acceptance (SPEC 12) ----------------------------------------------------------
+# --- after acceptance (docs/design.md §18) --------------------------------------------------------
 
 FEEDBACK_SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
 FEEDBACK_TYPES = ("bounce", "complaint")
@@ -841,7 +841,7 @@ webhook_deliveries = Table(
     Index("webhook_deliveries_endpoint_idx", "endpoint_id", "created_at"),
 )
 
-# DKIM (SPEC 13): the domains mail is sent From and their keys. The private key is stored
+# DKIM (docs/design.md §19): the domains mail is sent From and their keys. The private key is stored
 # only encrypted (workers/building/dkim.py: AES-GCM under a key derived from SENDDOCK_SECRET_KEY).
 # Per domain and algorithm at most one active key (signs) and one next key (published,
 # waiting to be activated): the two selectors of a rotation.

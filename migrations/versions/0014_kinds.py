@@ -151,8 +151,8 @@ def upgrade() -> None:
                                f"kind ~ '{KIND_NAME}'")
     op.add_column('delivery_jobs',
                   sa.Column('dedupe_until', sa.DateTime(timezone=True), nullable=True))
-    # One live job per user only for verification mail (SPEC 4); other kinds dedupe by
-    # their window (SPEC 11), so a day-1 and a day-3 reminder may both wait.
+    # One live job per user only for verification mail (docs/design.md §21); other kinds dedupe by
+    # their window (docs/design.md §21), so a day-1 and a day-3 reminder may both wait.
     op.drop_index('delivery_jobs_one_active_idx', table_name='delivery_jobs')
     op.create_index('delivery_jobs_one_active_idx', 'delivery_jobs', ['kind', 'user_ref'],
                     unique=True, postgresql_where=sa.text(

@@ -1,6 +1,6 @@
 """after acceptance: bounce and complaint events, webhook tokens and receipts, outgoing
 event webhooks (endpoints, the delivery queue and the triggers that fill it), the
-complaint counter on broadcasts and the pause reason on campaigns (SPEC 12)
+complaint counter on broadcasts and the pause reason on campaigns (docs/design.md §18)
 
 Revision ID: 0015
 Revises: 0019

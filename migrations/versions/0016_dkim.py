@@ -1,4 +1,4 @@
-"""Sending domains and their DKIM keys (SPEC 13).
+"""Sending domains and their DKIM keys (docs/design.md §19).
 
 Revision ID: 0016
 Revises: 0017

@@ -1,4 +1,4 @@
-"""fencing: a worker's right to send is a lease on the database clock (SPEC 15).
+"""fencing: a worker's right to send is a lease on the database clock (docs/design.md §15).
 
 ``workers.lease_until`` is renewed by the worker's heartbeat; a worker's jobs are taken
 back once it is older than that plus a grace period, never because a session or an

@@ -1,5 +1,5 @@
-"""Transactional kinds in a real browser (SPEC 11): support opens a user and sees that the
-onboarding email was caused by the event ``signup`` with its id; an admin sees the kind on
+"""Transactional kinds in a real browser (docs/design.md §21): support opens a user and sees that
+the onboarding email was caused by the event ``signup`` with its id; an admin sees the kind on
 the Transactional page."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The whole loop against real servers (SPEC 12): SendDock sends a campaign through a
+"""The whole loop against real servers (docs/design.md §18): SendDock sends a campaign through a
 private Postfix, which accepts everything (250) and then bounces the mail for an unknown
 local user back to the VERP bounce address; Postfix delivers that DSN into a private
 Dovecot mailbox; SendDock's workers poll the mailbox and turn the job ``sent → bounced``,

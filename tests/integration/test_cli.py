@@ -1,4 +1,5 @@
-"""The commands scripts use (SPEC 7): db upgrade, user create, token create, config errors."""
+"""The commands scripts use (docs/design.md §24): db upgrade, user create, token create, config
+errors."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_counts_equal_group_by_at_every_poll(engine: sa.Engine, db_url: str, sin
     API's counts always add up to the audience."""
     sink.set_rules({"rules": [{"match": "f*@example.org", "reply": "550 5.7.1 No"}]})
     # The refused addresses spread through the list: a run of ten identical refusals in a
-    # row would be taken for trouble of our own (SPEC 10) and given back, not failed.
+    # row would be taken for trouble of our own (docs/design.md §16) and given back, not failed.
     emails = [f"c{i}@example.org" for i in range(1500)]
     for i in range(100):
         emails.insert(i * 16, f"f{i}@example.org")

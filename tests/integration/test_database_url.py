@@ -1,4 +1,4 @@
-"""The libpq multi-host URL works for every command (SPEC 14): the first host is dead,
+"""The libpq multi-host URL works for every command (docs/design.md §25): the first host is dead,
 libpq goes on to the second; a bad URL is a one-line error naming the variable."""
 
 from __future__ import annotations

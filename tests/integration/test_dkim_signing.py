@@ -73,7 +73,7 @@ def test_every_path_is_signed_and_verifies_through_dns(
         verifications.request(conn, config, verifications.parse_request({
             "user_id": "u1", "email": "new@example.org",
             "verify_url": "https://app.example.com/v?t=1"}), actor="test")
-    # A transactional kind (SPEC 11) through the public API, its subject non-ASCII too.
+    # A transactional kind (docs/design.md §21) through the public API, its subject non-ASCII too.
     kind = api.client.put("/api/v1/kinds/onboarding", headers=api.headers, json={
         "class": "lifecycle", "subject": "Día 3, {{ data.first_name }}: términos y más",
         "text": "Hola {{ data.first_name }}", "sample_data": {"first_name": "Ada"}})

@@ -206,8 +206,8 @@ def test_lost_claim_is_put_back_by_its_live_worker(engine: sa.Engine, sink: Any,
 def test_relay_answering_421_at_mail_is_throttling(engine: sa.Engine, sink: Any,
                                                    config_for: Callable[..., Config]) -> None:
     """A relay that greets fine but answers 421 at MAIL FROM is closing the channel: that
-    is throttling (SPEC 10), so delivery slows down on an escalating backoff -- nothing is
-    claimed meanwhile, no attempt is used -- and resumes by itself once the relay is fine."""
+    is throttling (docs/design.md §16), so delivery slows down on an escalating backoff -- nothing
+    is claimed meanwhile, no attempt is used -- and resumes by itself once the relay is fine."""
     sink.set_rules({"rules": [{"match": "*", "reply": "421 4.7.0 Try later",
                                "stage": "mail"}]})
     campaign = make_campaign(engine, [f"m{i}@example.org" for i in range(3)])

@@ -1,5 +1,5 @@
-"""Every claimed job gets an outcome of its own (P2, SPEC 2 and 10), with the real pool,
-real PostgreSQL and a real SMTP server on loopback:
+"""Every claimed job gets an outcome of its own (P2, docs/design.md §14 and §16), with the real
+pool, real PostgreSQL and a real SMTP server on loopback:
 
 - a message that cannot be built fails alone, with a readable error, next to a good
   campaign's messages in the same claimed batch; nothing stays `sending`;

@@ -1,4 +1,4 @@
-"""The duplicate window and liveness under real processes (P2, P3, P4, SPEC 10).
+"""The duplicate window and liveness under real processes (P2, P3, P4, docs/design.md §16).
 
 - A live worker never has a job taken back: PostgreSQL's table lock held longer than the
   worker timeout mid-drain (what a non-concurrent REINDEX or ALTER does) sends nobody
@@ -179,7 +179,7 @@ def test_sigterm_with_a_slow_relay_then_sigkill_leaves_nothing_sending(
 
 def test_each_outcome_is_committed_before_the_next_message_reaches_the_relay(
         engine: sa.Engine, db_url: str, spawn: Callable[..., Proc]) -> None:
-    """SPEC 10: a kill can resend at most one message per thread. So when the relay has a
+    """docs/design.md §16: a kill can resend at most one message per thread. So when the relay has a
     message in full (its final dot), the previous message of that connection must no
     longer be `sending` in the database -- its outcome committed, not just sent."""
     unsettled: list[tuple[str, str]] = []

@@ -1,4 +1,4 @@
-"""Where people see bounces and complaints after acceptance (SPEC 12): the job's timeline
+"""Where people see bounces and complaints after acceptance (docs/design.md §18): the job's timeline
 in the failed-jobs inbox, the support page and the jobs API (each event with its source
 and raw payload, escaped), the campaign page (complaint rate, the pause reason), the
 alarm banner, /metrics, and the admins' event-webhook endpoints page."""

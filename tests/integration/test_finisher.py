@@ -3,7 +3,7 @@ many threads at once are each committed (those that wait for the session togethe
 refused mark says so;
 a database error reaches every outcome of its group, and the next group succeeds on a
 fresh session; after stop() outcomes are committed in the caller's thread. A SIGKILL
-while statements are on the session loses only outcomes not yet confirmed (SPEC 10's
+while statements are on the session loses only outcomes not yet confirmed (docs/design.md §16's
 bound), on every PostgreSQL version and transport."""
 
 from __future__ import annotations
@@ -236,8 +236,8 @@ def _backend_gone(engine: sa.Engine, pid: int) -> bool:
 @pytest.mark.slow  # starts a process
 def test_a_sigkill_with_statements_in_flight_loses_only_outcomes_not_yet_confirmed(
         engine: sa.Engine, db_url: str) -> None:
-    """The kill window of SPEC 10 in the finisher. One outcome is confirmed; the next one's
-    statement waits for a row lock held here, a third is handed over behind it, and the
+    """The kill window of docs/design.md §16 in the finisher. One outcome is confirmed; the next
+    one's statement waits for a row lock held here, a third is handed over behind it, and the
     process is SIGKILLed. Neither of the two was confirmed (so the drain threads they
     stand for sent nothing more). The confirmed one is committed. Of the two in flight PostgreSQL
     commits a prefix, in the order handed over, once the lock goes: both over TCP (its

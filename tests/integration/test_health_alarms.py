@@ -112,8 +112,8 @@ def test_backlog_limit_refuses_with_retry_after(engine: sa.Engine, sink: Any,
 def test_jobs_under_an_expired_lease_raise_an_alarm_a_line_and_a_metric(
         client: Any, engine: sa.Engine, config_for: Callable[..., Config],
         make_user: Callable[..., dict[str, Any]]) -> None:
-    """SPEC 15: a vanished host's jobs stay `sending` until the grace period is over; while
-    they do, the lease_expired alarm, a Queue health line and senddock_in_flight (which
+    """docs/design.md §15: a vanished host's jobs stay `sending` until the grace period is over;
+    while they do, the lease_expired alarm, a Queue health line and senddock_in_flight (which
     counts them) and senddock_in_flight_lease_expired say so."""
     config = config_for()
     with engine.begin() as conn:

@@ -1,5 +1,5 @@
-"""English and Spanish (SPEC 14): the language comes from the user's own setting, else the
-browser's Accept-Language; numbers and dates follow it."""
+"""English and Spanish (docs/design.md §25): the language comes from the user's own setting, else
+the browser's Accept-Language; numbers and dates follow it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Transactional kinds through the public API (SPEC 11): define a kind, send with an event,
-dedupe per (user, kind, window) under concurrency, schedule and cancel, and the P9 answers
+"""Transactional kinds through the public API (docs/design.md §21): define a kind, send with an
+event, dedupe per (user, kind, window) under concurrency, schedule and cancel, and the P9 answers
 that name the field."""
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def test_verification_through_messages_and_unchanged_endpoint(api: Api,
     old = api.post("/verifications", {"user_id": "u-1", "email": "a@example.org",
                                       "verify_url": "https://app.example/v?t=1"})
     assert old.status_code == 202 and old.get_json()["existing"] is False
-    # The same user through /messages: the live job is returned (SPEC 4 still holds).
+    # The same user through /messages: the live job is returned (docs/design.md §21 still holds).
     r = api.post("/messages", {"kind": "verification", "user_id": "u-1",
                                "email": "a@example.org",
                                "data": {"verify_url": "https://app.example/v?t=2"}})

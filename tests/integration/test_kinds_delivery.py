@@ -1,4 +1,4 @@
-"""Transactional kinds in the engine (SPEC 11): the claim serves critical → lifecycle →
+"""Transactional kinds in the engine (docs/design.md §21): the claim serves critical → lifecycle →
 campaigns and scheduled mail by ``available_at``; and the whole check through the public
 API against a real Postfix: define a kind, send with an event, dedupe, schedule and cancel,
 see it per kind in /metrics (checked by promtool)."""

@@ -340,7 +340,7 @@ def test_the_enqueue_goes_through_the_list_in_chunks_with_the_same_result(
 def test_a_big_campaign_does_not_fill_the_transactional_backlog(
         engine: sa.Engine, config_for: Any, sink: Any) -> None:
     """SENDDOCK_MAX_BACKLOG bounds transactional mail; a campaign's waiting jobs (ten
-    million of them at SPEC 17's size) must not make verification mail refused (P7)."""
+    million of them at docs/design.md §26's size) must not make verification mail refused (P7)."""
     from webapp.domain import limits
     from webapp.domain.errors import Overloaded
 

@@ -44,7 +44,7 @@ def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> N
         return set(re.findall(r"'([a-z_]+)'::text", defs[constraint]))
 
     assert names("delivery_jobs_status_check") == set(states.STATES)
-    # Kinds are data (SPEC 11): the check holds the name rule every kind follows, in the
+    # Kinds are data (docs/design.md §21): the check holds the name rule every kind follows, in the
     # form PostgreSQL evaluates fastest (migration 0036), admitting exactly KIND_NAME's names.
     assert "'^[a-z][a-z0-9_-]*$'" in defs["delivery_jobs_kind_check"]
     assert "length(kind) <= 40" in defs["delivery_jobs_kind_check"]

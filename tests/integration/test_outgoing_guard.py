@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from tests.conftest import free_port
 from tests.helpers import Browser, accepted_campaign
-from webapp.webhooks import SnsCertificates, WebhookRejected
+from webapp.inbound_webhooks import SnsCertificates, WebhookRejected
 from workers.after_acceptance import event_queue
 from workers.after_acceptance.event_webhooks import EventDeliverer, new_secret
 from workers.core import outgoing

@@ -1,4 +1,4 @@
-"""SPEC 14 against private PostgreSQL clusters (harness/pgcluster.py): the connection
+"""docs/design.md §25 against private PostgreSQL clusters (harness/pgcluster.py): the connection
 budget, request timeouts, errors by SQLSTATE with their own messages, a full disk, and
 failover to a synchronous standby — asserted through PostgreSQL's catalogs
 (``pg_stat_activity``), the SMTP sink's record and the processes' own logs."""

@@ -1,5 +1,5 @@
-"""SPEC 16: every row of the provider throttle table (tests/provider_throttles.py, with its
-source in docs/reliability.md) said at RCPT by a scripted receiver (the SMTP sink) for one
+"""docs/design.md §17: every row of the provider throttle table (tests/provider_throttles.py, with
+its source in docs/reliability.md) said at RCPT by a scripted receiver (the SMTP sink) for one
 domain while another domain is accepted: that domain waits on its own backoff, nobody is
 charged an attempt, nothing else slows down or stops; once it accepts, it is delivered."""
 

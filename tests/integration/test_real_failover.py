@@ -1,4 +1,4 @@
-"""Several relays against two real Postfix instances (SPEC 16): one of them stopped
+"""Several relays against two real Postfix instances (docs/design.md §17): one of them stopped
 mid-drain, the other carries on within seconds; nobody is lost; the only duplicates are
 the honest window (a message a thread had in the stopped relay's hands)."""
 

@@ -1,4 +1,4 @@
-"""SPEC 10 against a real Postfix 3.7 (harness.postfix): every promise, judged by
+"""docs/design.md §16 against a real Postfix 3.7 (harness.postfix): every promise, judged by
 Postfix's own log and the mail it delivered, not by SendDock's view of what happened.
 
 Each test drives the real pool (in-process, or real ``senddock worker`` processes for the

@@ -1,4 +1,4 @@
-"""SPEC 16 against a real Postfix (harness.postfix): throttling slows what it concerns
+"""docs/design.md §17 against a real Postfix (harness.postfix): throttling slows what it concerns
 and never stops everything. Judged by Postfix's own clock and mailbox.
 
 - Postfix's anvil (20 recipients / 5 s): the relay's limit is met by pacing every

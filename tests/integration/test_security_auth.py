@@ -1,5 +1,5 @@
-"""Logins, sessions and API tokens (SPEC 6, P10): argon2 hashes, a limit on failed logins
-per account and per address, sessions that end when a user is disabled or their password
+"""Logins, sessions and API tokens (docs/design.md §23, P10): argon2 hashes, a limit on failed
+logins per account and per address, sessions that end when a user is disabled or their password
 changes, tokens stored hashed, revocable, tied to a user and a role, their last use kept."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several relays (SPEC 16), against two real SMTP servers on loopback (the sink): each
+"""Several relays (docs/design.md §17), against two real SMTP servers on loopback (the sink): each
 stream goes through its own relay; a relay that goes away hands its traffic to the other
 within seconds and takes it back once a probe finds it working; Queue health shows each
 relay; `senddock check` checks each."""

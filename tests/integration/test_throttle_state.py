@@ -1,4 +1,4 @@
-"""SPEC 16 on PostgreSQL itself: one shared pause state that escalates once per probe
+"""docs/design.md §17 on PostgreSQL itself: one shared pause state that escalates once per probe
 cycle (compare-and-set: threads and processes that see the same reply at the same moment
 count once), and a throttling relay's pace (AIMD) shared by every process."""
 

@@ -1,4 +1,4 @@
-"""The Transactional page (admins) and the support page for every kind (SPEC 11)."""
+"""The Transactional page (admins) and the support page for every kind (docs/design.md §21)."""
 
 from __future__ import annotations
 

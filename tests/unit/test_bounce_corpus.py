@@ -3,8 +3,8 @@ complaints from ~75 kinds of mail software, with the result Sisimai expects for 
 recipient (``../shared/corpora/bounces``; its README defines the classes). The per-family
 table is printed (``pytest -s`` shows it; a failure shows it too).
 
-Targets (SPEC 16): agreement with Sisimai ≥ 95 % of recipients, hard bounces missed ≤ 1 %,
-no complaint missed, no exception, and no bounce Sisimai does not call hard suppressed,
+Targets (docs/design.md §17): agreement with Sisimai ≥ 95 % of recipients, hard bounces missed ≤ 1
+%, no complaint missed, no exception, and no bounce Sisimai does not call hard suppressed,
 except the two samples below, whose replies are word for word those of samples Sisimai
 calls hard (the same text cannot be both): SendDock reads them the way of the majority.
 """

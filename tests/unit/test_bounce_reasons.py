@@ -1,4 +1,4 @@
-"""What a bounce reason means (SPEC 16, P5): only address-level reasons suppress at once;
+"""What a bounce reason means (docs/design.md §17, P5): only address-level reasons suppress at once;
 blocklist, reputation and rate reasons are about us; delay notices do nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC 10: who a refusal is about, whatever stage it comes at (the replies real relays
+"""docs/design.md §16: who a refusal is about, whatever stage it comes at (the replies real relays
 give: Postfix, Exchange/M365, SES, Gmail, Outlook), and the same-refusal streak."""
 
 from __future__ import annotations

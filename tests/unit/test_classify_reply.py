@@ -1,4 +1,4 @@
-"""Every row of the reply classification table (SPEC section 2, workers.delivery.classify)."""
+"""Every row of the reply classification table (docs/design.md §16, workers.delivery.classify)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_parse_enhanced(text: str, expected: str | None) -> None:
         # rejected: policy, content, everything else 5xx at rcpt/data
         (550, "5.7.1 Message rejected as spam", "rcpt", REJECTED),
         (554, "5.7.1 Service unavailable; client host blocked using Spamhaus", "rcpt", REJECTED),
-        (550, "5.7.1 Relay access denied", "rcpt", RELAY),  # about us (SPEC 10)
+        (550, "5.7.1 Relay access denied", "rcpt", RELAY),  # about us (docs/design.md §16)
         (554, "5.3.0 Other mail system problem", "data_end", REJECTED),
         (554, "5.6.0 Message content rejected", "data_end", REJECTED),
         (552, "5.3.4 Message size exceeds fixed limit", "data_end", REJECTED),

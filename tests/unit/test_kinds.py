@@ -1,5 +1,5 @@
 """Transactional kinds without a database: class ordering, dedupe windows, what a template
-sees, and the P9 checks of a message's fields (SPEC 11)."""
+sees, and the P9 checks of a message's fields (docs/design.md §21)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The worker's own view of its lease (SPEC 15): messages start only while a renewal
+"""The worker's own view of its lease (docs/design.md §15): messages start only while a renewal
 confirmed it within lease - margin, and only under the term a batch was claimed under."""
 
 from __future__ import annotations

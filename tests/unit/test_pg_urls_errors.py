@@ -97,7 +97,7 @@ def test_budget_formula() -> None:
     from workers.core.settings import load
 
     defaults = pg.Budget(web=load().db_web_pool, delivery=load().db_delivery_pool)
-    # SPEC 14, revisited for issue 27: a web connection per request thread (6) makes one
+    # docs/design.md §25, revisited for issue 27: a web connection per request thread (6) makes one
     # serve plus one worker 13 + 6 = 19 (docs/configuration.md).
     assert defaults.total("serve") + defaults.total("worker") <= 19
 

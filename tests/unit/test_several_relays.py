@@ -1,12 +1,12 @@
-"""SENDDOCK_SMTP_URL with several relays (SPEC 16): the syntax, the roles and the route of
-each stream (its own relays first, then the others as failover)."""
+"""SENDDOCK_SMTP_URL with several relays (docs/design.md §17): the syntax, the roles and the route
+of each stream (its own relays first, then the others as failover)."""
 
 from __future__ import annotations
 
 import pytest
 
+from workers.core.relays import parse_relays, route
 from workers.core.settings import ConfigError, load
-from workers.delivery.smtp import parse_relays, route
 
 TWO = ("smtp://u:p%40ss@tx.example:587?tls=starttls&role=transactional&name=tx, "
        "smtps://bulk.example?role=campaign")

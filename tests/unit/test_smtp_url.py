@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.delivery.smtp import SmtpConfig, parse_smtp_url
+from workers.core.relays import SmtpConfig, parse_smtp_url
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""SPEC 16: whom a throttle reply concerns is decided by evidence across domains; the
+"""docs/design.md §17: whom a throttle reply concerns is decided by evidence across domains; the
 wording (the table's class) is only the hint."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No UI text is left untranslated in Spanish (SPEC 14, issue 17).
+"""No UI text is left untranslated in Spanish (docs/design.md §25, issue 17).
 
 1. Every template's literal text — text between tags, and the text attributes
    (placeholder, title, aria-label, alt, data-confirm, data-copied) — is inside ``_()``;

@@ -1,4 +1,4 @@
-"""Admin pages (SPEC 5, 6): the suppression list, the audit log, users and API tokens.
+"""Admin pages (docs/design.md §22, §23): the suppression list, the audit log, users and API tokens.
 Views parse the form, call one domain function and render; the domain writes the audit
 log in the same transaction as the change."""
 

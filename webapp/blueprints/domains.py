@@ -1,4 +1,4 @@
-"""The *Sending domains* page (admins, SPEC 13): each domain mail goes out From, its DKIM
+"""The *Sending domains* page (admins, docs/design.md §19): each domain mail goes out From, its DKIM
 keys with the exact DNS record to publish, and the DNS checks in plain words."""
 
 from __future__ import annotations

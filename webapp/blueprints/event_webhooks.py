@@ -1,4 +1,4 @@
-"""Outgoing event webhooks (SPEC 12), for admins: endpoints (URL, events, kinds, secret),
+"""Outgoing event webhooks (docs/design.md §18), for admins: endpoints (URL, events, kinds, secret),
 their health and delivery log, enable/disable, retry failed deliveries, delete."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Queue health (SPEC 5): jobs per state and kind, the oldest waiting job, sends per
+"""Queue health (docs/design.md §22): jobs per state and kind, the oldest waiting job, sends per
 minute, live workers and the relay; and the alarm banner shown on every page."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The failed-jobs inbox (SPEC 5): admins retry and dismiss; support reads."""
+"""The failed-jobs inbox (docs/design.md §22): admins retry and dismiss; support reads."""
 
 from __future__ import annotations
 

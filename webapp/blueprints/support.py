@@ -1,4 +1,4 @@
-"""The support console (SPEC 4, 11): find a user, see every transactional email of every
+"""The support console (docs/design.md §21): find a user, see every transactional email of every
 kind with its attempts, why it failed and the event that caused it, resend per kind within
 that kind's cooldown, release or drop held ones."""
 

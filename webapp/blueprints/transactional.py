@@ -1,4 +1,4 @@
-"""The *Transactional* page (SPEC 11, admins): every kind with its class and last-24 h
+"""The *Transactional* page (docs/design.md §21, admins): every kind with its class and last-24 h
 numbers, a kind editor (sandboxed templates, checked when saved), a preview with sample
 ``data``/``event`` shown in a sandboxed frame, and a test send."""
 

@@ -21,6 +21,7 @@ import dns.resolver
 from publicsuffixlist import PublicSuffixList
 
 from workers.building.dkim import KeyRecord, signing_domain
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_, Text, message_of
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
@@ -492,7 +493,7 @@ def check_bounce(resolver: dns.resolver.Resolver, domain: str, bounce_address: s
                  policy: dict[str, str]) -> list[Check]:
     """The bounce (envelope) domain aligns with the From domain for SPF, and has an MX so
     bounces reach the bounce mailbox."""
-    bounce_domain = bounce_address.rpartition("@")[2].lower()
+    bounce_domain = domain_of(bounce_address)
     checks = []
     strict = policy.get("aspf", "r").lower() == "s"
     name = N_("bounce domain alignment of %(domain)s", domain=domain)
@@ -540,7 +541,7 @@ def check_domain(resolver: dns.resolver.Resolver, domain: str, keys: Sequence[Ke
     failure becomes a problem saying DNS did not answer, never a crash."""
     domain = domain.lower().rstrip(".")
     envelope = bounce_address or f"postmaster@{domain}"
-    envelope_domain = envelope.rpartition("@")[2].lower()
+    envelope_domain = domain_of(envelope)
     report = DomainReport(domain)
     try:
         if is_free_mail(domain):

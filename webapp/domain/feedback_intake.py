@@ -1,5 +1,5 @@
-"""Webhook intake (SPEC 12): an authenticated provider request becomes effects on jobs, in
-one transaction, or a clear refusal with nothing changed.
+"""Webhook intake (docs/design.md §18): an authenticated provider request becomes effects on jobs,
+in one transaction, or a clear refusal with nothing changed.
 
 - A replay of a signed request (same SNS MessageId, SendGrid timestamp and body, Postmark
   record id) is refused with 409: its receipt is stored with the effects. A Mailgun
@@ -24,18 +24,17 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit
 from webapp.domain.errors import Conflict, NotFound
-from webapp.webhooks import Inbound, ProviderEvent
+from webapp.inbound_webhooks.base import Inbound, Provider, ProviderEvent
 from workers.after_acceptance import feedback
 from workers.building.links import job_from_bounce_address
 
-# Postmark gives no reference to our message: the newest job sent to the address within
-# this window is the one (documented in docs/deliverability.md).
+# A provider that gives no reference to our message (Postmark): the newest job sent to the
+# address within this window is the one (documented in docs/deliverability.md).
 LATEST_WINDOW = 7 * 86400
-BATCH_SOURCES = frozenset({"sendgrid"})
 
 
 def _job_for(conn: Connection, event: ProviderEvent, *, secret_key: str,
-             bounce_address: str | None, source: str) -> int | None:
+             bounce_address: str | None, provider: Provider) -> int | None:
     verp = [j for j in (job_from_bounce_address(secret_key, a, bounce_address)
                         for a in event.refs.addresses) if j is not None]
     refs = event.refs
@@ -43,7 +42,8 @@ def _job_for(conn: Connection, event: ProviderEvent, *, secret_key: str,
     return feedback.find_job(
         conn, verp_job_ids=verp, message_ids=refs.message_ids,
         correlation_ids=refs.correlation_ids, email=event.feedback.email,
-        latest_window=LATEST_WINDOW if source == "postmark" and no_refs else None)
+        latest_window=LATEST_WINDOW if provider.match_newest_to_address and no_refs
+        else None)
 
 
 def consume(conn: Connection, source: str, key: str) -> None:
@@ -56,7 +56,7 @@ def consume(conn: Connection, source: str, key: str) -> None:
         raise Conflict("this webhook request was already processed (a replay)")
 
 
-def receive(conn: Connection, inbound: Inbound, *, secret_key: str,
+def receive(conn: Connection, inbound: Inbound, provider: Provider, *, secret_key: str,
             bounce_address: str | None, thresholds: feedback.Thresholds) -> dict[str, Any]:
     """Apply an authenticated request. Raises Conflict (replay) or NotFound (an event for
     a message that is not ours); the caller's transaction then rolls back."""
@@ -67,10 +67,10 @@ def receive(conn: Connection, inbound: Inbound, *, secret_key: str,
                                "effects": {}}
     for event in inbound.events:
         job_id = _job_for(conn, event, secret_key=secret_key, bounce_address=bounce_address,
-                          source=inbound.source)
-        direct = inbound.source == "generic" and not event.refs.message_ids
+                          provider=provider)
+        direct = provider.address_events and not event.refs.message_ids
         if job_id is None and not direct:
-            if inbound.source not in BATCH_SOURCES:
+            if not provider.batch:
                 raise NotFound("no message sent by SendDock matches this event",
                                fields={"message": "unknown message"})
             outcome = feedback.record_unmatched(conn, inbound.source, event.feedback,

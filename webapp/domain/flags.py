@@ -1,4 +1,4 @@
-"""What support should know about an address before it is sent to (SPEC 4): a disposable
+"""What support should know about an address before it is sent to (docs/design.md §21): a disposable
 domain (the maintained ``disposable-email-domains`` list) and the suppression list."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import sqlalchemy as sa
 from disposable_email_domains import allowlist, blocklist
 from sqlalchemy.engine import Connection
 
+from workers.core.addresses import domain_of
+
 FLAG_DISPOSABLE = "disposable_domain"
 FLAG_SUPPRESSED = "suppressed"
 
@@ -16,7 +18,7 @@ FLAG_SUPPRESSED = "suppressed"
 def disposable_domain(email: str) -> str | None:
     """The listed disposable domain the address belongs to (its domain or a parent of it,
     per the maintained ``disposable-email-domains`` list), or None."""
-    domain = email.rsplit("@", 1)[-1].strip().lower().rstrip(".")
+    domain = domain_of(email)
     labels = domain.split(".")
     for i in range(len(labels) - 1):
         candidate = ".".join(labels[i:])

@@ -1,4 +1,4 @@
-"""Queue health and alarms (SPEC 5): what the health page, the banner on every page and
+"""Queue health and alarms (docs/design.md §22): what the health page, the banner on every page and
 ``/metrics`` show. Everything here is cheap enough to run on every page view: counts come
 from counters and small indexes; attempts per minute from attempt_minutes, kept by a
 trigger (a few rows a minute however fast a campaign drains).
@@ -19,10 +19,10 @@ from webapp.domain import queue_reads
 from workers.after_acceptance import event_queue, feedback
 from workers.core import pg
 from workers.core.i18n import N_, Text
+from workers.core.relays import parse_relays
 from workers.core.settings import Config
 from workers.core.states import Campaign
 from workers.delivery import queue
-from workers.delivery.smtp import parse_relays
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class
 CHART = timedelta(hours=1)  # the sent-per-minute chart (within queue.MINUTES_KEPT)
@@ -104,7 +104,7 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
             else Text.verbatim("")
         last = relay.get("last_error") or N_("unknown")
         if relay.get("reason") == "login":
-            # A 535 never heals by itself: say what to do (SPEC 10).
+            # A 535 never heals by itself: say what to do (docs/design.md §16).
             alarms.append(Alarm("relay_down", N_(
                 "Login refused — check the credentials (SENDDOCK_SMTP_URL)%(since)s. Delivery "
                 "is paused; the relay is probed at most every %(every)s (Queue health: Retry "
@@ -163,8 +163,8 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
 
 
 def feedback_alarms(conn: Connection, config: Config) -> list[Alarm]:
-    """SPEC 12: a campaign whose complaint rate reached SENDDOCK_COMPLAINT_ALARM_RATE, and
-    an event-webhook endpoint disabled because it keeps failing."""
+    """docs/design.md §18: a campaign whose complaint rate reached SENDDOCK_COMPLAINT_ALARM_RATE,
+    and an event-webhook endpoint disabled because it keeps failing."""
     alarms: list[Alarm] = []
     level = config.feedback.complaint_alarm_rate
     for c in feedback.complaint_rates(conn):
@@ -294,7 +294,7 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
 
 
 def relays_with_state(conn: Connection, config: Config) -> list[dict[str, Any]]:
-    """Each relay of SENDDOCK_SMTP_URL (SPEC 16): name, role, redacted URL and its state
+    """Each relay of SENDDOCK_SMTP_URL (docs/design.md §17): name, role, redacted URL and its state
     row (``relay_state``), in the configured (failover) order."""
     specs = parse_relays(config.smtp_url)  # it parsed when the settings were loaded
     states = queue.relay_states(conn, len(specs))

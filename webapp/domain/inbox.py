@@ -1,4 +1,4 @@
-"""The failed-jobs inbox (SPEC 5): failed and bounced jobs of every kind, newest first,
+"""The failed-jobs inbox (docs/design.md §22): failed and bounced jobs of every kind, newest first,
 with filters and search; retry one, retry all matching, dismiss. Every action is audited.
 
 The SQL is in :mod:`workers.delivery.queue` ("inbox and health"); this module turns the admin's
@@ -49,7 +49,7 @@ def parse_filter(args: dict[str, str]) -> queue.ProblemFilter:
     ``to`` (days, inclusive) and ``q`` (an email, a correlation ID or a job id)."""
     where = queue.ProblemFilter()
     kind = args.get("kind") or None
-    if kind is not None and not is_kind_name(kind):  # kinds are data (SPEC 11)
+    if kind is not None and not is_kind_name(kind):  # kinds are data (docs/design.md §21)
         raise Invalid(N_("kind must be a kind's name, e.g. broadcast, verification, "
                          "onboarding"), fields={"kind": N_("unknown")})
     where.kind = kind

@@ -1,4 +1,4 @@
-"""The one request pipeline for transactional mail (SPEC 4, 11, 17): ``POST /messages``,
+"""The one request pipeline for transactional mail (docs/design.md §21, §26): ``POST /messages``,
 ``POST /messages/batch``, ``POST /verifications`` and a verification resend's new job all
 end in :func:`submit`, which answers a list of requests with one statement in the common
 case (docs/performance.md, "The transactional API").
@@ -20,7 +20,7 @@ Guarantees kept here, all in the database so they hold across processes:
 - a kind with ``request_cooldown``: no second email to the same address inside the
   cooldown since the last one was created, sent or resent (429 + Retry-After), the same
   rule as the resend buttons, so no endpoint walks around it;
-- the backlog limit (SPEC 5): past ``SENDDOCK_MAX_BACKLOG`` an item is refused with 503;
+- the backlog limit (docs/design.md §22): past ``SENDDOCK_MAX_BACKLOG`` an item is refused with 503;
 - each new message is written with its audit row in the same statement, and idle workers
   are woken once per statement and kind (a batch of 500 sends one NOTIFY). Waking them
   only when no other job was waiting was tried and measured: the delivery threads that
@@ -94,7 +94,7 @@ class Answer:
 
 
 def held(spec: KindSpec, flags: list[str], config: Config) -> bool:
-    """The hold rule (SPEC 4), written once: a kind that holds disposable addresses, a
+    """The hold rule (docs/design.md §21), written once: a kind that holds disposable addresses, a
     flagged address, and the ``hold`` policy."""
     return kinds.policy(spec).hold_disposable and FLAG_DISPOSABLE in flags \
         and config.disposable_policy == "hold"

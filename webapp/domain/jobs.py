@@ -60,7 +60,7 @@ class Filters:
 
 def parse_filters(conn: Connection, args: Any) -> Filters:
     kind = (args.get("kind") or "").strip() or None
-    if kind is not None and not is_kind_name(kind):  # kinds are data (SPEC 11)
+    if kind is not None and not is_kind_name(kind):  # kinds are data (docs/design.md §21)
         raise Invalid(N_("kind must be a kind's name, e.g. broadcast, verification, "
                          "onboarding"), fields={"kind": N_("unknown")})
     found = Filters(kind=kind)

@@ -1,4 +1,4 @@
-"""Transactional kinds as data (SPEC 11): define and edit them (API ``PUT /kinds/{name}``
+"""Transactional kinds as data (docs/design.md §21): define and edit them (API ``PUT /kinds/{name}``
 and the *Transactional* page), preview them with sample data, send a test, and read what
 the page shows per kind.
 

@@ -1,5 +1,5 @@
-"""The backlog limit (SPEC 5): above it new work is refused with a clear answer instead of
-growing without bound."""
+"""The backlog limit (docs/design.md §22): above it new work is refused with a clear answer instead
+of growing without bound."""
 
 from __future__ import annotations
 

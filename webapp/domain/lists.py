@@ -1,4 +1,4 @@
-"""Lists and subscribers. One subscriber per address however it is cased (SPEC 3)."""
+"""Lists and subscribers. One subscriber per address however it is cased (docs/design.md §20)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Messages of any transactional kind (SPEC 11): ``POST /messages``, ``DELETE /messages``,
-resend per kind, and what support reads per user. Verification mail keeps its own module
-(:mod:`webapp.domain.verifications`, SPEC 4), which this one reuses.
+"""Messages of any transactional kind (docs/design.md §21): ``POST /messages``, ``DELETE
+/messages``, resend per kind, and what support reads per user. Verification mail keeps its own
+module (:mod:`webapp.domain.verifications`, docs/design.md §21), which this one reuses.
 
 Guarantees kept here:
 
@@ -261,11 +261,11 @@ def cancel(conn: Connection, kind_name: Any, user_ref: Any, *, actor: str) -> di
 
 def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
            actor: str) -> tuple[dict[str, Any], bool]:
-    """Send the user's latest message of the kind again (verification: exactly as SPEC 4).
-    A waiting one is made due now instead of adding a row; otherwise a copy with the same
+    """Send the user's latest message of the kind again (verification: exactly as docs/design.md
+    §21). A waiting one is made due now instead of adding a row; otherwise a copy with the same
     data and event is queued. :class:`TooMany` inside the kind's cooldown."""
     spec = kinds.get(conn, kind_name)
-    if kinds.policy(spec).one_live:  # one live job per user: SPEC 4's resend rules
+    if kinds.policy(spec).one_live:  # one live job per user: docs/design.md §21's resend rules
         return verifications.resend(conn, config, user_ref, actor=actor)
     queue.lock_user(conn, spec.name, user_ref)
     cooldown = kinds.cooldown_of(spec, config)

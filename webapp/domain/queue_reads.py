@@ -117,7 +117,7 @@ _EXACT_HITS = """
             OR user_ref = CAST(:user_ref AS text))
      LIMIT :limit
 """
-# One kind, or every transactional kind (the support page shows them all, SPEC 11).
+# One kind, or every transactional kind (the support page shows them all, docs/design.md §21).
 _SEARCH_ONE_KIND = _users_search(_EXACT_HITS.format(kind="kind = :kind"), _ONE_KIND)
 _SEARCH_ALL_KINDS = _users_search(_EXACT_HITS.format(kind="kind NOT IN ('broadcast', 'test')"),
                                   _ALL_KINDS)
@@ -399,8 +399,8 @@ def recent_finishes(conn: Connection, broadcast_id: int, since: datetime,
                                            "recent": recent or since}).one()
 
 
-# A campaign's jobs waiting for a recipient domain that throttles us (SPEC 16): per domain
-# throttled now, how many of the broadcast's waiting jobs go there. Only read while some
+# A campaign's jobs waiting for a recipient domain that throttles us (docs/design.md §17): per
+# domain throttled now, how many of the broadcast's waiting jobs go there. Only read while some
 # domain is throttled, and bounded: at most THROTTLED_SCAN waiting jobs are looked at
 # (``more``: there may be more than counted).
 THROTTLED_SCAN = 50_000
@@ -430,7 +430,7 @@ def retry_due(conn: Connection, broadcast_id: int) -> tuple[datetime | None, dat
     return row.next_at, row.last_at
 
 
-# --- transactional kinds (SPEC 11) -----------------------------------------------------
+# --- transactional kinds (docs/design.md §21) -----------------------------------------------------
 
 # Cumulative outcomes per kind and class (senddock_messages_total, senddock_retries_total):
 # the trigger-kept slots of job_outcome_counts summed; a few dozen rows however many jobs.

@@ -1,6 +1,6 @@
 """Sending domains as the admins' page and the campaign review page see them: the domains
 mail goes out From, their DKIM keys, the DNS checks, and what a campaign's review warns
-about (SPEC 13; Gmail's and Yahoo's bulk-sender rules)."""
+about (docs/design.md §19; Gmail's and Yahoo's bulk-sender rules)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from email.utils import parseaddr
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,10 +17,11 @@ from webapp.domain import audit, layouts
 from webapp.domain import domain_checks as dc
 from webapp.domain.errors import Invalid
 from workers.building import dkim
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_, message_of
+from workers.core.relays import parse_relays
 from workers.core.settings import Config
 from workers.core.states import Campaign, sql_list
-from workers.delivery.smtp import parse_relays
 
 _UNSUBSCRIBE_VARIABLE = re.compile(r"\{\{-?\s*unsubscribe_url\b")
 _CACHE_SECONDS = 60.0
@@ -32,11 +32,6 @@ class DomainView:
     domain: str
     keys: list[dkim.KeyRecord]
     uses: list[str]
-
-
-def domain_of(address: str) -> str:
-    addr = parseaddr(address)[1]
-    return addr.rpartition("@")[2].lower().rstrip(".") if "@" in addr else ""
 
 
 def overview(conn: Connection, config: Config) -> list[DomainView]:

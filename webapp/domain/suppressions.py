@@ -1,4 +1,4 @@
-"""The suppression list: addresses SendDock never sends to (SPEC 5).
+"""The suppression list: addresses SendDock never sends to (docs/design.md §22).
 
 One row per lower-cased address with its reason (``bounced``, ``unsubscribed``,
 ``complaint``, ``manual``), the job and SMTP reply that caused it, a note and who added it.

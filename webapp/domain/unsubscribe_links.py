@@ -1,5 +1,6 @@
 """Following an unsubscribe link: who it names, and putting them on the suppression list
-(SPEC 3). The links themselves are signed by the engine (:mod:`workers.building.links`)."""
+(docs/design.md §20). The links themselves are signed by the engine
+(:mod:`workers.building.links`)."""
 
 from __future__ import annotations
 

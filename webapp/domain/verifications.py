@@ -1,5 +1,5 @@
-"""Verification emails (SPEC 4): request, resend with a cooldown, disposable-domain policy,
-and the history support staff read. Shared by the API and the support console.
+"""Verification emails (docs/design.md §21): request, resend with a cooldown, disposable-domain
+policy, and the history support staff read. Shared by the API and the support console.
 
 Guarantees kept here:
 
@@ -29,6 +29,7 @@ from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMa
 from webapp.domain.lists import check_email
 from webapp.i18n import dt
 from workers.after_acceptance import feedback
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_, word
 from workers.core.settings import Config
 from workers.core.states import (
@@ -134,7 +135,7 @@ def explain_flags(job: dict[str, Any]) -> list[FlagView]:
     views = []
     for flag in job.get("flags") or []:
         if flag == FLAG_DISPOSABLE:
-            listed = flags.disposable_domain(job["email"]) or job["email"].rsplit("@", 1)[-1]
+            listed = flags.disposable_domain(job["email"]) or domain_of(job["email"])
             reason = N_("%(domain)s is a throwaway-mail domain on the disposable-email-domains "
                         "list; the email is held until support releases or drops it.",
                         domain=listed) if job["status"] == HELD else \
@@ -333,7 +334,8 @@ def user_history(conn: Connection, config: Config, user_ref: str, *, kind: str =
     latest = queue.latest_job_for_user(conn, kind, user_ref, cooldown)
     assert latest is not None
     attempts = queue_reads.attempts_for_jobs(conn, [j["id"] for j in jobs])
-    # Bounces and complaints reported after acceptance (SPEC 12), shown with the attempts.
+    # Bounces and complaints reported after acceptance (docs/design.md §18), shown with the
+    # attempts.
     events = feedback.events_for_jobs(conn, [j["id"] for j in jobs])
     for job in jobs:
         job["events"] = events[job["id"]]

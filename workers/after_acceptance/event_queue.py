@@ -1,4 +1,5 @@
-"""The queue of outgoing event webhooks (SPEC 12): every statement, with what it guarantees.
+"""The queue of outgoing event webhooks (docs/design.md §18): every statement, with what it
+guarantees.
 
 A delivery is one event (``sent``, ``bounced``, ``complained``, ``failed``,
 ``unsubscribed``) for one endpoint. Triggers (migration 0015) insert it in the same

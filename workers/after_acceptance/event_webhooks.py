@@ -1,4 +1,4 @@
-"""Delivering outgoing event webhooks (SPEC 12), run by the pool on its schedule.
+"""Delivering outgoing event webhooks (docs/design.md §18), run by the pool on its schedule.
 
 Each delivery is POSTed as JSON, signed per Standard Webhooks (``webhook-id``,
 ``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256>``, made with the

@@ -1,4 +1,4 @@
-"""Bounces and complaints after acceptance (SPEC 12): what an event does to the job, the
+"""Bounces and complaints after acceptance (docs/design.md §18): what an event does to the job, the
 suppression list and the campaign, in the caller's transaction.
 
 Every statement says what it guarantees. In short:
@@ -338,7 +338,7 @@ def event_raw(conn: Connection, event_id: int) -> str | None:
                         {"id": event_id}).scalar()
 
 
-# --- sender bounces and unreadable mail (SPEC 16) ------------------------------------------
+# --- sender bounces and unreadable mail (docs/design.md §17) --------------------------------------
 
 _SENDER_BOUNCES = sa.text("""
 SELECT coalesce(reason_code, 'blocked') AS reason, count(*) AS n, max(created_at) AS last_at,

@@ -1,4 +1,4 @@
-"""The bounce mailbox (``SENDDOCK_BOUNCE_MAILBOX``), polled by the workers (SPEC 12).
+"""The bounce mailbox (``SENDDOCK_BOUNCE_MAILBOX``), polled by the workers (docs/design.md §18).
 
 Each message is read, parsed (:mod:`workers.after_acceptance.reports`), matched to its
 job (the VERP token in the address it was delivered to, else the original Message-ID) and

@@ -1,5 +1,5 @@
-"""The pool's jobs for what happens after acceptance (SPEC 12): polling the bounce mailbox
-and delivering outgoing event webhooks. Each runs on the pool's scheduler as its own job,
+"""The pool's jobs for what happens after acceptance (docs/design.md §18): polling the bounce
+mailbox and delivering outgoing event webhooks. Each runs on the pool's scheduler as its own job,
 never inside the drain loops, and survives a database or mailbox outage (logged, retried
 on the next run)."""
 

@@ -32,8 +32,9 @@ from workers.building.message import (
     compile_campaign,
     list_id,
 )
+from workers.core.addresses import domain_of
+from workers.core.jobs import ClaimedJob
 from workers.core.settings import Config
-from workers.delivery.queue import ClaimedJob
 
 # The built-in verification message as shipped (migration 0014 seeded the `verification`
 # kind with it; a test keeps the two equal). Transactional mail renders from `kinds`.
@@ -57,7 +58,7 @@ class PreparedCampaign:
 class Envelope:
     """The envelope sender and the bytes for one job. ``campaign_sender``: the envelope
     sender is the campaign's own From (no bounce address), so a relay refusing it refuses
-    that campaign, not every message (SPEC 10)."""
+    that campaign, not every message (docs/design.md §16)."""
 
     mail_from: str
     message: bytes
@@ -70,10 +71,10 @@ def address_of(field: str) -> str:
     return parseaddr(field)[1]
 
 
-def domain_of(address: str) -> str:
-    """The domain part of a From address, for Message-IDs."""
-    addr = address_of(address)
-    return addr.rsplit("@", 1)[-1] if "@" in addr else "senddock.local"
+def message_id_domain(address: str) -> str:
+    """The domain Message-IDs are made on: the From address's, or ``senddock.local`` when
+    it has none."""
+    return domain_of(address_of(address)) or "senddock.local"
 
 
 def builtin_verification() -> tuple[str, str, str]:
@@ -167,7 +168,7 @@ class Composer:
         return self._signed(envelope)
 
     def retry_schedule(self, kind: str) -> tuple[int, ...]:
-        """The delays between attempts for ``kind``: the kind's own (SPEC 11), else the
+        """The delays between attempts for ``kind``: the kind's own (docs/design.md §21), else the
         settings' (campaigns, tests, and the built-in kind unless an admin set one)."""
         return self.kinds.retry_schedule(kind, self.config.retry_schedule)
 

@@ -2,7 +2,7 @@
 
 Signing goes through ``cryptography`` (OpenSSL) rather than dkimpy's pure-Python RSA:
 ``bench/bench_dkim.py`` measured dkimpy at several milliseconds of CPU per message, which
-would cap the drain far below SPEC 8's 1,000 msgs/s; the canonicalisation here is the
+would cap the drain far below docs/design.md §27's 1,000 msgs/s; the canonicalisation here is the
 relaxed/relaxed one of RFC 6376 section 3.4 and the tests check every signature with
 dkimpy's verifier (and OpenDKIM) against a real DNS server.
 
@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy.engine import Connection, Engine
 
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_, Text, word
 
 log = logging.getLogger(__name__)
@@ -530,8 +531,7 @@ def from_domain(message: bytes) -> str | None:
 def _address_domain(value: bytes) -> str | None:
     """A From field's domain (cached: a campaign's messages share one From)."""
     address = parseaddr(value.replace(b"\r\n", b"").decode("utf-8", "replace"))[1]
-    domain = address.rpartition("@")[2].lower().rstrip(".")
-    return domain if "@" in address and domain else None
+    return domain_of(address) or None
 
 
 class KeyRing:

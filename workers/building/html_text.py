@@ -1,4 +1,4 @@
-"""A plain-text alternative for HTML-only mail (SPEC 10: spam filters score an HTML part
+"""A plain-text alternative for HTML-only mail (docs/design.md §16: spam filters score an HTML part
 without a text twin, e.g. SpamAssassin's MIME_HTML_ONLY).
 
 Standard library only: :class:`html.parser.HTMLParser` walks the markup once; block

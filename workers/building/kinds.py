@@ -1,5 +1,5 @@
-"""Transactional kinds as the engine sees them (SPEC 11): the class → priority vocabulary,
-what a kind's template sees, and a per-process catalog of compiled kinds.
+"""Transactional kinds as the engine sees them (docs/design.md §21): the class → priority
+vocabulary, what a kind's template sees, and a per-process catalog of compiled kinds.
 
 A kind is a row of ``kinds`` (name, class, templates, retry schedule, resend cooldown,
 dedupe window). Its class fixes the priority its jobs get at enqueue, and the claim serves

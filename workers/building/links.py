@@ -1,4 +1,4 @@
-"""Signed, unguessable links the engine puts into messages (SPEC 3, P10).
+"""Signed, unguessable links the engine puts into messages (docs/design.md §20, P10).
 
 The engine builds them when it composes a message; the web app reads them back when a
 recipient follows one. Both sides share only the secret key.
@@ -44,7 +44,7 @@ def unsubscribe_url(base_url: str, secret_key: str, subscriber_id: int,
     return f"{base_url}/u/{make_token(secret_key, subscriber_id, campaign_id)}"
 
 
-# --- VERP bounce addresses (SPEC 10 headers, SPEC 12) --------------------------------------
+# --- VERP bounce addresses (docs/design.md §16 headers, docs/design.md §18) -----------------------
 # The envelope sender of each message names its job, signed, so a bounce delivered to it (a
 # DSN, or an ARF report quoting Original-Mail-From) finds the job without trusting anything
 # else in the report: bounces+<token>@domain. The token is short (the local part of an
@@ -74,7 +74,9 @@ def read_bounce_token(secret_key: str, token: str) -> int | None:
     except ValueError:
         return None
     expected = base64.b32encode(_verp_mac(secret_key, job_id)).decode().rstrip("=").lower()
-    return job_id if hmac.compare_digest(expected, mac) else None
+    # Bytes, not str: the token is anyone's text, and compare_digest refuses non-ASCII str.
+    return job_id if hmac.compare_digest(expected.encode(),
+                                         mac.encode("utf-8", "surrogatepass")) else None
 
 
 def bounce_address(bounce_address: str, secret_key: str, job_id: int) -> str:

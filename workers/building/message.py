@@ -27,6 +27,7 @@ from jinja2 import ChainableUndefined, Template, TemplateSyntaxError, nodes, pas
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment, SecurityError
 
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_, Text, message_of
 
 CRLF = "\r\n"
@@ -608,7 +609,7 @@ def new_message_id(domain: str) -> str:
 def list_id(list_name: str, list_number: int, from_addr: str) -> str:
     """A ``List-Id`` value (RFC 2919) for a campaign to one list: ``"Name" <list-7.domain>``
     on the From address's domain; the phrase keeps only characters that need no encoding."""
-    domain = from_addr.rpartition("@")[2].strip().strip(">").lower() or "senddock.local"
+    domain = domain_of(from_addr) or "senddock.local"
     phrase = _WHITESPACE.sub(" ", _LIST_PHRASE_UNSAFE.sub(" ", list_name)).strip()[:60]
     ident = f"<list-{list_number}.{domain}>"
     return f'"{phrase}" {ident}' if phrase else ident

@@ -1,5 +1,5 @@
 """Messages that the engine and the domain code build and the UI shows in the reader's
-language (SPEC 14), without the engine importing Flask or the web app.
+language (docs/design.md §25), without the engine importing Flask or the web app.
 
 ``N_("the template has %(tags)s tags", tags=n)`` marks the English text for extraction
 (``pybabel extract -k N_``, see ``babel.cfg``) and returns a :class:`Text`: a ``str`` that

@@ -125,7 +125,7 @@ def describe(info: str) -> str:
 # (5 s, then 3 probes 2 s apart) and tcp_user_timeout while data waits for its
 # acknowledgement (10 s). Waits on the database are then bounded; that a session is cut
 # while its worker lives is safe because liveness is a lease and the worker is fenced
-# (SPEC 15, docs/reliability.md). The URL may set any of these itself (libpq's names).
+# (docs/design.md §15, docs/reliability.md). The URL may set any of these itself (libpq's names).
 TCP_DEFAULTS: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5,
                                 "keepalives_interval": 2, "keepalives_count": 3,
                                 "tcp_user_timeout": 10_000}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.core.outgoing import Guard
+from workers.core.relays import parse_relays
 
 
 class ConfigError(Exception):
@@ -67,7 +68,8 @@ SETTINGS: list[Setting] = [
             "Seconds between worker heartbeats; each renews the worker's lease."),
     Setting("WORKER_TIMEOUT", "30",
             "The lease: seconds a worker's right to send runs from each renewal, on the "
-            "database's clock (SPEC 15). A worker whose lease expired sends nothing more."),
+            "database's clock (docs/design.md §15). A worker whose lease expired sends nothing "
+            "more."),
     Setting("LEASE_GRACE", "10",
             "Seconds after a worker's lease expired before its jobs are taken back by a "
             "peer (a dead host's jobs: within WORKER_TIMEOUT + LEASE_GRACE + 10 s)."),
@@ -165,7 +167,7 @@ SETTINGS: list[Setting] = [
             "1 behind a reverse proxy that terminates TLS: trust one hop of X-Forwarded-For, "
             "-Proto, -Host and -Port (never enable without such a proxy: clients could "
             "forge their address)."),
-    # --- after acceptance: bounces, complaints, event webhooks (SPEC 12) ---
+    # --- after acceptance: bounces, complaints, event webhooks (docs/design.md §18) ---
     Setting("BOUNCE_ADDRESS", None,
             "Envelope sender (Return-Path) with the job encoded, VERP-style: "
             "bounces@example.com sends as bounces+<signed job token>@example.com, so a "
@@ -299,8 +301,6 @@ def _nonnegative(name: str, value: float) -> Any:
 
 def _smtp_url(raw: str) -> str:
     """The URL as given, once it parses: a bad one is one line naming the variable."""
-    from workers.delivery.smtp import parse_relays
-
     try:
         parse_relays(raw)
     except ValueError as exc:
@@ -344,7 +344,7 @@ def _ca_file(raw: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class FeedbackConfig:
-    """Bounces, complaints and event webhooks after acceptance (SPEC 12)."""
+    """Bounces, complaints and event webhooks after acceptance (docs/design.md §18)."""
 
     bounce_address: str | None = None
     bounce_mailbox: str | None = None

@@ -54,7 +54,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 #: Kinds of job the engine itself knows. ``test`` is a test send (of a campaign or a
-#: kind); admins add transactional kinds as rows of ``kinds`` (SPEC 11), named like this:
+#: kind); admins add transactional kinds as rows of ``kinds`` (docs/design.md §21), named like this:
 KINDS: tuple[str, ...] = ("broadcast", "verification", "test")
 KIND_NAME = "^[a-z][a-z0-9_-]{0,39}$"
 #: The same rule as the CHECK on every job row, in the form PostgreSQL evaluates fastest:

@@ -6,7 +6,7 @@
 (while the message itself was being transmitted). ``code is None`` means no reply at all:
 a refused or timed-out connection, a TLS failure or a disconnect.
 
-Where a refusal is reported says nothing about whom it concerns (SPEC 10): Postfix
+Where a refusal is reported says nothing about whom it concerns (docs/design.md §16): Postfix
 reports client, HELO and sender restrictions at RCPT (``smtpd_delay_reject = yes``), so
 the table first asks *who* a refusal is about -- our relay, our login, our sender, the
 recipient's domain -- and only then what the stage says. The enhanced status code
@@ -55,7 +55,7 @@ on the schedule; ``relay`` -> job back to ``pending``, no attempt, delivery paus
 probed (P6); ``relay_throttle`` -> back to ``pending``, no attempt, every process paced
 slower (and, after a 421, paused for a backoff); ``domain_throttle`` -> back to
 ``pending``, no attempt, that recipient domain waits for a backoff alone; which of the two
-a throttle is, is decided by evidence across domains (:class:`ThrottleJudge`, SPEC 16);
+a throttle is, is decided by evidence across domains (:class:`ThrottleJudge`, docs/design.md §17);
 ``sender`` -> back to ``pending``, no attempt, that campaign paused with the reason shown,
 its From probed until the relay accepts it and the campaign resumed by itself
 (transactional mail: delivery paused like ``relay``); ``sent`` -> ``sent``.
@@ -71,6 +71,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_
 
 
@@ -337,7 +338,7 @@ def refusal_key(code: int | None, text: str, recipient: str) -> str:
     """A refusal with everything recipient-specific taken out (addresses in or out of
     angle brackets, the recipient's local part and domain), so two recipients' refusals
     compare equal exactly when the relay said the same thing to both."""
-    local, _, domain = recipient.lower().rpartition("@")
+    local, domain = recipient.lower().rpartition("@")[0], domain_of(recipient)
     normalized = _ADDRESSES.sub("<>", text.lower())
     for part in (domain, local):
         if len(part) >= 3:
@@ -346,7 +347,7 @@ def refusal_key(code: int | None, text: str, recipient: str) -> str:
 
 
 class RefusalStreak:
-    """"The same refusal for many different recipients in a row is about us" (SPEC 10).
+    """"The same refusal for many different recipients in a row is about us" (docs/design.md §16).
 
     Fed every classified outcome of the process (all worker threads: a row is a row
     whichever thread sent it). When ``threshold`` consecutive refusals carry the same
@@ -380,7 +381,7 @@ class RefusalStreak:
             key = f"{cls}:{refusal_key(code, text, recipient)}"
             who = recipient.lower()
             if cls is ReplyClass.HARD_BOUNCE:
-                who = who.rpartition("@")[2]
+                who = domain_of(who)
             if self._row and self._row[-1][1] != key:
                 self._row.clear()
             if any(entry[2] == who for entry in self._row):
@@ -398,7 +399,7 @@ class RefusalStreak:
             self._row.clear()
 
 
-# --- whom a throttle concerns: evidence across domains (SPEC 16) ---------------------------
+# --- whom a throttle concerns: evidence across domains (docs/design.md §17) -----------------------
 
 THROTTLES = frozenset({ReplyClass.RELAY_THROTTLE, ReplyClass.DOMAIN_THROTTLE})
 
@@ -468,7 +469,7 @@ class ThrottleJudge:
         known to be the relay's: their backoff should be lifted)."""
         if stage not in MESSAGE_STAGES:
             return cls, []
-        domain = recipient.rpartition("@")[2].lower()
+        domain = domain_of(recipient)
         if cls is ReplyClass.SENDER:
             if code is None or code // 100 != 4 or not sender:
                 return cls, []

@@ -1,5 +1,5 @@
 """The finisher: one database session that commits the drain threads' outcomes as they come
-(SPEC 10, "The duplicate window is per message").
+(docs/design.md §16, "The duplicate window is per message").
 
 A drain thread hands its outcome over right after the relay's reply, builds its next
 message meanwhile, and waits for the commit at the relay's 354, before that message goes
@@ -23,7 +23,7 @@ still succeeds and they usually do; with ``client_connection_check_interval`` se
 running one is cancelled too. PostgreSQL 15 and 18 alike. An outcome not committed
 leaves its job ``sending``, for the rescuer to take back and resend: one message per
 drain thread at most, since a thread sends no further message before its previous
-outcome is confirmed (SPEC 10).
+outcome is confirmed (docs/design.md §16).
 
 If a statement fails, every outcome of its group gets the error and its drain thread
 retries it itself (:meth:`workers.delivery.pool.Pool._record`); the session is then dropped and the

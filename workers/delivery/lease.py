@@ -1,4 +1,4 @@
-"""A worker's right to send: a lease on the database clock (SPEC 15, P4).
+"""A worker's right to send: a lease on the database clock (docs/design.md §15, P4).
 
 The pool registers with a lease of ``SENDDOCK_WORKER_TIMEOUT`` seconds that its heartbeat
 (:class:`workers.services.Heartbeat`) renews; peers take its jobs back only once the lease

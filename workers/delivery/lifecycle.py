@@ -1,5 +1,5 @@
 """The campaign lifecycle: pause, resume and cancel, each one small statement on the
-campaign row at any size (SPEC 17), and the periodic service that settles a cancelled
+campaign row at any size (docs/design.md §26), and the periodic service that settles a cancelled
 campaign's waiting jobs afterwards in bounded chunks.
 
 The decision is the campaign's status: the claim takes a broadcast's jobs only while its

@@ -1,5 +1,5 @@
-"""From an SMTP result to a job's next state: the one place the reply classes of SPEC
-section 2 turn into statuses, retries and suppressions."""
+"""From an SMTP result to a job's next state: the one place the reply classes of docs/design.md
+§16 turn into statuses, retries and suppressions."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from workers.core.addresses import domain_of
 from workers.core.states import BOUNCED, FAILED, PENDING, RETRY, SENT, SKIPPED
 from workers.delivery.classify import MESSAGE_STAGES, ReplyClass
 from workers.delivery.queue import ClaimedJob, Outcome
@@ -27,7 +28,7 @@ def outcome_for(job: ClaimedJob, result: SendResult, schedule: tuple[int, ...],
 
     - sent / hard bounce / rejected end the job (the bounce also suppresses the address);
     - transient failures retry on the kind's schedule, then fail;
-    - relay trouble, throttling and a refused sender (P6, SPEC 10) put the job back to
+    - relay trouble, throttling and a refused sender (P6, docs/design.md §16) put the job back to
       `pending` without using an attempt -- except a marketer's test send, which fails
       visibly with the reason (there is no campaign to pause and nobody else to wait for).
     """
@@ -59,19 +60,18 @@ def outcome_for(job: ClaimedJob, result: SendResult, schedule: tuple[int, ...],
     return make(PENDING, counted=False, error=f"{label}: {reply}")
 
 
-def recipient_domain(email: str) -> str:
-    return email.rpartition("@")[2].lower()
+recipient_domain = domain_of  # the name workers.delivery.pool reads
 
 
 @dataclass
 class Aftermath:
-    """What a reply says about something other than its recipient (SPEC 10): the relay
+    """What a reply says about something other than its recipient (docs/design.md §16): the relay
     (down, login refused, throttling), a recipient domain (throttling), a campaign's From
     address (refused). The pool records it with that message's outcome, and keeps the
     batch's sum to know what to hold back."""
 
     relay_down: str | None = None
-    relay: int = 1  # which relay of SENDDOCK_SMTP_URL the reply came from (SPEC 16)
+    relay: int = 1  # which relay of SENDDOCK_SMTP_URL the reply came from (docs/design.md §17)
     login_refused: bool = False
     probe_recipient: str | None = None
     relay_throttle: str | None = None
@@ -81,7 +81,7 @@ class Aftermath:
     # A refused campaign From -> (the reply, a recipient it was refused for): probed later.
     refused_senders: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     reprieve: list[int] = field(default_factory=list)
-    # Domains judged throttled for a reply that turned out to be the relay's (SPEC 16).
+    # Domains judged throttled for a reply that turned out to be the relay's (docs/design.md §17).
     lift_domains: list[str] = field(default_factory=list)
     # A throttle judged the relay's on its wording alone, contradicted by another domain's
     # acceptance: the relay's pace is lifted (the domain waits instead, domain_throttles).

@@ -1,19 +1,19 @@
-"""The worker pool, hosted by APScheduler inside the process (SPEC 2).
+"""The worker pool, hosted by APScheduler inside the process (docs/design.md §14).
 
 - N drain loops (APScheduler jobs on its thread pool), each with its own SMTP connection,
   claim a batch and hand each message's outcome to the finisher (workers/delivery/finisher.py)
   the moment the relay has answered it: the thread writes the outcome's statement to the
   finisher's one pipelined session itself, and the finisher's thread reads the commits
   back. A thread builds its next message meanwhile and
-  waits for that commit at the relay's 354, before the message itself goes out (SPEC 10:
+  waits for that commit at the relay's 354, before the message itself goes out (docs/design.md §16:
   a crash resends at most one message per thread);
 - a lease on the database clock, renewed by the heartbeat (workers/heartbeat.py); a drain
   thread starts a message (MAIL FROM, and again at the relay's 354) only while the lease
-  is valid by this process's own clock (fencing, workers/lease.py, SPEC 15);
+  is valid by this process's own clock (fencing, workers/lease.py, docs/design.md §15);
 - the startup hook and a periodic rescuer that take back dead workers' jobs
   (workers/rescuer.py, P2, P4);
 - maintenance: enqueue accepted broadcasts, fire scheduled campaigns, complete finished
-  ones (workers/maintenance.py); the probe of a From address the relay refuses (SPEC 16);
+  ones (workers/maintenance.py); the probe of a From address the relay refuses (docs/design.md §17);
   the periodic services are registered in one place
   (workers/services.py);
 - a LISTEN connection that wakes idle loops the moment a job is enqueued (P7,
@@ -55,7 +55,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from workers.after_acceptance import pool as after_acceptance
 from workers.building import kinds
-from workers.building.compose import Composer, domain_of
+from workers.building.compose import Composer
+from workers.building.compose import message_id_domain as domain_of
 from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
@@ -112,8 +113,8 @@ class Pool:
         self.config = config
         self.node = node or config.node or socket.gethostname()
         self.worker_id = f"{self.node}:{os.getpid()}:{secrets.token_hex(3)}"
-        # The relays of SENDDOCK_SMTP_URL (SPEC 16): a stream goes through the first of its
-        # route that is not down; each relay has its own state row, login gate (one failed
+        # The relays of SENDDOCK_SMTP_URL (docs/design.md §17): a stream goes through the first of
+        # its route that is not down; each relay has its own state row, login gate (one failed
         # AUTH per process and relay) and fingerprint (a keyed hash of its URL, never the
         # password itself).
         self.relays = parse_relays(config.smtp_url)
@@ -125,7 +126,7 @@ class Pool:
         self._relays_checked = 0.0
         self._probed_at = 0.0
         self.streak = RefusalStreak(config.same_refusal_streak)
-        self.judge = ThrottleJudge()  # a throttle: the relay's or one domain's (SPEC 16)
+        self.judge = ThrottleJudge()  # a throttle: the relay's or one domain's (docs/design.md §17)
         # A throttling relay paces every process (queue.throttle_relay); this process
         # learns it at its own throttle reply or within PACE_CHECK seconds of another's.
         self._paced = False
@@ -211,11 +212,11 @@ class Pool:
                             held_tokens=self._held_tokens)]
         if self.maintenance:
             periodic.append(Maintenance(self.engine, self.outage, self.stopping))
-            # The lifecycle's periodic services, each bounded per tick (SPEC 17).
+            # The lifecycle's periodic services, each bounded per tick (docs/design.md §26).
             periodic.append(services.Periodic("settler", 1, self.settler.tick, self.outage))
             periodic.append(services.Periodic("retention", 60, self.retention.tick,
                                               self.outage))
-            # Refused From addresses probed on their backoff (SPEC 16).
+            # Refused From addresses probed on their backoff (docs/design.md §17).
             periodic.append(services.Periodic("sender_probe", 1, self._probe_senders,
                                               self.outage))
         services.schedule(scheduler, periodic)
@@ -363,7 +364,7 @@ class Pool:
                token: str) -> tuple[list[queue.ClaimedJob], list[float], float]:
         """Claim a batch under ``token``; with a rate limit (or a throttling relay's pace),
         also the (monotonic) time each job's send may start, from permits granted on the
-        database's clock (SPEC 10), and the interval between them."""
+        database's clock (docs/design.md §16), and the interval between them."""
         n = self.config.claim_batch
         config = self.config
         if not self._rate_limited(db):
@@ -410,7 +411,7 @@ class Pool:
         heartbeat as a lost claim once its token is no longer held."""
         term = self.lease.current()
         if term is None:
-            return False  # no lease confirmed: claim nothing, send nothing (SPEC 15)
+            return False  # no lease confirmed: claim nothing, send nothing (docs/design.md §15)
         token = str(uuid.uuid4())
         with self._holding_lock:
             self._claims[token] = {}
@@ -450,12 +451,12 @@ class Pool:
                  slots: list[float], interval: float, fence: _Fence) -> None:
         """Send the batch one message at a time. Each outcome goes to the finisher the
         moment the relay has answered, and is committed before the next message goes out
-        (SPEC 10); the next message is built meanwhile. What a reply says beyond its
+        (docs/design.md §16); the next message is built meanwhile. What a reply says beyond its
         recipient (relay down or throttling, a domain throttling, a refused From) is
         committed with its outcome, in one transaction. After a reply that stops the
         batch, the rest is handed back; so it is when the lease the batch was claimed
         under is no longer valid, or the previous outcome was not committed and accepted
-        by the relay's 354 (fencing, SPEC 15)."""
+        by the relay's 354 (fencing, docs/design.md §15)."""
         batch = outcomes.Aftermath()
         # A batch of campaign mail yields after BATCH_SLICE seconds (slow templates, a slow
         # relay): its unstarted jobs go back, and the next claim takes verification mail
@@ -621,7 +622,7 @@ class Pool:
             self.sent += 1
             wrong = self.judge.accepted(outcomes.recipient_domain(job.email),
                                         envelope.mail_from)
-            if wrong:  # a throttle taken for the relay's was that domain's (SPEC 16)
+            if wrong:  # a throttle taken for the relay's was that domain's (docs/design.md §17)
                 aftermath.unpace = True
                 aftermath.domain_throttles.update(wrong)
         return outcomes.outcome_for(job, result, self.composer.retry_schedule(job.kind),
@@ -629,8 +630,8 @@ class Pool:
 
     def _go_ahead(self, db: StatementDb, previous: _Handed | None, fence: _Fence) -> None:
         """At the relay's 354: the previous outcome must be committed before this message
-        is (SPEC 10) and accepted (a refused mark means the batch was taken back: this
-        worker's lease lapsed), and the lease must still be valid (SPEC 15); otherwise,
+        is (docs/design.md §16) and accepted (a refused mark means the batch was taken back: this
+        worker's lease lapsed), and the lease must still be valid (docs/design.md §15); otherwise,
         or after a stop meanwhile, the message is not sent at all (the connection is
         dropped mid-transaction) and the rest of the batch goes back."""
         if not self._settle(db, previous, record=False) and fence.broken is None:
@@ -656,7 +657,7 @@ class Pool:
     def _judge_throttle(self, job: queue.ClaimedJob, result: SendResult,
                         aftermath: outcomes.Aftermath, sender: str) -> SendResult:
         """A throttle reply is the relay's or its recipient domain's by evidence across
-        domains (SPEC 16); the wording only decides when there is none."""
+        domains (docs/design.md §17); the wording only decides when there is none."""
         cls, lift = self.judge.judge(result.reply_class, result.code, result.text, job.email,
                                      result.stage, sender)
         aftermath.lift_domains.extend(lift)
@@ -784,7 +785,7 @@ class Pool:
     def _probe_senders(self) -> None:
         """Probe refused From addresses whose turn has come, with the same MAIL FROM (and
         RCPT, where the relay reported the refusal): accepted, the campaigns it paused
-        resume by themselves (SPEC 16)."""
+        resume by themselves (docs/design.md §17)."""
         transport: SmtpTransport | None = None
         try:
             for _ in range(5):  # a few per tick; the rest wait for the next one
@@ -825,7 +826,7 @@ def _await_one_off_jobs(scheduler: BackgroundScheduler, longest: float = 2.0) ->
 
 
 class _Transports:
-    """A drain thread's connections: one per relay, opened when first used (SPEC 16)."""
+    """A drain thread's connections: one per relay, opened when first used (docs/design.md §17)."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool

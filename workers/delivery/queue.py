@@ -13,7 +13,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parseaddr
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from workers.core.jobs import ClaimedJob, Outcome  # defined in core; imported from here too
 from workers.core.states import (
     ACTIVE,
     BOUNCED,
@@ -44,52 +45,6 @@ from workers.delivery.lifecycle import custom_plan
 
 #: The suppression reason a hard bounce writes (suppressions.reason, not a job state).
 BOUNCE_REASON = "bounced"
-
-
-@dataclass
-class ClaimedJob:
-    id: int
-    kind: str
-    email: str
-    claim_token: str
-    attempts: int
-    correlation_id: str
-    message_id: str
-    campaign_id: int | None
-    subscriber_id: int | None
-    broadcast_id: int | None
-    user_ref: str | None
-    payload: dict[str, Any]
-    suppressed: bool
-    name: str = ""
-    attributes: dict[str, Any] = field(default_factory=dict)
-    priority: int = 0  # from the kind's class at enqueue (workers.core.states.CLASS_PRIORITY)
-    # The campaign's updated_at at the claim: compiled templates are cached under it.
-    campaign_version: str | None = None
-    # Counted attempts when the job was last retried by hand: the retry schedule restarts
-    # there, the attempt numbers go on.
-    retry_base: int = 0
-    waited: float = 0.0  # seconds it was due before this claim (the pool's lag)
-
-
-@dataclass
-class Outcome:
-    """How one claimed job ends this round. ``counted`` is False for outcomes that are not
-    an attempt at the recipient (relay trouble, skip, release on shutdown)."""
-
-    job_id: int
-    claim_token: str
-    status: str
-    counted: bool
-    reply_class: str | None = None
-    delay: float | None = None
-    error: str | None = None
-    code: int | None = None
-    enhanced: str | None = None
-    reply: str | None = None
-    stage: str | None = None
-    duration_ms: float = 0.0
-    started_at: datetime | None = None
 
 
 # --- enqueue ---------------------------------------------------------------------------
@@ -277,9 +232,9 @@ def notify_new_jobs(conn: Connection, kind: str) -> None:
 # campaign is `sending` (the lifecycle's one-row decision, workers.delivery.lifecycle) from its own
 # range of delivery_jobs_broadcast_due_idx, so a paused or cancelled backlog of any size is
 # never read, and a cancelled campaign's jobs not settled yet are never claimed. Nothing
-# is claimed while every relay (:relays of them, SPEC 16) is marked down (P6) or has
+# is claimed while every relay (:relays of them, docs/design.md §17) is marked down (P6) or has
 # paused us (one relay up is enough: it carries the others' streams), nor for a recipient
-# domain that is throttling us (SPEC 10: the other domains keep flowing).
+# domain that is throttling us (docs/design.md §16: the other domains keep flowing).
 # The Message-ID is fixed at the first claim and never changes (P3): random (it must not
 # reveal volume) on the campaign's From domain.
 _CLAIM = sa.text(rf"""
@@ -360,7 +315,7 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
 
 # --- finish ----------------------------------------------------------------------------
 
-# Finish jobs the moment the relay has answered (SPEC 10: the duplicate window is one
+# Finish jobs the moment the relay has answered (docs/design.md §16: the duplicate window is one
 # message per worker thread). One statement, so one round trip and one commit on an
 # autocommit session, prepared once per session; it takes one JSON document, so the
 # outcomes that reach the finisher (workers/delivery/finisher.py) together are committed together
@@ -457,7 +412,7 @@ def finish_one(conn: Connection, worker_id: str, outcome: Outcome) -> bool:
     return outcome.job_id in finish(conn, worker_id, [outcome])
 
 
-# --- liveness: leases (SPEC 15) -------------------------------------------------------
+# --- liveness: leases (docs/design.md §15) -------------------------------------------------------
 
 _REGISTER_WORKER = sa.text("""
 INSERT INTO workers (id, node, hostname, pid, threads, heartbeat_at, lease_until)
@@ -625,9 +580,9 @@ def mark_worker_stopped(conn: Connection, worker_id: str) -> int:
 
 # Pause all delivery (every process: the claim reads this row) and probe with backoff:
 # 2, 4, ... s up to :probe_max (SENDDOCK_RELAY_PROBE_MAX); after a refused login no more
-# often than :login_interval (SPEC 10: a fail2ban jail must never ban us). The refused
+# often than :login_interval (docs/design.md §16: a fail2ban jail must never ban us). The refused
 # URL's fingerprint is kept, so a process started with a different one probes at once.
-# The pause escalates once per probe cycle (SPEC 16): a failure seen by a drain thread
+# The pause escalates once per probe cycle (docs/design.md §17): a failure seen by a drain thread
 # while the relay is already down (another thread's reply, or a send that started before
 # the pause) changes neither the failure count nor the next probe; only a failed probe,
 # or a different reason (a refused login now), does. The row lock makes this a
@@ -736,7 +691,7 @@ def relay_status(conn: Connection, relay: int = 1) -> dict[str, Any]:
                                   "paused": False, "paced_rate": None}
 
 
-# --- throttling (SPEC 10, 16): slow down, never fail -------------------------------------
+# --- throttling (docs/design.md §16, §17): slow down, never fail ----------------------------------
 # A relay that throttles us is paced (AIMD, on the shared rate limiter's row): its rate is
 # halved at most once per second -- threads that see the same reply at the same moment
 # count once -- and grows back by a step per clean PACE_CLEAN_INTERVAL; nothing stops. A
@@ -874,7 +829,7 @@ def throttle_domain(conn: Connection, domain: str, reply: str,
 
 def lift_domain_throttles(conn: Connection, domains: Sequence[str]) -> None:
     """Those domains were judged throttled for a reply that turned out to be the relay's
-    (SPEC 16): their mail need not wait."""
+    (docs/design.md §17): their mail need not wait."""
     conn.execute(sa.text("DELETE FROM domain_throttles WHERE domain = ANY(:domains)"),
                  {"domains": [d.lower() for d in domains]})
 
@@ -892,7 +847,7 @@ def prune_domain_throttles(conn: Connection) -> None:
     conn.execute(sa.text("DELETE FROM domain_throttles WHERE until < now() - interval '1 day'"))
 
 
-# --- a refused From is probed until the relay accepts it (SPEC 16) -----------------------
+# --- a refused From is probed until the relay accepts it (docs/design.md §17) ---------------------
 
 SENDER_REFUSED = "the relay refuses this From address"
 
@@ -962,7 +917,7 @@ def sender_refusals(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in rows.mappings()]
 
 
-# --- the same refusal for many recipients in a row (SPEC 10) ------------------------------
+# --- the same refusal for many recipients in a row (docs/design.md §16) ---------------------------
 
 # Undo what a streak of identical refusals charged to recipients before it was recognized
 # as being about us: the jobs go back to `pending`, their attempt is given back, and a
@@ -991,7 +946,7 @@ def reprieve_jobs(conn: Connection, job_ids: Sequence[int], reason: str) -> int:
 
 
 # --- rate limit ------------------------------------------------------------------------
-# On the database's clock, shared by every process and host (SPEC 10). Per second: a GCRA
+# On the database's clock, shared by every process and host (docs/design.md §16). Per second: a GCRA
 # ("theoretical arrival time") in one row, so sends are spaced 1/rate apart however many
 # workers ask and fractional rates work (0.5/s = one send every 2 s). Per hour and per
 # day: sends counted per minute over rolling windows. The row lock taken first serializes
@@ -1320,8 +1275,8 @@ def backlog(conn: Connection) -> int:
 
 
 # --- verification ----------------------------------------------------------------------
-# Transactional mail for one user of the team's SaaS (SPEC 4). "Live" means not terminal:
-# pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
+# Transactional mail for one user of the team's SaaS (docs/design.md §21). "Live" means not
+# terminal: pending, sending, retry or held; the partial unique index delivery_jobs_one_active_idx
 # keeps it to one live job per (kind, user).
 
 # A job as the API and the pages read it: each field's name, and its expression where
@@ -1581,7 +1536,7 @@ def dismiss_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-# --- transactional kinds (SPEC 11) -----------------------------------------------------
+# --- transactional kinds (docs/design.md §21) -----------------------------------------------------
 # One message of a kind for one user. Its priority comes from the kind's class (the claim
 # serves critical → lifecycle → campaigns), `available_at` is its send_at (scheduled mail
 # waits in the claim index like a retry does), and `dedupe_until` opens the kind's dedupe

@@ -1,5 +1,5 @@
 """The rescuer and the startup hook: take back the in-flight jobs of dead workers (P2, P4,
-SPEC 15).
+docs/design.md §15).
 
 A worker is dead when its lease expired ``SENDDOCK_LEASE_GRACE`` seconds ago (the database
 clock judges; the worker itself stopped starting messages ``SENDDOCK_LEASE_MARGIN``

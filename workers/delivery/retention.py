@@ -1,4 +1,4 @@
-"""Retention (SPEC 17): the jobs table's size follows the settings, not history.
+"""Retention (docs/design.md §26): the jobs table's size follows the settings, not history.
 
 A campaign finished more than ``SENDDOCK_RETENTION_CAMPAIGN_DAYS`` ago is *rolled up*: the
 per-recipient rows of mail that went out (or was cancelled or skipped) are deleted, while

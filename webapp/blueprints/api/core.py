@@ -123,7 +123,7 @@ def get_job(job_id: int) -> Response:
             job["event"], job["data"] = view.get("event"), view.get("data")
         job["attempts_made"] = job.pop("attempts")
         job["attempts"] = queue_reads.job_attempts(conn, job_id)
-        # Bounces and complaints after acceptance (SPEC 12), without their raw source.
+        # Bounces and complaints after acceptance (docs/design.md §18), without their raw source.
         job["events"] = [{k: v for k, v in e.items() if k not in ("raw", "raw_truncated")}
                          for e in feedback.events_for_jobs(conn, [job_id])[job_id]]
     return answer(job)

@@ -1,4 +1,5 @@
-"""API: transactional kinds (SPEC 11). Admins define them; support and admins read them."""
+"""API: transactional kinds (docs/design.md §21). Admins define them; support and admins read
+them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""API: messages of any transactional kind (SPEC 11). ``202`` at once; never waits for the
-relay. ``POST /messages``, ``POST /messages/batch`` and ``POST /verifications`` share one
+"""API: messages of any transactional kind (docs/design.md §21). ``202`` at once; never waits for
+the relay. ``POST /messages``, ``POST /messages/batch`` and ``POST /verifications`` share one
 pipeline (:mod:`webapp.domain.intake`), answered by one autocommit statement each."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""API: verification emails (SPEC 4). Answers ``202`` at once; never waits for the relay."""
+"""API: verification emails (docs/design.md §21). Answers ``202`` at once; never waits for the
+relay."""
 
 from __future__ import annotations
 

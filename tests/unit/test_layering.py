@@ -1,0 +1,62 @@
+"""The engine's rooms are layered one way (docs/design.md §11): core ← building ← delivery ←
+after_acceptance. A module imports only from its own room and the rooms before it — at
+module level and inside functions alike — so a reader of core needs nothing above it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ORDER = ("core", "building", "delivery", "after_acceptance")
+
+# Known upward imports, each with why it is still there. The worker pool hosts the
+# after-acceptance jobs (bounce mailbox, outgoing event webhooks) on its scheduler; turning
+# that around (after_acceptance registering its services with the pool) is a change inside
+# workers/delivery/pool.py.
+ALLOWED = {
+    ("workers/delivery/pool.py", "workers.after_acceptance"),
+}
+
+
+def upward_imports(root: Path = ROOT) -> list[tuple[str, int, str]]:
+    found = []
+    for path in sorted((root / "workers").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        parts = rel.split("/")
+        if len(parts) < 3 or parts[1] not in ORDER:
+            continue
+        level = ORDER.index(parts[1])
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                bits = module.split(".")
+                if bits[0] == "workers" and len(bits) > 1 and bits[1] in ORDER \
+                        and ORDER.index(bits[1]) > level:
+                    found.append((rel, node.lineno, module))
+    return found
+
+
+def test_no_room_imports_a_later_one() -> None:
+    wrong = [f"{path}:{line}: imports {module}" for path, line, module in upward_imports()
+             if not any(path == p and module.startswith(m) for p, m in ALLOWED)]
+    assert not wrong, "an upward import (docs/design.md §11):\n" + "\n".join(wrong)
+
+
+def test_the_allowances_are_still_needed() -> None:
+    # An allowance nobody uses any more goes, so the list only shrinks.
+    used = {(path, m) for path, _, module in upward_imports()
+            for p, m in ALLOWED if path == p and module.startswith(m)}
+    assert used == ALLOWED
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
+    (tmp_path / "workers" / "core").mkdir(parents=True)
+    (tmp_path / "workers" / "core" / "x.py").write_text(
+        "def f():\n    from workers.delivery import queue\n    return queue\n")
+    assert upward_imports(tmp_path) == [("workers/core/x.py", 2, "workers.delivery")]
