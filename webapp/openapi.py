@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from webapp.domain import fields as rules
-from webapp.domain import text_limits
 from webapp.domain import kinds as kinds_input
 from webapp.domain import (
     layouts,
@@ -14,6 +13,7 @@ from webapp.domain import (
     segments,
     subscriptions,
     suppressions,
+    text_limits,
     tracking,
     verifications,
 )
