@@ -218,7 +218,7 @@ def add_many(conn: Connection, text: str, *, reason: str = "manual", note: str =
     ``already`` (were on the list) and ``errors`` (line, value, error): bad lines are
     reported and the rest are saved (P9)."""
     check_reason(reason)
-    text_limits.check("note", note.strip(), text_limits.SUPPRESSION_NOTE)
+    text_limits.check("note", note, text_limits.SUPPRESSION_NOTE)
     emails, errors = parse_addresses(text)
     if not emails and not errors:
         raise Invalid(N_("paste at least one address"), fields={"emails": N_("required")})
@@ -254,6 +254,6 @@ def clear(conn: Connection, emails: list[str], note: str, actor: str) -> list[st
     if not wanted:
         raise Invalid(N_("select at least one address to clear"),
                       fields={"emails": N_("required")})
-    text_limits.check("note", note.strip(), text_limits.SUPPRESSION_NOTE)
+    text_limits.check("note", note, text_limits.SUPPRESSION_NOTE)
     rows = conn.execute(_CLEAR, {"emails": wanted, "note": note.strip(), "actor": actor})
     return sorted(r.email for r in rows)
