@@ -457,8 +457,9 @@ def _condition(field: str, ops: list[str], value: dict[str, Any] | None,
     properties: dict[str, Any] = {"field": {"const": field}, "op": {"enum": ops}}
     if key:
         properties["key"] = ATTRIBUTE_KEY
+    # Not used, but the body is still checked for text PostgreSQL cannot store.
     properties["value"] = value if value is not None else {
-        "description": "not used (any value is ignored)"}
+        "$ref": STORABLE_REF, "description": "not used (any storable value is ignored)"}
     return _request(["field", "op", *(["key"] if key else []),
                      *(["value"] if value is not None else [])], properties)
 
