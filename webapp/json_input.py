@@ -9,12 +9,13 @@ other: a 400 JSON answer saying why.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from flask import Request
 from flask.json.provider import DefaultJSONProvider
 
-from webapp.domain.errors import DomainError
+from webapp.domain.errors import DomainError, Invalid
 
 # Deeper than any request SendDock documents needs (its deepest is 4: body, subscribers,
 # one subscriber, its attributes), shallow enough for every recursive walk.
@@ -39,11 +40,40 @@ def depth_over(value: Any, limit: int) -> bool:
     return False
 
 
-def _number(text: str) -> float | int:
+class _NonFinite:
+    """Where a body held ``NaN``, ``Infinity``, ``-Infinity`` or a number too large for a
+    float (``1e400``): JSON has no such numbers, so the field naming it is refused."""
+
+
+NON_FINITE = _NonFinite()
+
+
+def _number(text: str) -> float | int | _NonFinite:
     """A JSON number with a fraction or exponent: an int when it is a whole number
     (JSON Schema's "integer" includes 5.0, so an id sent as 5.0 is the id 5)."""
     value = float(text)
+    if not math.isfinite(value):
+        return NON_FINITE
     return int(value) if value.is_integer() else value
+
+
+def _constant(_name: str) -> _NonFinite:
+    return NON_FINITE
+
+
+def non_finite_field(value: Any) -> str | None:
+    """The path (``a.b.0``; ``body`` for the whole body) of the first non-finite number
+    in a parsed body, or None (checked without recursion)."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if item is NON_FINITE:
+            return path or "body"
+        children: Any = item.items() if isinstance(item, dict) else enumerate(item) \
+            if isinstance(item, list) else ()
+        stack.extend((child, f"{path}.{key}" if path else str(key))
+                     for key, child in children)
+    return None
 
 
 class JSONProvider(DefaultJSONProvider):
@@ -52,12 +82,19 @@ class JSONProvider(DefaultJSONProvider):
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         kwargs.setdefault("parse_float", _number)
+        kwargs.setdefault("parse_constant", _constant)
         try:
             value = super().loads(s, **kwargs)
         except RecursionError:
             raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
         if depth_over(value, MAX_JSON_DEPTH):
             raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        field = non_finite_field(value)
+        if field is not None:
+            # A 422 naming the field (it is valid JSON to Python, not to the standard).
+            raise Invalid(f"{field} must be a finite number (JSON has no NaN, Infinity "
+                          "or numbers beyond 1.8e308)",
+                          fields={field: "must be a finite number"})
         return value
 
 

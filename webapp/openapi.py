@@ -13,6 +13,7 @@ from webapp.domain import (
     segments,
     subscriptions,
     suppressions,
+    text_limits,
     tracking,
     verifications,
 )
@@ -87,6 +88,7 @@ STORABLE = {"anyOf": [
 
 # Request fields, each as strict as the server's own check (webapp.domain.fields).
 TEXT = {"type": "string", "pattern": rules.NO_NUL}
+NOTE = {**TEXT, "maxLength": text_limits.SUPPRESSION_NOTE}
 EMAIL = {"type": "string", "format": "email", "maxLength": 254, "pattern": rules.EMAIL}
 USER_ID = {"oneOf": [
     {"type": "string", "maxLength": verifications.MAX_USER_ID,
@@ -100,7 +102,7 @@ VERIFY_URL = {"type": "string", "maxLength": verifications.MAX_URL, "pattern": r
 # "Name <address>" — no control character anywhere (it becomes a mail header).
 FROM = {"anyOf": [
     {"type": "null"}, {"type": "string", "pattern": "^[ ]*$"}, EMAIL,
-    {"type": "string", "pattern": rules.NAMED_ADDRESS}],
+    {"type": "string", "pattern": rules.NAMED_ADDRESS, "maxLength": text_limits.FROM}],
     "description": "an address or Name <address> (blank or null: SENDDOCK_FROM); no CR, LF "
                    "or other control character"}
 SUBSCRIBER = {"type": "object", "required": ["email"], "additionalProperties": False,
@@ -109,7 +111,8 @@ SUBSCRIBER = {"type": "object", "required": ["email"], "additionalProperties": F
                   "name": {"type": ["string", "null"], "maxLength": lists.MAX_NAME,
                            "pattern": rules.NO_NUL},
                   "attributes": {"type": ["object", "null"],
-                                 "propertyNames": {"pattern": rules.NO_NUL},
+                                 "propertyNames": {"pattern": rules.NO_NUL, "maxLength":
+                                                   text_limits.ATTRIBUTE_NAME},
                                  "additionalProperties": {"$ref": STORABLE_REF}}}}
 
 
@@ -193,10 +196,12 @@ PATHS: dict[str, Any] = {
             "sandbox refuses is 422 naming the field; a segment of another list is 409",
             201, CAMPAIGN, 400, 404, 409, 413, 422,
             request=_request(["name", "list_id", "subject"], {
-                "name": {"type": "string", "pattern": rules.NOT_BLANK},
+                "name": {"type": "string", "pattern": rules.NOT_BLANK,
+                         "maxLength": text_limits.CAMPAIGN_NAME},
                 "list_id": {"type": "integer", "minimum": -BIGINT_MAX - 1,
                             "maximum": BIGINT_MAX},
                 "subject": {"type": "string", "pattern": rules.PLAIN_NOT_BLANK,
+                            "maxLength": text_limits.SUBJECT,
                             "description": "a template; no CR, LF or other control "
                                            "character (it becomes a mail header)"},
                 "text": {"type": ["string", "null"], "pattern": rules.NO_NUL},
@@ -250,7 +255,7 @@ PATHS: dict[str, Any] = {
             201, SUPPRESSION_ADDED, 400, 413, 422, request=_request(["email"], {
                 "email": EMAIL,
                 "reason": {"type": ["string", "null"], "enum": [*SUPPRESSION_REASONS, None]},
-                "note": TEXT})),
+                "note": NOTE})),
             200, "already suppressed: nothing changed", SUPPRESSION_ADDED),
             201, _links(DeleteSuppression=("deleteSuppression", {
                 "parameters": {"email": "$response.body#/email"}})))),
@@ -258,7 +263,7 @@ PATHS: dict[str, Any] = {
     "/suppressions/{email}": {
         "parameters": [{"name": "email", "in": "path", "required": True,
                         "schema": {"type": "string", "pattern": rules.NOT_BLANK}},
-                       {"name": "note", "in": "query", "required": False, "schema": TEXT,
+                       {"name": "note", "in": "query", "required": False, "schema": NOTE,
                         "description": "why (audit log)"}],
         "delete": {"operationId": "deleteSuppression",
                    "summary": "Clear the address: the next campaign includes it again",
@@ -452,8 +457,9 @@ def _condition(field: str, ops: list[str], value: dict[str, Any] | None,
     properties: dict[str, Any] = {"field": {"const": field}, "op": {"enum": ops}}
     if key:
         properties["key"] = ATTRIBUTE_KEY
+    # Not used, but the body is still checked for text PostgreSQL cannot store.
     properties["value"] = value if value is not None else {
-        "description": "not used (any value is ignored)"}
+        "$ref": STORABLE_REF, "description": "not used (any storable value is ignored)"}
     return _request(["field", "op", *(["key"] if key else []),
                      *(["value"] if value is not None else [])], properties)
 

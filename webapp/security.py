@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from flask import Flask, g, request
@@ -17,6 +18,50 @@ csrf = CSRFProtect()
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'self'; "
        "object-src 'none'")
+
+
+# Methods that never change anything: everything else is CSRF-checked (when it reaches a
+# view: a route answers only the methods it declares, 405 otherwise).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+class _UnsafeMethods:
+    """Flask-WTF's ``WTF_CSRF_METHODS``: every method but the safe ones (it only tests
+    ``method in``), so a method no list names is checked too."""
+
+    def __contains__(self, method: object) -> bool:
+        return method not in SAFE_METHODS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("POST", "PUT", "PATCH", "DELETE"))
+
+
+class HeadAsGet:
+    """WSGI wrapper: a HEAD request is answered as the same GET would be, without its
+    body, and nothing it sends is read. The view sees a GET with no body (no form, no
+    upload, no JSON), so it cannot take the write path whatever it tests; the answer's
+    status and headers (Content-Length included) are the GET's (RFC 9110 9.3.2)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return self.app(environ, start_response)
+        environ = dict(environ)
+        environ["REQUEST_METHOD"] = "GET"
+        environ["senddock.head"] = True
+        environ["CONTENT_LENGTH"] = "0"
+        environ.pop("CONTENT_TYPE", None)
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+        environ["wsgi.input"] = io.BytesIO(b"")
+        environ["wsgi.input_terminated"] = True
+        body = self.app(environ, start_response)
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+        return []
 
 
 # Endpoints that accept uploads up to SENDDOCK_MAX_IMPORT_BYTES instead of
@@ -94,7 +139,7 @@ def _text_inputs() -> Iterator[tuple[str, Any]]:
     """(name, value) of every input a view may read: path, query, form or JSON body."""
     yield from (request.view_args or {}).items()
     yield from request.args.items(multi=True)
-    if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+    if request.method not in SAFE_METHODS:
         if request.is_json:
             if not _plain_json_body():
                 yield "", request.get_json(silent=True)
@@ -135,13 +180,15 @@ def _headers(response: Response) -> Response:
 def init_app(app: Flask) -> None:
     app.config["WTF_CSRF_CHECK_DEFAULT"] = False
     csrf.init_app(app)
+    app.config["WTF_CSRF_METHODS"] = _UnsafeMethods()
+    app.wsgi_app = HeadAsGet(app.wsgi_app)  # type: ignore[method-assign]
 
     @app.before_request
     def check_csrf() -> None:
         if request.endpoint in UPLOAD_ENDPOINTS:
             # Raised before the CSRF check parses the form (files are spooled to disk).
             request.max_content_length = app.extensions["senddock"].config.max_import_bytes
-        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+        if request.method not in SAFE_METHODS:
             _csrf_unless_bearer()
 
     app.before_request(refuse_unstorable_text)

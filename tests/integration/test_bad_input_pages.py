@@ -110,3 +110,50 @@ def test_whole_numbers_are_ascii_digits_within_a_bigint() -> None:
     for text in ("", "-1", "²", "٣", "1.5", " 1", "1e3", str(2**63), "9" * 5000, None):
         assert whole_number(text) is None, text
     assert whole_number("1441", high=1440) is None
+
+
+def test_head_of_a_campaigns_edit_page_without_a_body_is_not_500(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 47: ``HEAD /campaigns/N/edit`` with no body ran the save path (500)."""
+    from tests.helpers import make_campaign
+
+    campaign = make_campaign(engine, ["head-edit@example.org"])
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE campaigns SET status = 'draft' WHERE id = :c"),
+                     {"c": campaign["id"]})
+    browser = Browser(client, make_user("admin"))
+    url = f"/campaigns/{campaign['id']}/edit"
+    head = client.head(url)
+    assert head.status_code == browser.get(url).status_code == 200
+    assert head.get_data() == b""
+
+
+@pytest.mark.parametrize("token", ["1.2.3.4.ß" + "a" * 12, "1.2.3.4.ab\u0663", "\u0661.2.3.4.abc",
+                                   "1.2.3.4.%FF%FE", "1.2.3.4." + "é" * 40])
+@pytest.mark.parametrize("prefix", ["/r/", "/o/"])
+def test_tracking_links_with_a_non_ascii_signature_are_not_500(
+        client: Any, prefix: str, token: str) -> None:
+    """Issue 47: anonymous clicks and opens with a non-ASCII signature (500 before)."""
+    answer = client.get(prefix + token)
+    assert answer.status_code in (400, 404, 422), (prefix, token, answer.status_code)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
+def test_json_non_finite_numbers_are_422_naming_the_field(api: Any, engine: sa.Engine,
+                                                          number: str) -> None:
+    """Issue 47: ``NaN``, ``Infinity`` and ``1e400`` answered 400 without naming the field
+    (and ``1e400`` as a segment value was stored as "inf")."""
+    list_id = _list(engine)
+    body = ('{"name": "nf", "list_id": ' + str(list_id)
+            + ', "subject": "Hi", "text": "x", "segment_id": ' + number + "}")
+    answer = api.post("/campaigns", data=body, content_type="application/json")
+    assert answer.status_code == 422, answer.get_data(as_text=True)
+    assert answer.get_json()["error"]["fields"] == {"segment_id": "must be a finite number"}
+    nested = api.post(f"/lists/{list_id}/subscribers", data=(
+        '{"subscribers": [{"email": "n@example.org", "attributes": {"score": ' + number
+        + "}}]}"), content_type="application/json")
+    assert nested.status_code == 422
+    assert list(nested.get_json()["error"]["fields"]) == ["subscribers.0.attributes.score"]
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM campaigns")).scalar_one() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM subscribers")).scalar_one() == 0

@@ -22,7 +22,7 @@ def _safe_next(target: str | None) -> str:
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> str | Response | tuple[str, int]:
     next_url = request.args.get("next")
-    if request.method == "GET":
+    if request.method != "POST":
         return render_template("auth/login.html", next=next_url)
     email = (request.form.get("email") or "").strip()
     password = request.form.get("password") or ""

@@ -125,7 +125,7 @@ def _stored_values(campaign: dict[str, Any]) -> dict[str, Any]:
 
 @bp.route("/new", methods=["GET", "POST"])
 def new() -> Response | tuple[str, int]:
-    if request.method == "GET":
+    if request.method != "POST":
         list_id = request.args.get("list", "")
         return _compose_page({"list_id": whole_number(list_id),
                               "segment_id": whole_number(request.args.get("segment")),
@@ -148,7 +148,7 @@ def edit(campaign_id: int) -> Response | tuple[str, int]:
     with engine().connect() as conn:
         campaign = campaigns.get(conn, campaign_id)
         settings = tracking.get_settings(conn, campaign_id)
-    if request.method == "GET":
+    if request.method != "POST":
         if campaign["status"] not in campaigns.EDITABLE:
             flash(_("This campaign is %(status)s: what was sent cannot change. Duplicate it "
                     "to send it again with changes.", status=campaign_state(campaign["status"])),

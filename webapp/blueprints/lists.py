@@ -164,7 +164,7 @@ def remove_subscriber(list_id: int, subscriber_id: int) -> Response:
 def import_csv(list_id: int) -> str | tuple[str, int]:
     with engine().connect() as conn:
         the_list = lists.get_list(conn, list_id)
-    if request.method == "GET":
+    if request.method != "POST":
         return render_template("lists/import.html", the_list=the_list)
     # The form parser spools the upload to a temporary file (size limit: security.py);
     # the import reads it line by line.

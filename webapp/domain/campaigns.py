@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, composer, layouts, segments
+from webapp.domain import audit, composer, layouts, segments, text_limits
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
@@ -99,6 +99,10 @@ def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
     if missing:
         raise Invalid(N_("missing: %(fields)s", fields=", ".join(missing)), fields=missing)
     from_addr = _text(data, "from") or _text(data, "from_addr") or default_from.strip()
+    # As sent (before trimming), as the API's document states them.
+    text_limits.check("name", data.get("name"), text_limits.CAMPAIGN_NAME)
+    text_limits.check("subject", data.get("subject"), text_limits.SUBJECT)
+    text_limits.check("from", data.get("from") or from_addr, text_limits.FROM)
     _refuse_control_characters({"subject": subject, "from": from_addr})
     try:
         check_email(from_addr.rsplit("<", 1)[-1].rstrip(">") if "<" in from_addr else from_addr)
@@ -111,7 +115,7 @@ def _check(data: dict[str, Any], default_from: str) -> dict[str, Any]:
             raise Invalid(N_("%(field)s must be a string", field=field),
                           fields={field: N_("must be a string")})
     validate_templates(subject, text, html)
-    return {"name": name[:200], "subject": subject, "from_addr": from_addr,
+    return {"name": name, "subject": subject, "from_addr": from_addr,
             "text_body": text or None, "html_body": html or None}
 
 

@@ -17,10 +17,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit
+from webapp.domain import audit, text_limits
 from webapp.domain.errors import Invalid
 from webapp.domain.lists import (
-    MAX_NAME,
     SubscriberInput,
     check_email,
     get_list,
@@ -143,8 +142,9 @@ def _mapped_columns(header: list[str], roles: list[str]) -> _Columns:
     if len(emails) != 1 or len(names) > 1:
         raise Invalid(N_("map exactly one column to the email address (and at most one to "
                          "the name)"), fields={"mapping": N_("one email column")})
-    attributes = [(i, (header[i].strip() or f"column{i + 1}")[:100])
+    attributes = [(i, (header[i].strip() or f"column{i + 1}"))
                   for i, r in enumerate(roles) if r == "attribute"]
+    _check_attribute_names(attributes)
     return _Columns(emails[0], names[0] if names else None, attributes)
 
 
@@ -157,9 +157,21 @@ def _columns(header: list[str]) -> _Columns:
                          "%(found)s. Nothing was imported.", found=found),
                       fields={"file": N_("no email column")})
     name = next((i for i, h in enumerate(names) if h in NAME_HEADERS), None)
-    attributes = [(i, header[i].strip()[:100]) for i in range(len(header))
+    attributes = [(i, header[i].strip()) for i in range(len(header))
                   if i not in (email, name) and header[i].strip()]
+    _check_attribute_names(attributes)
     return _Columns(email, name, attributes)
+
+
+def _check_attribute_names(attributes: list[tuple[int, str]]) -> None:
+    """A header cell naming an attribute is within the attribute-name limit (it is not
+    cut short: the file is refused, nothing imported)."""
+    for i, key in attributes:
+        if len(key) > text_limits.ATTRIBUTE_NAME:
+            raise Invalid(N_("column %(column)s's name is longer than %(max)s characters (an "
+                             "attribute name); nothing was imported.", column=str(i + 1),
+                             max=str(text_limits.ATTRIBUTE_NAME)),
+                          fields={"file": N_("column %(column)s", column=str(i + 1))})
 
 
 def _delimiter(header_line: str) -> str:
@@ -173,9 +185,9 @@ def _parse(row: list[str], columns: _Columns) -> SubscriberInput:
 
     email = check_email(cell(columns.email))
     name = cell(columns.name)
-    if len(name) > MAX_NAME:
-        raise Invalid(N_("name longer than %(max)s characters", max=MAX_NAME))
+    text_limits.check("name", name, text_limits.SUBSCRIBER_NAME)
     attributes = {key: cell(i) for i, key in columns.attributes if cell(i)}
+    text_limits.check_attributes(attributes)
     return SubscriberInput(email, name, attributes)
 
 

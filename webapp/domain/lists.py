@@ -13,12 +13,12 @@ import sqlalchemy as sa
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit
+from webapp.domain import audit, text_limits
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from workers.core.i18n import N_, Text
 
-MAX_NAME = 200
+MAX_NAME = text_limits.LIST_NAME
 
 
 # email-validator's answers that a person typing an address meets, in the page's language
@@ -121,7 +121,8 @@ def _check_list_name(name: str, description: str) -> tuple[str, str]:
     if len(raw) > MAX_NAME:
         raise Invalid(N_("list name too long"),
                       fields={"name": N_("at most %(max)s characters", max=MAX_NAME)})
-    return name, (description or "").strip()[:2000]
+    text_limits.check("description", description, text_limits.LIST_DESCRIPTION)
+    return name, (description or "").strip()
 
 
 def _taken(conn: Connection, name: str, list_id: int | None) -> None:
@@ -215,14 +216,22 @@ def validate_subscribers(items: Iterable[Any]) -> tuple[list[tuple[int, Subscrib
             email = check_email(raw_email)
             name = item.get("name") or ""
             attributes = item.get("attributes") or {}
-            if not isinstance(name, str) or len(name) > MAX_NAME:
+            if not isinstance(name, str):
                 raise Invalid(N_("name must be text of at most %(max)s characters",
-                                 max=MAX_NAME))
+                                 max=text_limits.SUBSCRIBER_NAME), fields={"name": N_(
+                                     "must be a string")})
+            text_limits.check("name", name, text_limits.SUBSCRIBER_NAME)
             if not isinstance(attributes, dict):
-                raise Invalid(N_("attributes must be an object"))
+                raise Invalid(N_("attributes must be an object"),
+                              fields={"attributes": N_("must be an object")})
+            text_limits.check_attributes(attributes)
         except Invalid as exc:
-            errors.append({"index": index, "email": raw_email if isinstance(raw_email, str)
-                           else None, "error": exc.message})
+            error: dict[str, Any] = {"index": index, "email": raw_email
+                                     if isinstance(raw_email, str) else None,
+                                     "error": exc.message}
+            if exc.fields:
+                error["field"] = next(iter(exc.fields))
+            errors.append(error)
             continue
         if email.lower() in seen:
             errors.append({"index": index, "email": email, "error": "duplicate address"})
@@ -352,7 +361,7 @@ def parse_attributes(text: str) -> dict[str, str]:
                              line=str(number)),
                           fields={"attributes": N_("line %(line)s: expected key: value",
                                                    line=str(number))})
-        attributes[key.strip()[:100]] = value.strip()
+        attributes[key.strip()] = value.strip()
     return attributes
 
 
@@ -364,7 +373,7 @@ def add_member(conn: Connection, list_id: int, email: str, name: str = "",
                                               "attributes": attributes or {}}])
     if result["errors"]:
         message = result["errors"][0]["error"]
-        raise Invalid(message, fields={"email": message})
+        raise Invalid(message, fields={result["errors"][0].get("field", "email"): message})
     row = conn.execute(sa.text("SELECT id FROM subscribers WHERE lower(email) = lower(:e)"),
                        {"e": check_email(email)}).one()
     audit.record(conn, actor, "subscriber.add", f"list:{list_id}", subscriber=row.id,
@@ -383,9 +392,8 @@ def update_member(conn: Connection, list_id: int, subscriber_id: int, *, email: 
         raise Invalid(N_("status must be one of %(choices)s",
                          choices=", ".join(SUBSCRIBER_STATUSES)),
                       fields={"status": N_("unknown status")})
-    if len(name or "") > MAX_NAME:
-        raise Invalid(N_("name must be at most %(max)s characters", max=MAX_NAME),
-                      fields={"name": N_("too long")})
+    text_limits.check("name", name, text_limits.SUBSCRIBER_NAME)
+    text_limits.check_attributes(attributes)
     taken = conn.execute(sa.text("SELECT id FROM subscribers WHERE lower(email) = lower(:e) "
                                  "AND id <> :id"), {"e": address, "id": subscriber_id}).first()
     if taken:

@@ -32,13 +32,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, lists
+from webapp.domain import audit, lists, text_limits
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from workers.core.i18n import N_, Text
 from workers.core.states import Campaign, sql_list
 from workers.delivery import audience
 
-MAX_NAME = 200
+MAX_NAME = text_limits.SEGMENT_NAME
 MAX_VALUE = 500
 MAX_CHOICES = 1000
 MAX_KEY = 100

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit
+from webapp.domain import audit, text_limits
 from webapp.domain.errors import Invalid
 from webapp.domain.lists import check_email
 from webapp.models import SUPPRESSION_REASONS
@@ -42,6 +42,7 @@ def suppress(conn: Connection, email: str, reason: str, *, job_id: int | None = 
     already there: the first reason, job and reply are kept."""
     address = check_email(email).lower()
     check_reason(reason)
+    text_limits.check("note", note, text_limits.SUPPRESSION_NOTE)
     row = conn.execute(sa.text("""
         INSERT INTO suppressions (email, reason, job_id, reply, note, created_by)
         VALUES (:email, :reason, :job_id, :reply, :note, :actor)
@@ -217,6 +218,7 @@ def add_many(conn: Connection, text: str, *, reason: str = "manual", note: str =
     ``already`` (were on the list) and ``errors`` (line, value, error): bad lines are
     reported and the rest are saved (P9)."""
     check_reason(reason)
+    text_limits.check("note", note, text_limits.SUPPRESSION_NOTE)
     emails, errors = parse_addresses(text)
     if not emails and not errors:
         raise Invalid(N_("paste at least one address"), fields={"emails": N_("required")})
@@ -252,5 +254,6 @@ def clear(conn: Connection, emails: list[str], note: str, actor: str) -> list[st
     if not wanted:
         raise Invalid(N_("select at least one address to clear"),
                       fields={"emails": N_("required")})
+    text_limits.check("note", note, text_limits.SUPPRESSION_NOTE)
     rows = conn.execute(_CLEAR, {"emails": wanted, "note": note.strip(), "actor": actor})
     return sorted(r.email for r in rows)

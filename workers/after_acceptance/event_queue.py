@@ -55,6 +55,7 @@ _CLAIM = sa.text(f"""
 WITH due AS (
     SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
      WHERE e.enabled AND e.disabled_at IS NULL
+       AND d.endpoint_id <> ALL(CAST(:busy AS bigint[]))
        AND ((d.status IN {sql_list(WAITING)} AND d.available_at <= now())
             OR (d.status = '{SENDING}'
                 AND d.claimed_at < now() - make_interval(secs => :lease)))
@@ -72,10 +73,12 @@ RETURNING d.id, d.claim_token::text AS claim_token, d.endpoint_id, e.url, e.secr
 """)
 
 
-def claim_deliveries(conn: Connection, worker_id: str, n: int,
-                     lease: float = 120) -> list[ClaimedDelivery]:
-    """Claim up to ``n`` due deliveries. No two callers ever get the same row."""
-    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "lease": lease}).mappings()
+def claim_deliveries(conn: Connection, worker_id: str, n: int, lease: float = 120,
+                     busy: Sequence[int] = ()) -> list[ClaimedDelivery]:
+    """Claim up to ``n`` due deliveries, none of the endpoints in ``busy`` (their lanes
+    are running). No two callers ever get the same row."""
+    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "lease": lease,
+                                 "busy": list(busy)}).mappings()
     return sorted((ClaimedDelivery(**dict(r)) for r in rows), key=lambda d: d.id)
 
 

@@ -61,7 +61,8 @@ def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str,
 
     def deliver_events() -> None:
         try:
-            while events.run_once():
+            # Lanes run on their own: a slow endpoint holds its lane, never this job.
+            while events.start_due():
                 pass
         except DB_ERRORS as exc:
             outage.failed(exc, retrying="event webhooks retry")

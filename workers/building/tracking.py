@@ -72,6 +72,8 @@ def _token(secret_key: str, what: str, parts: tuple[int, ...]) -> str:
 
 
 def _read(secret_key: str, what: str, token: str, count: int) -> tuple[int, ...] | None:
+    if not token.isascii():  # hex and base32 only: anything else is not a token
+        return None
     pieces = token.lower().split(".")
     if len(pieces) != count + 1 or not all(0 < len(p) <= 16 for p in pieces[:count]):
         return None

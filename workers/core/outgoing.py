@@ -12,7 +12,10 @@ Event webhooks (an admin's URL), SNS signing certificates and subscription confi
 - the connection goes to the address that was checked (no second lookup a rebinding DNS
   server could answer differently); TLS still checks the certificate against the host name;
 - redirects are not followed (a 3xx is an answer like any other);
-- one deadline for the whole exchange (connect, send, read);
+- one deadline for the whole exchange (connect, TLS, send, the status line and headers,
+  the body): a socket's own timeout counts from the last byte, so a receiver dribbling
+  one byte a second would never reach it; here a watchdog shuts the connection down when
+  the deadline passes, whatever is being waited for (:class:`_Deadline`);
 - only the status and a short excerpt of the body with control characters removed are
   kept, and a failure without an HTTP answer is one message whatever the cause, so the
   error text cannot tell an open port from a closed one.
@@ -33,6 +36,7 @@ import logging
 import re
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -175,22 +179,75 @@ def check(url: str, guard: Guard) -> None:
     resolve(host, port, guard)
 
 
+class _Deadline:
+    """The exchange's one deadline: when it passes, the connection's socket is shut down
+    from a timer thread, which ends any read or write blocked on it (a socket's timeout
+    alone restarts with every byte received). ``expired`` says it fired."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def left(self) -> float:
+        """Seconds left; TimeoutError when none are."""
+        left = self.at - time.monotonic()
+        if left <= 0 or self.expired:
+            raise TimeoutError("the deadline passed")
+        return left
+
+    def attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sock = sock
+            expired = self.expired
+        if expired:
+            self._shut(sock)
+            raise TimeoutError("the deadline passed")
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sock = self._sock
+        if sock is not None:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class _PinnedHTTP(http.client.HTTPConnection):
-    def __init__(self, host: str, port: int, address: Address, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout)
+    def __init__(self, host: str, port: int, address: Address, deadline: _Deadline) -> None:
+        super().__init__(host, port, timeout=deadline.left())
         self.address = address
+        self.deadline = deadline
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((str(self.address), self.port), self.timeout)
+        self.sock = socket.create_connection((str(self.address), self.port),
+                                             self.deadline.left())
+        self.deadline.attach(self.sock)
 
 
 class _PinnedHTTPS(http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int, address: Address, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+    def __init__(self, host: str, port: int, address: Address, deadline: _Deadline) -> None:
+        super().__init__(host, port, timeout=deadline.left(),
+                         context=ssl.create_default_context())
         self.address = address
+        self.deadline = deadline
 
     def connect(self) -> None:
-        sock = socket.create_connection((str(self.address), self.port), self.timeout)
+        sock = socket.create_connection((str(self.address), self.port), self.deadline.left())
+        self.deadline.attach(sock)  # the TLS handshake is under the deadline too
         # The certificate is checked against the host name, not the address.
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
 
@@ -202,12 +259,11 @@ def sanitize(data: bytes, limit: int = EXCERPT_CHARS) -> str:
     return " ".join(_CONTROL.sub(" ", text).split())[:limit]
 
 
-def _read(response: http.client.HTTPResponse, max_bytes: int, deadline: float) -> bytes:
+def _read(response: http.client.HTTPResponse, max_bytes: int, deadline: _Deadline) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while size < max_bytes:
-        if time.monotonic() > deadline:
-            raise TimeoutError("deadline")
+        deadline.left()
         chunk = response.read(min(8192, max_bytes - size))
         if not chunk:
             break
@@ -225,17 +281,23 @@ def request(method: str, url: str, guard: Guard, *, body: bytes | None = None,
     addresses = resolve(host, port, guard)
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    deadline = time.monotonic() + guard.timeout
+    deadline = _Deadline(guard.timeout)
     kind = _PinnedHTTPS if scheme == "https" else _PinnedHTTP
-    connection = kind(host, port, addresses[0], guard.timeout)
+    connection = kind(host, port, addresses[0], deadline)
     try:
         connection.request(method, target, body=body, headers=headers or {})
         response = connection.getresponse()
         data = _read(response, max_bytes, deadline)
+        if deadline.expired:  # what was read when the watchdog cut it is not an answer
+            raise TimeoutError("the deadline passed")
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        log.info("outgoing %s %s: %s: %s", method, url, type(exc).__name__, exc)
+        cause: Exception = exc
+        if deadline.expired:
+            cause = TimeoutError(f"no complete answer within {guard.timeout:g} s")
+        log.info("outgoing %s %s: %s: %s", method, url, type(cause).__name__, cause)
         return Answer(None, "", NO_ANSWER)
     finally:
+        deadline.cancel()
         connection.close()
     ok = 200 <= response.status < 300
     return Answer(response.status, sanitize(data), None if ok else f"HTTP {response.status}",

@@ -218,7 +218,8 @@ SETTINGS: list[Setting] = [
             "admin enables it again. Admins are warned after EVENT_WEBHOOK_WARN_AFTER."),
     Setting("EVENT_WEBHOOK_WARN_AFTER", "900",
             "Seconds an endpoint may answer no 2xx before admins see a warning (0 = never)."),
-    Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take."),
+    Setting("EVENT_WEBHOOK_TIMEOUT", "10", "Seconds an event webhook POST may take, the "
+            "whole exchange (connecting, sending, the answer's headers and body)."),
     Setting("OUTGOING_ALLOW", None,
             "Internal addresses or networks (comma-separated: 10.0.0.5, 192.168.0.0/16, ::1) "
             "that outgoing requests (event webhooks, SNS certificates) may call anyway; "
