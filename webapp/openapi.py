@@ -11,6 +11,7 @@ from webapp.domain import (
     lists,
     messages,
     segments,
+    sequences,
     subscriptions,
     suppressions,
     tracking,
@@ -607,6 +608,122 @@ PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     **_json({"type": "object", "additionalProperties": False, "properties": {
         "at": {"type": ["string", "null"], "format": "date-time",
                "description": "ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z"}}})}
+# Sequences, their enrollments and events (issue 42, docs/sequences.md).
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_NULLABLE_TEXT = {"type": ["string", "null"]}
+SEQUENCE_STEP = {"type": "object", "required": ["id", "position", "type"], "properties": {
+    "id": {"type": "integer"}, "position": {"type": "integer"},
+    "type": {"type": "string", "enum": list(sequences.STEP_TYPES)},
+    "subject": _NULLABLE_TEXT, "text_body": _NULLABLE_TEXT, "html_body": _NULLABLE_TEXT,
+    "wait_seconds": _NULLABLE_INT, "window_start": _NULLABLE_INT, "window_end": _NULLABLE_INT,
+    "condition": {"type": ["object", "null"]}, "if_false": _NULLABLE_TEXT,
+    "skip": {"type": "integer"}, "version": {"type": "integer"}}}
+SEQUENCE = {"type": "object", "required": ["id", "name", "status", "trigger_type", "steps"],
+            "properties": {
+                "id": {"type": "integer"}, "name": {"type": "string"},
+                "status": {"type": "string", "enum": ["active", "paused", "archived"]},
+                "trigger_type": {"type": "string", "enum": list(sequences.TRIGGERS)},
+                "list_id": _NULLABLE_INT, "trigger_event": _NULLABLE_TEXT,
+                "goal_event": _NULLABLE_TEXT, "reentry_days": _NULLABLE_INT,
+                "from_addr": _NULLABLE_TEXT, "layout_id": _NULLABLE_INT,
+                "steps": {"type": "array", "items": SEQUENCE_STEP}}}
+_EVENT_NAME = {"type": "string", "pattern": sequences.EVENT_NAME}
+STEP_BODY = _request(["type"], {
+    "type": {"type": "string", "enum": list(sequences.STEP_TYPES)},
+    "subject": TEXT, "text_body": {"type": ["string", "null"], "pattern": rules.NO_NUL},
+    "html_body": {"type": ["string", "null"], "pattern": rules.NO_NUL},
+    "wait_seconds": {"type": "integer", "minimum": 0, "maximum": sequences.MAX_WAIT},
+    "window_start": {"type": ["integer", "null"], "minimum": 0, "maximum": 23},
+    "window_end": {"type": ["integer", "null"], "minimum": 0, "maximum": 24},
+    "condition": {"type": "object", "description": "{test: attribute, attribute, value} or "
+                                                   "{test: event, event}"},
+    "if_false": {"type": "string", "enum": ["exit", "skip"]},
+    "skip": {"type": "integer", "minimum": 1, "maximum": 100},
+    "position": {"type": "integer", "minimum": 1}},
+    description="email: subject and a text or HTML body; wait: wait_seconds and an "
+                "optional UTC window_start-window_end; condition: condition, if_false")
+SEQUENCE_BODY = _request(["name", "trigger_type"], {
+    "name": {"type": "string", "maxLength": sequences.MAX_NAME, "pattern": rules.NOT_BLANK},
+    "trigger_type": {"type": "string", "enum": list(sequences.TRIGGERS)},
+    "list_id": {"type": ["integer", "null"], "minimum": 1, "maximum": BIGINT_MAX},
+    "trigger_event": {"anyOf": [_EVENT_NAME, {"type": "null"}]},
+    "goal_event": {"anyOf": [_EVENT_NAME, {"type": "null"}]},
+    "reentry_days": {"type": ["integer", "null"], "minimum": 0, "maximum": 36500,
+                     "description": "null: once ever; N: again N days after the last entry"},
+    "from_addr": FROM, "layout_id": {"type": ["integer", "null"], "minimum": 1},
+    "steps": {"type": "array", "items": STEP_BODY}})
+VISIT = {"type": "object", "required": ["step_id", "at", "outcome"], "properties": {
+    "step_id": {"type": "integer"}, "position": {"type": "integer"},
+    "type": {"type": "string"}, "removed": {"type": "boolean"}, "job_id": _NULLABLE_INT,
+    "job_status": _NULLABLE_TEXT, "at": {"type": "string"},
+    "outcome": {"type": "string", "enum": ["sent", "waited", "continued", "skipped",
+                                           "exited"]}}}
+PERSON = {"type": "object", "required": ["subscriber", "enrollments"], "properties": {
+    "subscriber": {"type": "object"},
+    "enrollments": {"type": "array", "items": {
+        "type": "object", "required": ["id", "sequence_id", "status", "visits"],
+        "properties": {"id": {"type": "integer"}, "sequence_id": {"type": "integer"},
+                       "status": {"type": "string",
+                                  "enum": ["active", "paused", "done", "exited"]},
+                       "exit_reason": _NULLABLE_TEXT, "step_id": _NULLABLE_INT,
+                       "at_position": _NULLABLE_INT, "due_at": {"type": "string"},
+                       "visits": {"type": "array", "items": VISIT}}}}}}
+SEQ_ID = [{"name": "id", "in": "path", "required": True, "schema": ID_SCHEMA}]
+STEP_ID = [*SEQ_ID, {"name": "step", "in": "path", "required": True, "schema": ID_SCHEMA}]
+PATHS["/sequences"] = {
+    "get": _id("listSequences", _op("Every sequence", 200, {
+        "type": "object", "required": ["sequences"],
+        "properties": {"sequences": {"type": "array"}}})),
+    "post": _id("createSequence", _op(
+        "Create a sequence with its steps (422 names the bad field)", 201, SEQUENCE, 400,
+        404, 422, request=SEQUENCE_BODY))}
+PATHS["/sequences/{id}"] = {
+    "parameters": SEQ_ID,
+    "get": _id("getSequence", _op("A sequence and its live steps", 200, SEQUENCE, 404)),
+    "put": _id("updateSequence", _op("Change a sequence's trigger, goal or re-entry", 200,
+                                     SEQUENCE, 400, 404, 422, request={
+                                         **SEQUENCE_BODY, "required": []}))}
+for _action, _summary in (("pause", "Pause: due steps wait until it resumes"),
+                          ("resume", "Resume a paused sequence"),
+                          ("archive", "Archive: open enrollments end (reason archived)")):
+    PATHS[f"/sequences/{{id}}/{_action}"] = {"parameters": SEQ_ID, "post": _id(
+        f"{_action}Sequence", _op(_summary, 200, SEQUENCE, 404, 409))}
+PATHS["/sequences/{id}/funnel"] = {"parameters": SEQ_ID, "get": _id("sequenceFunnel", _op(
+    "Per step: entered, sent, exited there, waiting there; and how enrollments ended", 200,
+    {"type": "object", "required": ["steps", "enrollments"],
+     "properties": {"steps": {"type": "array"}, "enrollments": {"type": "object"}}}, 404))}
+PATHS["/sequences/{id}/steps"] = {"parameters": SEQ_ID, "post": _id("addSequenceStep", _op(
+    "Add a step (at the end, or before the live step at position)", 201, SEQUENCE_STEP,
+    400, 404, 409, 422, request=STEP_BODY))}
+PATHS["/sequences/{id}/steps/{step}"] = {
+    "parameters": STEP_ID,
+    "put": _id("updateSequenceStep", _op(
+        "Change a step's content (sends not made yet use it; its type stays)", 200,
+        SEQUENCE_STEP, 400, 404, 409, 422, request={**STEP_BODY, "required": []})),
+    "delete": _id("removeSequenceStep", _op(
+        "Remove a step: enrollments waiting at it move to the next", 200,
+        {"type": "object", "required": ["moved"], "properties": {"moved": {
+            "type": "integer"}}}, 404))}
+PATHS["/sequences/{id}/order"] = {"parameters": SEQ_ID, "put": _id("reorderSequenceSteps", _op(
+    "Put the live steps in this order (every step id once)", 200,
+    {"type": "object", "required": ["steps"],
+     "properties": {"steps": {"type": "array", "items": SEQUENCE_STEP}}}, 400, 404, 422,
+    request=_request(["order"], {"order": {"type": "array", "items": ID_SCHEMA}})))}
+PATHS["/enrollments"] = {"get": _id("personEnrollments", {
+    **_op("A person's enrollments, each step's time, job and outcome", 200, PERSON, 404,
+          422),
+    "parameters": [{"name": "email", "in": "query", "required": True,
+                    "schema": {"type": "string"}}]})}
+PATHS["/events"] = {"post": _id("postEvent", _op(
+    "Record an event of a person (email, or a user_id sent with an email before): ends "
+    "the enrollments whose goal it is, enrols into the sequences it triggers", 201,
+    {"type": "object", "required": ["id", "name", "enrolled", "exited"], "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string"},
+        "subscriber_id": {"type": "integer"}, "enrolled": {"type": "array"},
+        "exited": {"type": "array", "items": {"type": "integer"}}}}, 400, 404, 422,
+    request=_request(["name"], {
+        "name": _EVENT_NAME, "email": EMAIL, "user_id": USER_ID,
+        "data": {"type": "object", "additionalProperties": {"$ref": STORABLE_REF}}})))}
 PATHS["/openapi.json"] = {"get": {
     "operationId": "openapi", "summary": "This document (public: no token needed)", "security": [],
     "responses": {"200": {"description": "the OpenAPI document",

@@ -188,8 +188,9 @@ def check_step(data: dict[str, Any]) -> dict[str, Any]:
         try:
             compile_campaign(subject, text, html)
         except TemplateError as exc:
-            raise Invalid(N_("%(field)s does not compile: %(why)s", field=exc.field,
-                             why=str(exc)), fields={str(exc.field): str(exc)}) from None
+            name = {"text": "text_body", "html": "html_body"}.get(exc.field, exc.field)
+            raise Invalid(N_("%(field)s does not compile: %(why)s", field=name,
+                             why=str(exc)), fields={name: str(exc)}) from None
         out.update(subject=subject.strip(), text_body=text, html_body=html)
     elif kind == "wait":
         out["wait_seconds"] = _int(data.get("wait_seconds"), "wait_seconds", 0, MAX_WAIT,
