@@ -125,7 +125,9 @@ def create_sequence(conn: Connection, data: dict[str, Any], actor: str) -> dict[
 
 def update_sequence(conn: Connection, sequence_id: int, data: dict[str, Any],
                     actor: str) -> dict[str, Any]:
-    current = get_sequence(conn, sequence_id)
+    current = get_sequence(conn, sequence_id, lock=True)
+    if current["status"] == "archived":
+        raise Conflict(N_("an archived sequence cannot change"))
     values = check_sequence(conn, {**current, **data})
     conn.execute(sa.text("""
         UPDATE sequences SET name = :name, trigger_type = :trigger_type, list_id = :list_id,
@@ -286,7 +288,8 @@ def update_step(conn: Connection, sequence_id: int, step_id: int, data: dict[str
 def remove_step(conn: Connection, sequence_id: int, step_id: int, actor: str) -> int:
     """Remove a step; the enrollments waiting at it move to the next live step (or finish at
     the next tick when it was the last). Returns how many moved."""
-    get_sequence(conn, sequence_id, lock=True)
+    if get_sequence(conn, sequence_id, lock=True)["status"] == "archived":
+        raise Conflict(N_("an archived sequence cannot change"))
     current = _step(conn, sequence_id, step_id)
     conn.execute(sa.text("UPDATE sequence_steps SET removed_at = now() WHERE id = :id"),
                  {"id": step_id})
@@ -306,6 +309,8 @@ def remove_step(conn: Connection, sequence_id: int, step_id: int, actor: str) ->
 def reorder_steps(conn: Connection, sequence_id: int, order: Any, actor: str) -> list[Any]:
     """Put the live steps in ``order`` (every live step id once)."""
     seq = get_sequence(conn, sequence_id, lock=True)
+    if seq["status"] == "archived":
+        raise Conflict(N_("an archived sequence cannot change"))
     ids = [s["id"] for s in seq["steps"]]
     if not isinstance(order, list) or sorted(map(str, order)) != sorted(map(str, ids)):
         raise Invalid(N_("order must list every step of the sequence once"),
