@@ -39,10 +39,23 @@ STEP_FORM = ("type", "subject", "text_body", "html_body", "wait_seconds", "windo
              "window_end", "if_false", "skip")
 
 
+NUMBERS = ("wait_seconds", "window_start", "window_end", "skip", "list_id", "reentry_days")
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, Any]:
+    """The form's whole numbers as numbers (anything else stays text: the domain check
+    then names the field)."""
+    for key in NUMBERS:
+        if isinstance(values.get(key), str):
+            number = whole_number(values[key].strip())
+            values[key] = number if number is not None else values[key]
+    return values
+
+
 def _step_values() -> dict[str, Any]:
     form = request.form
-    values: dict[str, Any] = {k: form.get(k) for k in STEP_FORM if form.get(k) not in
-                              (None, "")}
+    values: dict[str, Any] = _numbers({k: form.get(k) for k in STEP_FORM
+                                       if form.get(k) not in (None, "")})
     test = form.get("condition_test")
     if test == "attribute":
         values["condition"] = {"test": "attribute", "attribute": form.get("attribute", ""),
@@ -50,8 +63,8 @@ def _step_values() -> dict[str, Any]:
     elif test == "event":
         values["condition"] = {"test": "event", "event": form.get("event", "")}
     unit = whole_number(form.get("wait_unit")) or 1
-    if "wait_seconds" in values and whole_number(values["wait_seconds"]) is not None:
-        values["wait_seconds"] = int(values["wait_seconds"]) * unit
+    if isinstance(values.get("wait_seconds"), int):
+        values["wait_seconds"] *= unit
     return values
 
 
@@ -71,7 +84,7 @@ def index() -> tuple[str, int]:
 @bp.post("/")
 def create() -> Response | tuple[str, int]:
     values = {k: request.form.get(k, "") for k in SEQUENCE_FORM}
-    data = {k: v for k, v in values.items() if v != ""}
+    data = _numbers({k: v for k, v in values.items() if v != ""})
     try:
         with engine().begin() as conn:
             created = sequences.create_sequence(conn, data, actor())

@@ -23,18 +23,22 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from webapp.domain import audit, lists
-from webapp.domain.errors import Conflict, Invalid, NotFound
+from webapp.domain import audit, lists, verifications
+from webapp.domain import fields as rules
+from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound
 from workers.building.message import TemplateError, compile_campaign
 from workers.core.i18n import N_
 
 MAX_NAME = 200
-EVENT_NAME = "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$"
+EVENT_NAME = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 TRIGGERS = ("list_add", "list_confirm", "event")
 STEP_TYPES = ("email", "wait", "condition")
 CONDITION_TESTS = ("attribute", "event")
 MAX_WAIT = 366 * 86400
 MAX_DATA = 16_384
+# Step fields that are left out rather than null (the page leaves out an empty field).
+NOT_NULL = ("subject", "wait_seconds", "window_start", "window_end", "condition", "if_false",
+            "skip", "position")
 
 SEQUENCE_FIELDS = ("id", "name", "status", "trigger_type", "list_id", "trigger_event",
                    "goal_event", "reentry_days", "from_addr", "layout_id", "created_at",
@@ -51,58 +55,99 @@ def _row(row: Any, fields: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def _event_name(raw: Any, field: str, required: bool = True) -> str | None:
-    if raw is None or raw == "":
+def _event_name(raw: Any, field: str, required: bool = True,
+                missing: type[DomainError] = Invalid) -> str | None:
+    """An event name exactly as given (the OpenAPI pattern, nothing trimmed)."""
+    if raw is None:
         if required:
-            raise Invalid(N_("%(field)s is required", field=field), fields={field: N_("required")})
+            raise missing(N_("%(field)s is required", field=field),
+                          fields={field: N_("required")})
         return None
-    if not isinstance(raw, str) or not re.fullmatch(EVENT_NAME, raw.strip()):
+    if not isinstance(raw, str) or not re.search(EVENT_NAME, raw) or len(raw) > 100:
         problem = N_("1 to 100 letters, digits, '_', '.', ':' or '-'")
         raise Invalid(N_("%(field)s must be %(problem)s", field=field, problem=problem),
                       fields={field: problem})
-    return raw.strip()
+    return raw.rstrip("\n")
 
 
-def _int(raw: Any, field: str, low: int, high: int, required: bool = False) -> int | None:
-    if raw is None or raw == "":
+def _int(raw: Any, field: str, low: int, high: int, required: bool = False,
+         missing: type[DomainError] = Invalid) -> int | None:
+    """A JSON integer from ``low`` to ``high`` (None when absent or null)."""
+    if raw is None:
         if required:
-            raise Invalid(N_("%(field)s is required", field=field), fields={field: N_("required")})
+            raise missing(N_("%(field)s is required", field=field),
+                          fields={field: N_("required")})
         return None
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        value = None
-    if value is None or isinstance(raw, bool) or not low <= value <= high:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
         problem = N_("a whole number from %(low)s to %(high)s", low=low, high=high)
         raise Invalid(N_("%(field)s must be %(problem)s", field=field, problem=problem),
                       fields={field: problem})
-    return value
+    return raw
 
 
-def check_sequence(conn: Connection, data: dict[str, Any]) -> dict[str, Any]:
-    """The sequence's fields, checked, or :class:`Invalid`."""
+def _text(raw: Any, field: str, pattern: str = rules.NOT_BLANK,
+          required: bool = False, missing: type[DomainError] = Invalid) -> str | None:
+    if raw is None:
+        if required:
+            raise missing(N_("%(field)s is required", field=field),
+                          fields={field: N_("required")})
+        return None
+    if not isinstance(raw, str) or not re.search(pattern, raw):
+        raise Invalid(N_("%(field)s must be text that is not blank", field=field),
+                      fields={field: N_("invalid")})
+    return raw
+
+
+def _from(raw: Any) -> str | None:
+    """A From field: null or blank for SENDDOCK_FROM, an address or Name <address>."""
+    if raw is None or (isinstance(raw, str) and re.fullmatch(r"[ ]*", raw)):
+        return None
+    if not isinstance(raw, str) or rules.CONTROL.search(raw):
+        raise Invalid(N_("from_addr must be an address or Name <address>"),
+                      fields={"from_addr": N_("invalid")})
+    address = raw.rsplit("<", 1)[-1].rstrip(">") if "<" in raw else raw
+    if not (re.search(rules.EMAIL, raw) or re.search(rules.NAMED_ADDRESS, raw)):
+        raise Invalid(N_("from_addr must be an address or Name <address>"),
+                      fields={"from_addr": N_("invalid")})
+    try:
+        lists.check_email(address.strip())
+    except Invalid as exc:
+        raise Invalid(exc.message, fields={"from_addr": exc.fields.get("email", "")}) from None
+    return raw.strip()
+
+
+def check_sequence(conn: Connection, data: dict[str, Any],
+                   missing: type[DomainError] = Invalid) -> dict[str, Any]:
+    """The sequence's fields, checked: a bad field is :class:`Invalid`; one the trigger
+    needs and lacks is ``missing`` (a change that would leave it without one: Conflict)."""
     name = data.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_NAME:
+    if not isinstance(name, str) or len(name) > MAX_NAME or not re.search(rules.NOT_BLANK,
+                                                                          name):
         raise Invalid(N_("name must be 1 to %(max)s characters", max=MAX_NAME),
                       fields={"name": N_("required")})
     trigger = data.get("trigger_type")
     if trigger not in TRIGGERS:
         raise Invalid(N_("trigger_type must be one of %(choices)s", choices=", ".join(TRIGGERS)),
                       fields={"trigger_type": N_("unknown")})
+    event = _event_name(data.get("trigger_event"), "trigger_event", required=False)
+    list_id = _int(data.get("list_id"), "list_id", 1, rules.MAX_ID)
     out: dict[str, Any] = {"name": name.strip(), "trigger_type": trigger, "list_id": None,
                            "trigger_event": None}
     if trigger == "event":
-        out["trigger_event"] = _event_name(data.get("trigger_event"), "trigger_event")
+        if event is None:
+            raise missing(N_("%(field)s is required", field="trigger_event"),
+                          fields={"trigger_event": N_("required")})
+        out["trigger_event"] = event
     else:
-        list_id = _int(data.get("list_id"), "list_id", 1, 2**62, required=True)
-        lists.get_list(conn, int(list_id or 0))
+        if list_id is None:
+            raise missing(N_("%(field)s is required", field="list_id"),
+                          fields={"list_id": N_("required")})
+        lists.get_list(conn, list_id)
         out["list_id"] = list_id
     out["goal_event"] = _event_name(data.get("goal_event"), "goal_event", required=False)
     out["reentry_days"] = _int(data.get("reentry_days"), "reentry_days", 0, 36500)
-    from_addr = data.get("from_addr")
-    out["from_addr"] = from_addr.strip() if isinstance(from_addr, str) and from_addr.strip() \
-        else None
-    out["layout_id"] = _int(data.get("layout_id"), "layout_id", 1, 2**62)
+    out["from_addr"] = _from(data.get("from_addr"))
+    out["layout_id"] = _int(data.get("layout_id"), "layout_id", 1, rules.MAX_ID)
     if out["layout_id"] is not None and conn.execute(sa.text(
             "SELECT 1 FROM layouts WHERE id = :id"), {"id": out["layout_id"]}).first() is None:
         raise NotFound(N_("layout %(id)s not found", id=out["layout_id"]))
@@ -128,7 +173,7 @@ def update_sequence(conn: Connection, sequence_id: int, data: dict[str, Any],
     current = get_sequence(conn, sequence_id, lock=True)
     if current["status"] == "archived":
         raise Conflict(N_("an archived sequence cannot change"))
-    values = check_sequence(conn, {**current, **data})
+    values = check_sequence(conn, {**current, **data}, missing=Conflict)
     conn.execute(sa.text("""
         UPDATE sequences SET name = :name, trigger_type = :trigger_type, list_id = :list_id,
                trigger_event = :trigger_event, goal_event = :goal_event,
@@ -167,62 +212,85 @@ def list_sequences(conn: Connection) -> list[dict[str, Any]]:
             for r in rows]
 
 
-def check_step(data: dict[str, Any]) -> dict[str, Any]:
-    """A step's fields, checked, or :class:`Invalid`."""
+def _condition(raw: Any) -> dict[str, Any]:
+    problem = N_("condition must be {test: attribute, attribute, value} or "
+                 "{test: event, event}")
+    if not isinstance(raw, dict) or raw.get("test") not in CONDITION_TESTS:
+        raise Invalid(problem, fields={"condition": N_("invalid")})
+    if raw["test"] == "attribute":
+        if set(raw) - {"test", "attribute", "value"} or "attribute" not in raw:
+            raise Invalid(problem, fields={"condition": N_("invalid")})
+        attribute = _text(raw.get("attribute"), "condition.attribute", required=True)
+        value = raw.get("value", "")
+        if not isinstance(value, str):
+            raise Invalid(problem, fields={"condition": N_("invalid")})
+        return {"test": "attribute", "attribute": attribute, "value": value}
+    if set(raw) - {"test", "event"} or "event" not in raw:
+        raise Invalid(problem, fields={"condition": N_("invalid")})
+    return {"test": "event", "event": _event_name(raw.get("event"), "condition.event")}
+
+
+def check_step(data: dict[str, Any], missing: type[DomainError] = Invalid) -> dict[str, Any]:
+    """A step's fields, checked: every field given must be valid whatever the step's
+    type (:class:`Invalid`); one its type needs and lacks is ``missing``."""
     kind = data.get("type")
+    for field in NOT_NULL:
+        if field in data and data[field] is None:
+            raise Invalid(N_("%(field)s must not be null", field=field),
+                          fields={field: N_("invalid")})
     if kind not in STEP_TYPES:
         raise Invalid(N_("type must be one of %(choices)s", choices=", ".join(STEP_TYPES)),
                       fields={"type": N_("unknown")})
+    subject = _text(data.get("subject"), "subject")
+    bodies = {}
+    for field in ("text_body", "html_body"):
+        value = data.get(field)
+        if value is not None and not isinstance(value, str):
+            raise Invalid(N_("%(field)s must be text", field=field),
+                          fields={field: N_("invalid")})
+        bodies[field] = value or None
+    wait = _int(data.get("wait_seconds"), "wait_seconds", 0, MAX_WAIT)
+    start = _int(data.get("window_start"), "window_start", 0, 23)
+    end = _int(data.get("window_end"), "window_end", 0, 24)
+    if (start is None) != (end is None):
+        raise Invalid(N_("a window needs a start and an end hour"),
+                      fields={"window_end" if end is None else "window_start":
+                              N_("required")})
+    condition = _condition(data["condition"]) if data.get("condition") is not None else None
+    if_false = data.get("if_false")
+    if if_false is not None and if_false not in ("exit", "skip"):
+        raise Invalid(N_("if_false must be exit or skip"), fields={"if_false": N_("unknown")})
+    skip = _int(data.get("skip"), "skip", 1, 100) or 1
     out: dict[str, Any] = dict.fromkeys(("subject", "text_body", "html_body", "wait_seconds",
                                          "window_start", "window_end", "condition",
                                          "if_false"))
-    out["type"] = kind
-    out["skip"] = 1
+    out.update(type=kind, skip=1)
     if kind == "email":
-        subject = data.get("subject")
-        text = data.get("text_body") or None
-        html = data.get("html_body") or None
-        if not isinstance(subject, str) or not subject.strip():
-            raise Invalid(N_("subject is required"), fields={"subject": N_("required")})
-        if text is None and html is None:
-            raise Invalid(N_("an email step needs a text or an HTML body"),
+        if subject is None:
+            raise missing(N_("subject is required"), fields={"subject": N_("required")})
+        if bodies["text_body"] is None and bodies["html_body"] is None:
+            raise missing(N_("an email step needs a text or an HTML body"),
                           fields={"text_body": N_("required")})
         try:
-            compile_campaign(subject, text, html)
+            compile_campaign(subject, bodies["text_body"], bodies["html_body"])
         except TemplateError as exc:
             name = {"text": "text_body", "html": "html_body"}.get(exc.field, exc.field)
             raise Invalid(N_("%(field)s does not compile: %(why)s", field=name,
                              why=str(exc)), fields={name: str(exc)}) from None
-        out.update(subject=subject.strip(), text_body=text, html_body=html)
+        out.update(subject=subject, **bodies)
     elif kind == "wait":
-        out["wait_seconds"] = _int(data.get("wait_seconds"), "wait_seconds", 0, MAX_WAIT,
-                                   required=True)
-        start = _int(data.get("window_start"), "window_start", 0, 23)
-        end = _int(data.get("window_end"), "window_end", 0, 24)
-        if (start is None) != (end is None) or (start is not None and start == end):
-            raise Invalid(N_("a window needs a start and a different end hour"),
-                          fields={"window_end": N_("required")})
-        out.update(window_start=start, window_end=end)
+        if wait is None:
+            raise missing(N_("%(field)s is required", field="wait_seconds"),
+                          fields={"wait_seconds": N_("required")})
+        # A window from an hour to the same hour is the whole day: no window.
+        if start == end:
+            start = end = None
+        out.update(wait_seconds=wait, window_start=start, window_end=end)
     else:
-        cond = data.get("condition")
-        if not isinstance(cond, dict) or cond.get("test") not in CONDITION_TESTS:
-            raise Invalid(N_("condition.test must be one of %(choices)s",
-                             choices=", ".join(CONDITION_TESTS)),
-                          fields={"condition": N_("unknown")})
-        if cond["test"] == "attribute":
-            attribute = cond.get("attribute")
-            if not isinstance(attribute, str) or not attribute.strip():
-                raise Invalid(N_("condition.attribute is required"),
-                              fields={"condition": N_("required")})
-            cond = {"test": "attribute", "attribute": attribute.strip(),
-                    "value": str(cond.get("value", ""))}
-        else:
-            cond = {"test": "event", "event": _event_name(cond.get("event"), "condition.event")}
-        if_false = data.get("if_false", "exit")
-        if if_false not in ("exit", "skip"):
-            raise Invalid(N_("if_false must be exit or skip"), fields={"if_false": N_("unknown")})
-        out.update(condition=cond, if_false=if_false,
-                   skip=_int(data.get("skip"), "skip", 1, 100) or 1)
+        if condition is None:
+            raise missing(N_("%(field)s is required", field="condition"),
+                          fields={"condition": N_("required")})
+        out.update(condition=condition, if_false=if_false or "exit", skip=skip)
     return out
 
 
@@ -238,8 +306,9 @@ def add_step(conn: Connection, sequence_id: int, data: dict[str, Any], actor: st
     if seq["status"] == "archived":
         raise Conflict(N_("an archived sequence cannot change"))
     values = check_step(data)
+    position = _int(position, "position", 1, rules.MAX_ID)
     count = len(seq["steps"])
-    where = count + 1 if position is None else max(1, min(int(position), count + 1))
+    where = count + 1 if position is None else min(position, count + 1)
     conn.execute(sa.text("""
         UPDATE sequence_steps SET position = position + 1
          WHERE sequence_id = :s AND removed_at IS NULL AND position >= :p"""),
@@ -273,7 +342,9 @@ def update_step(conn: Connection, sequence_id: int, step_id: int, data: dict[str
     if seq["status"] == "archived":
         raise Conflict(N_("an archived sequence cannot change"))
     current = _step(conn, sequence_id, step_id)
-    values = check_step({**_row(current, STEP_FIELDS), **data, "type": current.type})
+    given = {k: v for k, v in data.items() if k != "type"}
+    stored = {k: v for k, v in _row(current, STEP_FIELDS).items() if v is not None}
+    values = check_step({**stored, **given, "type": current.type}, missing=Conflict)
     row = conn.execute(sa.text("""
         UPDATE sequence_steps SET subject = :subject, text_body = :text_body,
                html_body = :html_body, wait_seconds = :wait_seconds,
@@ -312,9 +383,13 @@ def reorder_steps(conn: Connection, sequence_id: int, order: Any, actor: str) ->
     if seq["status"] == "archived":
         raise Conflict(N_("an archived sequence cannot change"))
     ids = [s["id"] for s in seq["steps"]]
-    if not isinstance(order, list) or sorted(map(str, order)) != sorted(map(str, ids)):
-        raise Invalid(N_("order must list every step of the sequence once"),
-                      fields={"order": N_("invalid")})
+    if not isinstance(order, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= rules.MAX_ID
+            for i in order):
+        raise Invalid(N_("order must be an array of step ids"), fields={"order": N_("invalid")})
+    if sorted(order) != sorted(ids):
+        raise Conflict(N_("order must list every step of the sequence once"),
+                       fields={"order": N_("invalid")})
     conn.execute(sa.text("""
         UPDATE sequence_steps s SET position = o.n
           FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS o(id, n)
@@ -387,12 +462,7 @@ def record_event(conn: Connection, data: dict[str, Any]) -> dict[str, Any]:
     """Record an event of one person (``email`` or ``user_id``), end the enrollments whose
     goal it is and enrol into the sequences it triggers."""
     name = _event_name(data.get("name"), "name")
-    user_ref = data.get("user_id")
-    if user_ref is not None and (not isinstance(user_ref, str | int) or isinstance(user_ref, bool)
-                                 or not str(user_ref).strip() or len(str(user_ref)) > 200):
-        raise Invalid(N_("user_id must be text of 1 to 200 characters"),
-                      fields={"user_id": N_("invalid")})
-    user_ref = str(user_ref).strip() if user_ref is not None else None
+    user_ref = verifications.check_user_id(data["user_id"]) if "user_id" in data else None
     payload = data.get("data", {})
     if not isinstance(payload, dict):
         raise Invalid(N_("data must be an object"), fields={"data": N_("invalid")})
@@ -400,10 +470,10 @@ def record_event(conn: Connection, data: dict[str, Any]) -> dict[str, Any]:
     if len(encoded) > MAX_DATA:
         raise Invalid(N_("data must be at most %(max)s bytes of JSON", max=MAX_DATA),
                       fields={"data": N_("too long")})
-    email = data.get("email")
     subscriber: int | None = None
-    if email is not None:
-        address = lists.check_email(email)
+    address = None
+    if "email" in data:
+        address = lists.check_email(data["email"])
         subscriber = conn.execute(sa.text("""
             INSERT INTO subscribers AS s (email) VALUES (:e)
             ON CONFLICT (lower(email)) DO UPDATE SET email = s.email
@@ -420,7 +490,7 @@ def record_event(conn: Connection, data: dict[str, Any]) -> dict[str, Any]:
     event_id = conn.execute(sa.text("""
         INSERT INTO events (name, subscriber_id, user_ref, email, data)
         VALUES (:n, :s, :u, :e, CAST(:d AS jsonb)) RETURNING id"""),
-        {"n": name, "s": subscriber, "u": user_ref, "e": email, "d": encoded}).scalar_one()
+        {"n": name, "s": subscriber, "u": user_ref, "e": address, "d": encoded}).scalar_one()
     ended = [r.id for r in conn.execute(_GOAL, {"name": name, "subscriber": subscriber})]
     enrolled = [{"enrollment_id": r.id, "sequence_id": r.sequence_id} for r in conn.execute(
         _ENROL_EVENT, {"name": name, "subscriber": subscriber, "data": encoded})]
