@@ -720,9 +720,15 @@ PATHS["/sequences"] = {
     "get": _id("listSequences", _op("Every sequence", 200, {
         "type": "object", "required": ["sequences"],
         "properties": {"sequences": {"type": "array"}}})),
-    "post": _id("createSequence", _op(
+    "post": _id("createSequence", _with_links(_op(
         "Create a sequence with its steps (422 names the bad field)", 201, SEQUENCE, 400,
-        404, 422, request=SEQUENCE_BODY))}
+        404, 422, request=SEQUENCE_BODY), 201, _links(
+            GetSequence=("getSequence", BY_ID), UpdateSequence=("updateSequence", BY_ID),
+            SequenceFunnel=("sequenceFunnel", BY_ID),
+            AddSequenceStep=("addSequenceStep", BY_ID),
+            PauseSequence=("pauseSequence", BY_ID),
+            ResumeSequence=("resumeSequence", BY_ID),
+            ArchiveSequence=("archiveSequence", BY_ID))))}
 PATHS["/sequences/{id}"] = {
     "parameters": SEQ_ID,
     "get": _id("getSequence", _op("A sequence and its live steps", 200, SEQUENCE, 404)),
@@ -749,7 +755,7 @@ PATHS["/sequences/{id}/steps/{step}"] = {
     "delete": _id("removeSequenceStep", _op(
         "Remove a step: enrollments waiting at it move to the next", 200,
         {"type": "object", "required": ["moved"], "properties": {"moved": {
-            "type": "integer"}}}, 404))}
+            "type": "integer"}}}, 404, 409))}
 PATHS["/sequences/{id}/order"] = {"parameters": SEQ_ID, "put": _id("reorderSequenceSteps", _op(
     "Put the live steps in this order (every step id once)", 200,
     {"type": "object", "required": ["steps"],

@@ -203,10 +203,21 @@ def _condition_holds(cond: dict[str, Any], person: Any, events: list[tuple[str, 
     return False
 
 
-def tick(engine: Engine, batch: int = BATCH) -> int:
-    """One advancer pass in its own transaction; the number of enrollments it moved."""
-    with engine.begin() as conn:
-        return advance(conn, batch)
+#: Batches one tick may run back to back while each finds a full batch due.
+BATCHES_PER_TICK = 20
+
+
+def tick(engine: Engine, batch: int = BATCH, batches: int = BATCHES_PER_TICK) -> int:
+    """Advance due enrollments, one transaction per batch, until a batch finds fewer than
+    ``batch`` due or ``batches`` ran; the number of enrollments moved."""
+    moved = 0
+    for _ in range(batches):
+        with engine.begin() as conn:
+            n = advance(conn, batch)
+        moved += n
+        if n < batch:
+            break
+    return moved
 
 
 def advance(conn: Connection, batch: int = BATCH) -> int:
