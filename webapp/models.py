@@ -889,7 +889,7 @@ sequences = Table(
     Column("layout_id", BigInteger, ForeignKey("layouts.id", ondelete="SET NULL")),
     _now(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    CheckConstraint("status IN ('active', 'paused', 'archived')", name="sequences_status_check"),
+    CheckConstraint(_in("status", states.Sequence.STATES), name="sequences_status_check"),
     CheckConstraint("trigger_type IN ('list_add', 'list_confirm', 'event')",
                     name="sequences_trigger_type_check"),
     CheckConstraint("(trigger_type = 'event') = (trigger_event IS NOT NULL) AND "
@@ -948,17 +948,17 @@ sequence_enrollments = Table(
     Column("data", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("entered_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),
-    CheckConstraint("status IN ('active', 'paused', 'done', 'exited')",
+    CheckConstraint(_in("status", states.Sequence.ENROLLMENT_STATES),
                     name="sequence_enrollments_status_check"),
     CheckConstraint("(status = 'exited') = (exit_reason IS NOT NULL)",
                     name="sequence_enrollments_exit_check"),
     Index("sequence_enrollments_due_idx", "due_at", "id",
           postgresql_where=text("status = 'active'")),
     Index("sequence_enrollments_open_idx", "sequence_id", "subscriber_id", unique=True,
-          postgresql_where=text("status IN ('active', 'paused')")),
+          postgresql_where=text(f"status IN {sql_list(states.Sequence.OPEN)}")),
     Index("sequence_enrollments_subscriber_idx", "subscriber_id", "sequence_id", "entered_at"),
     Index("sequence_enrollments_step_idx", "step_id",
-          postgresql_where=text("status IN ('active', 'paused')")),
+          postgresql_where=text(f"status IN {sql_list(states.Sequence.OPEN)}")),
 )
 
 sequence_visits = Table(

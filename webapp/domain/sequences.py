@@ -28,6 +28,10 @@ from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound
 from workers.building.message import TemplateError, compile_campaign
 from workers.core.i18n import N_
+from workers.core.states import SENT, Sequence, sql_list
+
+OPEN = sql_list(Sequence.OPEN)
+PAUSED = Sequence.PAUSED
 
 MAX_NAME = 200
 EVENT_NAME = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
@@ -203,9 +207,9 @@ def steps_of(conn: Connection, sequence_id: int) -> list[dict[str, Any]]:
 
 
 def list_sequences(conn: Connection) -> list[dict[str, Any]]:
-    rows = conn.execute(sa.text("""
+    rows = conn.execute(sa.text(f"""
         SELECT q.*, (SELECT count(*) FROM sequence_enrollments e
-                      WHERE e.sequence_id = q.id AND e.status IN ('active', 'paused'))
+                      WHERE e.sequence_id = q.id AND e.status IN {OPEN})
                    AS open_enrollments
           FROM sequences q ORDER BY q.status = 'archived', q.id DESC"""))
     return [{**_row(r, SEQUENCE_FIELDS), "open_enrollments": r.open_enrollments}
@@ -368,9 +372,9 @@ def remove_step(conn: Connection, sequence_id: int, step_id: int, actor: str) ->
         SELECT id FROM sequence_steps WHERE sequence_id = :s AND removed_at IS NULL
            AND (position, id) > (:p, :id) ORDER BY position, id LIMIT 1"""),
         {"s": sequence_id, "p": current.position, "id": step_id}).scalar()
-    moved = conn.execute(sa.text("""
+    moved = conn.execute(sa.text(f"""
         UPDATE sequence_enrollments SET step_id = :next
-         WHERE step_id = :id AND status IN ('active', 'paused')"""),
+         WHERE step_id = :id AND status IN {OPEN}"""),
         {"next": following, "id": step_id}).rowcount
     audit.record(conn, actor, "sequence.step.remove", f"sequence:{sequence_id}",
                  step=step_id, moved=moved)
@@ -412,10 +416,10 @@ def set_status(conn: Connection, sequence_id: int, action: str, actor: str) -> d
     conn.execute(sa.text("UPDATE sequences SET status = :s, updated_at = now() WHERE id = :id"),
                  {"s": new, "id": sequence_id})
     if action == "archive":
-        conn.execute(sa.text("""
+        conn.execute(sa.text(f"""
             UPDATE sequence_enrollments SET status = 'exited', exit_reason = 'archived',
                    finished_at = now()
-             WHERE sequence_id = :id AND status IN ('active', 'paused')"""), {"id": sequence_id})
+             WHERE sequence_id = :id AND status IN {OPEN}"""), {"id": sequence_id})
     else:
         conn.execute(sa.text("""
             UPDATE sequence_enrollments SET status = :new
@@ -427,7 +431,7 @@ def set_status(conn: Connection, sequence_id: int, action: str, actor: str) -> d
 
 # --- events ----------------------------------------------------------------------------
 
-_ENROL_EVENT = sa.text("""
+_ENROL_EVENT = sa.text(f"""
 WITH cand AS (
     SELECT s.id AS sequence_id, CAST(:subscriber AS bigint) AS subscriber_id,
            CAST(:data AS jsonb) AS data
@@ -435,7 +439,7 @@ WITH cand AS (
 )
 INSERT INTO sequence_enrollments (sequence_id, subscriber_id, status, step_id, due_at, data)
 SELECT c.sequence_id, c.subscriber_id,
-       CASE WHEN s.status = 'paused' THEN 'paused' ELSE 'active' END,
+       CASE WHEN s.status = '{PAUSED}' THEN '{PAUSED}' ELSE 'active' END,
        (SELECT st.id FROM sequence_steps st WHERE st.sequence_id = s.id
            AND st.removed_at IS NULL ORDER BY st.position, st.id LIMIT 1),
        now(), c.data
@@ -443,17 +447,17 @@ SELECT c.sequence_id, c.subscriber_id,
  WHERE NOT EXISTS (
        SELECT 1 FROM sequence_enrollments e
         WHERE e.sequence_id = c.sequence_id AND e.subscriber_id = c.subscriber_id
-          AND (e.status IN ('active', 'paused') OR s.reentry_days IS NULL
+          AND (e.status IN {OPEN} OR s.reentry_days IS NULL
                OR e.entered_at > now() - make_interval(days => s.reentry_days)))
 ON CONFLICT DO NOTHING
 RETURNING id, sequence_id
 """)
 
-_GOAL = sa.text("""
+_GOAL = sa.text(f"""
 UPDATE sequence_enrollments e SET status = 'exited', exit_reason = 'goal', finished_at = now()
   FROM sequences s
  WHERE s.id = e.sequence_id AND s.goal_event = :name AND e.subscriber_id = :subscriber
-   AND e.status IN ('active', 'paused')
+   AND e.status IN {OPEN}
 RETURNING e.id
 """)
 
@@ -543,15 +547,15 @@ def funnel(conn: Connection, sequence_id: int) -> dict[str, Any]:
     """Per live step: entered (visits), sent (jobs sent), waiting there now, and how the
     sequence's enrollments ended (exits by reason)."""
     get_sequence(conn, sequence_id)
-    rows = conn.execute(sa.text("""
+    rows = conn.execute(sa.text(f"""
         SELECT st.id, st.position, st.type, st.subject,
                (SELECT count(*) FROM sequence_visits v WHERE v.step_id = st.id) AS entered,
                (SELECT count(*) FROM sequence_visits v JOIN delivery_jobs j ON j.id = v.job_id
-                 WHERE v.step_id = st.id AND j.status = 'sent') AS sent,
+                 WHERE v.step_id = st.id AND j.status = '{SENT}') AS sent,
                (SELECT count(*) FROM sequence_visits v
                  WHERE v.step_id = st.id AND v.outcome = 'exited') AS exited,
                (SELECT count(*) FROM sequence_enrollments e
-                 WHERE e.step_id = st.id AND e.status IN ('active', 'paused')) AS waiting
+                 WHERE e.step_id = st.id AND e.status IN {OPEN}) AS waiting
           FROM sequence_steps st WHERE st.sequence_id = :s AND st.removed_at IS NULL
          ORDER BY st.position, st.id"""), {"s": sequence_id})
     steps = [dict(r._mapping) for r in rows]

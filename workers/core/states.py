@@ -129,3 +129,19 @@ class Campaign:
         SENT: frozenset({SENDING}),
         CANCELLED: frozenset(),
     }
+
+
+class Sequence:
+    """The sequences vocabulary (issue 42, docs/sequences.md): a sequence is active, paused
+    or archived; an enrollment (one person's way through one) is active, paused (its
+    sequence is), done or exited (with a reason). Beside the jobs' and campaigns' words,
+    some of which it shares."""
+
+    ACTIVE, PAUSED, ARCHIVED = "active", "paused", "archived"
+    DONE, EXITED = "done", "exited"
+    #: A sequence's states (the CHECK constraint's list).
+    STATES: tuple[str, ...] = (ACTIVE, PAUSED, ARCHIVED)
+    #: An enrollment's states.
+    ENROLLMENT_STATES: tuple[str, ...] = (ACTIVE, PAUSED, DONE, EXITED)
+    #: An enrollment still in its sequence (at most one per person and sequence).
+    OPEN: tuple[str, ...] = (ACTIVE, PAUSED)
