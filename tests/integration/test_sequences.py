@@ -125,6 +125,27 @@ def test_confirmation_trigger_waits_for_double_opt_in(engine: sa.Engine) -> None
     assert len(_enrollments(engine)) == 1
 
 
+def test_double_opt_in_confirmation_through_the_confirm_link_enrols(engine: sa.Engine) -> None:
+    from webapp.domain import subscriptions
+
+    list_id = _list(engine)
+    _sequence(engine, list_id, trigger_type="list_confirm")
+    added = _sequence(engine, list_id, name="Any add")
+    with engine.begin() as conn:
+        rid = conn.execute(sa.text(
+            "INSERT INTO subscription_requests (list_id, email, source, remote_addr) "
+            "VALUES (:l, 'form@example.org', 'form', '127.0.0.1') RETURNING id"),
+            {"l": list_id}).scalar_one()
+        subscriptions.confirm(conn, "secret", subscriptions.confirm_token("secret", rid),
+                              remote_addr="127.0.0.1")
+        # Confirming twice (the link clicked again) enrols nobody twice.
+        subscriptions.confirm(conn, "secret", subscriptions.confirm_token("secret", rid),
+                              remote_addr="127.0.0.1")
+    enrolled = _enrollments(engine)
+    assert len(enrolled) == 2
+    assert {e.sequence_id for e in enrolled} == {added["id"], added["id"] - 1}
+
+
 def test_wait_step_is_never_done_before_its_time_by_the_database_clock(
         engine: sa.Engine) -> None:
     list_id = _list(engine)
