@@ -46,12 +46,15 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "ops": ADMIN,
     "transactional": ADMIN,
     "event_webhooks": ADMIN,
+    "sequences": MARKETING,
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {
     # Inbox: support reads, only admins act.
     "inbox.retry": ADMIN, "inbox.retry_all": ADMIN, "inbox.dismiss": ADMIN,
     "inbox.act_on_chosen": ADMIN,
+    # Sequences: a person's enrollments are support's to read too.
+    "sequences.people": ALL_ROLES,
     # API
     "api.list_lists": MARKETING, "api.create_list": MARKETING, "api.add_subscribers": MARKETING,
     "api.create_campaign": MARKETING, "api.get_campaign": MARKETING,
@@ -73,6 +76,14 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.delete_suppression": ADMIN,
     "ops.metrics": ADMIN,
     "health.retry_relay": ADMIN,
+    # Sequences (issue 42): marketers build, support reads a person's enrollments, the
+    # team's app posts events with the token it sends messages with.
+    "api.list_sequences": MARKETING, "api.create_sequence": MARKETING,
+    "api.get_sequence": MARKETING, "api.update_sequence": MARKETING,
+    "api.sequence_action": MARKETING, "api.sequence_funnel": MARKETING,
+    "api.add_sequence_step": MARKETING, "api.update_sequence_step": MARKETING,
+    "api.remove_sequence_step": MARKETING, "api.reorder_sequence_steps": MARKETING,
+    "api.person_enrollments": ALL_ROLES, "api.post_event": SUPPORT,
 }
 
 # Who reads any job through GET /api/v1/jobs/{id}; other roles allowed there see less.

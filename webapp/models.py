@@ -885,3 +885,120 @@ smtp_messages = Table(
     _now(),
     Index("smtp_messages_created_idx", "created_at"),
 )
+
+# Sequences (issue 42, migration 0039_sequences; docs/sequences.md): welcome series and
+# drips. An enrollment is one person's way through one sequence, at a step due at a time
+# of the database's clock; the advancer (workers.delivery.sequences) reads the due ones
+# from sequence_enrollments_due_idx and makes one job per (enrollment, email step).
+sequences = Table(
+    "sequences", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default="active"),
+    Column("trigger_type", Text, nullable=False),
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE")),
+    Column("trigger_event", Text),
+    Column("goal_event", Text),
+    # NULL: once ever; N: again N days after the last entry.
+    Column("reentry_days", Integer),
+    Column("from_addr", Text),
+    Column("layout_id", BigInteger, ForeignKey("layouts.id", ondelete="SET NULL")),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(_in("status", states.Sequence.STATES), name="sequences_status_check"),
+    CheckConstraint("trigger_type IN ('list_add', 'list_confirm', 'event')",
+                    name="sequences_trigger_type_check"),
+    CheckConstraint("(trigger_type = 'event') = (trigger_event IS NOT NULL) AND "
+                    "(trigger_type = 'event') = (list_id IS NULL)",
+                    name="sequences_trigger_check"),
+    CheckConstraint("reentry_days IS NULL OR reentry_days >= 0", name="sequences_reentry_check"),
+    Index("sequences_list_idx", "list_id", postgresql_where=text("list_id IS NOT NULL")),
+    Index("sequences_event_idx", "trigger_event",
+          postgresql_where=text("trigger_event IS NOT NULL")),
+)
+
+sequence_steps = Table(
+    "sequence_steps", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("sequence_id", BigInteger, ForeignKey("sequences.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("subject", Text),
+    Column("text_body", Text),
+    Column("html_body", Text),
+    Column("wait_seconds", Integer),
+    Column("window_start", SmallInteger),
+    Column("window_end", SmallInteger),
+    Column("condition", JSONB),
+    Column("if_false", Text),
+    Column("skip", Integer, nullable=False, server_default=text("1")),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("removed_at", DateTime(timezone=True)),
+    CheckConstraint("type IN ('email', 'wait', 'condition')", name="sequence_steps_type_check"),
+    CheckConstraint("type <> 'email' OR (subject IS NOT NULL AND "
+                    "(text_body IS NOT NULL OR html_body IS NOT NULL))",
+                    name="sequence_steps_email_check"),
+    CheckConstraint("type <> 'wait' OR wait_seconds >= 0", name="sequence_steps_wait_check"),
+    CheckConstraint("(window_start IS NULL) = (window_end IS NULL) AND "
+                    "(window_start IS NULL OR (window_start BETWEEN 0 AND 23 AND "
+                    "window_end BETWEEN 0 AND 24 AND window_start <> window_end))",
+                    name="sequence_steps_window_check"),
+    CheckConstraint("type <> 'condition' OR (condition IS NOT NULL AND "
+                    "if_false IN ('skip', 'exit'))", name="sequence_steps_condition_check"),
+    CheckConstraint("skip >= 1", name="sequence_steps_skip_check"),
+    Index("sequence_steps_sequence_idx", "sequence_id", "position"),
+)
+
+sequence_enrollments = Table(
+    "sequence_enrollments", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("sequence_id", BigInteger, ForeignKey("sequences.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("subscriber_id", BigInteger, ForeignKey("subscribers.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("status", Text, nullable=False, server_default="active"),
+    Column("exit_reason", Text),
+    Column("step_id", BigInteger),
+    Column("due_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("data", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("entered_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(_in("status", states.Sequence.ENROLLMENT_STATES),
+                    name="sequence_enrollments_status_check"),
+    CheckConstraint("(status = 'exited') = (exit_reason IS NOT NULL)",
+                    name="sequence_enrollments_exit_check"),
+    Index("sequence_enrollments_due_idx", "due_at", "id",
+          postgresql_where=text("status = 'active'")),
+    Index("sequence_enrollments_open_idx", "sequence_id", "subscriber_id", unique=True,
+          postgresql_where=text(f"status IN {sql_list(states.Sequence.OPEN)}")),
+    Index("sequence_enrollments_subscriber_idx", "subscriber_id", "sequence_id", "entered_at"),
+    Index("sequence_enrollments_step_idx", "step_id",
+          postgresql_where=text(f"status IN {sql_list(states.Sequence.OPEN)}")),
+)
+
+sequence_visits = Table(
+    "sequence_visits", metadata,
+    Column("enrollment_id", BigInteger,
+           ForeignKey("sequence_enrollments.id", ondelete="CASCADE"), nullable=False),
+    Column("step_id", BigInteger, ForeignKey("sequence_steps.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("job_id", BigInteger),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("outcome", Text, nullable=False),
+    PrimaryKeyConstraint("enrollment_id", "step_id"),
+    Index("sequence_visits_step_idx", "step_id", "outcome"),
+)
+
+events = Table(
+    "events", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("subscriber_id", BigInteger, ForeignKey("subscribers.id", ondelete="CASCADE")),
+    Column("user_ref", Text),
+    Column("email", Text),
+    Column("data", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("events_subscriber_idx", "subscriber_id", "name", "at"),
+    Index("events_user_idx", "user_ref", "at", postgresql_where=text("user_ref IS NOT NULL")),
+)

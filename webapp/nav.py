@@ -15,6 +15,8 @@ ITEMS = [
     ("campaigns.index", _l("Campaigns")),
     ("lists.index", _l("Lists")),
     ("layouts.index", _l("Layouts")),
+    ("sequences.index", _l("Sequences")),
+    ("sequences.people", _l("Enrollments")),
     ("support.index", _l("Support")),
     ("transactional.index", _l("Transactional")),
     ("jobs.index", _l("Jobs")),

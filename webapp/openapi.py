@@ -11,6 +11,7 @@ from webapp.domain import (
     lists,
     messages,
     segments,
+    sequences,
     subscriptions,
     suppressions,
     text_limits,
@@ -613,6 +614,177 @@ PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     **_json({"type": "object", "additionalProperties": False, "properties": {
         "at": {"type": ["string", "null"], "format": "date-time",
                "description": "ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z"}}})}
+# Sequences, their enrollments and events (issue 42, docs/sequences.md).
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_NULLABLE_TEXT = {"type": ["string", "null"]}
+SEQUENCE_STEP = {"type": "object", "required": ["id", "position", "type"], "properties": {
+    "id": {"type": "integer"}, "position": {"type": "integer"},
+    "type": {"type": "string", "enum": list(sequences.STEP_TYPES)},
+    "subject": _NULLABLE_TEXT, "text_body": _NULLABLE_TEXT, "html_body": _NULLABLE_TEXT,
+    "wait_seconds": _NULLABLE_INT, "window_start": _NULLABLE_INT, "window_end": _NULLABLE_INT,
+    "condition": {"type": ["object", "null"]}, "if_false": _NULLABLE_TEXT,
+    "skip": {"type": "integer"}, "version": {"type": "integer"}}}
+SEQUENCE = {"type": "object", "required": ["id", "name", "status", "trigger_type", "steps"],
+            "properties": {
+                "id": {"type": "integer"}, "name": {"type": "string"},
+                "status": {"type": "string", "enum": ["active", "paused", "archived"]},
+                "trigger_type": {"type": "string", "enum": list(sequences.TRIGGERS)},
+                "list_id": _NULLABLE_INT, "trigger_event": _NULLABLE_TEXT,
+                "goal_event": _NULLABLE_TEXT, "reentry_days": _NULLABLE_INT,
+                "from_addr": _NULLABLE_TEXT, "layout_id": _NULLABLE_INT,
+                "steps": {"type": "array", "items": SEQUENCE_STEP}}}
+_EVENT_NAME = {"type": "string", "pattern": sequences.EVENT_NAME, "maxLength": 100}
+_NOT_BLANK = {"type": "string", "pattern": rules.NOT_BLANK}
+_BODY_TEXT = {"type": ["string", "null"], "pattern": rules.NO_NUL}
+SEQUENCE_CONDITION = {"oneOf": [
+    {"type": "object", "required": ["test", "attribute"], "additionalProperties": False,
+     "properties": {"test": {"const": "attribute"}, "attribute": _NOT_BLANK,
+                    "value": {"type": "string"}}},
+    {"type": "object", "required": ["test", "event"], "additionalProperties": False,
+     "properties": {"test": {"const": "event"}, "event": _EVENT_NAME}}],
+    "description": "attribute: the subscriber's attribute equals value (as text); event: "
+                   "the event was posted for the person since they entered"}
+_STEP_PROPERTIES: dict[str, Any] = {
+    "type": {"type": "string", "enum": list(sequences.STEP_TYPES)},
+    "subject": _NOT_BLANK, "text_body": _BODY_TEXT, "html_body": _BODY_TEXT,
+    "wait_seconds": {"type": "integer", "minimum": 0, "maximum": sequences.MAX_WAIT},
+    "window_start": {"type": "integer", "minimum": 0, "maximum": 23},
+    "window_end": {"type": "integer", "minimum": 0, "maximum": 24},
+    "condition": SEQUENCE_CONDITION,
+    "if_false": {"type": "string", "enum": ["exit", "skip"]},
+    "skip": {"type": "integer", "minimum": 1, "maximum": 100}}
+_WINDOW = {"dependentRequired": {"window_start": ["window_end"],
+                                 "window_end": ["window_start"]}}
+
+
+def _when(kind: str, then: dict[str, Any]) -> dict[str, Any]:
+    return {"if": {"required": ["type"], "properties": {"type": {"const": kind}}},
+            "then": then}
+
+
+_NEEDS = [
+    _when("email", {"required": ["subject"], "anyOf": [
+        {"required": ["text_body"], "properties": {"text_body": {"type": "string",
+                                                                 "minLength": 1}}},
+        {"required": ["html_body"], "properties": {"html_body": {"type": "string",
+                                                                 "minLength": 1}}}]}),
+    _when("wait", {"required": ["wait_seconds"]}),
+    _when("condition", {"required": ["condition"]})]
+_STEP_DESCRIPTION = ("email: subject and a text or HTML body (templates as a campaign's); "
+                     "wait: wait_seconds, then optionally the next UTC window_start:00 to "
+                     "window_end:00 (the same hour twice: no window); condition: "
+                     "condition and if_false (exit, or skip the next skip steps)")
+STEP_BODY = _request(["type"], _STEP_PROPERTIES, allOf=_NEEDS, **_WINDOW,
+                     description=_STEP_DESCRIPTION)
+NEW_STEP_BODY = _request(["type"], {**_STEP_PROPERTIES, "position": {
+    "type": "integer", "minimum": 1, "maximum": BIGINT_MAX,
+    "description": "before the live step at this position (1-based; past the end: last)"}},
+    allOf=_NEEDS, **_WINDOW, description=_STEP_DESCRIPTION)
+STEP_CHANGE_BODY = _request([], _STEP_PROPERTIES, **_WINDOW, description=(
+    "the fields to change (a step keeps its type); a change that leaves the step without "
+    "what its type needs is 409"))
+_SEQUENCE_PROPERTIES: dict[str, Any] = {
+    "name": {"type": "string", "maxLength": sequences.MAX_NAME, "pattern": rules.NOT_BLANK},
+    "trigger_type": {"type": "string", "enum": list(sequences.TRIGGERS)},
+    "list_id": {"type": ["integer", "null"], "minimum": 1, "maximum": BIGINT_MAX},
+    "trigger_event": {"anyOf": [_EVENT_NAME, {"type": "null"}]},
+    "goal_event": {"anyOf": [_EVENT_NAME, {"type": "null"}]},
+    "reentry_days": {"type": ["integer", "null"], "minimum": 0, "maximum": 36500,
+                     "description": "null: once ever; N: again N days after the last entry"},
+    "from_addr": FROM,
+    "layout_id": {"type": ["integer", "null"], "minimum": 1, "maximum": BIGINT_MAX}}
+SEQUENCE_BODY = _request(["name", "trigger_type"], {
+    **_SEQUENCE_PROPERTIES, "steps": {"type": "array", "items": STEP_BODY}}, allOf=[
+        {"if": {"required": ["trigger_type"],
+                "properties": {"trigger_type": {"const": "event"}}},
+         "then": {"required": ["trigger_event"],
+                  "properties": {"trigger_event": _EVENT_NAME}},
+         "else": {"required": ["list_id"],
+                  "properties": {"list_id": {"type": "integer"}}}}])
+SEQUENCE_CHANGE_BODY = _request([], _SEQUENCE_PROPERTIES, description=(
+    "the fields to change; a change that leaves the trigger without its list or event is "
+    "409"))
+VISIT = {"type": "object", "required": ["step_id", "at", "outcome"], "properties": {
+    "step_id": {"type": "integer"}, "position": {"type": "integer"},
+    "type": {"type": "string"}, "removed": {"type": "boolean"}, "job_id": _NULLABLE_INT,
+    "job_status": _NULLABLE_TEXT, "at": {"type": "string"},
+    "outcome": {"type": "string", "enum": ["sent", "waited", "continued", "skipped",
+                                           "exited"]}}}
+PERSON = {"type": "object", "required": ["subscriber", "enrollments"], "properties": {
+    "subscriber": {"type": "object"},
+    "enrollments": {"type": "array", "items": {
+        "type": "object", "required": ["id", "sequence_id", "status", "visits"],
+        "properties": {"id": {"type": "integer"}, "sequence_id": {"type": "integer"},
+                       "status": {"type": "string",
+                                  "enum": ["active", "paused", "done", "exited"]},
+                       "exit_reason": _NULLABLE_TEXT, "step_id": _NULLABLE_INT,
+                       "at_position": _NULLABLE_INT, "due_at": {"type": "string"},
+                       "visits": {"type": "array", "items": VISIT}}}}}}
+SEQ_ID = [{"name": "id", "in": "path", "required": True, "schema": ID_SCHEMA}]
+STEP_ID = [*SEQ_ID, {"name": "step", "in": "path", "required": True, "schema": ID_SCHEMA}]
+PATHS["/sequences"] = {
+    "get": _id("listSequences", _op("Every sequence", 200, {
+        "type": "object", "required": ["sequences"],
+        "properties": {"sequences": {"type": "array"}}})),
+    "post": _id("createSequence", _with_links(_op(
+        "Create a sequence with its steps (422 names the bad field)", 201, SEQUENCE, 400,
+        404, 422, request=SEQUENCE_BODY), 201, _links(
+            GetSequence=("getSequence", BY_ID), UpdateSequence=("updateSequence", BY_ID),
+            SequenceFunnel=("sequenceFunnel", BY_ID),
+            AddSequenceStep=("addSequenceStep", BY_ID),
+            PauseSequence=("pauseSequence", BY_ID),
+            ResumeSequence=("resumeSequence", BY_ID),
+            ArchiveSequence=("archiveSequence", BY_ID))))}
+PATHS["/sequences/{id}"] = {
+    "parameters": SEQ_ID,
+    "get": _id("getSequence", _op("A sequence and its live steps", 200, SEQUENCE, 404)),
+    "put": _id("updateSequence", _op("Change a sequence's trigger, goal or re-entry", 200,
+                                     SEQUENCE, 400, 404, 409, 422,
+                                     request=SEQUENCE_CHANGE_BODY))}
+for _action, _summary in (("pause", "Pause: due steps wait until it resumes"),
+                          ("resume", "Resume a paused sequence"),
+                          ("archive", "Archive: open enrollments end (reason archived)")):
+    PATHS[f"/sequences/{{id}}/{_action}"] = {"parameters": SEQ_ID, "post": _id(
+        f"{_action}Sequence", _op(_summary, 200, SEQUENCE, 404, 409))}
+PATHS["/sequences/{id}/funnel"] = {"parameters": SEQ_ID, "get": _id("sequenceFunnel", _op(
+    "Per step: entered, sent, exited there, waiting there; and how enrollments ended", 200,
+    {"type": "object", "required": ["steps", "enrollments"],
+     "properties": {"steps": {"type": "array"}, "enrollments": {"type": "object"}}}, 404))}
+PATHS["/sequences/{id}/steps"] = {"parameters": SEQ_ID, "post": _id("addSequenceStep", _op(
+    "Add a step (at the end, or before the live step at position)", 201, SEQUENCE_STEP,
+    400, 404, 409, 422, request=NEW_STEP_BODY))}
+PATHS["/sequences/{id}/steps/{step}"] = {
+    "parameters": STEP_ID,
+    "put": _id("updateSequenceStep", _op(
+        "Change a step's content (sends not made yet use it; its type stays)", 200,
+        SEQUENCE_STEP, 400, 404, 409, 422, request=STEP_CHANGE_BODY)),
+    "delete": _id("removeSequenceStep", _op(
+        "Remove a step: enrollments waiting at it move to the next", 200,
+        {"type": "object", "required": ["moved"], "properties": {"moved": {
+            "type": "integer"}}}, 404, 409))}
+PATHS["/sequences/{id}/order"] = {"parameters": SEQ_ID, "put": _id("reorderSequenceSteps", _op(
+    "Put the live steps in this order (every step id once)", 200,
+    {"type": "object", "required": ["steps"],
+     "properties": {"steps": {"type": "array", "items": SEQUENCE_STEP}}}, 400, 404, 409,
+    422, request=_request(["order"], {"order": {"type": "array", "items": ID_SCHEMA}},
+                          description="every live step id once (else 409)")))}
+PATHS["/enrollments"] = {"get": _id("personEnrollments", {
+    **_op("A person's enrollments, each step's time, job and outcome", 200, PERSON, 404,
+          422),
+    "parameters": [{"name": "email", "in": "query", "required": True,
+                    "schema": EMAIL}]})}
+PATHS["/events"] = {"post": _id("postEvent", _op(
+    "Record an event of a person (email, or a user_id sent with an email before): ends "
+    "the enrollments whose goal it is, enrols into the sequences it triggers", 201,
+    {"type": "object", "required": ["id", "name", "enrolled", "exited"], "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string"},
+        "subscriber_id": {"type": "integer"}, "enrolled": {"type": "array"},
+        "exited": {"type": "array", "items": {"type": "integer"}}}}, 400, 404, 422,
+    request=_request(["name"], {
+        "name": _EVENT_NAME, "email": EMAIL, "user_id": USER_ID,
+        "data": {"type": "object", "additionalProperties": {"$ref": STORABLE_REF},
+                 "description": "at most 16 KB of JSON; email steps see it as data"}},
+        anyOf=[{"required": ["email"]}, {"required": ["user_id"]}])))}
 PATHS["/openapi.json"] = {"get": {
     "operationId": "openapi", "summary": "This document (public: no token needed)", "security": [],
     "responses": {"200": {"description": "the OpenAPI document",

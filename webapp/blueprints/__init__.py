@@ -42,3 +42,6 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import tracking
 
     app.register_blueprint(tracking.bp)
+    from webapp.blueprints import sequences
+
+    app.register_blueprint(sequences.bp)

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 from workers.building import submitted, tracking
 from workers.building.dkim import KeyRing, from_domain
 from workers.building.html_text import html_to_text
-from workers.building.kinds import KindCatalog, UnknownKind, message_context
+from workers.building.kinds import SEQUENCE, KindCatalog, UnknownKind, message_context
 from workers.building.links import bounce_address, unsubscribe_url
 from workers.building.message import (
     CampaignTemplate,
@@ -115,6 +115,7 @@ class Composer:
         self.engine = engine
         self.config = config
         self._campaigns: dict[int, tuple[str | None, PreparedCampaign]] = {}
+        self._steps: dict[int, tuple[str, PreparedCampaign]] = {}
         self._lock = threading.Lock()
         self.kinds = KindCatalog(engine)
         self.keys = KeyRing(engine, config.secret_key)
@@ -163,6 +164,8 @@ class Composer:
             envelope = self._build_campaign(job)
         elif submitted.stored_id(job.payload) is not None:
             envelope = self._build_submitted(job)
+        elif job.kind == SEQUENCE:
+            envelope = self._build_sequence(job)
         else:
             envelope = self._build_kind(job)
         return self._signed(envelope)
@@ -289,6 +292,58 @@ class Composer:
         if verp:
             sender = bounce_address(verp, self.config.secret_key, job.id)
         return Envelope(sender, message)
+    def sequence_step(self, step_id: int) -> tuple[PreparedCampaign, int | None]:
+        """A sequence's email step compiled at its current version (an edit before the send
+        is what is sent), with the sequence's layout; and its sequence's id."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.text(
+                "SELECT st.version, st.subject, st.text_body, st.html_body, q.id, q.name, "
+                "q.from_addr, y.html AS layout_html, y.postal_address "
+                "FROM sequence_steps st JOIN sequences q ON q.id = st.sequence_id "
+                "LEFT JOIN layouts y ON y.id = q.layout_id WHERE st.id = :id"),
+                {"id": step_id}).first()
+        if row is None:
+            raise TemplateError("sequence", None, f"there is no sequence step {step_id}")
+        version = f"{row.version}:{row.from_addr}:{hash(row.layout_html)}"
+        cached = self._steps.get(step_id)
+        if cached is not None and cached[0] == version:
+            return cached[1], row.id
+        prepared = PreparedCampaign(
+            name=row.name, from_addr=row.from_addr or self.config.mail_from,
+            subject=row.subject, template=compile_campaign(
+                row.subject, row.text_body, row.html_body,
+                layout_of(row.layout_html, row.postal_address)))
+        with self._lock:
+            self._steps[step_id] = (version, prepared)
+        return prepared, row.id
+
+    def _build_sequence(self, job: ClaimedJob) -> Envelope:
+        """A sequence's email step for its subscriber: the step's content as it is now,
+        seeing the subscriber's fields and the triggering event's data."""
+        prepared, _ = self.sequence_step(int(job.payload.get("step_id", 0)))
+        headers = self._headers(job)
+        unsub = ""
+        if job.subscriber_id is not None:
+            unsub = unsubscribe_url(self.config.base_url, self.config.secret_key,
+                                    job.subscriber_id, None)
+            headers["List-Unsubscribe"] = f"<{unsub}>"
+            headers["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+        data = job.payload.get("data")
+        context = recipient_context(
+            email=job.email, name=job.name, attributes=job.attributes, unsubscribe_url=unsub,
+            campaign_name=prepared.name, subject=prepared.subject)
+        context["data"] = data if isinstance(data, dict) else {}
+        context["event"] = {"data": context["data"]}
+        rendered = prepared.template.render(context)
+        headers["Auto-Submitted"] = "auto-generated"
+        text = rendered.text
+        if text is None and rendered.html is not None:
+            text = html_to_text(rendered.html)
+        message = build_mime(from_addr=prepared.from_addr, to_addr=job.email,
+                             subject=rendered.subject, text=text, html=rendered.html,
+                             message_id=job.message_id, headers=headers)
+        from_addr = address_of(prepared.from_addr)
+        return Envelope(self._envelope_from(job, from_addr), message)
 
     def _envelope_from(self, job: ClaimedJob, from_addr: str) -> str:
         """The VERP bounce address for this job when SENDDOCK_BOUNCE_ADDRESS is set (bounces

@@ -42,8 +42,10 @@ from workers.core.states import (
 
 CLASSES = ("critical", "lifecycle")
 BUILTIN = "verification"
-# Engine kinds that are not transactional kinds (campaign mail and test sends).
-RESERVED = ("broadcast", "test")
+# Engine kinds that are not transactional kinds (campaign mail, test sends, sequence steps).
+RESERVED = ("broadcast", "test", "sequence")
+# A sequence step's mail retries on the built-in kind's schedule (lifecycle mail).
+SEQUENCE = "sequence"
 NAME_PATTERN = KIND_NAME
 # Seconds from "due" (enqueue, or send_at when scheduled) to sent: the histogram's upper
 # bounds. The migration's trigger buckets by these same bounds (tested).
@@ -69,6 +71,8 @@ def class_of(kind: str, priority: int) -> str:
         return "campaign"
     if kind == "test":
         return "test"
+    if kind == SEQUENCE:
+        return "lifecycle"
     return "critical" if priority < CLASS_PRIORITY["lifecycle"] else "lifecycle"
 
 
@@ -193,6 +197,8 @@ class KindCatalog:
     def retry_schedule(self, name: str, defaults: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
         """The kind's retry delays: campaign and test mail from the settings (``defaults``),
         a kind from its row, falling back to the settings' verification schedule."""
+        if name == SEQUENCE:
+            return tuple(defaults.get(name, defaults.get(BUILTIN, ())))
         if name in RESERVED:
             return tuple(defaults.get(name, ()))
         try:

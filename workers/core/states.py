@@ -54,8 +54,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 #: Kinds of job the engine itself knows. ``test`` is a test send (of a campaign or a
-#: kind); admins add transactional kinds as rows of ``kinds`` (docs/design.md §21), named like this:
-KINDS: tuple[str, ...] = ("broadcast", "verification", "test")
+#: kind), ``sequence`` a step of a sequence (workers.delivery.sequences); admins add
+#: transactional kinds as rows of ``kinds`` (docs/design.md §21), named like this:
+KINDS: tuple[str, ...] = ("broadcast", "verification", "test", "sequence")
 KIND_NAME = "^[a-z][a-z0-9_-]{0,39}$"
 #: The same rule as the CHECK on every job row, in the form PostgreSQL evaluates fastest:
 #: its regex engine spent 1.7 us a row on the bounded repetition and spends 0.2 us on an
@@ -77,7 +78,8 @@ PRIORITIES: tuple[int, ...] = tuple(sorted(
     | {p + BULK_STEP for c, p in CLASS_PRIORITY.items() if c != "campaign"}))
 PRIORITY: dict[str, int] = {"verification": CLASS_PRIORITY["critical"],
                             "test": CLASS_PRIORITY["critical"],
-                            "broadcast": CLASS_PRIORITY["campaign"]}
+                            "broadcast": CLASS_PRIORITY["campaign"],
+                            "sequence": CLASS_PRIORITY["lifecycle"]}
 
 
 def imported(priority: int) -> bool:
@@ -127,3 +129,19 @@ class Campaign:
         SENT: frozenset({SENDING}),
         CANCELLED: frozenset(),
     }
+
+
+class Sequence:
+    """The sequences vocabulary (issue 42, docs/sequences.md): a sequence is active, paused
+    or archived; an enrollment (one person's way through one) is active, paused (its
+    sequence is), done or exited (with a reason). Beside the jobs' and campaigns' words,
+    some of which it shares."""
+
+    ACTIVE, PAUSED, ARCHIVED = "active", "paused", "archived"
+    DONE, EXITED = "done", "exited"
+    #: A sequence's states (the CHECK constraint's list).
+    STATES: tuple[str, ...] = (ACTIVE, PAUSED, ARCHIVED)
+    #: An enrollment's states.
+    ENROLLMENT_STATES: tuple[str, ...] = (ACTIVE, PAUSED, DONE, EXITED)
+    #: An enrollment still in its sequence (at most one per person and sequence).
+    OPEN: tuple[str, ...] = (ACTIVE, PAUSED)

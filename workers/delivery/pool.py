@@ -61,7 +61,7 @@ from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
 from workers.core.states import PENDING, imported
-from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, services
+from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, sequences, services
 from workers.delivery.classify import RefusalStreak, ReplyClass, ThrottleJudge
 from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
 from workers.delivery.foreground import Foreground
@@ -219,6 +219,9 @@ class Pool:
             # Refused From addresses probed on their backoff (docs/design.md §17).
             periodic.append(services.Periodic("sender_probe", 1, self._probe_senders,
                                               self.outage))
+            # Sequences' due steps become jobs (issue 42, docs/sequences.md).
+            periodic.append(services.Periodic(
+                "sequences", 1, functools.partial(sequences.tick, self.engine), self.outage))
         services.schedule(scheduler, periodic)
         if self.maintenance:
             after_acceptance.schedule(scheduler, self.engine, self.config, self.worker_id,

@@ -1,0 +1,137 @@
+"""Sequences at size (issue 42): enrolment by a list add, the advancer's throughput and its
+due query, the person's timeline, and events through the API.
+
+A fresh database; ``--enrollments`` subscribers are added to a list in one statement (the
+statement-level trigger enrols them all in the same transaction), timed against the same
+add with no sequence; then the advancer (``workers.delivery.sequences.tick``, as the pool
+runs it) makes the first email step's jobs of ``--advance`` of them; the due query is
+timed with every enrollment waiting a day; a person's timeline is read; and ``--events``
+events are posted through the API (Flask's test client, one process).
+
+    python -m bench.bench_sequences --enrollments 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.common import fresh_database, machine, save, table
+from webapp import create_app, db
+from webapp.domain import sequences, users
+from workers.core.settings import load
+from workers.delivery import sequences as advancer
+
+STEPS = [{"type": "email", "subject": "Welcome {{ name }}", "text_body": "Hi {{ email }}"},
+         {"type": "wait", "wait_seconds": 86400},
+         {"type": "email", "subject": "Day two", "text_body": "Again"}]
+
+
+def _add(engine: sa.Engine, n: int, name: str, with_sequence: bool) -> float:
+    with engine.begin() as conn:
+        list_id = conn.execute(sa.text("INSERT INTO lists (name) VALUES (:n) RETURNING id"),
+                               {"n": name}).scalar_one()
+        conn.execute(sa.text("""
+            INSERT INTO subscribers (email, name)
+            SELECT 'u' || g || '-' || :tag || '@example.com', 'User ' || g
+              FROM generate_series(1, :n) g"""), {"n": n, "tag": list_id})
+        if with_sequence:
+            sequences.create_sequence(conn, {"name": name, "trigger_type": "list_add",
+                                             "list_id": list_id, "steps": STEPS}, "bench")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE subscribers"))
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(sa.text("""
+            INSERT INTO memberships (list_id, subscriber_id)
+            SELECT :l, id FROM subscribers WHERE email LIKE '%-' || :tag || '@example.com'"""),
+            {"l": list_id, "tag": str(list_id)})
+    return time.perf_counter() - t0
+
+
+def measure(n: int, advance: int, events: int) -> dict[str, Any]:
+    with fresh_database() as url:
+        engine = db.make_engine(url)
+        plain_s = _add(engine, n, "plain", with_sequence=False)
+        enrol_s = _add(engine, n, "welcome", with_sequence=True)
+        with engine.connect() as conn:
+            enrolled = conn.execute(sa.text(
+                "SELECT count(*) FROM sequence_enrollments")).scalar_one()
+        assert enrolled == n, (enrolled, n)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE"))
+        t0 = time.perf_counter()
+        moved = 0
+        while moved < advance:
+            moved += advancer.tick(engine)
+        advance_s = time.perf_counter() - t0
+        with engine.begin() as conn:  # everyone waiting a day: nothing due
+            conn.execute(sa.text("UPDATE sequence_enrollments SET due_at = now() + "
+                                 "interval '1 day'"))
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM ANALYZE sequence_enrollments"))
+        with engine.begin() as conn:
+            plan = "\n".join(r[0] for r in conn.execute(sa.text(
+                "EXPLAIN ANALYZE " + str(advancer.DUE.text)), {"batch": advancer.BATCH}))
+        due_ms = float(plan.rsplit("Execution Time: ", 1)[1].split()[0])
+        with engine.connect() as conn:
+            email = conn.execute(sa.text(
+                "SELECT s.email FROM sequence_enrollments e JOIN subscribers s "
+                "ON s.id = e.subscriber_id ORDER BY e.id LIMIT 1")).scalar_one()
+            t0 = time.perf_counter()
+            person = sequences.person(conn, email)
+            person_ms = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            funnel = sequences.funnel(conn, 1)
+            funnel_ms = (time.perf_counter() - t0) * 1000
+        assert person["enrollments"] and funnel["steps"]
+        with engine.begin() as conn:
+            sequences.create_sequence(conn, {"name": "trial", "trigger_type": "event",
+                                             "trigger_event": "trial", "steps": STEPS},
+                                      "bench")
+            user = users.create_user(conn, "bench@example.com", "benchmark-password", "admin")
+            token = users.create_token(conn, user["id"])
+        client = create_app(load({"DATABASE_URL": url, "SECRET_KEY": "bench"}),
+                            engine=engine).test_client()
+        headers = {"Authorization": f"Bearer {token}"}
+        t0 = time.perf_counter()
+        for i in range(events):
+            r = client.post("/api/v1/events", headers=headers, json={
+                "email": f"event{i}@example.org", "name": "trial", "data": {"i": i}})
+            assert r.status_code == 201, r.get_json()
+        events_s = time.perf_counter() - t0
+        engine.dispose()
+    return {"enrollments": n, "add_plain_s": plain_s, "add_enrol_s": enrol_s,
+            "enrolled_per_s": n / enrol_s, "advanced": moved, "advance_s": advance_s,
+            "advanced_per_s": moved / advance_s, "due_query_ms": due_ms,
+            "due_plan": plan, "person_ms": person_ms, "funnel_ms": funnel_ms,
+            "events": events, "events_per_s": events / events_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--enrollments", type=int, default=1_000_000)
+    parser.add_argument("--advance", type=int, default=50_000)
+    parser.add_argument("--events", type=int, default=1000)
+    args = parser.parse_args()
+    r = measure(args.enrollments, args.advance, args.events)
+    info = machine()
+    print(table(f"Sequences ({info['cpus']} cores, PostgreSQL {info['postgres']}, "
+                f"load {info['load_1m']})",
+                ["enrollments", "list add s (no sequence)", "list add + enrol s",
+                 "enrolled/s", "advanced (1 email job each)", "advanced/s", "due query ms",
+                 "person ms", "funnel ms", "events/s (API)"],
+                [[f"{r['enrollments']:,}", f"{r['add_plain_s']:.2f}",
+                  f"{r['add_enrol_s']:.2f}", f"{r['enrolled_per_s']:,.0f}",
+                  f"{r['advanced']:,}", f"{r['advanced_per_s']:,.0f}",
+                  f"{r['due_query_ms']:.2f}", f"{r['person_ms']:.1f}",
+                  f"{r['funnel_ms']:.1f}", f"{r['events_per_s']:,.0f}"]]))
+    print("\nThe due query with every enrollment waiting:\n" + r["due_plan"])
+    print(f"\nsaved {save('sequences', {'machine': info, 'results': [r]})}")
+
+
+if __name__ == "__main__":
+    main()
