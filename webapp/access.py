@@ -47,6 +47,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "ops": ADMIN,
     "transactional": ADMIN,
     "event_webhooks": ADMIN,
+    "demo_mail": ADMIN,  # registered only by `senddock demo`
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {
