@@ -151,3 +151,17 @@ def test_outside_the_demo_there_is_no_such_page(app: Any,
     assert "demo_mail.index" not in app.view_functions
     assert admin.get("/demo/mail/").status_code == 404
     assert "Demo mail" not in admin.get("/account/").get_data(as_text=True)
+
+
+def test_the_pages_speak_spanish(demo_app: Any, kept: Any,
+                                 make_user: Callable[..., dict[str, Any]]) -> None:
+    _send(kept.port, _mail("a@example.org", "Hola", "<p>x</p>", "x\n"))
+    admin = Browser(demo_app.test_client(), make_user("admin"))
+    spanish = {"headers": {"Accept-Language": "es"}}
+    listing = admin.get("/demo/mail/", **spanish).get_data(as_text=True)
+    assert "Correo de la demo" in listing and "Destinatarios" in listing
+    assert "Demo mail" not in listing
+    shown = admin.get("/demo/mail/1", **spanish).get_data(as_text=True)
+    assert "Los enlaces se abren en una pestaña nueva" in shown and "Código fuente" in shown
+    empty = admin.get("/demo/mail/?q=zz", **spanish).get_data(as_text=True)
+    assert "Ningún mensaje recibido" in empty

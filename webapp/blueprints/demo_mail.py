@@ -100,7 +100,7 @@ def _part_text(message: EmailMessage, subtype: str) -> str | None:
 
 
 def _headers(message: EmailMessage) -> list[tuple[str, str]]:
-    shown = []
+    shown: list[tuple[str, str]] = []
     for name in SUMMARY_HEADERS:
         try:
             values = message.get_all(name) or []
