@@ -94,7 +94,9 @@ def test_a_received_message_is_listed_and_shown_as_the_recipient_sees_it(
             f'<script>alert(1)</script></body></html>')
     _send(kept.port, _mail("Ana <ana@example.org>", "Confirm <b>your</b> subscription",
                            body, f"Confirm: {CONFIRM}\n"))
-    _send(kept.port, _mail("bob@example.org", "Second", None, "plain only\n"))
+    _send(kept.port, _mail("bob@example.org", "Second", None,
+                           "plain only, see http://x.test/a?b=1&c=<i>2</i>.\n"
+                           'and http://y.test/"onmouseover="alert(1)\n'))
 
     page = admin.get("/demo/mail/").get_data(as_text=True)
     assert page.index("Second") < page.index("Confirm &lt;b&gt;your&lt;/b&gt; subscription")
@@ -111,7 +113,8 @@ def test_a_received_message_is_listed_and_shown_as_the_recipient_sees_it(
     assert frame, shown
     assert 'sandbox="allow-popups allow-popups-to-escape-sandbox"' in frame[0]
     assert 'src="/demo/mail/1/body.html"' in frame[0]
-    assert f"Confirm: {CONFIRM}" in html.unescape(shown)  # the text part
+    assert (f'Confirm: <a href="{CONFIRM}" target="_blank" rel="noopener noreferrer">'
+            f"{CONFIRM}</a>") in shown  # the text part, its link clickable
     assert "List-Unsubscribe" in shown and "Ana &lt;ana@example.org&gt;" in shown
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in shown  # raw source, escaped
     assert "<script>alert(1)" not in shown
@@ -129,6 +132,11 @@ def test_a_received_message_is_listed_and_shown_as_the_recipient_sees_it(
 
     plain = admin.get("/demo/mail/2").get_data(as_text=True)
     assert 'id="mail-html"' not in plain and "plain only" in plain
+    # Text URLs are links too (a text-only confirmation can be clicked), escaped.
+    assert ('<a href="http://x.test/a?b=1&amp;c=" target="_blank" rel="noopener noreferrer">'
+            'http://x.test/a?b=1&amp;c=</a>&lt;i&gt;2&lt;/i&gt;.') in plain
+    assert '<a href="http://y.test/" target="_blank"' in plain
+    assert '"onmouseover="' not in plain and "<i>" not in plain
     assert admin.get("/demo/mail/2/body.html").status_code == 404
     assert admin.get("/demo/mail/99").status_code == 404
 

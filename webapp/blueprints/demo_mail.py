@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, abort, render_template, request
+from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
 from webapp.blueprints.campaigns import PREVIEW_CSP
@@ -32,6 +33,8 @@ bp = Blueprint("demo_mail", __name__, url_prefix="/demo/mail")
 MAIL_CSP = PREVIEW_CSP.replace("sandbox;", "sandbox allow-popups allow-popups-to-escape-sandbox;",
                                1)
 _HEAD = re.compile(r"<head(\s[^>]*)?>", re.IGNORECASE)
+_URL = re.compile(r"https?://[^\s<>\"']+", re.IGNORECASE)
+_URL_TAIL = ".,;:!?)]}»\u201d\u2019"
 PAGE_SIZE = 200
 RAW_SHOWN = 512 * 1024
 SUMMARY_HEADERS = ("From", "To", "Cc", "Reply-To", "Subject", "Date", "List-Unsubscribe",
@@ -99,6 +102,21 @@ def _part_text(message: EmailMessage, subtype: str) -> str | None:
         return payload.decode("utf-8", "replace") if isinstance(payload, bytes) else None
 
 
+def linkify(text: str) -> Markup:
+    """``text`` escaped, its http(s) URLs made links that open in a new tab (as a mail
+    program shows a plain-text message)."""
+    out: list[str] = []
+    at = 0
+    for found in _URL.finditer(text):
+        url = found[0].rstrip(_URL_TAIL)
+        out.append(str(escape(text[at:found.start()])))
+        out.append(f'<a href="{escape(url)}" target="_blank" rel="noopener noreferrer">'
+                   f"{escape(url)}</a>")
+        at = found.start() + len(url)
+    out.append(str(escape(text[at:])))
+    return Markup("".join(out))  # every piece is escaped above
+
+
 def _headers(message: EmailMessage) -> list[tuple[str, str]]:
     shown: list[tuple[str, str]] = []
     for name in SUMMARY_HEADERS:
@@ -118,7 +136,7 @@ def show(message_id: int) -> str:
         "demo_mail/show.html", m={**meta, "id": message_id, "when": _when(meta)},
         headers=_headers(message), has_html=_part_text(message, "html") is not None,
         text=_part_text(message, "plain"), source=source, size=len(raw),
-        cut=len(raw) > RAW_SHOWN, shown=RAW_SHOWN)
+        cut=len(raw) > RAW_SHOWN, shown=RAW_SHOWN, linkify=linkify)
 
 
 @bp.get("/<int:message_id>/body.html")
