@@ -4,7 +4,6 @@ recipient would see them, links clickable, content escaped."""
 
 from __future__ import annotations
 
-import html
 import re
 import smtplib
 from collections.abc import Callable
