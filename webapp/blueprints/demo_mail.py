@@ -59,7 +59,8 @@ def _matches(meta: dict[str, Any], query: str) -> bool:
 
 @bp.get("/")
 def index() -> str:
-    query = request.args.get("q", "").strip().lower()[:200]
+    shown_query = request.args.get("q", "").strip()[:200]
+    query = shown_query.lower()
     folder = _folder()
     rows: list[dict[str, Any]] = []
     more = False
@@ -71,7 +72,7 @@ def index() -> str:
             more = True
             break
         rows.append({**meta, "id": message_id, "when": _when(meta)})
-    return render_template("demo_mail/index.html", rows=rows, q=query, more=more,
+    return render_template("demo_mail/index.html", rows=rows, q=shown_query, more=more,
                            page_size=PAGE_SIZE,
                            keep=int(config().extra.get("demo_mail_keep", KEEP_LAST)))
 
