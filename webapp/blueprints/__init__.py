@@ -42,7 +42,8 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import tracking
 
     app.register_blueprint(tracking.bp)
-    if app.extensions["senddock"].config.extra.get("demo_mail_dir"):
+    extra = app.extensions["senddock"].config.extra
+    if extra.get("process") == "demo" and extra.get("demo_mail_dir"):
         # `senddock demo` only: the mail viewer of its SMTP sink.
         from webapp.blueprints import demo_mail
 
