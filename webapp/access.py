@@ -47,6 +47,7 @@ BLUEPRINTS: dict[str, frozenset[str]] = {
     "transactional": ADMIN,
     "event_webhooks": ADMIN,
     "sequences": MARKETING,
+    "demo_mail": ADMIN,  # registered only by `senddock demo`
 }
 
 ENDPOINTS: dict[str, frozenset[str]] = {

@@ -89,13 +89,25 @@ def seed(conn: Connection, subscribers: int, password: str) -> dict[str, int]:
     return {"list": main_list, "draft": draft["id"], "sending": warmup["id"]}
 
 
+# The sink keeps the newest messages whole for the mail viewer (/demo/mail): a folder under
+# the data dir survives restarts and is shared by the sink process and the dashboard;
+# 1,000 messages of a few kB each bound it to a few MB however much the demo sends.
+DEMO_MAIL_KEEP = 1000
+
+
+def mail_dir(data_dir: Path) -> Path:
+    """Where the demo's sink keeps the messages it received."""
+    return data_dir / "demo-mail"
+
+
 def _start_sink(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     rules = data_dir / "demo-sink-rules.json"
     rules.write_text(json.dumps(SINK_RULES, indent=2))
     record = data_dir / "demo-sink.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "webapp", "smtp-sink", "--port", str(port), "--rules",
-         str(rules), "--record", str(record), "--quiet"],
+         str(rules), "--record", str(record), "--quiet", "--keep", str(mail_dir(data_dir)),
+         "--keep-last", str(DEMO_MAIL_KEEP)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     deadline = time.monotonic() + 15
@@ -136,6 +148,8 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
 
     config = load_config()
     config.extra["process"] = "demo"
+    config.extra["demo_mail_dir"] = str(mail_dir(data_dir))
+    config.extra["demo_mail_keep"] = DEMO_MAIL_KEEP
     click.echo("Starting embedded PostgreSQL (first run takes a few seconds)...", err=True)
     engine = open_engine(config, process="demo")
     sink = _start_sink(data_dir, smtp_port)
@@ -155,6 +169,7 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
             *(f"  {role:<9} {email}  password: {password}" for email, role in DEMO_USERS.items()),
             "",
             f"  SMTP sink on 127.0.0.1:{smtp_port}, recording to {data_dir / 'demo-sink.jsonl'}",
+            f"  Open what it received (as the admin): http://127.0.0.1:{port}/demo/mail",
             f"  A small campaign is already sending. 'November newsletter' ({subscribers:,}",
             "  recipients, a few hundred scripted to bounce, fail or retry) is a draft:",
             "    1. log in (as the marketer or the admin) and open Campaigns",

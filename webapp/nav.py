@@ -27,6 +27,7 @@ ITEMS = [
     ("event_webhooks.index", _l("Event webhooks")),
     ("admin.audit", _l("Audit log")),
     ("admin.users", _l("Users & tokens")),
+    ("demo_mail.index", _l("Demo mail")),  # only in `senddock demo`
 ]
 
 

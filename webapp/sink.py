@@ -21,14 +21,23 @@ is required (without TLS) and wrong credentials get 535 5.7.8. With
 ``"delay": SECONDS`` every accepted message waits that long before its final
 250 (a slow relay, so a test can catch a worker mid-send). The rules file is
 re-read whenever its modification time or size changes.
+
+With ``--keep DIR`` (``keep_dir=`` in :class:`SinkServer`) the sink also keeps each
+accepted message whole, for ``senddock demo``'s mail viewer: ``DIR/<id>.eml`` holds the
+raw bytes and ``DIR/<id>.json`` the envelope (time, sender, recipients, subject, size).
+Only the newest ``--keep-last`` messages stay (older ones are deleted as new ones
+arrive), so the folder is bounded however much the demo sends. Keeping is off by
+default: the tests and benchmarks that use the sink write nothing but the record line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import fnmatch
 import json
+import os
 import re
 import signal
 import ssl
@@ -162,13 +171,89 @@ def _header(headers: bytes, name: bytes) -> str | None:
     return value
 
 
+KEEP_LAST = 1000  # messages kept whole by --keep (the demo's mail viewer)
+_KEPT_NAME = re.compile(r"^(\d{1,12})\.json$")
+
+
+class MailKeeper:
+    """Keeps the newest ``last`` accepted messages whole in ``folder``.
+
+    Each message is ``<id>.eml`` (raw bytes) plus ``<id>.json`` (envelope); ids grow from
+    the highest one already there. The ``.json`` is written after the ``.eml`` and deleted
+    before it, and half a JSON object never parses, so a reader that lists ``*.json`` and
+    skips what does not parse never sees half a message (no temporary files and renames:
+    two writes per message is all keeping costs the sink).
+    """
+
+    def __init__(self, folder: Path, last: int = KEEP_LAST) -> None:
+        if last < 1:
+            raise ValueError("keep at least one message")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.last = last
+        self._ids: collections.deque[int] = collections.deque(kept_ids(self.folder))
+        self._next = (self._ids[-1] + 1) if self._ids else 1
+        self._lock = threading.Lock()
+        self._prune()
+
+    def keep(self, meta: dict[str, Any], content: bytes) -> int:
+        with self._lock:
+            message_id = self._next
+            self._next += 1
+            self._ids.append(message_id)
+        stem = self.folder / f"{message_id:08d}"
+        stem.with_suffix(".eml").write_bytes(content)
+        stem.with_suffix(".json").write_bytes(
+            json.dumps({"id": message_id, **meta}, ensure_ascii=False).encode())
+        self._prune()
+        return message_id
+
+    def _prune(self) -> None:
+        with self._lock:
+            gone = [self._ids.popleft() for _ in range(max(0, len(self._ids) - self.last))]
+        for old in gone:
+            for suffix in (".json", ".eml"):
+                try:
+                    (self.folder / f"{old:08d}{suffix}").unlink()
+                except FileNotFoundError:
+                    pass
+
+
+def kept_ids(folder: Path) -> list[int]:
+    """The ids of the messages kept in ``folder``, oldest first."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return sorted(int(m[1]) for m in map(_KEPT_NAME.match, names) if m)
+
+
+def kept_envelope(folder: Path, message_id: int) -> dict[str, Any] | None:
+    """The envelope of one kept message, or None if it is not (or no longer) there."""
+    try:
+        meta = json.loads((Path(folder) / f"{message_id:08d}.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def kept_raw(folder: Path, message_id: int) -> bytes | None:
+    """The raw bytes of one kept message, or None if it is not (or no longer) there."""
+    try:
+        return (Path(folder) / f"{message_id:08d}.eml").read_bytes()
+    except OSError:
+        return None
+
+
 class Recorder:
     """Appends one JSON line per accepted or refused message, flushed at once."""
 
-    def __init__(self, path: Path, echo: bool = False, keep_raw: bool = False) -> None:
+    def __init__(self, path: Path, echo: bool = False, keep_raw: bool = False,
+                 keeper: MailKeeper | None = None) -> None:
         self.path = path
         self.echo = echo
         self.keep_raw = keep_raw
+        self.keeper = keeper
         self.raw: list[bytes] = []  # the accepted messages' bytes, when keep_raw
         self._file: TextIO = path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
@@ -187,16 +272,20 @@ class Recorder:
             with self._lock:
                 self.raw.append(content)
         head = content.split(b"\r\n\r\n", 1)[0]
-        self.write(
-            {
-                "time": datetime.now(UTC).isoformat(),
-                "mail_from": envelope.mail_from,
-                "rcpt_tos": list(envelope.rcpt_tos),
-                "message_id": _header(head, b"message-id:"),
-                "subject": _header(head, b"subject:"),
-                "size": len(content),
-            }
-        )
+        entry = {
+            "time": datetime.now(UTC).isoformat(),
+            "mail_from": envelope.mail_from,
+            "rcpt_tos": list(envelope.rcpt_tos),
+            "message_id": _header(head, b"message-id:"),
+            "subject": _header(head, b"subject:"),
+            "size": len(content),
+        }
+        if self.keeper is not None:
+            try:
+                self.keeper.keep(entry, content)
+            except OSError as exc:  # a full disk loses the copy, never the message
+                print(f"smtp-sink: cannot keep a copy of the message: {exc}", file=sys.stderr)
+        self.write(entry)
 
     def rejected(self, stage: str, mail_from: str | None, rcpt_tos: list[str], reply: str) -> None:
         self.write(
@@ -409,9 +498,13 @@ class SinkServer:
         tls_context: ssl.SSLContext | None = None,
         implicit_tls: bool = False,
         keep_raw: bool = False,
+        keep_dir: Path | None = None,
+        keep_last: int = KEEP_LAST,
     ) -> None:
         self.host = host
         self.keep_raw = keep_raw
+        self.keep_dir = keep_dir
+        self.keep_last = keep_last
         self.port = port
         self.record_path = Path(record_path)
         self.rules = Rules(rules, rules_path)
@@ -435,7 +528,8 @@ class SinkServer:
         """Start listening; returns the bound port once connections are accepted."""
         if self._thread is not None:
             raise RuntimeError("sink already running")
-        self._recorder = Recorder(self.record_path, keep_raw=self.keep_raw)
+        keeper = MailKeeper(self.keep_dir, self.keep_last) if self.keep_dir else None
+        self._recorder = Recorder(self.record_path, keep_raw=self.keep_raw, keeper=keeper)
         # With implicit TLS (like port 465) the listener is TLS; otherwise a
         # TLS context is offered through STARTTLS.
         listener_tls = self.tls_context if self.implicit_tls else None
@@ -580,8 +674,18 @@ def _announce(host: str, port: int) -> None:
     help="JSON file of scripted replies (re-read when it changes).",
 )
 @click.option("--quiet", is_flag=True, help="Do not echo each message to stderr.")
+@click.option(
+    "--keep",
+    "keep_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder to keep each accepted message in whole (<id>.eml + <id>.json).",
+)
+@click.option("--keep-last", default=KEEP_LAST, show_default=True,
+              type=click.IntRange(min=1), help="How many messages --keep holds (oldest go).")
 def smtp_sink_command(
-    host: str, port: int, record_path: Path, rules_path: Path | None, quiet: bool
+    host: str, port: int, record_path: Path, rules_path: Path | None, quiet: bool,
+    keep_dir: Path | None, keep_last: int,
 ) -> None:
     """Run a local SMTP server that records what it gets and answers as scripted."""
     if rules_path is not None:
@@ -590,7 +694,11 @@ def smtp_sink_command(
         except (OSError, ValueError) as exc:
             raise click.BadParameter(f"{rules_path}: {exc}", param_hint="--rules") from None
     rules = Rules(path=rules_path)
-    recorder = Recorder(record_path, echo=not quiet)
+    try:
+        keeper = MailKeeper(keep_dir, keep_last) if keep_dir is not None else None
+    except OSError as exc:
+        raise click.BadParameter(f"{keep_dir}: {exc}", param_hint="--keep") from None
+    recorder = Recorder(record_path, echo=not quiet, keeper=keeper)
     state = _ServerState(SinkHandler(rules, recorder), tls_context=None)
     try:
         asyncio.run(_serve(host, port, state, _announce))

@@ -45,3 +45,9 @@ def register_all(app: Flask) -> None:
     from webapp.blueprints import sequences
 
     app.register_blueprint(sequences.bp)
+    extra = app.extensions["senddock"].config.extra
+    if extra.get("process") == "demo" and extra.get("demo_mail_dir"):
+        # `senddock demo` only: the mail viewer of its SMTP sink.
+        from webapp.blueprints import demo_mail
+
+        app.register_blueprint(demo_mail.bp)
