@@ -55,6 +55,15 @@ def parse_aggregate(data: bytes) -> AggregateReport:
             raise ReportError(f"invalid XML: {exc2}") from None
         if root is None:
             raise ReportError(f"invalid XML: {exc}") from None
+    try:
+        return _build(root, warnings)
+    except ReportError as exc:
+        if warnings:  # damaged XML: say so first, it is the likely cause
+            raise ReportError(f"{warnings[0].split(',')[0]} ({exc.reason})") from None
+        raise
+
+
+def _build(root: etree._Element, warnings: list[str]) -> AggregateReport:
     namespace = root.nsmap.get(None) if isinstance(root.tag, str) else None
     _strip_ns(root)
     if root.tag != "feedback":
