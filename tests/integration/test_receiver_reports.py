@@ -56,7 +56,7 @@ def test_reports_and_records_are_stored_once(engine: sa.Engine) -> None:
             "SELECT filename, reason, source FROM receiver_report_rejects")).one()
     assert [tuple(r) for r in rows] == [
         ("192.0.2.10", 40, "pass", "pass", "none", "2025-11-30", "google.com"),
-        ("192.0.2.11", 2, "fail", "pass", "none", "2025-11-30", "google.com"),
+        ("192.0.2.11", 2, "fail", "fail", "none", "2025-11-30", "google.com"),
         ("203.0.113.9", 5, "fail", "fail", "reject", "2025-11-30", "google.com")]
     assert reject.filename == "bad.xml" and reject.source == "upload"
 
