@@ -110,3 +110,44 @@ def test_api_stores_once_and_refuses_with_the_reason(app: Any, engine: sa.Engine
     doc = api.get("/openapi.json").get_json()
     assert "/reports" in doc["paths"]
 
+
+
+def test_providers_page_groups_by_domain_and_mx(
+        app: Any, engine: sa.Engine, dns_server: Any,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    from tests.helpers import accepted_campaign
+    from webapp.domain import providers
+
+    providers.forget()
+    dns_server.zone.add("corp.example", "MX", "aspmx.l.google.com")
+    dns_server.zone.add("shop.example", "MX", "mx1.shop.example")
+    emails = [f"u{i}@gmail.com" for i in range(6)] + ["a@corp.example", "b@yahoo.com",
+              "c@yahoo.com", "d@outlook.com", "e@shop.example", "f@icloud.com"]
+    _campaign, jobs = accepted_campaign(engine, emails)
+    outcome = {"u0@gmail.com": "transient", "c@yahoo.com": "hard_bounce",
+               "d@outlook.com": "rejected"}
+    with engine.begin() as conn:
+        for email, job in jobs.items():
+            conn.execute(sa.text(
+                "INSERT INTO job_attempts (job_id, attempt, outcome, kind) "
+                "VALUES (:j, 1, :o, 'broadcast')"),
+                {"j": job["id"], "o": outcome.get(email, "sent")})
+        conn.execute(sa.text(
+            "INSERT INTO job_events (job_id, source, type, email, effect) "
+            "VALUES (:j, 'mailbox', 'complaint', 'u1@gmail.com', 'suppressed')"),
+            {"j": jobs["u1@gmail.com"]["id"]})
+    admin = Browser(app.test_client(), make_user("admin"))
+    page = text(admin.get("/admin/domains/providers"))
+    row = page.split('id="provider-gmail"', 1)[1].split("</tr>", 1)[0]
+    # Gmail: 5 gmail.com accepted + corp.example (Google MX) = 6; 1 deferred; 1 complaint.
+    assert "<td>6</td><td>1</td><td>0</td><td>1</td><td>16.67 %" in row
+    assert "above 0.1 %" in row
+    yahoo = page.split('id="provider-yahoo"', 1)[1].split("</tr>", 1)[0]
+    assert "<td>1</td><td>0</td><td>1</td><td>0</td><td>0.00 %" in yahoo
+    assert "below 0.3 %" in yahoo
+    for group, expected in (("microsoft", "<td>0</td><td>0</td><td>1</td>"),
+                            ("apple", "<td>1</td><td>0</td><td>0</td>"),
+                            ("other", "<td>1</td><td>0</td><td>0</td>")):
+        assert expected in page.split(f'id="provider-{group}"', 1)[1].split("</tr>", 1)[0]
+    spanish = text(admin.get("/admin/domains/providers", headers={"Accept-Language": "es"}))
+    assert "Proveedores receptores" in spanish

@@ -68,3 +68,14 @@ def deliverability_page(domain: str) -> str | Response:
     with engine().connect() as conn:
         view = deliverability.domain_view(conn, config(), domain, span)
     return render_template("domains/deliverability.html", v=view)
+
+
+@bp.get("/providers")
+def providers_page() -> str:
+    from webapp.domain import providers
+
+    days = request.args.get("days", "")
+    span = int(days) if days.isdigit() and 1 <= int(days) <= 400 else 30
+    with engine().connect() as conn:
+        view = providers.provider_view(conn, config(), span)
+    return render_template("domains/providers.html", v=view)
