@@ -66,26 +66,27 @@ def _since(days: int) -> date:
     return (datetime.now(UTC) - timedelta(days=days)).date()
 
 
-def sources(conn: Connection, domain: str, networks: list[Any], days: int) -> list[Source]:
-    """Each source IP seen sending as ``domain`` in the last ``days`` days."""
-    found: dict[str, Source] = {}
-    for row in conn.execute(sa.text(f"""
-            SELECT source_ip, reporter, disposition, sum(count)::bigint AS n,
-                   {_PASS} AS passed,
-                   {_SPF} AS spf,
-                   {_DKIM} AS dkim
-            FROM receiver_report_records WHERE domain = :domain AND day >= :since
-            GROUP BY 1, 2, 3"""), {"domain": domain, "since": _since(days)}):
-        src = found.get(row.source_ip)
-        if src is None:
-            src = found[row.source_ip] = Source(row.source_ip, is_ours(row.source_ip, networks))
-        src.messages += int(row.n)
-        src.dmarc_pass += int(row.passed or 0)
-        src.spf_aligned += int(row.spf or 0)
-        src.dkim_aligned += int(row.dkim or 0)
-        src.reporters.add(row.reporter)
-        src.dispositions[row.disposition] = src.dispositions.get(row.disposition, 0) + int(row.n)
-    return sorted(found.values(), key=lambda s: (-s.messages, s.ip))
+# One scan of the domain's records for the period, aggregated several ways at once
+# (GROUPING SETS): by source (with reporter and disposition), by day, by reporter, by report
+# and disposition (for the policy applied), and the biggest day × source × reporter lines.
+_ONE_SCAN = f"""
+WITH g AS MATERIALIZED (
+    SELECT CASE WHEN GROUPING(source_ip, reporter, disposition) = 0 THEN 'src'
+                WHEN GROUPING(day, source_ip, reporter) = 0 THEN 'dsr'
+                WHEN GROUPING(day) = 0 THEN 'day'
+                WHEN GROUPING(report, disposition) = 0 THEN 'pol'
+                ELSE 'rep' END AS grp,
+           day, source_ip, reporter, disposition, report,
+           sum(count)::bigint AS messages, {_PASS} AS dmarc_pass, {_SPF} AS spf_aligned,
+           {_DKIM} AS dkim_aligned
+      FROM receiver_report_records WHERE domain = :domain AND day >= :since
+     GROUP BY GROUPING SETS ((source_ip, reporter, disposition), (day, source_ip, reporter),
+                            (day), (report, disposition), (reporter))
+)
+SELECT * FROM g WHERE grp <> 'dsr'
+UNION ALL
+(SELECT * FROM g WHERE grp = 'dsr' ORDER BY day DESC, messages DESC LIMIT :top)
+"""
 
 
 def domain_view(conn: Connection, config: Config, domain: str,
@@ -93,38 +94,63 @@ def domain_view(conn: Connection, config: Config, domain: str,
     networks = _networks(config)
     since = _since(days)
     params = {"domain": domain, "since": since}
-    all_sources = sources(conn, domain, networks, days)
+    found: dict[str, Source] = {}
+    per_day: list[dict[str, Any]] = []
+    by_day_source: list[dict[str, Any]] = []
+    reporters: list[dict[str, Any]] = []
+    by_report: dict[int, dict[str, int]] = defaultdict(dict)
+    day_reporters: dict[Any, set[str]] = defaultdict(set)
+    for row in conn.execute(sa.text(_ONE_SCAN), {**params, "top": TOP * 4}):
+        if row.grp == "src":
+            src = found.get(row.source_ip)
+            if src is None:
+                src = found[row.source_ip] = Source(row.source_ip,
+                                                    is_ours(row.source_ip, networks))
+            src.messages += row.messages
+            src.dmarc_pass += row.dmarc_pass
+            src.spf_aligned += row.spf_aligned
+            src.dkim_aligned += row.dkim_aligned
+            src.reporters.add(row.reporter)
+            src.dispositions[row.disposition] = (src.dispositions.get(row.disposition, 0)
+                                                 + row.messages)
+        elif row.grp == "dsr":
+            by_day_source.append({"day": row.day, "source_ip": row.source_ip,
+                                  "reporter": row.reporter, "messages": row.messages,
+                                  "dmarc_pass": row.dmarc_pass,
+                                  "ours": is_ours(row.source_ip, networks)})
+        elif row.grp == "day":
+            per_day.append({"day": row.day, "messages": row.messages,
+                            "dmarc_pass": row.dmarc_pass, "spf_aligned": row.spf_aligned,
+                            "dkim_aligned": row.dkim_aligned})
+        elif row.grp == "pol":
+            by_report[row.report][row.disposition] = row.messages
+        else:
+            reporters.append({"reporter": row.reporter, "messages": row.messages,
+                              "dmarc_pass": row.dmarc_pass})
+    policies: dict[tuple[Any, Any, Any, str], int] = defaultdict(int)
+    report_org: dict[str, int] = defaultdict(int)
+    if by_report:
+        for r in conn.execute(sa.text("""
+                SELECT id, org_name, policy->>'p' AS p, policy->>'sp' AS sp,
+                       policy->>'pct' AS pct, begin_at
+                FROM receiver_reports WHERE id = ANY(:ids)"""), {"ids": list(by_report)}):
+            report_org[r.org_name] += 1
+            day_reporters[r.begin_at.date()].add(r.org_name)
+            for disposition, n in by_report[r.id].items():
+                policies[(r.p, r.sp, r.pct, disposition)] += n
+    for d in per_day:
+        d["reporters"] = len(day_reporters.get(d["day"], ()))
+    for r in reporters:
+        r["reports"] = report_org.get(r["reporter"], 0)
+    per_day.sort(key=lambda d: d["day"], reverse=True)
+    reporters.sort(key=lambda r: -r["messages"])
+    policy = [{"p": p, "sp": sp, "pct": pct, "disposition": disp, "messages": n}
+              for (p, sp, pct, disp), n in sorted(policies.items(), key=lambda kv: -kv[1])]
+    all_sources = sorted(found.values(), key=lambda s: (-s.messages, s.ip))
     total = sum(s.messages for s in all_sources)
     ours = [s for s in all_sources if s.ours]
     ours_total = sum(s.messages for s in ours)
-    per_day = [dict(r._mapping) for r in conn.execute(sa.text(f"""
-        SELECT day, sum(count)::bigint AS messages,
-               {_PASS} AS dmarc_pass,
-               {_SPF} AS spf_aligned,
-               {_DKIM} AS dkim_aligned,
-               count(DISTINCT reporter) AS reporters
-        FROM receiver_report_records WHERE domain = :domain AND day >= :since
-        GROUP BY day ORDER BY day DESC"""), params)]
-    by_day_source = [dict(r._mapping) for r in conn.execute(sa.text(f"""
-        SELECT day, source_ip, reporter, sum(count)::bigint AS messages,
-               {_PASS} AS dmarc_pass
-        FROM receiver_report_records WHERE domain = :domain AND day >= :since
-        GROUP BY 1, 2, 3 ORDER BY day DESC, messages DESC LIMIT :top"""),
-        {**params, "top": TOP * 4})]
-    for row in by_day_source:
-        row["ours"] = is_ours(row["source_ip"], networks)
-    reporters = [dict(r._mapping) for r in conn.execute(sa.text(f"""
-        SELECT reporter, sum(count)::bigint AS messages,
-               {_PASS} AS dmarc_pass,
-               count(DISTINCT report) AS reports
-        FROM receiver_report_records WHERE domain = :domain AND day >= :since
-        GROUP BY 1 ORDER BY messages DESC LIMIT :top"""), {**params, "top": TOP})]
-    policy = [dict(r._mapping) for r in conn.execute(sa.text("""
-        SELECT r.policy->>'p' AS p, r.policy->>'sp' AS sp, r.policy->>'pct' AS pct,
-               rr.disposition, sum(rr.count)::bigint AS messages
-        FROM receiver_report_records rr JOIN receiver_reports r ON r.id = rr.report
-        WHERE rr.domain = :domain AND rr.day >= :since
-        GROUP BY 1, 2, 3, 4 ORDER BY messages DESC"""), params)]
+    reporters = reporters[:TOP]
     tls = [dict(r._mapping) for r in conn.execute(sa.text("""
         SELECT p.policy_domain, d->>'result_type' AS result_type,
                coalesce(d->>'receiving_mx_hostname', '') AS mx,
