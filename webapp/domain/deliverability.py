@@ -68,7 +68,7 @@ def _since(days: int) -> date:
 
 # One scan of the domain's records for the period, aggregated several ways at once
 # (GROUPING SETS): by source (with reporter and disposition), by day, by reporter, by report
-# and disposition (for the policy applied), and the biggest day × source × reporter lines.
+# and disposition (for the policy applied), and the biggest lines by day, source and reporter.
 _ONE_SCAN = f"""
 WITH g AS MATERIALIZED (
     SELECT CASE WHEN GROUPING(source_ip, reporter, disposition) = 0 THEN 'src'
@@ -140,10 +140,10 @@ def domain_view(conn: Connection, config: Config, domain: str,
                 policies[(r.p, r.sp, r.pct, disposition)] += n
     for d in per_day:
         d["reporters"] = len(day_reporters.get(d["day"], ()))
-    for r in reporters:
-        r["reports"] = report_org.get(r["reporter"], 0)
+    for entry in reporters:
+        entry["reports"] = report_org.get(entry["reporter"], 0)
     per_day.sort(key=lambda d: d["day"], reverse=True)
-    reporters.sort(key=lambda r: -r["messages"])
+    reporters.sort(key=lambda entry: -entry["messages"])
     policy = [{"p": p, "sp": sp, "pct": pct, "disposition": disp, "messages": n}
               for (p, sp, pct, disp), n in sorted(policies.items(), key=lambda kv: -kv[1])]
     all_sources = sorted(found.values(), key=lambda s: (-s.messages, s.ip))
