@@ -704,24 +704,30 @@ _REPORT = {"type": "object", "required": ["kind", "org_name", "report_id", "dupl
                           "domain": {"type": "string"}, "id": {"type": ["integer", "null"]},
                           "duplicate": {"type": "boolean"}, "records": {"type": "integer"}}}
 _INGESTED = {"type": "object", "required": ["reports", "error"], "properties": {
-    "filename": {"type": "string"}, "error": {"type": "null"},
+    "filename": {"type": "string"},
+    "error": {"type": ["string", "null"],
+              "description": "why the file holds no readable report (then reports is empty "
+                             "and the file is listed among the refused files)"},
     "reports": {"type": "array", "items": _REPORT}}}
 REQUEST_PATHS["/reports"] = {
     "post": _id("uploadReport", {
         **_also(_op("Read and store one DMARC aggregate or failure report or SMTP TLS report "
                     "(201; 200 when every report in it was stored before, kept once by org "
-                    "and report id; 422 with the reason when the file is no readable report, "
-                    "which is also listed)", 201, _INGESTED, 413, 422),
-                200, "already stored: nothing changed", _INGESTED),
+                    "and report id, or when the file holds no readable report: then error "
+                    "says why and the file is listed among the refused files)",
+                    201, _INGESTED, 400, 413, 422),
+                200, "nothing new: already stored, or no readable report (see error)",
+                _INGESTED),
         "parameters": [{"name": "filename", "in": "query", "required": False,
                         "schema": {"type": "string", "pattern": rules.NO_NUL},
                         "description": "the file's name, shown in the lists"}],
         "requestBody": {"required": True, "description": (
-            "the file as received: XML, JSON, gzip, zip, or an email message (RFC 5322) "
-            "carrying one"), "content": {
-                mime: {"schema": {"type": "string", "format": "binary"}} for mime in (
-                    "application/octet-stream", "application/xml", "application/json",
-                    "application/gzip", "application/zip", "message/rfc822")}}}),
+            "the file as received, whatever its Content-Type: XML, JSON, gzip, zip, or an "
+            "email message (RFC 5322) carrying one"), "content": {
+                mime: {"schema": {"type": "string", "format": "binary", "minLength": 1}}
+                for mime in (
+                    "application/octet-stream", "application/gzip", "application/zip",
+                    "message/rfc822")}}}),
     "get": _id("listReports", _op(
         "The latest stored receiver reports and refused files (newest first, 50 each)", 200,
         {"type": "object", "required": ["reports", "rejects"],

@@ -102,8 +102,11 @@ def test_api_stores_once_and_refuses_with_the_reason(app: Any, engine: sa.Engine
     assert second.status_code == 200 and second.get_json()["reports"][0]["duplicate"]
     bad = api.client.post("/api/v1/reports?filename=x.gz", data=b"\x1f\x8bbroken",
                           headers={**api.headers, "Content-Type": "application/gzip"})
-    assert bad.status_code == 422
-    assert "damaged gzip" in bad.get_json()["error"]["message"]
+    assert bad.status_code == 200 and bad.get_json()["reports"] == []
+    assert "damaged gzip" in bad.get_json()["error"]
+    empty = api.client.post("/api/v1/reports", data=b"", headers=api.headers)
+    assert empty.status_code == 400
+    assert "must be the report file" in empty.get_json()["error"]["message"]
     listed = api.get("/reports").get_json()
     assert [r["filename"] for r in listed["rejects"]] == ["x.gz"]
     assert len(listed["reports"]) == 1
