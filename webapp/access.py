@@ -75,6 +75,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.resend_message": SUPPORT,
     "api.list_suppressions": ADMIN, "api.add_suppression": ADMIN,
     "api.delete_suppression": ADMIN,
+    "api.upload_report": ADMIN, "api.list_reports": ADMIN,
     "ops.metrics": ADMIN,
     "health.retry_relay": ADMIN,
     # Sequences (issue 42): marketers build, support reads a person's enrollments, the

@@ -29,7 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.engine import Connection, Engine
 
-from webapp.domain import health, queue_reads
+from webapp.domain import deliverability, health, queue_reads
 from workers.after_acceptance import event_queue, feedback
 from workers.building.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
 from workers.core.settings import Config
@@ -49,6 +49,7 @@ class QueueCollector(Collector):
             yield from self._time_to_sent(conn)
             yield from self._liveness(conn)
             yield from self._after_acceptance(conn)
+            yield from deliverability.metrics(conn, self.config)
 
     def _jobs(self, conn: Connection) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("senddock_jobs", "Delivery jobs by kind and state.",

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -1001,4 +1002,79 @@ events = Table(
     Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Index("events_subscriber_idx", "subscriber_id", "name", "at"),
     Index("events_user_idx", "user_ref", "at", postgresql_where=text("user_ref IS NOT NULL")),
+)
+
+# Receiver reports (docs/deliverability.md): DMARC aggregate and failure reports and SMTP TLS
+# reports, one row per report (the same org + report id is kept once), their records, and
+# the files that could not be read, with the reason.
+receiver_reports = Table(
+    "receiver_reports", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("org_name", Text, nullable=False),
+    Column("report_id", Text, nullable=False),
+    Column("domain", Text, nullable=False),
+    Column("begin_at", DateTime(timezone=True), nullable=False),
+    Column("end_at", DateTime(timezone=True), nullable=False),
+    Column("policy", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("warnings", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("records", Integer, nullable=False, server_default="0"),
+    Column("messages", BigInteger, nullable=False, server_default="0"),
+    Column("source", Text, nullable=False),
+    Column("filename", Text, nullable=False, server_default=""),
+    _now(),
+    CheckConstraint("kind IN ('aggregate', 'failure', 'smtp_tls')",
+                    name="receiver_reports_kind_check"),
+    UniqueConstraint("org_name", "report_id", name="receiver_reports_org_report_key"),
+    Index("receiver_reports_domain_idx", "domain", "begin_at"),
+    Index("receiver_reports_created_idx", "created_at"),
+)
+
+receiver_report_records = Table(
+    "receiver_report_records", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("report", BigInteger, ForeignKey("receiver_reports.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("domain", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("reporter", Text, nullable=False),
+    Column("source_ip", Text, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("disposition", Text, nullable=False),
+    Column("dkim", Text, nullable=False),
+    Column("spf", Text, nullable=False),
+    Column("header_from", Text, nullable=False, server_default=""),
+    Column("envelope_from", Text),
+    Column("auth", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Index("receiver_report_records_domain_day_idx", "domain", "day"),
+    Index("receiver_report_records_report_idx", "report"),
+)
+
+receiver_tls_policies = Table(
+    "receiver_tls_policies", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("report", BigInteger, ForeignKey("receiver_reports.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("policy_domain", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("reporter", Text, nullable=False),
+    Column("policy_type", Text, nullable=False),
+    Column("successful", BigInteger, nullable=False),
+    Column("failed", BigInteger, nullable=False),
+    Column("details", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Index("receiver_tls_policies_domain_day_idx", "policy_domain", "day"),
+    Index("receiver_tls_policies_report_idx", "report"),
+)
+
+receiver_report_rejects = Table(
+    "receiver_report_rejects", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("digest", Text, nullable=False, unique=True),
+    Column("source", Text, nullable=False),
+    Column("filename", Text, nullable=False, server_default=""),
+    Column("reason", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    _now(),
+    Index("receiver_report_rejects_created_idx", "created_at"),
 )

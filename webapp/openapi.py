@@ -874,6 +874,44 @@ def _operation(op: dict[str, Any]) -> dict[str, Any]:
 REQUEST_PATHS = {path: {key: _parameters(value) if key == "parameters" else _operation(value)
                         for key, value in item.items()} for path, item in PATHS.items()}
 
+# Receiver reports (docs/deliverability.md): the body is the report file itself, not JSON.
+_REPORT = {"type": "object", "required": ["kind", "org_name", "report_id", "duplicate"],
+           "properties": {"kind": {"type": "string",
+                                   "enum": ["aggregate", "failure", "smtp_tls"]},
+                          "org_name": {"type": "string"}, "report_id": {"type": "string"},
+                          "domain": {"type": "string"}, "id": {"type": ["integer", "null"]},
+                          "duplicate": {"type": "boolean"}, "records": {"type": "integer"}}}
+_INGESTED = {"type": "object", "required": ["reports", "error"], "properties": {
+    "filename": {"type": "string"},
+    "error": {"type": ["string", "null"],
+              "description": "why the file holds no readable report (then reports is empty "
+                             "and the file is listed among the refused files)"},
+    "reports": {"type": "array", "items": _REPORT}}}
+REQUEST_PATHS["/reports"] = {
+    "post": _id("uploadReport", {
+        **_also(_op("Read and store one DMARC aggregate or failure report or SMTP TLS report "
+                    "(201; 200 when every report in it was stored before, kept once by org "
+                    "and report id, or when the file holds no readable report: then error "
+                    "says why and the file is listed among the refused files)",
+                    201, _INGESTED, 400, 413, 422),
+                200, "nothing new: already stored, or no readable report (see error)",
+                _INGESTED),
+        "parameters": [{"name": "filename", "in": "query", "required": False,
+                        "schema": {"type": "string", "pattern": rules.NO_NUL},
+                        "description": "the file's name, shown in the lists"}],
+        "requestBody": {"required": True, "description": (
+            "the file as received, whatever its Content-Type: XML, JSON, gzip, zip, or an "
+            "email message (RFC 5322) carrying one"), "content": {
+                mime: {"schema": {"type": "string", "format": "binary", "minLength": 1}}
+                for mime in (
+                    "application/octet-stream", "application/gzip", "application/zip",
+                    "message/rfc822")}}}),
+    "get": _id("listReports", _op(
+        "The latest stored receiver reports and refused files (newest first, 50 each)", 200,
+        {"type": "object", "required": ["reports", "rejects"],
+         "properties": {"reports": {"type": "array"}, "rejects": {"type": "array"}}})),
+}
+
 
 def document() -> dict[str, Any]:
     return {

@@ -89,3 +89,4 @@ def delete_key(domain: str, selector: str) -> Response:
         flash(_("Key %(selector)s deleted: remove its DNS record too.", selector=selector)
               if deleted else _("That key was already gone."), "success")
     return redirect(url_for("domains.detail", domain=domain))
+from webapp.blueprints import domain_reports  # noqa: E402, F401  (routes on bp)

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from webapp.domain import queue_reads
+from webapp.domain import deliverability, queue_reads
 from workers.after_acceptance import event_queue, feedback
 from workers.core import pg
 from workers.core.i18n import N_, Text
@@ -159,6 +159,7 @@ def compute_alarms(conn: Connection, config: Config) -> list[Alarm]:
             "No delivery worker is running: messages are waiting. Start `senddock worker` "
             "or `senddock serve`.")))
     alarms.extend(feedback_alarms(conn, config))
+    alarms.extend(deliverability.alarms(conn, config))
     return alarms
 
 
@@ -233,7 +234,7 @@ def _complaints(c: dict[str, Any], level: float, config: Config) -> dict[str, An
 ALARM_NAMES = ("relay_down", "relay_throttled", "sender_refused", "oldest_pending",
                "failure_rate", "lease_expired", "no_workers", "complaint_rate",
                "event_webhook_disabled", "event_webhook_failing", "sender_bounces",
-               "mailbox_unreadable")
+               "mailbox_unreadable", "dmarc_alignment")
 _ALARM_TTL = 5.0
 _alarm_cache: dict[str, tuple[float, list[Alarm]]] = {}
 _alarm_lock = threading.Lock()

@@ -92,6 +92,8 @@ class PollResult:
 class BouncePoller:
     """Polls one bounce mailbox. ``poll_once()`` is what the pool runs on its schedule."""
 
+    lock_key = 1  # second key of the "one poller" advisory lock (the report mailbox: 2)
+
     def __init__(self, engine: Engine, url: str, *, secret_key: str,
                  bounce_address: str | None, thresholds: feedback.Thresholds,
                  ca_file: str | None = None, processed_folder: str = "Processed",
@@ -191,15 +193,15 @@ class BouncePoller:
         """Process every message waiting in the mailbox. None when another process is
         polling right now."""
         with self.engine.connect() as lock_conn:
-            got = lock_conn.execute(sa.text("SELECT pg_try_advisory_lock(:a, 1)"),
-                                    {"a": _POLL_LOCK}).scalar()
+            got = lock_conn.execute(sa.text("SELECT pg_try_advisory_lock(:a, :b)"),
+                                    {"a": _POLL_LOCK, "b": self.lock_key}).scalar()
             if not got:
                 return None
             try:
                 return self._poll_pop3() if self.url.scheme == "pop3s" else self._poll_imap()
             finally:
-                lock_conn.execute(sa.text("SELECT pg_advisory_unlock(:a, 1)"),
-                                  {"a": _POLL_LOCK})
+                lock_conn.execute(sa.text("SELECT pg_advisory_unlock(:a, :b)"),
+                                  {"a": _POLL_LOCK, "b": self.lock_key})
                 lock_conn.commit()
 
     def _imap(self) -> MailBox | MailBoxUnencrypted:

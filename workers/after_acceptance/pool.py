@@ -81,6 +81,7 @@ def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str,
             outage.failed(exc, retrying="receipt cleanup retries")
 
     scheduler.add_job(forget_old_receipts, "interval", seconds=3600, id="receipt-cleanup")
+    schedule_reports(scheduler, engine, config, outage)
     mailbox = poller(engine, config)
     if mailbox is None:
         return
@@ -98,3 +99,29 @@ def schedule(scheduler: Any, engine: Engine, config: Config, worker_id: str,
 
     scheduler.add_job(poll_mailbox, "interval", seconds=config.feedback.bounce_mailbox_interval,
                       id="bounce-mailbox", next_run_time=datetime.now(UTC))
+
+
+def schedule_reports(scheduler: Any, engine: Engine, config: Config,
+                     outage: pg.Outage) -> None:
+    """The report mailbox poll (SENDDOCK_REPORT_MAILBOX), when configured."""
+    from workers.after_acceptance.receiver_reports.mailbox import ReportPoller
+
+    r = config.reports
+    if not r.mailbox:
+        return
+    reports = ReportPoller(engine, r.mailbox, ca_file=r.ca_file, processed_folder=r.processed,
+                           unreadable_folder=r.unreadable)
+
+    def poll_reports() -> None:
+        try:
+            result = reports.poll_once()
+            if result is not None and result.seen:
+                log.info("report mailbox %s: %s", reports.url.redacted(), result)
+        except DB_ERRORS as exc:
+            outage.failed(exc, retrying="report mailbox retries")
+        except Exception as exc:  # the mailbox server: unreachable, login refused, TLS
+            log.warning("report mailbox %s: %s: %s", reports.url.redacted(),
+                        type(exc).__name__, exc)
+
+    scheduler.add_job(poll_reports, "interval", seconds=r.interval, id="report-mailbox",
+                      next_run_time=datetime.now(UTC))

@@ -185,6 +185,26 @@ SETTINGS: list[Setting] = [
     Setting("BOUNCE_MAILBOX_UNREADABLE", "Could not read",
             "IMAP folder mail the bounce reader could not understand is moved to (created if "
             "missing; listed on Queue health with the reason)."),
+    # --- receiver reports: DMARC and SMTP TLS (docs/deliverability.md) ---
+    Setting("REPORT_MAILBOX", None,
+            "Mailbox the workers poll for DMARC aggregate/failure and SMTP TLS reports (the "
+            "address your rua=/ruf= and TLSRPT records name): imaps://user:pass@host/INBOX, "
+            "imap://… or pop3s://…, as SENDDOCK_BOUNCE_MAILBOX."),
+    Setting("REPORT_MAILBOX_INTERVAL", "300", "Seconds between polls of the report mailbox."),
+    Setting("REPORT_MAILBOX_CA_FILE", None,
+            "PEM file of the CA to trust for the report mailbox's TLS (a private server)."),
+    Setting("REPORT_MAILBOX_PROCESSED", "Processed",
+            "IMAP folder read reports are moved to (created if missing)."),
+    Setting("REPORT_MAILBOX_UNREADABLE", "Could not read",
+            "IMAP folder mail that holds no readable report is moved to (listed with the "
+            "reason on the Reports page)."),
+    Setting("SENDING_IPS", None,
+            "Addresses and networks (comma-separated, 192.0.2.10, 2001:db8::/48) your mail "
+            "leaves from: receiver reports about other sources are shown as not your relays, "
+            "and the DMARC alarm watches these."),
+    Setting("DMARC_PASS_ALARM", "0.98",
+            "Queue health alarms when the DMARC pass rate receivers report for your own "
+            "sending IPs (last 7 days) falls below this fraction."),
     Setting("SES_TOPIC_ARNS", None,
             "SNS topic ARNs (comma-separated) whose notifications /webhooks/ses accepts. "
             "Unset: SES webhooks are refused."),
@@ -424,6 +444,48 @@ def _feedback(get: Any) -> FeedbackConfig:
 
 
 @dataclass
+class ReportConfig:
+    """Receiver reports: the report mailbox, our sending IPs, the DMARC alarm."""
+
+    mailbox: str | None = None
+    interval: float = 300
+    ca_file: str | None = None
+    processed: str = "Processed"
+    unreadable: str = "Could not read"
+    sending_ips: tuple[str, ...] = ()
+    dmarc_pass_alarm: float = 0.98
+
+
+def _reports(get: Any) -> ReportConfig:
+    import ipaddress
+
+    mailbox = get("REPORT_MAILBOX")
+    if mailbox is not None and mailbox.split("://", 1)[0] not in ("imaps", "imap", "pop3s"):
+        raise ConfigError("SENDDOCK_REPORT_MAILBOX must start with imaps://, imap:// or "
+                          "pop3s://")
+    networks = []
+    for item in (get("SENDING_IPS") or "").split(","):
+        if item.strip():
+            try:
+                networks.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+            except ValueError:
+                raise ConfigError(f"SENDDOCK_SENDING_IPS: {item.strip()!r} is not an IP "
+                                  "address or network") from None
+    alarm = _float("DMARC_PASS_ALARM", get("DMARC_PASS_ALARM"))
+    if not 0 <= alarm <= 1:
+        raise ConfigError("SENDDOCK_DMARC_PASS_ALARM must be a fraction from 0 to 1 (0.98)")
+    return ReportConfig(
+        mailbox=mailbox,
+        interval=max(1.0, _float("REPORT_MAILBOX_INTERVAL", get("REPORT_MAILBOX_INTERVAL"))),
+        ca_file=get("REPORT_MAILBOX_CA_FILE"),
+        processed=get("REPORT_MAILBOX_PROCESSED"),
+        unreadable=get("REPORT_MAILBOX_UNREADABLE"),
+        sending_ips=tuple(networks),
+        dmarc_pass_alarm=alarm,
+    )
+
+
+@dataclass
 class Config:
     """Resolved settings. Build with :func:`load`; tests pass overrides."""
 
@@ -477,6 +539,7 @@ class Config:
     web_connection_limit: int = 1000
     web_head_timeout: float = 10.0
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
+    reports: ReportConfig = field(default_factory=lambda: ReportConfig())
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -590,6 +653,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         web_head_timeout=_at_least(
             "WEB_HEAD_TIMEOUT", _float("WEB_HEAD_TIMEOUT", req("WEB_HEAD_TIMEOUT")), 1),
         feedback=_feedback(get),
+        reports=_reports(get),
         dns_resolver=get("DNS_RESOLVER"),
         spf_include=get("SPF_INCLUDE"),
     )

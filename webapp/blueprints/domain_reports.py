@@ -1,0 +1,81 @@
+"""Receiver reports on the *Sending domains* pages (admins; docs/deliverability.md): the
+upload page with the latest reports and refused files, and each domain's deliverability
+page. Registered on the domains blueprint, so webapp/access.py's rule for domain pages
+applies."""
+
+from __future__ import annotations
+
+from flask import flash, redirect, render_template, request, url_for
+from flask_babel import gettext as _
+from werkzeug.wrappers import Response
+
+from webapp.blueprints.domains import bp
+from webapp.context import config, engine
+from webapp.domain import deliverability
+from webapp.i18n import localize
+from workers.after_acceptance.receiver_reports.store import ingest
+from workers.building import dkim
+from workers.core.i18n import message_of
+
+MAX_FILES = 50
+
+
+@bp.get("/reports")
+def reports() -> str:
+    with engine().connect() as conn:
+        latest = deliverability.recent(conn)
+    return render_template("domains/reports.html", **latest)
+
+
+@bp.post("/reports")
+def upload_reports() -> Response:
+    files = [f for f in request.files.getlist("files") if f and f.filename]
+    if not files:
+        flash(_("Choose one or more report files to upload."), "error")
+        return redirect(url_for("domains.reports"))
+    if len(files) > MAX_FILES:
+        flash(_("At most %(n)s files at once.", n=MAX_FILES), "error")
+        return redirect(url_for("domains.reports"))
+    stored = duplicates = 0
+    for upload in files:
+        data = upload.read()
+        with engine().begin() as conn:
+            result = ingest(conn, data, filename=upload.filename or "", source="upload")
+        if result.error is not None:
+            flash(_("%(file)s was not read: %(reason)s", file=upload.filename,
+                    reason=result.error), "error")
+            continue
+        for report in result.reports:
+            if report.duplicate:
+                duplicates += 1
+            else:
+                stored += 1
+    if stored or duplicates:
+        flash(_("%(stored)s report(s) stored, %(dup)s already stored before.",
+                stored=stored, dup=duplicates), "success")
+    return redirect(url_for("domains.reports"))
+
+
+@bp.get("/<domain>/deliverability")
+def deliverability_page(domain: str) -> str | Response:
+    try:
+        domain = dkim.normalize_domain(domain)
+    except dkim.DkimError as exc:
+        flash(localize(message_of(exc)), "error")
+        return redirect(url_for("domains.index"))
+    days = request.args.get("days", "")
+    span = int(days) if days.isdigit() and 1 <= int(days) <= 400 else deliverability.PAGE_DAYS
+    with engine().connect() as conn:
+        view = deliverability.domain_view(conn, config(), domain, span)
+    return render_template("domains/deliverability.html", v=view)
+
+
+@bp.get("/providers")
+def providers_page() -> str:
+    from webapp.domain import providers
+
+    days = request.args.get("days", "")
+    span = int(days) if days.isdigit() and 1 <= int(days) <= 400 else 30
+    with engine().connect() as conn:
+        view = providers.provider_view(conn, config(), span)
+    return render_template("domains/providers.html", v=view)
