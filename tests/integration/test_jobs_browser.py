@@ -290,3 +290,32 @@ def test_a_dismissed_failure_is_counted_alike_on_the_campaign_page_the_inbox_and
     assert ">+ 1 descartado</span>" in es_tabs and "las pestañas suman" in es_tabs
     everything = _tab_counts(browser.get("/jobs/").get_data(as_text=True))
     assert sum(everything.values()) + 1 == 10
+
+
+def test_part_of_an_address_keeps_the_input_and_says_why_it_is_not_searched(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 43 #10: a partial address in the inbox or jobs search answered a bare 422
+    page with the input gone, while support search accepts partials. The page answers
+    with its other filters, the input as typed, why, and a link to support search."""
+    _queue(engine)
+    browser = Browser(client, make_user("admin"))
+    for path, scope in (("/jobs/?state=retrying&kind=broadcast&q=r03", "Every tab finds"),
+                        ("/inbox/?kind=verification&q=f1", "This list finds")):
+        answer = browser.get(path)
+        page = answer.get_data(as_text=True)
+        typed = path.rsplit("=", 1)[1]
+        assert answer.status_code == 422, path
+        assert f'name="q" value="{typed}"' in page and 'aria-invalid="true"' in page
+        assert f"Not searched: “{typed}” is not a whole email address" in page
+        assert scope in page and 'data-tab="failed"' in page  # the page, with its tabs
+        assert f'href="/support/?q={typed}" id="search-in-support"' in page
+        spanish = browser.get(path, headers={"Accept-Language": "es"}).get_data(as_text=True)
+        assert f"No se buscó: «{typed}» no es una dirección de correo" in spanish
+        assert "La búsqueda de soporte encuentra" in spanish
+    jobs_page = browser.get("/jobs/?state=retrying&kind=broadcast&q=r03").get_data(
+        as_text=True)
+    assert _tab_counts(jobs_page)["retrying"] == 10  # the other filters still apply
+    inbox_page = browser.get("/inbox/?kind=verification&q=f1").get_data(as_text=True)
+    assert "3 failed or bounced jobs match" in _text(inbox_page)
+    moved = browser.get("/jobs/?state=failed&q=f1")
+    assert moved.status_code == 302 and "q=f1" in moved.location

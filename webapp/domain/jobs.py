@@ -85,11 +85,18 @@ def parse_filters(conn: Connection, args: Any) -> Filters:
         ).scalar()
     q = (args.get("q") or "").strip()
     if q:
-        if "@" not in q:
+        if partial_address(q):
             raise Invalid(N_("search for a full email address"),
                           fields={"q": N_("not an address")})
         found.email = q
     return found
+
+
+def partial_address(q: str | None) -> bool:
+    """Whether the search ``q`` is something other than a whole address (the browser finds
+    an address whole, through its index; support search finds parts of one)."""
+    q = (q or "").strip()
+    return bool(q) and "@" not in q
 
 
 def _problem_filter(f: Filters) -> ProblemFilter:
