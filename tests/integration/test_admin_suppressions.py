@@ -162,7 +162,7 @@ def test_a_bad_line_is_one_error_and_goes_back_to_the_box_as_typed(
     for lang, expected in (("en", ("line 2", "2 lines could not be read",
                                    "“oops”: invalid email address")),
                            ("es", ("línea 2", "2 líneas no se pudieron leer",
-                                   "«oops»: "))):
+                                   "«oops»: dirección de correo no válida"))):
         html = browser.client.post("/admin/suppressions/add", data={
             "emails": typed, "reason": "manual", "note": "cleanup",
             "csrf_token": browser.token}, headers={"Accept-Language": lang}

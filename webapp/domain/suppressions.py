@@ -22,7 +22,7 @@ from webapp.domain import audit
 from webapp.domain.errors import Invalid
 from webapp.domain.lists import check_email
 from webapp.models import SUPPRESSION_REASONS
-from workers.core.i18n import N_, Text
+from workers.core.i18n import N_
 
 PAGE_SIZE = 50
 MAX_PASTE = 10_000
@@ -184,7 +184,7 @@ def parse_addresses(text: str) -> tuple[list[str], list[dict[str, Any]]]:
     for number, line in enumerate(text.splitlines(), start=1):
         items = [item for item in _SPLIT.split(line.strip()) if item]
         good: list[str] = []
-        bad: list[tuple[str, Text]] = []
+        bad: list[tuple[str, str]] = []
         for item in items:
             try:
                 good.append(check_email(item).lower())
