@@ -3,6 +3,7 @@ files that cannot be read as a whole get a clear error and import nothing (P9)."
 
 from __future__ import annotations
 
+import csv
 import io
 import re
 from collections.abc import Callable
@@ -283,3 +284,19 @@ def test_an_unclosed_quote_refuses_its_line_and_the_lines_after_it_are_read_on_t
         return
     assert names == {"existing@example.org": "Old", "bob@example.org": "Bob",
                      "cy@example.org": "Cy", "dee@example.org": "Dee"}
+
+
+def test_an_unclosed_quote_that_reaches_the_field_size_limit_is_refused_alike(
+        engine: sa.Engine) -> None:
+    """In a large file the runaway quote hits the CSV reader's field size limit before the
+    end of the file: the line is refused the same way and the rest read on their own."""
+    list_id = _setup(engine)
+    body = b"email,name\nada@example.org,\"Ada\n" + b"".join(
+        b"u%d@example.org,U%d\n" % (i, i) for i in range(100))
+    limit = csv.field_size_limit(200)
+    try:
+        report = _import(engine, list_id, body)
+    finally:
+        csv.field_size_limit(limit)
+    assert [(r.line, r.reason) for r in report.rejected] == [(2, "unclosed quote")]
+    assert report.added == 100
