@@ -45,6 +45,7 @@ VOCABULARY = {
     "orphan": _l("orphan"), "dropped": _l("dropped"),
     "duplicate": _l("duplicate"), "suppressed": _l("suppressed"),
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
+    "unclosed quote": _l("unclosed quote"),
     "problem": _l("problem"), "warning": _l("warning"),
     "critical": _l("critical"), "lifecycle": _l("lifecycle"), "complained": _l("complained"),
     "delivered": _l("delivered"), "relay_throttle": _l("relay throttle"),

@@ -3,6 +3,7 @@ cleared addresses reached by the next campaign, the page and the API."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -70,7 +71,7 @@ def test_add_many_saves_the_good_lines_and_reports_the_bad(engine: sa.Engine) ->
     assert report["added"] == ["a@example.org", "b@example.org", "c@example.org"]
     assert report["already"] == ["old@example.org"]
     assert [(e["line"], e["value"]) for e in report["errors"]] == [
-        (2, "not-an-address"), (5, "nope@")]
+        (2, "not-an-address"), (5, "c@example.org;nope@")]  # the line, as typed
     with engine.connect() as conn:
         assert suppressions.get(conn, "OLD@example.org")["reason"] == "complaint"  # type: ignore[index]
         logged = audit.entries(conn, action="suppression.add")
@@ -143,9 +144,36 @@ def test_paste_form_keeps_the_rejected_lines(client: Any, engine: sa.Engine,
     html = browser.post("/admin/suppressions/add", {
         "emails": "ok1@example.org\nbroken line\nok2@example.org", "reason": "manual",
         "note": "list cleanup"}).get_data(as_text=True)
-    assert "line 2" in html and ">broken\nline</textarea>" in html
+    assert "line 2" in html and ">broken line</textarea>" in html
     with engine.connect() as conn:
         assert suppressions.get(conn, "ok2@example.org")["note"] == "list cleanup"  # type: ignore[index]
+
+
+def test_a_bad_line_is_one_error_and_goes_back_to_the_box_as_typed(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 43 #10: "not an email" was three errors (one per word) and came back as three
+    lines. One error per bad line, the line kept as typed; a line mixing an address and
+    something else names the bad part (the address on it is saved)."""
+    browser = Browser(client, make_user("admin"))
+    typed = ("a1@example.org, a2@example.org\n"
+             "not an email\n"
+             "b1@example.org;  oops\n"
+             "c1@example.org")
+    for lang, expected in (("en", ("line 2", "2 lines could not be read",
+                                   "“oops”: invalid email address")),
+                           ("es", ("línea 2", "2 líneas no se pudieron leer",
+                                   "«oops»: dirección de correo no válida"))):
+        html = browser.client.post("/admin/suppressions/add", data={
+            "emails": typed, "reason": "manual", "note": "cleanup",
+            "csrf_token": browser.token}, headers={"Accept-Language": lang}
+        ).get_data(as_text=True)
+        assert ">not an email\nb1@example.org;  oops</textarea>" in html, html
+        assert len(re.findall(r"<li>[^<]*(?:line|línea) \d+: <code>", html)) == 2
+        for text in expected:
+            assert text in html, (lang, text)
+    with engine.connect() as conn:
+        saved = set(conn.execute(sa.text("SELECT email FROM suppressions")).scalars())
+    assert saved == {"a1@example.org", "a2@example.org", "b1@example.org", "c1@example.org"}
 
 
 def test_api(api: Api, client: Any, make_user: Callable[..., dict[str, Any]]) -> None:

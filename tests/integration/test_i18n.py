@@ -133,8 +133,8 @@ def test_user_suppression_inbox_and_support_errors_in_spanish(
     inbox = browser.get("/inbox/?q=garcia")
     assert inbox.status_code == 422
     page = _text(inbox.get_data(as_text=True))
-    assert "busca una dirección de correo completa, un ID de correlación o un id de " \
-        "trabajo" in page and "search for a full" not in page
+    assert "No se buscó: «garcia» no es una dirección de correo, un ID de correlación ni " \
+        "un id de trabajo completos" in page and "Not searched" not in page
     # support (webapp.domain.messages): a user without mail.
     missing = browser.get("/support/users/nadie-42")
     assert missing.status_code == 404

@@ -3,6 +3,7 @@ files that cannot be read as a whole get a clear error and import nothing (P9)."
 
 from __future__ import annotations
 
+import csv
 import io
 import re
 from collections.abc import Callable
@@ -251,3 +252,51 @@ def test_an_expired_check_says_so_and_imports_nothing(
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM subscribers WHERE email = "
                                     "'late@example.org'")).scalar() == 1
+
+
+UNCLOSED = (b"email,name,city\n"
+            b"ada@example.org,\"Ada Lovelace\n"          # 2: the quote is never closed
+            b"bob@example.org,Bob,Paris\n"               # 3
+            b"cy@example.org,Cy,\"New\nYork\"\n"         # 4-5: a closed quote may span lines
+            b"dee@example.org,Dee,Rome\n")               # 6
+
+
+@pytest.mark.parametrize("action", ["import", "check"])
+def test_an_unclosed_quote_refuses_its_line_and_the_lines_after_it_are_read_on_their_own(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]],
+        action: str) -> None:
+    list_id = _setup(engine)
+    browser = Browser(client, make_user("marketer"))
+    pages = {lang: client.post(f"/lists/{list_id}/import", data={
+        "csrf_token": browser.token, "action": action,
+        "file": (io.BytesIO(UNCLOSED), "people.csv")}, content_type="multipart/form-data",
+        headers={"Accept-Language": lang}) for lang in ("en", "es")}
+    text, spanish = (pages[lang].get_data(as_text=True) for lang in ("en", "es"))
+    assert pages["en"].status_code == 200, text
+    assert 'id="import-added">3<' in text and 'id="import-rejected">1<' in text
+    assert "an unclosed quote?" in text and "ada@example.org" in text
+    assert re.search(r'<td class="num">2</td><td>ada@example.org</td>', text)
+    assert "¿una comilla sin cerrar?" in spanish and "comilla sin cerrar</span>" in spanish
+    with engine.connect() as conn:
+        names = dict(conn.execute(sa.text("SELECT email, name FROM subscribers")).all())
+    if action == "check":
+        assert set(names) == {"existing@example.org"}  # a dry run saved nothing
+        return
+    assert names == {"existing@example.org": "Old", "bob@example.org": "Bob",
+                     "cy@example.org": "Cy", "dee@example.org": "Dee"}
+
+
+def test_an_unclosed_quote_that_reaches_the_field_size_limit_is_refused_alike(
+        engine: sa.Engine) -> None:
+    """In a large file the runaway quote hits the CSV reader's field size limit before the
+    end of the file: the line is refused the same way and the rest read on their own."""
+    list_id = _setup(engine)
+    body = b"email,name\nada@example.org,\"Ada\n" + b"".join(
+        b"u%d@example.org,U%d\n" % (i, i) for i in range(100))
+    limit = csv.field_size_limit(200)
+    try:
+        report = _import(engine, list_id, body)
+    finally:
+        csv.field_size_limit(limit)
+    assert [(r.line, r.reason) for r in report.rejected] == [(2, "unclosed quote")]
+    assert report.added == 100

@@ -253,3 +253,69 @@ def test_a_kind_that_does_not_exist_is_said_not_shown_as_all_kinds(
         assert "zzz (no existe ese tipo)" in es
     assert 'id="unknown-kind"' not in browser.get("/jobs/?kind=verification").get_data(
         as_text=True)
+
+
+def test_a_dismissed_failure_is_counted_alike_on_the_campaign_page_the_inbox_and_the_tabs(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 43 #6: after one dismiss the campaign page said 3 failed, the inbox and the
+    Failed tab 2, and the tabs added to 496 of 497. Each says what it counts, and the
+    numbers add up."""
+    campaign = make_campaign(engine, [f"d{i:02d}@example.org" for i in range(10)],
+                             name="Dismissals")
+    with engine.begin() as conn:
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+    failed = _finished(engine, campaign["id"], 3, "failed")
+    _finished(engine, campaign["id"], 5, "sent")
+    browser = Browser(client, make_user("admin"))
+    browser.post(f"/inbox/{failed[0]}/dismiss", {"back": "/inbox/"})
+    detail = f"/campaigns/{campaign['id']}"
+    page = browser.get(detail).get_data(as_text=True)
+    assert re.search(r'data-state="failed"><div class="n">3</div><div class="label">Failed'
+                     r'</div><div class="muted dismissed" id="campaign-dismissed-failed">'
+                     r'\(1 dismissed\)</div>', page), page
+    assert "See the 2 failed and bounced messages" in page
+    assert "1 failed or bounced message was dismissed from the failed-jobs inbox" in page
+    spanish = browser.get(detail, headers={"Accept-Language": "es"}).get_data(as_text=True)
+    assert "(1 descartado)" in spanish and "se descartó de la bandeja" in spanish
+    inbox = browser.get(f"/inbox/?campaign={campaign['id']}").get_data(as_text=True)
+    assert "2 failed or bounced jobs match" in _text(inbox)
+    assert _tab_counts(inbox)["failed"] == 2 and ">+ 1 dismissed</span>" in inbox
+    tabs_page = browser.get(f"/jobs/?campaign={campaign['id']}").get_data(as_text=True)
+    counts = _tab_counts(tabs_page)
+    assert counts["failed"] == 2 and ">+ 1 dismissed</span>" in tabs_page
+    assert sum(counts.values()) + 1 == 10  # the tabs and the dismissed: every job
+    assert "the ones dismissed there are counted beside it" in tabs_page
+    es_tabs = browser.get(f"/jobs/?campaign={campaign['id']}",
+                          headers={"Accept-Language": "es"}).get_data(as_text=True)
+    assert ">+ 1 descartado</span>" in es_tabs and "las pestañas suman" in es_tabs
+    everything = _tab_counts(browser.get("/jobs/").get_data(as_text=True))
+    assert sum(everything.values()) + 1 == 10
+
+
+def test_part_of_an_address_keeps_the_input_and_says_why_it_is_not_searched(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 43 #10: a partial address in the inbox or jobs search answered a bare 422
+    page with the input gone, while support search accepts partials. The page answers
+    with its other filters, the input as typed, why, and a link to support search."""
+    _queue(engine)
+    browser = Browser(client, make_user("admin"))
+    for path, scope in (("/jobs/?state=retrying&kind=broadcast&q=r03", "Every tab finds"),
+                        ("/inbox/?kind=verification&q=f1", "This list finds")):
+        answer = browser.get(path)
+        page = answer.get_data(as_text=True)
+        typed = path.rsplit("=", 1)[1]
+        assert answer.status_code == 422, path
+        assert f'name="q" value="{typed}"' in page and 'aria-invalid="true"' in page
+        assert f"Not searched: “{typed}” is not a whole email address" in page
+        assert scope in page and 'data-tab="failed"' in page  # the page, with its tabs
+        assert f'href="/support/?q={typed}" id="search-in-support"' in page
+        spanish = browser.get(path, headers={"Accept-Language": "es"}).get_data(as_text=True)
+        assert f"No se buscó: «{typed}» no es una dirección de correo" in spanish
+        assert "La búsqueda de soporte encuentra" in spanish
+    jobs_page = browser.get("/jobs/?state=retrying&kind=broadcast&q=r03").get_data(
+        as_text=True)
+    assert _tab_counts(jobs_page)["retrying"] == 10  # the other filters still apply
+    inbox_page = browser.get("/inbox/?kind=verification&q=f1").get_data(as_text=True)
+    assert "3 failed or bounced jobs match" in _text(inbox_page)
+    moved = browser.get("/jobs/?state=failed&q=f1")
+    assert moved.status_code == 302 and "q=f1" in moved.location

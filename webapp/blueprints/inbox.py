@@ -38,9 +38,23 @@ def _can_act() -> bool:
     return role() in (access.allowed_roles("inbox.retry") or frozenset())
 
 
+def _search_refused(args: dict[str, Any]) -> str | None:
+    """The search ``q`` the list cannot run (part of an address: the list finds whole
+    addresses, ids and correlation IDs through their indexes), taken out of ``args`` so
+    that the page answers with the other filters and keeps what was typed."""
+    if not args.get("q"):
+        return None
+    try:
+        inbox.parse_filter({"q": args["q"]})
+    except Invalid:
+        return str(args.pop("q"))
+    return None
+
+
 @bp.get("/")
-def index() -> str:
+def index() -> str | tuple[str, int]:
     args = _filter_args(request.args)
+    refused = _search_refused(args)
     as_of = datetime.now(UTC)
     tabs: dict[str, Any] = {}
     with engine().connect() as conn:
@@ -59,11 +73,12 @@ def index() -> str:
             tabs = {"tabs": jobs.TABS, "labels": jobs.LABELS, "tab": "failed",
                     "counts": {**jobs.counts(conn, tab_filters), "failed": matching},
                     "filter_args": tab_filters.args()}
-    return render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
+    html = render_template("inbox/index.html", page=page, args=args, campaigns=campaigns,
                            kinds=kind_names, classes=inbox.ERROR_CLASSES, can_act=_can_act(),
                            as_of=as_of.isoformat(), matching=matching,
                            retryable=retryable, job_tabs=tabs, wide_page=True,
-                           first_page=not request.args.get("after"))
+                           first_page=not request.args.get("after"), refused=refused)
+    return (html, 422) if refused is not None else html
 
 
 @bp.get("/<int:job_id>")

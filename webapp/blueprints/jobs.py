@@ -20,24 +20,32 @@ bp = Blueprint("jobs", __name__, url_prefix="/jobs")
 
 
 @bp.get("/")
-def index() -> str | Response:
+def index() -> str | Response | tuple[str, int]:
     tab = request.args.get("state", "waiting")
     if tab not in jobs.TABS:
         tab = "waiting"
+    args = request.args.to_dict()
+    # Part of an address is not searched here (every tab finds an address whole, through
+    # its index): the page answers with the other filters and keeps what was typed.
+    refused = args.pop("q").strip() if jobs.partial_address(args.get("q")) else None
     with engine().connect() as conn:
-        filters = jobs.parse_filters(conn, request.args)
+        filters = jobs.parse_filters(conn, args)
         if tab == "failed":
             target: dict[str, Any] = dict(filters.args())
+            if refused is not None:
+                target["q"] = refused  # the inbox says why it is not searched
             return redirect(url_for("inbox.index", **target))
         counts = jobs.counts(conn, filters)
         page = jobs.page(conn, tab, filters, request.args.get("after"))
         campaigns = inbox.campaign_choices(conn)
         kind_names = job_kinds(conn)
-    return render_template("jobs/index.html", tab=tab, tabs=jobs.TABS, labels=jobs.LABELS,
+    html = render_template("jobs/index.html", tab=tab, tabs=jobs.TABS, labels=jobs.LABELS,
                            counts=counts, page=page, filters=filters,
                            filter_args=filters.args(), kinds=kind_names, campaigns=campaigns,
                            first_page=not request.args.get("after"),
-                           bulk_actions=jobs.BULK_ACTIONS.get(tab, ()), wide_page=True)
+                           bulk_actions=jobs.BULK_ACTIONS.get(tab, ()), wide_page=True,
+                           refused=refused)
+    return (html, 422) if refused is not None else html
 
 
 @bp.post("/bulk")

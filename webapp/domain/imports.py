@@ -9,7 +9,7 @@ others become attributes).
 from __future__ import annotations
 
 import csv
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -254,10 +254,13 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
     Lines with an invalid address, an address seen earlier in the file, or a suppressed
     address are rejected and reported; every other line is added or updates the subscriber
     with that address. A file that cannot be read as a whole (no header with an email column,
-    bytes that are not UTF-8, broken quoting) raises :class:`Invalid` naming the line: the
-    caller's transaction then rolls back and nothing is imported. ``roles`` maps each header
-    column to email/name/attribute/skip (default: by the header's names). Lines with more or
-    fewer fields than the header are imported and counted in the report. A dry run is this
+    bytes that are not UTF-8, a line the CSV reader refuses) raises :class:`Invalid` naming
+    the line: the caller's transaction then rolls back and nothing is imported. ``roles``
+    maps each header column to email/name/attribute/skip (default: by the header's names).
+    Lines with more or fewer fields than the header are imported and counted in the
+    report; a line whose quote is never closed, or whose address or name runs over lines, is
+    rejected ("unclosed quote") and the lines after it are read on their own
+    (:func:`_read_rows`). A dry run is this
     call in a transaction the caller rolls back."""
     get_list(conn, list_id)
     lines = _decoded_lines(stream)
@@ -265,13 +268,13 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
     if header_line is None or not header_line.strip():
         raise Invalid(N_("the file is empty: the first line must be a header with an "
                          "“email” column"), fields={"file": N_("empty")})
-    reader = csv.reader(_chain(header_line, lines), delimiter=_delimiter(header_line))
+    reader, source = _reader(header_line, lines)
     header = _header(reader)
     columns = _mapped_columns(header, roles) if roles is not None else _columns(header)
     importer = _Importer(conn, list_id)
     importer.report.header = [h.strip() for h in header]
     importer.report.roles = roles if roles is not None else default_roles(header)
-    _read_rows(reader, columns, importer)
+    _read_rows(reader, source, columns, importer)
     importer.flush()
     report = importer.report
     report.rejected.sort(key=lambda r: r.line)  # batch checks report after per-line ones
@@ -309,20 +312,78 @@ def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
     yield from rest
 
 
-def _read_rows(reader: Any, columns: _Columns, importer: _Importer) -> None:
-    previous = reader.line_num
+class _Lines:
+    """The file's lines as the CSV reader takes them, numbered, with the lines of the row
+    being read kept so that they can be handed out again (:meth:`push_back`)."""
+
+    def __init__(self, first: str, rest: Iterator[str]) -> None:
+        self._rest = rest
+        self._pending: deque[tuple[int, str]] = deque([(1, first)])
+        self._fresh = 2
+        self.taken: list[tuple[int, str]] = []
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        if self._pending:
+            number, text = self._pending.popleft()
+        else:
+            text = next(self._rest)
+            number, self._fresh = self._fresh, self._fresh + 1
+        self.taken.append((number, text))
+        return text
+
+    def start_row(self) -> None:
+        self.taken = []
+
+    def push_back(self, lines: list[tuple[int, str]]) -> None:
+        self._pending.extendleft(reversed(lines))
+
+
+def _unclosed(lines: list[tuple[int, str]], delimiter: str) -> bool:
+    """Whether these lines, read as one CSV record, end inside a quoted field."""
+    try:
+        list(csv.reader((text for _, text in lines), delimiter=delimiter, strict=True))
+    except csv.Error as exc:
+        return "unexpected end of data" in str(exc)
+    return False
+
+
+def _reader(header_line: str, lines: Iterator[str]) -> tuple[Any, _Lines]:
+    source = _Lines(header_line, lines)
+    return csv.reader(source, delimiter=_delimiter(header_line)), source
+
+
+def _read_rows(reader: Any, source: _Lines, columns: _Columns, importer: _Importer) -> None:
+    """Read the data rows. A quoted cell may run over several lines (an attribute with a
+    line break), but an address or a name never does, and a quote must be closed: a row
+    breaking either rule is refused at its first line, and the lines it swallowed are read
+    again as rows of their own."""
+    delimiter = reader.dialect.delimiter
     while True:
+        source.start_row()
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
+            if len(source.taken) > 1:  # a quoted cell ran on until the field size limit
+                _refuse_unclosed(source, columns, importer, delimiter)
+                continue
+            line = source.taken[0][0] if source.taken else reader.line_num + 1
             raise Invalid(N_("line %(line)s cannot be read as CSV (%(why)s); nothing was "
-                             "imported.", line=str(previous + 1), why=str(exc)),
-                          fields={"file": N_("line %(line)s", line=str(previous + 1))}) from None
-        line, previous = previous + 1, reader.line_num
+                             "imported.", line=str(line), why=str(exc)),
+                          fields={"file": N_("line %(line)s", line=str(line))}) from None
+        taken = source.taken
+        if (len(taken) > 1 and any("\n" in c or "\r" in c for i, c in enumerate(row)
+                                   if i in (columns.email, columns.name))) \
+                or ((len(taken) > 1 or '"' in taken[0][1]) and _unclosed(taken, delimiter)):
+            _refuse_unclosed(source, columns, importer, delimiter)
+            continue
         if not any(cell.strip() for cell in row):
             continue
+        line = taken[0][0]
         importer.report.lines += 1
         importer.report.shape(line, row)
         try:
@@ -333,3 +394,17 @@ def _read_rows(reader: Any, columns: _Columns, importer: _Importer) -> None:
             importer.report.reject(line, raw, reason, exc.message)
             continue
         importer.add(line, subscriber)
+
+
+def _refuse_unclosed(source: _Lines, columns: _Columns, importer: _Importer,
+                     delimiter: str) -> None:
+    """Refuse the row's first line and hand the lines it swallowed to the reader again."""
+    (line, first), swallowed = source.taken[0], source.taken[1:]
+    alone = next(csv.reader([first], delimiter=delimiter), [])
+    raw = alone[columns.email].strip() if columns.email < len(alone) else ""
+    importer.report.lines += 1
+    importer.report.reject(line, raw, "unclosed quote", N_(
+        "an unclosed quote? A quoted cell on this line runs on past the end of the "
+        "line (an address or a name never spans lines, and a quote must be closed): "
+        "this line was not imported; the lines after it were read on their own."))
+    source.push_back(swallowed)

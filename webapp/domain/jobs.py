@@ -21,7 +21,16 @@ from webapp.domain.errors import Invalid
 from webapp.domain.fields import whole_number
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_
-from workers.core.states import CANCELLED, HELD, PENDING, RETRY, SENDING, SENT
+from workers.core.states import (
+    BOUNCED,
+    CANCELLED,
+    FAILED,
+    HELD,
+    PENDING,
+    RETRY,
+    SENDING,
+    SENT,
+)
 from workers.delivery import queue
 from workers.delivery.queue import ProblemFilter
 
@@ -76,11 +85,18 @@ def parse_filters(conn: Connection, args: Any) -> Filters:
         ).scalar()
     q = (args.get("q") or "").strip()
     if q:
-        if "@" not in q:
+        if partial_address(q):
             raise Invalid(N_("search for a full email address"),
                           fields={"q": N_("not an address")})
         found.email = q
     return found
+
+
+def partial_address(q: str | None) -> bool:
+    """Whether the search ``q`` is something other than a whole address (the browser finds
+    an address whole, through its index; support search finds parts of one)."""
+    q = (q or "").strip()
+    return bool(q) and "@" not in q
 
 
 def _problem_filter(f: Filters) -> ProblemFilter:
@@ -89,7 +105,8 @@ def _problem_filter(f: Filters) -> ProblemFilter:
 
 def counts(conn: Connection, f: Filters) -> dict[str, int]:
     """Exact jobs per tab for these filters: from the counters where they answer (no
-    filter, a kind, a campaign), else from the address's own rows."""
+    filter, a kind, a campaign), else from the address's own rows; ``dismissed`` is the
+    failed and bounced jobs dismissed from the inbox (not in the failed tab)."""
     per_state: dict[str, int]
     if f.email:
         per_state = queue_reads.state_counts_for_email(conn, f.email, f.kind)
@@ -114,6 +131,10 @@ def counts(conn: Connection, f: Filters) -> dict[str, int]:
          if f.campaign_id is None or c["id"] == f.campaign_id]))
     result["failed"] = queue_reads.count_problems(conn, _problem_filter(f),
                                                   datetime.now(UTC))
+    # The failed tab is the inbox: open problems only. The ones dismissed there are still
+    # failed or bounced jobs, counted beside it, so that the tabs add up to every job.
+    result["dismissed"] = max(0, per_state.get(FAILED, 0) + per_state.get(BOUNCED, 0)
+                              - result["failed"])
     return result
 
 

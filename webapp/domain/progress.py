@@ -29,7 +29,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from webapp.domain import campaigns, queue_reads
-from workers.core.states import CANCELLED, PENDING, RETRY, SENDING, Campaign
+from workers.core.states import (
+    BOUNCED,
+    CANCELLED,
+    FAILED,
+    PENDING,
+    PROBLEM,
+    RETRY,
+    SENDING,
+    Campaign,
+)
 from workers.delivery import queue
 
 RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
@@ -99,7 +108,8 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
     ``remaining``, ``percent``, ``due`` (can be sent now), ``rate`` (finishes per second
     over ``rate_window`` seconds) or ``stalled_for`` (seconds with no finish), ``eta_seconds``
     for the due messages at that rate, ``retry_next_at``/``retry_last_at`` for the jobs on
-    backoff, and the most frequent error replies. Every query is bounded."""
+    backoff, the most frequent error replies, and ``dismissed``: the failed and bounced
+    jobs dismissed from the inbox, per state. Every query is bounded."""
     campaign = campaigns.with_counts(conn, campaign_id)
     counts = campaign["counts"]
     campaign["done"] = sum(counts[s] for s in queue.TERMINAL)
@@ -112,11 +122,13 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
         campaign["total"])
     campaign.update(rate=None, rate_window=None, stalled_for=None, eta_seconds=None,
                     errors=[], retry_next_at=None, retry_last_at=None,
-                    retry_due_now=False, throttled=[])
+                    retry_due_now=False, throttled=[], dismissed=dict.fromkeys(PROBLEM, 0))
     broadcast_id = campaign["broadcast_id"]
     if not broadcast_id:
         return campaign
     campaign["errors"] = queue_reads.top_errors(conn, broadcast_id)
+    if counts[FAILED] or counts[BOUNCED]:
+        campaign["dismissed"] = queue_reads.dismissed_problems(conn, broadcast_id)
     campaign["throttled"] = queue_reads.throttled_waiting(conn, broadcast_id) \
         if campaign["status"] in Campaign.STARTED else []
     if counts[RETRY]:

@@ -355,6 +355,24 @@ def top_errors(conn: Connection, broadcast_id: int, limit: int = 5,
         "broadcast_id": broadcast_id, "limit": limit, "sample": sample}).mappings()]
 
 
+# A broadcast's failed and bounced jobs dismissed from the inbox, per state (the campaign
+# page counts them with the failed and bounced, and says how many were dismissed), from
+# delivery_jobs_broadcast_idx: as many rows as the campaign has problems.
+_DISMISSED = sa.text(f"""
+SELECT status, count(*) AS n FROM delivery_jobs
+ WHERE broadcast_id = :broadcast_id AND status IN {sql_list(PROBLEM)}
+   AND dismissed_at IS NOT NULL
+ GROUP BY status
+""")
+
+
+def dismissed_problems(conn: Connection, broadcast_id: int) -> dict[str, int]:
+    counts = dict.fromkeys(PROBLEM, 0)
+    for row in conn.execute(_DISMISSED, {"broadcast_id": broadcast_id}):
+        counts[row.status] = int(row.n)
+    return counts
+
+
 # The newest finishes of one broadcast since `since`, newest first from
 # delivery_jobs_broadcast_finished_idx, capped at `sample`: how many, the oldest of them,
 # how many of them are after `recent` (the steady check's window, from the same sample),

@@ -177,17 +177,32 @@ _SPLIT = re.compile(r"[\s,;]+")
 
 def parse_addresses(text: str) -> tuple[list[str], list[dict[str, Any]]]:
     """Addresses pasted one per line (or separated by commas/semicolons/spaces): the valid
-    ones lower-cased and de-duplicated, and each invalid one with its line number."""
+    ones lower-cased and de-duplicated, and one error per line holding anything that is
+    not an address, with its number and the line as typed (it goes back to the box whole,
+    to be fixed; the addresses on it are saved all the same)."""
     valid: dict[str, None] = {}
     errors: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), start=1):
-        for item in _SPLIT.split(line.strip()):
-            if not item:
-                continue
+        items = [item for item in _SPLIT.split(line.strip()) if item]
+        good: list[str] = []
+        bad: list[tuple[str, str]] = []
+        for item in items:
             try:
-                valid[check_email(item).lower()] = None
+                good.append(check_email(item).lower())
             except Invalid as exc:
-                errors.append({"line": number, "value": item[:200], "error": exc.message})
+                bad.append((item, exc.message))
+        valid.update(dict.fromkeys(good))
+        if not bad:
+            continue
+        if not good:  # words, not a list of addresses: the line is one bad value
+            try:
+                check_email(line.strip())
+                error = bad[0][1]
+            except Invalid as exc:
+                error = exc.message
+        else:
+            error = N_("“%(value)s”: %(error)s", value=bad[0][0][:200], error=bad[0][1])
+        errors.append({"line": number, "value": line, "error": error})
     if len(valid) > MAX_PASTE:
         raise Invalid(N_("at most %(max)s addresses at once; split the list", max=MAX_PASTE),
                       fields={"emails": N_("too many")})
