@@ -1,5 +1,6 @@
-"""``python -m webapp.access_docs``: rewrite the role matrix in docs/security.md from the
-routes the app registers and :mod:`webapp.access` (no database needed)."""
+"""``python -m webapp.access_docs``: rewrite the role matrix and the token scopes table in
+docs/security.md from the routes the app registers and :mod:`webapp.access` (no database
+needed)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ def main() -> None:
                      engine=sa.create_engine("postgresql+psycopg://docs@/docs"))
     path = Path(__file__).resolve().parent.parent / "docs" / "security.md"
     table = access.markdown_table(app.url_map.iter_rules())
-    path.write_text(access.rewrite_docs(path.read_text(encoding="utf-8"), table),
-                    encoding="utf-8")
+    text = access.rewrite_docs(path.read_text(encoding="utf-8"), table)
+    path.write_text(access.rewrite_scopes_docs(text, access.scopes_table()), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def _api_user() -> dict[str, Any] | None:
     if not token:
         return None
     with request_connection() as conn:  # one statement: no transaction around it
-        return users.user_for_token(conn, token)
+        return users.user_for_token(conn, token, request.remote_addr)
 
 
 def _api_error(status: int, message: str) -> Response:
@@ -125,6 +125,11 @@ def enforce_access() -> Response | None:
         if is_api:
             return _api_error(403, f"your role ({current}) may not do this")
         abort(403)
+    token = g.get("api_user") if is_api else None
+    if token is not None and not access.token_allows(token["scopes"], endpoint):
+        return _api_error(403, "this token's scopes ({}) do not cover this: it needs "
+                          "the scope {}".format(", ".join(token["scopes"]) or "none",
+                                                access.endpoint_scope(endpoint)))
     return None
 
 

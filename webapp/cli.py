@@ -102,9 +102,13 @@ def token_group() -> None:
 @token_group.command("create")
 @click.option("--user", "email", required=True, help="Email of the token's user.")
 @click.option("--name", default="", help="A label to recognise the token by.")
-def token_create(email: str, name: str) -> None:
+@click.option("--scope", "scopes", multiple=True,
+              help="A scope (send, read_jobs, campaigns, admin), repeatable; default: every "
+                   "scope the user's role may hold.")
+def token_create(email: str, name: str, scopes: tuple[str, ...]) -> None:
     """Create an API token; prints the token alone on stdout (shown once)."""
     from webapp.domain import users
+    from webapp.domain.errors import Invalid
 
     config = load_config()
     engine = open_engine(config)
@@ -112,7 +116,11 @@ def token_create(email: str, name: str) -> None:
         user = users.find_user(conn, email)
         if user is None:
             raise click.ClickException(f"no user with email {email}")
-        token = users.create_token(conn, user["id"], name, actor="cli")
+        try:
+            token = users.create_token(conn, user["id"], name, actor="cli",
+                                       scopes=list(scopes) or None)
+        except Invalid as exc:
+            raise click.ClickException(str(exc.message)) from exc
     click.echo(token)
 
 

@@ -94,6 +94,10 @@ api_tokens = Table(
     # After this the token answers 401 (None: it never expires).
     Column("expires_at", DateTime(timezone=True)),
     _now(),
+    # What the token may do (webapp.access.SCOPES), within its owner's role; and the
+    # client address of its last use.
+    Column("scopes", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("last_used_addr", Text),
 )
 
 login_attempts = Table(

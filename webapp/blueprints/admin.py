@@ -13,6 +13,7 @@ from flask_babel import gettext as _
 from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
+from webapp import access
 from webapp.context import actor, engine
 from webapp.domain import audit, suppressions, users
 from webapp.domain.csv_export import SafeWriter
@@ -180,7 +181,8 @@ def users_page() -> str:
     if new_token:
         g.no_store = True  # the one page that shows a token must not be cached
     return render_template("admin/users.html", people=people, tokens=tokens, roles=ROLES,
-                           new_token=new_token, token_owner=token_owner)
+                           new_token=new_token, token_owner=token_owner,
+                           scopes=access.SCOPES, role_scopes=access.ROLE_SCOPES)
 
 
 bp.add_url_rule("/users", endpoint="users", view_func=users_page, methods=["GET"])
@@ -251,7 +253,8 @@ def create_token() -> str | Response:
                 raise Invalid(N_("choose when the token expires"),
                               fields={"expires": N_("unknown")})
             token = users.create_token(conn, owner["id"], request.form.get("name", "").strip(),
-                                       actor=actor(), expires_in_days=EXPIRY_CHOICES[expires])
+                                       actor=actor(), expires_in_days=EXPIRY_CHOICES[expires],
+                                       scopes=request.form.getlist("scopes"))
     except DomainError as exc:
         flash(localize(exc.message), "error")
         remember("create_token")
