@@ -69,6 +69,11 @@ users = Table(
     Column("locale", Text),
     _now(),
     CheckConstraint(_in("role", ROLES), name="users_role_check"),
+    # Two-factor (TOTP): the secret sealed with the secret key, since when, and the last
+    # accepted time step (a code is refused on replay).
+    Column("totp_secret", Text),
+    Column("totp_enabled_at", DateTime(timezone=True)),
+    Column("totp_last_step", BigInteger),
     Index("users_email_key", text("lower(email)"), unique=True),
 )
 
@@ -80,6 +85,26 @@ web_sessions = Table(
     Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
     _now(),
     Index("web_sessions_user_idx", "user_id"),
+    # When this session last passed the second factor (step-up before sensitive actions).
+    Column("second_factor_at", DateTime(timezone=True)),
+)
+
+# Single-use two-factor recovery codes (SHA-256 of each; used_at once spent).
+recovery_codes = Table(
+    "recovery_codes", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("code_hash", Text, nullable=False),
+    Column("used_at", DateTime(timezone=True)),
+    _now(),
+    Index("recovery_codes_user_idx", "user_id"),
+)
+
+# Roles whose users must enrol in two-factor (sent to enrolment at login).
+second_factor_roles = Table(
+    "second_factor_roles", metadata,
+    Column("role", Text, primary_key=True),
+    _now(),
 )
 
 api_tokens = Table(

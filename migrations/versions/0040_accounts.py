@@ -1,7 +1,12 @@
-"""accounts (issue 44): scoped API tokens
+"""accounts (issue 44): scoped API tokens, two-factor (TOTP)
 
 ``api_tokens.scopes`` (``webapp.access.SCOPES``) and ``last_used_addr``. A token that
 existed before keeps what it could do: every scope its owner's role may hold.
+
+Two-factor: ``users.totp_secret`` (sealed with the secret key), ``totp_enabled_at`` and
+``totp_last_step`` (the last accepted time step: a code is refused on replay);
+``recovery_codes`` (SHA-256 of each single-use code); ``second_factor_roles`` (roles whose
+users must enrol); ``web_sessions.second_factor_at`` (the last check, for step-up).
 
 Revision ID: 0040_accounts
 Revises: 0037_bulk_class
@@ -28,7 +33,30 @@ def upgrade() -> None:
             WHEN 'marketer' THEN ARRAY['campaigns', 'read_jobs']
             ELSE ARRAY['send', 'read_jobs'] END
           FROM users u WHERE u.id = t.user_id""")
+    op.execute("""
+        ALTER TABLE users
+            ADD COLUMN totp_secret text,
+            ADD COLUMN totp_enabled_at timestamptz,
+            ADD COLUMN totp_last_step bigint""")
+    op.execute("ALTER TABLE web_sessions ADD COLUMN second_factor_at timestamptz")
+    op.execute("""
+        CREATE TABLE recovery_codes (
+            id bigserial PRIMARY KEY,
+            user_id bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            code_hash text NOT NULL,
+            used_at timestamptz,
+            created_at timestamptz NOT NULL DEFAULT now())""")
+    op.execute("CREATE INDEX recovery_codes_user_idx ON recovery_codes (user_id)")
+    op.execute("""
+        CREATE TABLE second_factor_roles (
+            role text PRIMARY KEY,
+            created_at timestamptz NOT NULL DEFAULT now())""")
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE second_factor_roles")
+    op.execute("DROP TABLE recovery_codes")
+    op.execute("ALTER TABLE web_sessions DROP COLUMN second_factor_at")
+    op.execute("ALTER TABLE users DROP COLUMN totp_secret, DROP COLUMN totp_enabled_at, "
+               "DROP COLUMN totp_last_step")
     op.execute("ALTER TABLE api_tokens DROP COLUMN scopes, DROP COLUMN last_used_addr")

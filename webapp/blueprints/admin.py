@@ -14,8 +14,9 @@ from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
 from webapp import access
+from webapp.auth import step_up
 from webapp.context import actor, engine
-from webapp.domain import audit, suppressions, users
+from webapp.domain import audit, second_factor, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
@@ -178,11 +179,13 @@ def users_page() -> str:
     with engine().connect() as conn:
         people = users.list_users(conn)
         tokens = users.list_tokens(conn)
+        required = second_factor.required_roles(conn)
     if new_token:
         g.no_store = True  # the one page that shows a token must not be cached
     return render_template("admin/users.html", people=people, tokens=tokens, roles=ROLES,
                            new_token=new_token, token_owner=token_owner,
-                           scopes=access.SCOPES, role_scopes=access.ROLE_SCOPES)
+                           scopes=access.SCOPES, role_scopes=access.ROLE_SCOPES,
+                           second_factor_roles=required)
 
 
 bp.add_url_rule("/users", endpoint="users", view_func=users_page, methods=["GET"])
@@ -214,6 +217,8 @@ def create_user() -> Response:
 
 @bp.post("/users/<int:user_id>/role")
 def change_role(user_id: int) -> Response:
+    if (asked := step_up()) is not None:
+        return asked
     role = request.form.get("role", "")
     return _act(_("Role changed to %(role)s.", role=label(role)), users.update_role, user_id,
                 role, actor=actor())
@@ -240,6 +245,9 @@ EXPIRY_CHOICES = {"30": 30, "90": 90, "365": 365, "never": None}
 
 @bp.post("/tokens/create")
 def create_token() -> str | Response:
+    if (asked := step_up()) is not None:
+        remember("create_token")  # the form comes back filled in after the check
+        return asked
     user_id = request.form.get("user_id", "")
     try:
         with engine().begin() as conn:
@@ -263,6 +271,21 @@ def create_token() -> str | Response:
     show_once("new_token", token)
     show_once("token_owner", owner["email"])
     return redirect(url_for("admin.users"), 303)
+
+
+@bp.post("/users/<int:user_id>/second-factor/reset")
+def reset_second_factor(user_id: int) -> Response:
+    """Someone lost their authenticator and recovery codes: their second factor goes (and
+    their sessions end); audited."""
+    return _act(_("Second factor reset: their sessions ended; they set it up again at their "
+                  "next login."), second_factor.reset, user_id, actor=actor())
+
+
+@bp.post("/users/second-factor-roles")
+def second_factor_roles() -> Response:
+    return _act(_("Saved which roles must use a second factor."),
+                second_factor.set_required_roles, request.form.getlist("roles"),
+                actor=actor())
 
 
 @bp.post("/tokens/<int:token_id>/revoke")

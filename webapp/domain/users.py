@@ -268,13 +268,20 @@ def _session_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def start_session(conn: Connection, user_id: int) -> str:
+def start_session(conn: Connection, user_id: int, *, second_factor: bool = False) -> str:
     """A new session for the user; returns the random token the cookie carries (only its
-    SHA-256 is stored)."""
+    SHA-256 is stored). ``second_factor``: the login passed it (now)."""
     token = secrets.token_urlsafe(32)
-    conn.execute(sa.text("INSERT INTO web_sessions (id, user_id) VALUES (:id, :u)"),
-                 {"id": _session_key(token), "u": user_id})
+    conn.execute(sa.text("INSERT INTO web_sessions (id, user_id, second_factor_at) VALUES "
+                         "(:id, :u, CASE WHEN :f THEN now() END)"),
+                 {"id": _session_key(token), "u": user_id, "f": second_factor})
     return token
+
+
+def second_factor_passed(conn: Connection, token: str) -> None:
+    """The session just passed the second factor again (step-up)."""
+    conn.execute(sa.text("UPDATE web_sessions SET second_factor_at = now() WHERE id = :id"),
+                 {"id": _session_key(token)})
 
 
 def session_user(conn: Connection, user_id: int, version: int,
@@ -283,7 +290,10 @@ def session_user(conn: Connection, user_id: int, version: int,
     theirs, is younger than SESSION_DAYS and the user's session version still matches;
     else None (the cookie is worthless)."""
     row = conn.execute(sa.text("""
-        SELECT u.id, u.email, u.role, u.session_version, u.locale
+        SELECT u.id, u.email, u.role, u.session_version, u.locale,
+               u.totp_enabled_at IS NOT NULL AS has_second_factor, s.second_factor_at,
+               EXISTS (SELECT 1 FROM second_factor_roles r WHERE r.role = u.role)
+                   AS second_factor_required
           FROM web_sessions s JOIN users u ON u.id = s.user_id
          WHERE s.id = :id AND u.id = :u AND u.active AND u.session_version = :v
            AND s.created_at > now() - make_interval(days => :days)"""),
@@ -310,6 +320,7 @@ def list_users(conn: Connection) -> list[dict[str, Any]]:
     """Every user with the number of live tokens, admins first."""
     rows = conn.execute(sa.text("""
         SELECT u.id, u.email, u.role, u.active, u.created_at, u.last_login_at,
+               u.totp_enabled_at,
                (SELECT count(*) FROM api_tokens t
                  WHERE t.user_id = u.id AND t.revoked_at IS NULL) AS live_tokens
           FROM users u ORDER BY u.active DESC, u.role, lower(u.email)"""))

@@ -46,6 +46,9 @@ SETTINGS: list[Setting] = [
             "Signs sessions, CSRF tokens and unsubscribe links. Required by serve, web and "
             "worker (the demo keeps one in its data dir)."),
     Setting("WORKERS", "5", "Delivery worker threads per process."),
+    Setting("STEP_UP_MINUTES", "15",
+            "A user with a second factor is asked for a code again before creating a token, "
+            "changing a role or exporting a list when their last check is older than this."),
     Setting("CLAIM_BATCH", "10",
             "Jobs a worker claims at once (their outcomes are committed one by one)."),
     Setting("RETRY_SCHEDULE_BROADCAST", "30,120,480,1800,3600",
@@ -453,6 +456,7 @@ class Config:
     secret_key_generated: bool = False
     web_connection_limit: int = 1000
     web_head_timeout: float = 10.0
+    step_up_minutes: int = 15
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -567,6 +571,8 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         web_head_timeout=_at_least(
             "WEB_HEAD_TIMEOUT", _float("WEB_HEAD_TIMEOUT", req("WEB_HEAD_TIMEOUT")), 1),
         feedback=_feedback(get),
+        step_up_minutes=_at_least("STEP_UP_MINUTES",
+                                  _int("STEP_UP_MINUTES", req("STEP_UP_MINUTES")), 1),
         dns_resolver=get("DNS_RESOLVER"),
         spf_include=get("SPF_INCLUDE"),
     )
