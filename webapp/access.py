@@ -19,6 +19,7 @@ SUPPORT = frozenset({"admin", "support"})
 PUBLIC: frozenset[str] = frozenset({
     "static", "auth.login", "auth.logout", "public.unsubscribe", "public.unsubscribe_confirm",
     "auth.second_factor",  # the login's second step (checks its pending login itself)
+    "auth.sso_start", "auth.sso_callback",  # single sign-on (state, PKCE, ID token checks)
     "public.unsubscribe_one_click", "ops.healthz", "api.openapi",
     # Subscription forms: anyone may subscribe (double opt-in, rate-limited per IP).
     "public.subscribe_form", "public.subscribe_css", "public.subscribe_submit",

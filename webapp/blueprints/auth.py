@@ -5,10 +5,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flask import Blueprint, flash, redirect, render_template, request, session, url_for
+from flask import (
+    Blueprint,
+    abort,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
+from webapp import sso
 from webapp.auth import count_password_attempt, end_session, start_session
 from webapp.context import config, engine
 from webapp.domain import audit, users
@@ -18,6 +29,11 @@ from webapp.redirects import local_path
 from workers.core.i18n import message_of
 
 bp = Blueprint("auth", __name__)
+
+
+@bp.context_processor
+def _sso_button() -> dict[str, Any]:
+    return {"sso_enabled": sso.enabled(config())}
 
 
 def _safe_next(target: str | None) -> str:
@@ -31,6 +47,9 @@ def login() -> str | Response | tuple[str, int]:
         return render_template("auth/login.html", next=next_url)
     email = (request.form.get("email") or "").strip()
     password = request.form.get("password") or ""
+    if sso.sso_only(config(), email):
+        return render_template("auth/login.html", email=email, next=next_url, error=_(
+            "Addresses at this domain sign in with single sign-on, not a password.")), 403
     attempt, refused = count_password_attempt(email)
     if refused is None:
         # Caught inside the transaction, so the refusal's audit entry is committed.
@@ -45,6 +64,11 @@ def login() -> str | Response | tuple[str, int]:
         return render_template("auth/login.html", error=localize(message_of(refused)),
                                email=email,
                                next=next_url), status
+    return _signed_in(user, next_url)
+
+
+def _signed_in(user: dict[str, Any], next_url: str | None) -> Response:
+    """The first factor (password or single sign-on) passed: the second, or the session."""
     if user.get("totp_enabled_at") is not None:
         # The password was right; the session starts only once the second factor is too.
         session.clear()
@@ -116,3 +140,49 @@ def second_factor() -> str | Response | tuple[str, int]:
 def logout() -> Response:
     end_session()
     return redirect(url_for("auth.login"))
+
+
+# --- single sign-on (OpenID Connect) -----------------------------------------------------
+
+@bp.get("/login/sso")
+def sso_start() -> Response:
+    cfg = config()
+    if not sso.enabled(cfg):
+        abort(404)
+    session["sso_next"] = request.args.get("next")
+    response: Response = sso.client(cfg).authorize_redirect(sso.redirect_uri(cfg))
+    return response
+
+
+@bp.get("/login/sso/callback")
+def sso_callback() -> Response | tuple[str, int]:
+    cfg = config()
+    if not sso.enabled(cfg):
+        abort(404)
+    if request.args.get("error"):
+        return _sso_refused(_("The identity provider refused: %(why)s",
+                              why=request.args.get("error_description")
+                              or request.args["error"]))
+    try:
+        # State (once), PKCE verifier, nonce, and the ID token's signature, issuer,
+        # audience and expiry: all checked here, else an exception.
+        token = sso.client(cfg).authorize_access_token(
+            claims_options=sso.claims_options(cfg), leeway=sso.LEEWAY_SECONDS)
+        claims = dict(token.get("userinfo") or {})
+        if not claims:
+            raise ValueError("no ID token")
+    except sso.FAILURES as exc:
+        current_app.logger.warning("single sign-on refused: %s", exc)
+        return _sso_refused(_("Single sign-on failed: the answer of the identity provider "
+                              "could not be verified (%(why)s). Try again.",
+                              why=type(exc).__name__))
+    try:
+        with engine().begin() as conn:
+            user = sso.user_for(conn, cfg, claims, request.remote_addr or "?")
+    except sso.SignInRefused as exc:
+        return _sso_refused(localize(exc.message))
+    return _signed_in(user, session.pop("sso_next", None))
+
+
+def _sso_refused(message: str) -> tuple[str, int]:
+    return render_template("auth/login.html", error=message), 403
