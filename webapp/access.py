@@ -76,6 +76,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.delete_suppression": ADMIN,
     "ops.metrics": ADMIN,
     "health.retry_relay": ADMIN,
+    "api.export_personal_data": ADMIN, "api.erase_personal_data": ADMIN,
 }
 
 # Who reads any job through GET /api/v1/jobs/{id}; other roles allowed there see less.
@@ -165,6 +166,7 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "api.put_kind": ADMIN_SCOPE, "api.list_suppressions": ADMIN_SCOPE,
     "api.add_suppression": ADMIN_SCOPE, "api.delete_suppression": ADMIN_SCOPE,
     "ops.metrics": ADMIN_SCOPE,
+    "api.export_personal_data": ADMIN_SCOPE, "api.erase_personal_data": ADMIN_SCOPE,
 }
 
 

@@ -100,6 +100,16 @@ recovery_codes = Table(
     Index("recovery_codes_user_idx", "user_id"),
 )
 
+# Addresses erased on request (GDPR art. 17), as SHA-256 of the lower-cased address: an
+# insert of one again (subscriber or job) puts it back on the suppression list (triggers
+# of migration 0040).
+erased_addresses = Table(
+    "erased_addresses", metadata,
+    Column("email_hash", Text, primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("erased_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
 # Roles whose users must enrol in two-factor (sent to enrolment at login).
 second_factor_roles = Table(
     "second_factor_roles", metadata,

@@ -25,6 +25,7 @@ ITEMS = [
     ("event_webhooks.index", _l("Event webhooks")),
     ("admin.audit", _l("Audit log")),
     ("admin.users", _l("Users & tokens")),
+    ("admin.personal_data_page", _l("Personal data")),
 ]
 
 

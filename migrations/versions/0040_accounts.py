@@ -8,6 +8,11 @@ Two-factor: ``users.totp_secret`` (sealed with the secret key), ``totp_enabled_a
 ``recovery_codes`` (SHA-256 of each single-use code); ``second_factor_roles`` (roles whose
 users must enrol); ``web_sessions.second_factor_at`` (the last check, for step-up).
 
+Personal data: ``erased_addresses`` (the SHA-256 of each address erased on request, with the
+reason it stays suppressed). Statement triggers on ``subscribers`` and ``delivery_jobs``
+put such an address back on the suppression list when it is inserted again (a one-time
+check: nothing is hashed while the table is empty).
+
 Revision ID: 0040_accounts
 Revises: 0037_bulk_class
 """
@@ -51,9 +56,40 @@ def upgrade() -> None:
         CREATE TABLE second_factor_roles (
             role text PRIMARY KEY,
             created_at timestamptz NOT NULL DEFAULT now())""")
+    op.execute("""
+        CREATE TABLE erased_addresses (
+            email_hash text PRIMARY KEY,
+            reason text NOT NULL,
+            erased_at timestamptz NOT NULL DEFAULT now())""")
+    op.execute(RESTORE_FUNCTION)
+    for table in ("subscribers", "delivery_jobs"):
+        op.execute(f"""
+            CREATE TRIGGER {table}_erased_suppressed AFTER INSERT ON {table}
+            REFERENCING NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION senddock_suppress_erased()""")
+
+
+RESTORE_FUNCTION = """
+CREATE FUNCTION senddock_suppress_erased() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO suppressions (email, reason, note, created_by)
+    SELECT DISTINCT lower(n.email), e.reason,
+           'erased on request, suppressed again when the address came back',
+           'personal data erase'
+      FROM new_rows n
+      JOIN erased_addresses e
+        ON e.email_hash = encode(sha256(convert_to(lower(n.email), 'UTF8')), 'hex')
+     WHERE EXISTS (SELECT 1 FROM erased_addresses)
+    ON CONFLICT (email) DO NOTHING;
+    RETURN NULL;
+END $$"""
 
 
 def downgrade() -> None:
+    for table in ("subscribers", "delivery_jobs"):
+        op.execute(f"DROP TRIGGER {table}_erased_suppressed ON {table}")
+    op.execute("DROP FUNCTION senddock_suppress_erased()")
+    op.execute("DROP TABLE erased_addresses")
     op.execute("DROP TABLE second_factor_roles")
     op.execute("DROP TABLE recovery_codes")
     op.execute("ALTER TABLE web_sessions DROP COLUMN second_factor_at")

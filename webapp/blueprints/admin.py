@@ -15,8 +15,9 @@ from werkzeug.wrappers import Response
 
 from webapp import access
 from webapp.auth import step_up
+from webapp.blueprints.api import answer
 from webapp.context import actor, engine
-from webapp.domain import audit, second_factor, suppressions, users
+from webapp.domain import audit, personal_data, second_factor, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
@@ -292,3 +293,47 @@ def second_factor_roles() -> Response:
 def revoke_token(token_id: int) -> Response:
     return _act(_("Token revoked: requests with it now get 401."), users.revoke_token, token_id,
                 actor=actor())
+
+
+# --- a person's data on request (GDPR articles 15 and 17) --------------------------------
+
+@bp.get("/personal-data")
+def personal_data_page() -> str:
+    return render_template("admin/personal_data.html", email="")
+
+
+@bp.post("/personal-data/export")
+def export_personal_data() -> Response | tuple[str, int]:
+    """Everything about one address, downloaded as JSON (audited)."""
+    email = request.form.get("email", "").strip()
+    try:
+        with engine().begin() as conn:
+            data = personal_data.export(conn, email, actor=actor())
+    except DomainError as exc:
+        return render_template("admin/personal_data.html", email=email,
+                               error=localize(exc.message)), 422
+    response = answer(data)
+    g.no_store = True
+    response.headers["Content-Disposition"] = \
+        f'attachment; filename="personal-data-{personal_data.address_hash(email)[:12]}.json"'
+    return response
+
+
+@bp.post("/personal-data/erase")
+def erase_personal_data() -> Response | tuple[str, int]:
+    email = request.form.get("email", "").strip()
+    if request.form.get("confirm", "").strip().lower() != email.lower() or not email:
+        return render_template("admin/personal_data.html", email=email, error=_(
+            "Type the address again in the confirmation field to erase it: nothing was "
+            "erased.")), 422
+    try:
+        with engine().begin() as conn:
+            counts = personal_data.erase(conn, email, actor=actor())
+    except DomainError as exc:
+        return render_template("admin/personal_data.html", email=email,
+                               error=localize(exc.message)), 422
+    flash(_("Erased: %(subscribers)s subscriber, %(jobs)s jobs without the address, "
+            "%(events)s feedback events; the address stays suppressed (as a hash).",
+            subscribers=num(counts["subscribers"]), jobs=num(counts["jobs"]),
+            events=num(counts["feedback_events"])), "success")
+    return redirect(url_for("admin.personal_data_page"), 303)

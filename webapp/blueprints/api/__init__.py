@@ -76,3 +76,4 @@ from webapp.blueprints.api import messages  # noqa: E402, F401
 from webapp.blueprints.api import subscriptions  # noqa: E402, F401
 from webapp.blueprints.api import segments  # noqa: E402, F401
 from webapp.blueprints.api import tracking  # noqa: E402, F401
+from webapp.blueprints.api import personal_data  # noqa: E402, F401
