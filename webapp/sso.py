@@ -108,11 +108,11 @@ def user_for(conn: Connection, config: Config, claims: dict[str, Any],
     if not user["active"]:
         raise SignInRefused(N_("this user is disabled"))
     if user["role"] != role:
-        conn.execute(sa.text("UPDATE users SET role = :r WHERE id = :id"),
-                     {"r": role, "id": user["id"]})
-        audit.record(conn, "single sign-on", "user.role", f"user:{user['id']}",
-                     role=role, before=user["role"])
-        user["role"] = role
+        try:  # audited; never leaves SendDock without an active admin
+            user = {**user, **users.update_role(conn, int(user["id"]), role,
+                                                actor="single sign-on")}
+        except DomainError as exc:
+            raise SignInRefused(exc.message) from exc
     conn.execute(sa.text("UPDATE users SET last_login_at = now() WHERE id = :id"),
                  {"id": user["id"]})
     audit.record(conn, user["email"], "user.login", f"user:{user['id']}",

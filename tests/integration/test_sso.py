@@ -218,3 +218,18 @@ def test_sso_only_domains_are_refused_by_the_password_form(
     assert "single sign-on, not a password" in answer.get_data(as_text=True)
     other = make_user("admin")  # another domain: the password form works
     Browser(app.test_client(), other)
+
+
+def test_the_provider_cannot_demote_the_last_admin(sso_app: Callable[..., Any],
+                                                   engine: sa.Engine,
+                                                   make_user: Callable[..., dict[str, Any]]
+                                                   ) -> None:
+    app = sso_app()
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE users SET role = 'marketer' WHERE role = 'admin'"))
+    make_user("admin", email="root@corp.example")
+    _, refused, _ = _sign_in(app, "root@corp.example#marketing")
+    assert refused.status_code == 403 and "last active admin" in refused.get_data(as_text=True)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT role FROM users WHERE email = "
+                                    "'root@corp.example'")).scalar_one() == "admin"
