@@ -1,6 +1,6 @@
-"""``python -m webapp.access_docs``: rewrite the role matrix in docs/security.md from the
-routes the app registers and :mod:`webapp.access`, and its stored text limits from
-:mod:`webapp.domain.text_limits` (no database needed)."""
+"""``python -m webapp.access_docs``: rewrite the role matrix and the token scopes table in
+docs/security.md from the routes the app registers and :mod:`webapp.access`, and its stored
+text limits from :mod:`webapp.domain.text_limits` (no database needed)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def main() -> None:
     path = Path(__file__).resolve().parent.parent / "docs" / "security.md"
     table = access.markdown_table(app.url_map.iter_rules())
     text = access.rewrite_docs(path.read_text(encoding="utf-8"), table)
+    text = access.rewrite_scopes_docs(text, access.scopes_table())
     path.write_text(text_limits.rewrite_docs(text), encoding="utf-8")
 
 

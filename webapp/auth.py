@@ -6,16 +6,19 @@ The check itself is :func:`enforce_access`, run before every request against the
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Flask, abort, g, jsonify, redirect, request, session, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 from werkzeug.wrappers import Response
 
 from webapp import access
-from webapp.context import engine, request_connection, role
+from webapp.context import config, engine, request_connection, role
 from webapp.domain import users
 from webapp.domain.fields import whole_number
+from webapp.redirects import local_path
 
 login_manager = LoginManager()
 # Paths outside /api that also accept ``Authorization: Bearer`` (scrapers have no session).
@@ -30,6 +33,9 @@ class User(UserMixin):
         self.session_version = row["session_version"]
         self.session_token = session_token
         self.locale = row.get("locale")  # the UI language they chose (None: the browser's)
+        self.has_second_factor = bool(row.get("has_second_factor"))
+        self.second_factor_required = bool(row.get("second_factor_required"))
+        self.second_factor_at = row.get("second_factor_at")
 
     def get_id(self) -> str:
         # The cookie names the user, the session version and the server-side session: a
@@ -61,11 +67,11 @@ def count_password_attempt(email: str) -> tuple[int, users.LoginRefused | None]:
             return 0, exc  # caught inside the transaction: the attempt is committed
 
 
-def start_session(user: dict[str, Any]) -> None:
+def start_session(user: dict[str, Any], *, second_factor: bool = False) -> None:
     """Log ``user`` in with a new server-side session (login, and after a password change,
-    which ended the old ones)."""
+    which ended the old ones); ``second_factor``: the login passed it."""
     with engine().begin() as conn:
-        token = users.start_session(conn, int(user["id"]))
+        token = users.start_session(conn, int(user["id"]), second_factor=second_factor)
     # A new cookie session too: nothing from before the login survives in it, the CSRF
     # token included (a token an attacker planted or read before the login is worthless).
     session.clear()
@@ -89,7 +95,7 @@ def _api_user() -> dict[str, Any] | None:
     if not token:
         return None
     with request_connection() as conn:  # one statement: no transaction around it
-        return users.user_for_token(conn, token)
+        return users.user_for_token(conn, token, request.remote_addr)
 
 
 def _api_error(status: int, message: str) -> Response:
@@ -125,7 +131,45 @@ def enforce_access() -> Response | None:
         if is_api:
             return _api_error(403, f"your role ({current}) may not do this")
         abort(403)
+    if not is_api and getattr(current_user, "second_factor_required", False) and \
+            not current_user.has_second_factor and endpoint not in ENROLMENT_OPEN:
+        # Their role requires a second factor they have not set up: enrolment first.
+        return redirect(url_for("account.second_factor"))
+    token = g.get("api_user") if is_api else None
+    if token is not None and not access.token_allows(token["scopes"], endpoint):
+        return _api_error(403, "this token's scopes ({}) do not cover this: it needs "
+                          "the scope {}".format(", ".join(token["scopes"]) or "none",
+                                                access.endpoint_scope(endpoint)))
     return None
+
+
+# What a user whose role requires a second factor may reach before enrolling.
+ENROLMENT_OPEN = frozenset({"account.second_factor", "account.enrol_second_factor",
+                            "account.index", "account.change_language", "auth.logout",
+                            "static"})
+
+
+def step_up() -> Response | None:
+    """Before a sensitive action (creating a token, changing a role, exporting a list): a
+    user with a second factor whose session last passed it more than
+    ``SENDDOCK_STEP_UP_MINUTES`` ago is sent to type a code, then back (a form is submitted
+    again there). None: go on."""
+    if not getattr(current_user, "has_second_factor", False):
+        return None
+    last = current_user.second_factor_at
+    window = timedelta(minutes=config().step_up_minutes)
+    if last is not None and datetime.now(UTC) - last < window:
+        return None
+    back = request.full_path.rstrip("?") if request.method == "GET" else \
+        local_path(_referrer_path(), url_for("home.index"))
+    return redirect(url_for("account.step_up", next=back), 303)
+
+
+def _referrer_path() -> str | None:
+    ref = urlsplit(request.referrer or "")
+    if ref.netloc and ref.netloc != request.host:
+        return None
+    return ref.path + (f"?{ref.query}" if ref.query else "") if ref.path else None
 
 
 def init_app(app: Flask) -> None:

@@ -104,9 +104,14 @@ def token_group() -> None:
 @click.option("--name", default="", help="A label to recognise the token by.")
 @click.option("--default-kind", default=None,
               help="Kind of mail the token submits by SMTP when no X-SendDock-Kind says.")
-def token_create(email: str, name: str, default_kind: str | None) -> None:
+@click.option("--scope", "scopes", multiple=True,
+              help="A scope (send, read_jobs, campaigns, admin), repeatable; default: every "
+                   "scope the user's role may hold.")
+def token_create(email: str, name: str, default_kind: str | None,
+                 scopes: tuple[str, ...]) -> None:
     """Create an API token; prints the token alone on stdout (shown once)."""
     from webapp.domain import users
+    from webapp.domain.errors import Invalid
 
     config = load_config()
     engine = open_engine(config)
@@ -114,7 +119,11 @@ def token_create(email: str, name: str, default_kind: str | None) -> None:
         user = users.find_user(conn, email)
         if user is None:
             raise click.ClickException(f"no user with email {email}")
-        token = users.create_token(conn, user["id"], name, actor="cli")
+        try:
+            token = users.create_token(conn, user["id"], name, actor="cli",
+                                       scopes=list(scopes) or None)
+        except Invalid as exc:
+            raise click.ClickException(str(exc.message)) from exc
         if default_kind is not None:
             from webapp.domain import submissions
 

@@ -70,6 +70,11 @@ users = Table(
     Column("locale", Text),
     _now(),
     CheckConstraint(_in("role", ROLES), name="users_role_check"),
+    # Two-factor (TOTP): the secret sealed with the secret key, since when, and the last
+    # accepted time step (a code is refused on replay).
+    Column("totp_secret", Text),
+    Column("totp_enabled_at", DateTime(timezone=True)),
+    Column("totp_last_step", BigInteger),
     Index("users_email_key", text("lower(email)"), unique=True),
 )
 
@@ -81,6 +86,36 @@ web_sessions = Table(
     Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
     _now(),
     Index("web_sessions_user_idx", "user_id"),
+    # When this session last passed the second factor (step-up before sensitive actions).
+    Column("second_factor_at", DateTime(timezone=True)),
+)
+
+# Single-use two-factor recovery codes (SHA-256 of each; used_at once spent).
+recovery_codes = Table(
+    "recovery_codes", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("code_hash", Text, nullable=False),
+    Column("used_at", DateTime(timezone=True)),
+    _now(),
+    Index("recovery_codes_user_idx", "user_id"),
+)
+
+# Addresses erased on request (GDPR art. 17), as SHA-256 of the lower-cased address: an
+# insert of one again (subscriber or job) puts it back on the suppression list (triggers
+# of migration 0040).
+erased_addresses = Table(
+    "erased_addresses", metadata,
+    Column("email_hash", Text, primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("erased_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Roles whose users must enrol in two-factor (sent to enrolment at login).
+second_factor_roles = Table(
+    "second_factor_roles", metadata,
+    Column("role", Text, primary_key=True),
+    _now(),
 )
 
 api_tokens = Table(
@@ -97,6 +132,10 @@ api_tokens = Table(
     _now(),
     # The kind of mail submitted by SMTP with this token when no X-SendDock-Kind says.
     Column("default_kind", Text),
+    # What the token may do (webapp.access.SCOPES), within its owner's role; and the
+    # client address of its last use.
+    Column("scopes", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("last_used_addr", Text),
 )
 
 login_attempts = Table(

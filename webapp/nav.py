@@ -28,6 +28,7 @@ ITEMS = [
     ("admin.audit", _l("Audit log")),
     ("admin.users", _l("Users & tokens")),
     ("demo_mail.index", _l("Demo mail")),  # only in `senddock demo`
+    ("admin.personal_data_page", _l("Personal data")),
 ]
 
 

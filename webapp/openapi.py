@@ -261,6 +261,18 @@ PATHS: dict[str, Any] = {
             201, _links(DeleteSuppression=("deleteSuppression", {
                 "parameters": {"email": "$response.body#/email"}})))),
     },
+    "/personal-data/export": {"post": _id("exportPersonalData", _op(
+        "Everything SendDock holds about one address (GDPR art. 15): subscriber and "
+        "attributes, memberships, consent records, jobs with their attempts, tracking and "
+        "feedback events, suppressions; audited", 200, {"type": "object"}, 400, 413, 422,
+        request=_request(["email"], {"email": EMAIL})))},
+    "/personal-data/erase": {"post": _id("erasePersonalData", _op(
+        "Erase one address (GDPR art. 17): subscriber, memberships, events and consent "
+        "records deleted, jobs keep their counts without the address, the suppression kept "
+        "as a hash; audited", 200, {"type": "object", "required": ["erased", "counts"],
+                                    "properties": {"erased": {"type": "boolean"},
+                                                   "counts": {"type": "object"}}},
+        400, 413, 422, request=_request(["email"], {"email": EMAIL})))},
     "/suppressions/{email}": {
         "parameters": [{"name": "email", "in": "path", "required": True,
                         "schema": {"type": "string", "pattern": rules.NOT_BLANK}},

@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0041_deliverability"
-down_revision = "0039_sequences"
+down_revision = "0040_accounts"
 branch_labels = None
 depends_on = None
 

@@ -58,7 +58,8 @@ def test_an_admin_resets_a_password_and_tokens_expire(
     assert theirs.get("/").status_code == 302
     assert _login(app, marketer["email"], "reset by admin") == 302
     created = browser.post("/admin/tokens/create", {"user_id": str(marketer["id"]),
-                                                     "name": "ci", "expires": "30"})
+                                                     "name": "ci", "expires": "30",
+                                                     "scopes": ["campaigns"]})
     page = created.get_data(as_text=True)
     token = re.search(r'<pre id="new-token">([^<]+)</pre>', page)[1]
     assert 'data-copy="#new-token"' in page and "<script>" not in page

@@ -42,7 +42,8 @@ def test_revoked_token_gets_401_and_new_token_is_shown_once(
     admin_user = make_user("admin")
     admin = Browser(app.test_client(), admin_user)
     page = admin.post("/admin/tokens/create", {"user_id": str(admin_user["id"]),
-                                               "name": "prometheus"})
+                                               "name": "prometheus",
+                                               "scopes": ["admin"]})
     html = page.get_data(as_text=True)
     token = re.search(r'<pre id="new-token">([^<]+)</pre>', html)[1]  # type: ignore[index]
     assert page.headers["Cache-Control"] == "no-store"

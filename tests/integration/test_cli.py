@@ -38,6 +38,15 @@ def test_user_and_token_commands(engine: sa.Engine, db_url: str) -> None:
         assert user["role"] == "admin"
         stored = conn.execute(sa.text("SELECT token_hash FROM api_tokens")).scalar_one()
     assert lines[0] not in stored  # only a hash is kept
+    scoped = senddock(["token", "create", "--user", "ops@example.com", "--scope", "send"],
+                      values)
+    assert scoped.returncode == 0, scoped.stderr
+    with engine.begin() as conn:
+        found = users.user_for_token(conn, scoped.stdout.strip())
+    assert found is not None and found["scopes"] == ["send"]
+    wrong = senddock(["token", "create", "--user", "ops@example.com", "--scope", "all"],
+                     values)
+    assert wrong.returncode != 0 and "unknown scope all" in wrong.stderr
 
 
 def test_user_create_reports_bad_input(db_url: str) -> None:

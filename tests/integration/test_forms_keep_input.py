@@ -129,7 +129,7 @@ def test_reloading_after_create_token_creates_no_second_token(
     browser = Browser(app.test_client(), admin)
     answer = browser.client.post("/admin/tokens/create", data={
         "csrf_token": browser.token, "user_id": str(admin["id"]), "name": "ci",
-        "expires": "30"})
+        "expires": "30", "scopes": ["send", "admin"]})
     assert answer.status_code == 303 and answer.location.endswith("/admin/users")
     shown = browser.get("/admin/users").get_data(as_text=True)
     token = re.search(r'<pre id="new-token">([^<]+)</pre>', shown)

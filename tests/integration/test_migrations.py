@@ -28,7 +28,9 @@ def test_count_triggers_installed(engine: sa.Engine) -> None:
                      # outgoing event webhooks (migration 0015)
                      "delivery_jobs_event_webhooks",
                      # illegal status moves refused (migration 0021_arch)
-                     "delivery_jobs_legal_move"}
+                     "delivery_jobs_legal_move",
+                     # an erased address inserted again is suppressed again (0040_accounts)
+                     "delivery_jobs_erased_suppressed"}
 
 
 def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> None:

@@ -13,8 +13,11 @@ from flask_babel import gettext as _
 from flask_babel import ngettext
 from werkzeug.wrappers import Response
 
+from webapp import access
+from webapp.auth import step_up
+from webapp.blueprints.api import answer
 from webapp.context import actor, engine
-from webapp.domain import audit, suppressions, users
+from webapp.domain import audit, personal_data, second_factor, suppressions, users
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
@@ -177,10 +180,13 @@ def users_page() -> str:
     with engine().connect() as conn:
         people = users.list_users(conn)
         tokens = users.list_tokens(conn)
+        required = second_factor.required_roles(conn)
     if new_token:
         g.no_store = True  # the one page that shows a token must not be cached
     return render_template("admin/users.html", people=people, tokens=tokens, roles=ROLES,
-                           new_token=new_token, token_owner=token_owner)
+                           new_token=new_token, token_owner=token_owner,
+                           scopes=access.SCOPES, role_scopes=access.ROLE_SCOPES,
+                           second_factor_roles=required)
 
 
 bp.add_url_rule("/users", endpoint="users", view_func=users_page, methods=["GET"])
@@ -212,6 +218,8 @@ def create_user() -> Response:
 
 @bp.post("/users/<int:user_id>/role")
 def change_role(user_id: int) -> Response:
+    if (asked := step_up()) is not None:
+        return asked
     role = request.form.get("role", "")
     return _act(_("Role changed to %(role)s.", role=label(role)), users.update_role, user_id,
                 role, actor=actor())
@@ -238,6 +246,9 @@ EXPIRY_CHOICES = {"30": 30, "90": 90, "365": 365, "never": None}
 
 @bp.post("/tokens/create")
 def create_token() -> str | Response:
+    if (asked := step_up()) is not None:
+        remember("create_token")  # the form comes back filled in after the check
+        return asked
     user_id = request.form.get("user_id", "")
     try:
         with engine().begin() as conn:
@@ -251,7 +262,8 @@ def create_token() -> str | Response:
                 raise Invalid(N_("choose when the token expires"),
                               fields={"expires": N_("unknown")})
             token = users.create_token(conn, owner["id"], request.form.get("name", "").strip(),
-                                       actor=actor(), expires_in_days=EXPIRY_CHOICES[expires])
+                                       actor=actor(), expires_in_days=EXPIRY_CHOICES[expires],
+                                       scopes=request.form.getlist("scopes"))
     except DomainError as exc:
         flash(localize(exc.message), "error")
         remember("create_token")
@@ -262,7 +274,66 @@ def create_token() -> str | Response:
     return redirect(url_for("admin.users"), 303)
 
 
+@bp.post("/users/<int:user_id>/second-factor/reset")
+def reset_second_factor(user_id: int) -> Response:
+    """Someone lost their authenticator and recovery codes: their second factor goes (and
+    their sessions end); audited."""
+    return _act(_("Second factor reset: their sessions ended; they set it up again at their "
+                  "next login."), second_factor.reset, user_id, actor=actor())
+
+
+@bp.post("/users/second-factor-roles")
+def second_factor_roles() -> Response:
+    return _act(_("Saved which roles must use a second factor."),
+                second_factor.set_required_roles, request.form.getlist("roles"),
+                actor=actor())
+
+
 @bp.post("/tokens/<int:token_id>/revoke")
 def revoke_token(token_id: int) -> Response:
     return _act(_("Token revoked: requests with it now get 401."), users.revoke_token, token_id,
                 actor=actor())
+
+
+# --- a person's data on request (GDPR articles 15 and 17) --------------------------------
+
+@bp.get("/personal-data")
+def personal_data_page() -> str:
+    return render_template("admin/personal_data.html", email="")
+
+
+@bp.post("/personal-data/export")
+def export_personal_data() -> Response | tuple[str, int]:
+    """Everything about one address, downloaded as JSON (audited)."""
+    email = request.form.get("email", "").strip()
+    try:
+        with engine().begin() as conn:
+            data = personal_data.export(conn, email, actor=actor())
+    except DomainError as exc:
+        return render_template("admin/personal_data.html", email=email,
+                               error=localize(exc.message)), 422
+    response = answer(data)
+    g.no_store = True
+    response.headers["Content-Disposition"] = \
+        f'attachment; filename="personal-data-{personal_data.address_hash(email)[:12]}.json"'
+    return response
+
+
+@bp.post("/personal-data/erase")
+def erase_personal_data() -> Response | tuple[str, int]:
+    email = request.form.get("email", "").strip()
+    if request.form.get("confirm", "").strip().lower() != email.lower() or not email:
+        return render_template("admin/personal_data.html", email=email, error=_(
+            "Type the address again in the confirmation field to erase it: nothing was "
+            "erased.")), 422
+    try:
+        with engine().begin() as conn:
+            counts = personal_data.erase(conn, email, actor=actor())
+    except DomainError as exc:
+        return render_template("admin/personal_data.html", email=email,
+                               error=localize(exc.message)), 422
+    flash(_("Erased: %(subscribers)s subscriber, %(jobs)s jobs without the address, "
+            "%(events)s feedback events; the address stays suppressed (as a hash).",
+            subscribers=num(counts["subscribers"]), jobs=num(counts["jobs"]),
+            events=num(counts["feedback_events"])), "success")
+    return redirect(url_for("admin.personal_data_page"), 303)

@@ -10,6 +10,7 @@ from flask import Blueprint, flash, redirect, render_template, request, session,
 from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
+from webapp.auth import step_up
 from webapp.context import actor, config, engine
 from webapp.domain import import_uploads, imports, lists, subscriptions
 from webapp.domain.errors import DomainError, Invalid
@@ -256,6 +257,8 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
 
 @bp.get("/<int:list_id>/export.csv")
 def export(list_id: int) -> Response:
+    if (asked := step_up()) is not None:
+        return asked  # a second-factor check first when the last one is old
     eng = engine()
     with eng.connect() as conn:
         the_list = lists.get_list(conn, list_id)

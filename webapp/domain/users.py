@@ -11,6 +11,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Connection
 
+from webapp import access
 from webapp.domain import audit
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email
@@ -80,46 +81,78 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def check_scopes(role: str, scopes: Any) -> list[str]:
+    """``scopes`` in their canonical order, refused when empty, unknown or wider than what
+    ``role`` may hold (a token is never wider than its owner's role)."""
+    chosen = set(scopes)
+    if not chosen:
+        raise Invalid(N_("choose at least one scope for the token"),
+                      fields={"scopes": N_("required")})
+    unknown = chosen - set(access.SCOPES)
+    if unknown:
+        raise Invalid(N_("unknown scope %(scope)s (choose among %(choices)s)",
+                         scope=", ".join(sorted(unknown)), choices=", ".join(access.SCOPES)),
+                      fields={"scopes": N_("unknown")})
+    wider = chosen - access.scopes_for_role(role)
+    if wider:
+        raise Invalid(N_("a %(role)s may not hold the scope %(scope)s: a token is never "
+                         "wider than its owner's role", role=role,
+                         scope=", ".join(sorted(wider))),
+                      fields={"scopes": N_("wider than the role")})
+    return [s for s in access.SCOPES if s in chosen]
+
+
 def create_token(conn: Connection, user_id: int, name: str = "", *,
-                 actor: str = "system", expires_in_days: int | None = None) -> str:
+                 actor: str = "system", expires_in_days: int | None = None,
+                 scopes: Any = None) -> str:
     """A new API token for the user; returned once, only its hash is stored. With
-    ``expires_in_days`` it answers 401 from then on."""
+    ``expires_in_days`` it answers 401 from then on. ``scopes`` (default: every scope the
+    owner's role may hold) limit what it may call, see :mod:`webapp.access`."""
     user = get_user(conn, user_id)
     if expires_in_days is not None and not 1 <= expires_in_days <= 3650:
         raise Invalid(N_("a token expires after 1 to 3650 days (or never)"),
                       fields={"expires": N_("out of range")})
+    held = check_scopes(user["role"], access.scopes_for_role(user["role"])
+                        if scopes is None else scopes)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     conn.execute(sa.text("""
-        INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at)
+        INSERT INTO api_tokens (user_id, name, prefix, token_hash, expires_at, scopes)
         VALUES (:u, :n, :p, :h, CASE WHEN CAST(:days AS int) IS NULL THEN NULL
-                                     ELSE now() + make_interval(days => :days) END)"""),
+                                     ELSE now() + make_interval(days => :days) END,
+                CAST(:s AS text[]))"""),
         {"u": user_id, "n": name, "p": token[:10], "h": _token_hash(token),
-         "days": expires_in_days})
+         "days": expires_in_days, "s": held})
     audit.record(conn, actor, "token.create", f"user:{user_id}", email=user["email"],
-                 name=name, expires_in_days=expires_in_days)
+                 name=name, expires_in_days=expires_in_days, scopes=held)
     return token
 
 
-# The token's user, and its use noted at most once a minute: sixteen clients sharing one
-# token would otherwise queue on its row's lock with every request (docs/performance.md).
+# The token's user, and its use noted at most once a minute (or when the address moves):
+# sixteen clients sharing one token would otherwise queue on its row's lock with every
+# request (docs/performance.md).
 # Run on the driver (every API request pays for it): workers.core.pg.driver_rows.
 _USER_FOR_TOKEN = ("""
 WITH t AS (
-    SELECT t.id AS token_id, t.last_used_at, u.id, u.email, u.role
+    SELECT t.id AS token_id, t.last_used_at, t.last_used_addr, t.scopes,
+           u.id, u.email, u.role
       FROM api_tokens t JOIN users u ON u.id = t.user_id
      WHERE t.token_hash = %(h)s AND t.revoked_at IS NULL AND u.active
        AND (t.expires_at IS NULL OR t.expires_at > now())
 ), used AS (
-    UPDATE api_tokens SET last_used_at = now()
+    UPDATE api_tokens SET last_used_at = now(), last_used_addr = %(a)s
      WHERE id IN (SELECT token_id FROM t WHERE last_used_at IS NULL
-                                         OR last_used_at < now() - interval '1 minute')
+                                         OR last_used_at < now() - interval '1 minute'
+                                         OR last_used_addr IS DISTINCT FROM %(a)s)
 )
-SELECT id, email, role, token_id FROM t""")
+SELECT id, email, role, token_id, scopes FROM t""")
 
 
-def user_for_token(conn: Connection, token: str) -> dict[str, Any] | None:
-    """The active user a live token belongs to (and note its use), or None."""
-    rows = pg.driver_rows(conn, _USER_FOR_TOKEN, {"h": _token_hash(token)})
+def user_for_token(conn: Connection, token: str,
+                   remote_addr: str | None = None) -> dict[str, Any] | None:
+    """The active user a live token belongs to, with the token's ``scopes`` (and note its
+    use from ``remote_addr``), or None."""
+    rows = pg.driver_rows(conn, _USER_FOR_TOKEN, {"h": _token_hash(token),
+                                                   "a": remote_addr})
     return rows[0] if rows else None
 
 
@@ -235,13 +268,20 @@ def _session_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def start_session(conn: Connection, user_id: int) -> str:
+def start_session(conn: Connection, user_id: int, *, second_factor: bool = False) -> str:
     """A new session for the user; returns the random token the cookie carries (only its
-    SHA-256 is stored)."""
+    SHA-256 is stored). ``second_factor``: the login passed it (now)."""
     token = secrets.token_urlsafe(32)
-    conn.execute(sa.text("INSERT INTO web_sessions (id, user_id) VALUES (:id, :u)"),
-                 {"id": _session_key(token), "u": user_id})
+    conn.execute(sa.text("INSERT INTO web_sessions (id, user_id, second_factor_at) VALUES "
+                         "(:id, :u, CASE WHEN :f THEN now() END)"),
+                 {"id": _session_key(token), "u": user_id, "f": second_factor})
     return token
+
+
+def second_factor_passed(conn: Connection, token: str) -> None:
+    """The session just passed the second factor again (step-up)."""
+    conn.execute(sa.text("UPDATE web_sessions SET second_factor_at = now() WHERE id = :id"),
+                 {"id": _session_key(token)})
 
 
 def session_user(conn: Connection, user_id: int, version: int,
@@ -250,7 +290,10 @@ def session_user(conn: Connection, user_id: int, version: int,
     theirs, is younger than SESSION_DAYS and the user's session version still matches;
     else None (the cookie is worthless)."""
     row = conn.execute(sa.text("""
-        SELECT u.id, u.email, u.role, u.session_version, u.locale
+        SELECT u.id, u.email, u.role, u.session_version, u.locale,
+               u.totp_enabled_at IS NOT NULL AS has_second_factor, s.second_factor_at,
+               EXISTS (SELECT 1 FROM second_factor_roles r WHERE r.role = u.role)
+                   AS second_factor_required
           FROM web_sessions s JOIN users u ON u.id = s.user_id
          WHERE s.id = :id AND u.id = :u AND u.active AND u.session_version = :v
            AND s.created_at > now() - make_interval(days => :days)"""),
@@ -277,6 +320,7 @@ def list_users(conn: Connection) -> list[dict[str, Any]]:
     """Every user with the number of live tokens, admins first."""
     rows = conn.execute(sa.text("""
         SELECT u.id, u.email, u.role, u.active, u.created_at, u.last_login_at,
+               u.totp_enabled_at,
                (SELECT count(*) FROM api_tokens t
                  WHERE t.user_id = u.id AND t.revoked_at IS NULL) AS live_tokens
           FROM users u ORDER BY u.active DESC, u.role, lower(u.email)"""))
@@ -287,7 +331,7 @@ def list_tokens(conn: Connection, *, include_revoked: bool = True) -> list[dict[
     """Tokens (never their secret: only the first characters) with owner and last use."""
     rows = conn.execute(sa.text("""
         SELECT t.id, t.name, t.prefix, t.created_at, t.last_used_at, t.revoked_at,
-               t.expires_at, t.expires_at <= now() AS expired,
+               t.last_used_addr, t.scopes, t.expires_at, t.expires_at <= now() AS expired,
                u.id AS user_id, u.email, u.role, u.active AS user_active
           FROM api_tokens t JOIN users u ON u.id = t.user_id
          WHERE CAST(:all AS boolean) OR t.revoked_at IS NULL

@@ -47,6 +47,27 @@ SETTINGS: list[Setting] = [
             "Signs sessions, CSRF tokens and unsubscribe links. Required by serve, web and "
             "worker (the demo keeps one in its data dir)."),
     Setting("WORKERS", "5", "Delivery worker threads per process."),
+    Setting("OIDC_ISSUER", None,
+            "Single sign-on: the OpenID provider's issuer URL (its /.well-known/openid-"
+            "configuration is read). Unset: no single sign-on."),
+    Setting("OIDC_CLIENT_ID", None, "Single sign-on: SendDock's client id at the provider."),
+    Setting("OIDC_CLIENT_SECRET", None,
+            "Single sign-on: SendDock's client secret at the provider."),
+    Setting("OIDC_ROLE_CLAIM", "groups",
+            "Single sign-on: the ID token claim (a string or a list) the role is read from."),
+    Setting("OIDC_ROLE_MAP", "",
+            "Single sign-on: claim value=role pairs separated by commas (e.g. "
+            "senddock-admins=admin,marketing=marketer); the first pair whose value the "
+            "claim holds gives the role. No pair matches: the sign-in is refused."),
+    Setting("OIDC_CREATE_USERS", "off",
+            "Single sign-on: on = a first sign-in creates the SendDock user (with the mapped "
+            "role); off = only existing users may sign in."),
+    Setting("SSO_ONLY_DOMAINS", "",
+            "Email domains (comma-separated) whose users must sign in through the identity "
+            "provider: the password form refuses them."),
+    Setting("STEP_UP_MINUTES", "15",
+            "A user with a second factor is asked for a code again before creating a token, "
+            "changing a role or exporting a list when their last check is older than this."),
     Setting("CLAIM_BATCH", "10",
             "Jobs a worker claims at once (their outcomes are committed one by one)."),
     Setting("RETRY_SCHEDULE_BROADCAST", "30,120,480,1800,3600",
@@ -538,6 +559,14 @@ class Config:
     secret_key_generated: bool = False
     web_connection_limit: int = 1000
     web_head_timeout: float = 10.0
+    step_up_minutes: int = 15
+    oidc_issuer: str | None = None
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_role_claim: str = "groups"
+    oidc_role_map: tuple[tuple[str, str], ...] = ()
+    oidc_create_users: bool = False
+    sso_only_domains: frozenset[str] = frozenset()
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
     reports: ReportConfig = field(default_factory=lambda: ReportConfig())
     extra: dict[str, Any] = field(default_factory=dict)
@@ -654,9 +683,41 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
             "WEB_HEAD_TIMEOUT", _float("WEB_HEAD_TIMEOUT", req("WEB_HEAD_TIMEOUT")), 1),
         feedback=_feedback(get),
         reports=_reports(get),
+        step_up_minutes=_at_least("STEP_UP_MINUTES",
+                                  _int("STEP_UP_MINUTES", req("STEP_UP_MINUTES")), 1),
+        **_oidc(get, req),
         dns_resolver=get("DNS_RESOLVER"),
         spf_include=get("SPF_INCLUDE"),
     )
+
+
+def _oidc(get: Any, req: Any) -> dict[str, Any]:
+    """The single sign-on settings (``SENDDOCK_OIDC_*``, ``SENDDOCK_SSO_ONLY_DOMAINS``)."""
+    issuer = (get("OIDC_ISSUER") or "").strip().rstrip("/") or None
+    pairs = []
+    for item in (req("OIDC_ROLE_MAP") or "").split(","):
+        if not item.strip():
+            continue
+        value, sep, role = item.partition("=")
+        if not sep or role.strip() not in ("admin", "marketer", "support") or not value.strip():
+            raise ConfigError(f"SENDDOCK_OIDC_ROLE_MAP: {item.strip()!r} is not "
+                              "value=admin|marketer|support")
+        pairs.append((value.strip(), role.strip()))
+    if issuer and not (get("OIDC_CLIENT_ID") and get("OIDC_CLIENT_SECRET")):
+        raise ConfigError("SENDDOCK_OIDC_ISSUER is set: SENDDOCK_OIDC_CLIENT_ID and "
+                          "SENDDOCK_OIDC_CLIENT_SECRET are needed too")
+    create = req("OIDC_CREATE_USERS").strip().lower()
+    if create not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
+        raise ConfigError("SENDDOCK_OIDC_CREATE_USERS must be on or off")
+    return {
+        "oidc_issuer": issuer, "oidc_client_id": get("OIDC_CLIENT_ID") or "",
+        "oidc_client_secret": get("OIDC_CLIENT_SECRET") or "",
+        "oidc_role_claim": req("OIDC_ROLE_CLAIM").strip() or "groups",
+        "oidc_role_map": tuple(pairs),
+        "oidc_create_users": create in ("on", "true", "1", "yes"),
+        "sso_only_domains": frozenset(d.strip().lower().lstrip("@") for d in
+                                      (req("SSO_ONLY_DOMAINS") or "").split(",") if d.strip()),
+    }
 
 
 DOC_BEGIN = "<!-- settings:begin"
