@@ -161,8 +161,7 @@ class Pool:
                                    interval=config.heartbeat_interval, outage=self.outage,
                                    process=self.process, in_flight=self._in_flight,
                                    register=self._register)
-        self.listener = Listener(engine, process=self.process, stopping=self.stopping,
-                                 wake=self.wake, outage=self.outage)
+        self.listener = Listener(self.heartbeat, stopping=self.stopping, wake=self.wake)
         self.settler = lifecycle.Settler(engine, stopping=self.stopping)
         self.retention = retention.Retention(
             engine, config.retention_campaign_days, config.retention_transactional_days,
