@@ -16,8 +16,8 @@
   ones (workers/maintenance.py); the probe of a From address the relay refuses (SPEC 16);
   the periodic services are registered in one place
   (workers/services.py);
-- a LISTEN connection that wakes idle loops the moment a job is enqueued (P7,
-  workers/listener.py).
+- a LISTEN, on the liveness session, that wakes idle loops the moment a job is enqueued
+  (P7, workers/delivery/listener.py).
 
 ``stop()`` (SIGTERM) lets in-flight messages finish and be marked, claims nothing new, and
 hands unsent claimed jobs back, within a bounded time. A message still in the relay's hands
