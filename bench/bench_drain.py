@@ -3,14 +3,24 @@ the default pool against a local SMTP sink, and measure messages per second, CPU
 milliseconds per message in the SendDock process, and peak RSS.
 
     python -m bench.bench_drain --recipients 100000 --sink both
+    python -m bench.bench_drain --recipients 100000 --sink postfix --serve
+
+``--serve`` adds, beside the worker's row, the drain as a new user runs it: `senddock
+serve` on its defaults, the campaign sent through the API (``POST
+/api/v1/campaigns/{id}/send``: serve enqueues it itself) and ``GET
+/api/v1/campaigns/{id}`` polled once a second until every recipient is sent.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -29,9 +39,9 @@ from bench.common import (
 )
 from harness.seed import make_campaign, seed_list
 from webapp import db
-from webapp.domain import campaigns
+from webapp.domain import campaigns, users
 from workers.core.states import SENT
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 
 
 def add_dkim_keys(engine: sa.Engine, algorithms: list[str]) -> None:
@@ -45,19 +55,21 @@ def add_dkim_keys(engine: sa.Engine, algorithms: list[str]) -> None:
 
 
 def prepare(url: str, recipients: int,
-            dkim_algorithms: list[str] | None = None) -> tuple[sa.Engine, int, int,
-                                                                dict[str, float]]:
+            dkim_algorithms: list[str] | None = None, *, send: bool = True
+            ) -> tuple[sa.Engine, int, int, dict[str, float]]:
     engine = db.make_engine(url)
     list_id = seed_list(engine, recipients)
     campaign_id = make_campaign(engine, list_id)
     add_dkim_keys(engine, dkim_algorithms or [])
+    if not send:
+        return engine, campaign_id, 0, {}
     t0 = time.perf_counter()
     with engine.begin() as conn:
         campaign = campaigns.send(conn, campaign_id)
     send_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
     with engine.begin() as conn:
-        summary = queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        summary = enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
     enqueue_s = time.perf_counter() - t0
     assert summary and summary["total"] == recipients, summary
     with engine.connect() as conn:
@@ -112,6 +124,51 @@ def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port:
             "processes": processes}
 
 
+def _call(base: str, token: str, method: str, path: str) -> dict[str, Any]:
+    request = urllib.request.Request(f"{base}/api/v1{path}", method=method,
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def drain_serve(engine: sa.Engine, url: str, campaign_id: int, recipients: int, port: int,
+                settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """`senddock serve` on defaults: the campaign sent through the API, its counts polled
+    once a second (a new user's way), until every recipient is sent."""
+    from bench.bench_p7_latency import start_server
+
+    with engine.begin() as conn:
+        user = users.create_user(conn, "drain@example.com", "benchmark-password", "admin")
+        token = users.create_token(conn, user["id"])
+    with tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp:
+        server, base = start_server(url, port, Path(tmp) / "serve.log", **(settings or {}))
+        watched = psutil.Process(server.pid)
+        peak_rss, sent, first_sent = 0, 0, None
+        try:
+            _call(base, token, "POST", f"/campaigns/{campaign_id}/send")
+            started = time.perf_counter()
+            while sent < recipients:
+                time.sleep(1.0)
+                peak_rss = max(peak_rss, watched.memory_info().rss)
+                sent = int(_call(base, token, "GET", f"/campaigns/{campaign_id}")
+                           ["counts"].get(SENT, 0))
+                if sent and first_sent is None:
+                    first_sent = time.perf_counter()
+                if server.poll() is not None:
+                    raise RuntimeError((Path(tmp) / "serve.log").read_text())
+                if time.perf_counter() - started > 1800:
+                    raise RuntimeError("drain took more than 30 minutes")
+            elapsed = time.perf_counter() - started
+            cpu_s = watched.cpu_times().user + watched.cpu_times().system
+        finally:
+            server.terminate()
+            server.wait(60)
+    return {"recipients": recipients, "seconds": elapsed, "msgs_per_s": recipients / elapsed,
+            "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak_rss / 2**20,
+            "processes": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--recipients", type=int, default=100_000)
@@ -126,6 +183,9 @@ def main() -> None:
                         help="DKIM-sign every message with an RSA-2048 and/or ed25519 key")
     parser.add_argument("--synchronous-commit", choices=["on", "off", "local"], default=None,
                         help="PostgreSQL synchronous_commit for the workers' sessions")
+    parser.add_argument("--serve", action="store_true",
+                        help="also drain through `senddock serve` on defaults (the API's "
+                             "send, counts polled once a second)")
     add_settings_option(parser)
     args = parser.parse_args()
     settings = settings_from(args.setting)
@@ -133,18 +193,27 @@ def main() -> None:
                        "both": ["rsa", "ed25519"]}[args.dkim]
     sinks = ["postfix", "senddock"] if args.sink == "both" else [args.sink]
     rows, results = [], {}
+    modes = ["worker", "serve"] if args.serve else ["worker"]
     for sink in sinks:
-        port = free_port()
-        with fresh_database() as url, sink_process(sink, port):
-            engine, _, broadcast_id, enq = prepare(url, args.recipients, dkim_algorithms)
-            res = drain(engine, url, broadcast_id, args.recipients, port, args.workers,
-                        args.processes, args.claim_batch, args.synchronous_commit, settings)
-            engine.dispose()
-        res.update(enq)
-        results[sink] = res
-        rows.append([sink, f"{args.recipients:,}", f"{res['msgs_per_s']:,.0f}",
-                     f"{res['cpu_ms_per_msg']:.2f}", f"{res['peak_rss_mb']:.0f}",
-                     f"{res['enqueue_per_s']:,.0f}", f"{res['send_request_ms']:.1f}"])
+        for mode in modes:
+            port = free_port()
+            with fresh_database() as url, sink_process(sink, port):
+                engine, campaign_id, broadcast_id, enq = prepare(
+                    url, args.recipients, dkim_algorithms, send=mode == "worker")
+                if mode == "serve":
+                    res = drain_serve(engine, url, campaign_id, args.recipients, port,
+                                      settings)
+                else:
+                    res = drain(engine, url, broadcast_id, args.recipients, port,
+                                args.workers, args.processes, args.claim_batch,
+                                args.synchronous_commit, settings)
+                engine.dispose()
+            res.update(enq)
+            results[f"{sink} {mode}"] = res
+            rows.append([sink, mode, f"{args.recipients:,}", f"{res['msgs_per_s']:,.0f}",
+                         f"{res['cpu_ms_per_msg']:.2f}", f"{res['peak_rss_mb']:.0f}",
+                         f"{res['enqueue_per_s']:,.0f}" if enq else "in serve",
+                         f"{res['send_request_ms']:.1f}" if enq else "API"])
     info = machine()
     print(table(f"Drain, {args.processes} process(es) x {args.workers} workers, "
                 f"claim batch {args.claim_batch}, DKIM {args.dkim}, synchronous_commit "
@@ -152,7 +221,7 @@ def main() -> None:
                 f"{''.join(f', {s}' for s in args.setting)} "
                 f"({info['cpus']} cores, "
                 f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']})",
-                ["sink", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",
+                ["sink", "mode", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",
                  "send request ms"], rows))
     print(f"\nsaved {save('drain', {'machine': info, 'args': vars(args), 'results': results})}")
 

@@ -21,7 +21,7 @@ from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
 from workers.after_acceptance import event_queue
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 from workers.delivery.queue import Outcome
 
 BATCH = 10
@@ -46,7 +46,7 @@ def measure(n: int, mode: str) -> dict[str, Any]:
         campaign_id = make_campaign(engine, list_id)
         with engine.begin() as conn:
             broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-            queue.enqueue_broadcast(conn, broadcast_id)
+            enqueue.enqueue_broadcast(conn, broadcast_id)
             if mode == "disabled":
                 conn.execute(sa.text("ALTER TABLE delivery_jobs "
                                      "DISABLE TRIGGER delivery_jobs_event_webhooks"))

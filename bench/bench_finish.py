@@ -32,7 +32,7 @@ from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
 from workers.core.states import SENDING
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 from workers.delivery.queue import Outcome
 
 ID_ARRAY = ("WHERE j.id = ANY (ARRAY(SELECT x.id FROM o x))  -- the primary key at any table "
@@ -65,7 +65,7 @@ def measure(jobs: int, rounds: int, group: int,
             campaign_id = make_campaign(engine, seed_list(engine, jobs * rounds))
             with engine.begin() as conn:
                 broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-                queue.enqueue_broadcast(conn, broadcast_id)
+                enqueue.enqueue_broadcast(conn, broadcast_id)
                 conn.execute(sa.text("ALTER TABLE delivery_jobs SET (autovacuum_enabled = off)"))
                 if not minute_trigger:
                     conn.execute(sa.text(

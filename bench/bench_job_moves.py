@@ -28,7 +28,7 @@ from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
 from workers.core.states import CANCELLED, PENDING
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 from workers.delivery.queue import Outcome
 
 TRIGGER = "delivery_jobs_legal_move"
@@ -38,7 +38,7 @@ def _broadcast(engine: sa.Engine, n: int) -> int:
     campaign_id = make_campaign(engine, seed_list(engine, n))
     with engine.begin() as conn:
         broadcast_id = int(campaigns.send(conn, campaign_id)["broadcast_id"])
-        queue.enqueue_broadcast(conn, broadcast_id)
+        enqueue.enqueue_broadcast(conn, broadcast_id)
     return broadcast_id
 
 

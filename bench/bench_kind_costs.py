@@ -5,7 +5,7 @@ on the enqueue path.
 - finish: N claimed campaign jobs finished as the pool does (``finish_batch``, batches of
   10), with ``delivery_jobs_outcomes`` disabled and enabled, alternated twice (the noise);
 - enqueue: N onboarding messages inserted one per transaction by
-  ``queue.enqueue_message`` with no dedupe window (no row in the gist index) and with one.
+  ``enqueue.enqueue`` (one ask each) with no dedupe window (no row in the gist index) and with one.
 
     python -m bench.bench_kind_costs --jobs 10000
 """
@@ -13,7 +13,6 @@ on the enqueue path.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -24,7 +23,7 @@ from bench.common import fresh_database, machine, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
-from workers.delivery import queue
+from workers.delivery import enqueue
 
 
 def finish(n: int, enabled: bool) -> dict[str, Any]:
@@ -33,7 +32,7 @@ def finish(n: int, enabled: bool) -> dict[str, Any]:
         campaign_id = make_campaign(engine, seed_list(engine, n))
         with engine.begin() as conn:
             broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-            queue.enqueue_broadcast(conn, broadcast_id)
+            enqueue.enqueue_broadcast(conn, broadcast_id)
             if not enabled:
                 conn.execute(sa.text("ALTER TABLE delivery_jobs "
                                      "DISABLE TRIGGER delivery_jobs_outcomes"))
@@ -46,17 +45,16 @@ def finish(n: int, enabled: bool) -> dict[str, Any]:
             "seconds": elapsed, "us": elapsed / n * 1e6, "check": f"{int(counted):,} counted"}
 
 
-def enqueue(n: int, window: int) -> dict[str, Any]:
+def enqueue_jobs(n: int, window: int) -> dict[str, Any]:
     with fresh_database() as url:
         engine = db.make_engine(url)
-        payload = json.dumps({"data": {"first_name": "Ada"},
-                              "event": {"name": "signup", "id": "evt"}})
+        payload = {"data": {"first_name": "Ada"}, "event": {"name": "signup", "id": "evt"}}
         started = time.perf_counter()
         for i in range(n):
             with engine.begin() as conn:
-                assert queue.enqueue_message(
-                    conn, kind="verification", priority=0, email=f"u{i}@example.org",
-                    user_ref=f"u{i}", payload=payload, dedupe_window=window) is not None
+                assert enqueue.enqueue_one(conn, enqueue.Ask(
+                    "verification", f"u{i}@example.org", 0, payload, user_ref=f"u{i}",
+                    dedupe_window=window), actor=None).outcome == "new"
         elapsed = time.perf_counter() - started
         engine.dispose()
     return {"what": f"enqueue, dedupe window {window} s", "n": n, "seconds": elapsed,
@@ -69,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     before = machine()
     results = [finish(args.jobs, on) for on in (False, True, False, True)]
-    results += [enqueue(args.jobs, w) for w in (0, 86400, 0, 86400)]
+    results += [enqueue_jobs(args.jobs, w) for w in (0, 86400, 0, 86400)]
     after = machine()
     print(table(f"Kinds' costs, {args.jobs:,} jobs each ({before['cpus']} cores, PostgreSQL "
                 f"{before['postgres']}, load {before['load_1m']} -> {after['load_1m']})",

@@ -62,7 +62,7 @@ def counts(engine: sa.Engine, broadcast_id: int) -> dict[str, int]:
             "onboarding_sent": int(onboarding.get(SENT, 0))}
 
 
-# The burst lands in one statement: rows exactly as workers.delivery.queue.enqueue_message writes
+# The burst lands in one statement: rows exactly as workers.delivery.enqueue.enqueue writes
 # them for POST /messages (class priority, payload with data/event/kind_version, dedupe
 # window), the way 50,000 day-3 reminders scheduled for 09:00 all come due at once.
 _BURST = sa.text(f"""

@@ -46,7 +46,7 @@ from harness.seed import make_campaign
 from webapp import db
 from webapp.domain import campaigns, users
 from workers.core.states import CANCELLED, FAILED, PENDING, RETRY, SENDING, SENT
-from workers.delivery import lifecycle, queue, retention
+from workers.delivery import enqueue, lifecycle, queue, retention
 
 PASSWORD = "benchmark-password"
 
@@ -348,7 +348,7 @@ def _retention(engine: sa.Engine, url: str, broadcast_id: int,
         campaign_id = make_campaign(engine, list_id)
         with engine.begin() as conn:
             b = campaigns.send(conn, campaign_id)["broadcast_id"]
-            queue.enqueue_broadcast(conn, b)
+            enqueue.enqueue_broadcast(conn, b)
         grown = _sizes(engine)
         with engine.begin() as conn:
             campaigns.cancel(conn, campaign_id)

@@ -13,8 +13,7 @@ import sqlalchemy as sa
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import LiveServer
-from tests.helpers import place_jobs
-from workers.delivery import queue
+from tests.helpers import enqueue_verification, place_jobs
 
 pytestmark = pytest.mark.e2e
 
@@ -58,8 +57,7 @@ def test_marketer_support_and_admin_journeys(browser: Any, live_server: LiveServ
     sink.set_rules(demo.SINK_RULES)
     with engine.begin() as conn:
         demo.seed(conn, 120, PASSWORD)
-        job_id = queue.enqueue_single(conn, kind="verification", email="ana.garcia@example.org",
-                                      user_ref="u-77", payload="{}")
+        job_id = enqueue_verification(conn, "ana.garcia@example.org", "u-77")
         place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'failed', attempts = 1, finished_at = now(),
                    last_error = '550 5.7.1 blocked', last_error_class = 'rejected'

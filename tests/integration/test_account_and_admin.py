@@ -11,8 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.helpers import Browser, place_jobs
-from workers.delivery import queue
+from tests.helpers import Browser, enqueue_verification, place_jobs
 
 
 def _text(html: str) -> str:
@@ -99,8 +98,7 @@ def test_support_finds_users_by_part_of_an_address(
     with engine.begin() as conn:
         for email, ref in (("alice.smith@example.com", "u-100"), ("bob@example.com", "u-200"),
                            ("carol@other.org", "u-300")):
-            queue.enqueue_single(conn, kind="verification", email=email, user_ref=ref,
-                                 payload="{}")
+            enqueue_verification(conn, email, ref)
     browser = Browser(client, make_user("support"))
     one = browser.get("/support/?q=smith")
     assert one.status_code == 302 and one.location.endswith("/support/users/u-100")
@@ -113,8 +111,7 @@ def test_support_finds_users_by_part_of_an_address(
 def test_a_job_on_its_way_refreshes_itself(client: Any, engine: sa.Engine,
                                            make_user: Callable[..., dict[str, Any]]) -> None:
     with engine.begin() as conn:
-        job_id = queue.enqueue_single(conn, kind="verification", email="a@example.org",
-                                      user_ref="u-1", payload="{}")
+        job_id = enqueue_verification(conn, "a@example.org", "u-1")
         place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'retry' WHERE id = :j"),
                      {"j": job_id})
     admin = Browser(client, make_user("admin"))

@@ -238,10 +238,12 @@ def test_the_backlog_limit_holds_per_item(engine: sa.Engine, make_user: Callable
                                           config_for: Callable[..., Config]) -> None:
     app = create_app(config_for(MAX_BACKLOG="3"), engine=engine)
     api = Api(app.test_client(), make_user("admin")["token"])
-    items = [as_message({**VERIFY, "user_id": f"u-{i}"}) for i in range(5)]
+    items = [as_message({**VERIFY, "user_id": f"u-{i}", "email": f"u{i}@example.org"})
+             for i in range(5)]
     results = api.post("/messages/batch", {"messages": items}).get_json()["results"]
     assert [x["http_status"] for x in results] == [202, 202, 202, 503, 503]
-    assert api.post("/verifications", {**VERIFY, "user_id": "u-9"}).status_code == 503
+    assert api.post("/verifications", {**VERIFY, "user_id": "u-9", "email": "u9@example.org"}
+                    ).status_code == 503
 
 
 def test_a_kind_edited_between_two_requests_is_seen_at_once(api: Api,

@@ -15,10 +15,14 @@ pytestmark = pytest.mark.slow  # runs the senddock command in processes
 
 
 def _multi_host(db_url: str) -> str:
+    """The test server's URL with a dead first host before it. The live host is the URL's
+    host, or its ``host`` parameter (a socket directory: the embedded fallback's URL)."""
     url = sa.make_url(db_url)
+    host = url.host or str(url.query["host"])
+    port = url.port or int(str(url.query.get("port", 5432)))
     # Port 1 on loopback refuses at once: libpq moves on to the live host.
-    return (f"postgresql://{url.username}@127.0.0.1:1,{url.host}:{url.port or 5432}/"
-            f"{url.database}?target_session_attrs=read-write")
+    return (f"postgresql://{url.username}@/{url.database}?host=127.0.0.1,{host}"
+            f"&port=1,{port}&target_session_attrs=read-write")
 
 
 def _run(args: list[str], values: dict[str, str],

@@ -93,7 +93,8 @@ def test_intake_waits_while_delivery_is_behind(
     assert api.post(path, body).status_code in (202, 207)
     assert waits == []
     ext.pool = _Pool(behind=True)
-    response = api.post(path, {**body, "user_id": "again"} if "user_id" in body else body)
+    response = api.post(path, {**body, "user_id": "again", "email": "again@example.org"}
+                        if "user_id" in body else body)
     assert response.status_code in (202, 207), response.get_json()
     assert waits == [context.PACE]
     # Reads never wait.

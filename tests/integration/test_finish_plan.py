@@ -10,13 +10,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from tests.helpers import make_campaign
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 
 
 def test_the_generic_plan_finds_the_outcomes_by_primary_key(engine: sa.Engine) -> None:
     campaign = make_campaign(engine, [f"plan{i}@example.org" for i in range(3000)])
     with engine.begin() as conn:
-        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
     with engine.begin() as conn:
         jobs = queue.claim_batch(conn, "w-plan", 2, "example.com")
         conn.execute(sa.text("ANALYZE delivery_jobs"))

@@ -221,25 +221,30 @@ def test_dedupe_holds_under_parallel_requests(app: Any, api: Api, engine: sa.Eng
     assert len(jobs(engine)) == 1
 
 
+def _insert(conn: sa.Connection, kind: str, priority: int) -> int | None:
+    """A job inserted as the enqueue statement does, without its lookups: only the
+    constraints stand in the way."""
+    return conn.execute(sa.text("""
+        INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, payload,
+                                   dedupe_until)
+        VALUES (:kind, :priority, 'pending', 'a@x.org', 'u1', '{}',
+                now() + interval '60 s')
+        ON CONFLICT DO NOTHING RETURNING id"""), {"kind": kind, "priority": priority}
+    ).scalar()
+
+
 def test_the_database_refuses_overlapping_windows(api: Api, engine: sa.Engine) -> None:
     """Whatever the code path: the exclusion constraint, not only the request's lock."""
-    from workers.delivery import queue
-
     put_kind(api, "onboarding", ONBOARDING)
     with engine.begin() as conn:
-        first = queue.enqueue_message(conn, kind="onboarding", priority=5, email="a@x.org",
-                                      user_ref="u1", payload="{}", dedupe_window=60)
-        second = queue.enqueue_message(conn, kind="onboarding", priority=5, email="a@x.org",
-                                       user_ref="u1", payload="{}", dedupe_window=60)
-        other_kind = queue.enqueue_message(conn, kind="verification", priority=0,
-                                           email="a@x.org", user_ref="u1", payload="{}",
-                                           dedupe_window=60)
+        first = _insert(conn, "onboarding", 5)
+        second = _insert(conn, "onboarding", 5)
+        other_kind = _insert(conn, "verification", 0)
     assert first is not None and second is None and other_kind is not None
     with engine.begin() as conn:  # a cancelled message frees its window
         conn.execute(sa.text("UPDATE delivery_jobs SET status = 'cancelled' WHERE id = :i"),
                      {"i": first})
-        assert queue.enqueue_message(conn, kind="onboarding", priority=5, email="a@x.org",
-                                     user_ref="u1", payload="{}", dedupe_window=60)
+        assert _insert(conn, "onboarding", 5)
 
 
 def test_schedule_then_cancel_when_the_user_acts(api: Api, engine: sa.Engine) -> None:

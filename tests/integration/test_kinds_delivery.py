@@ -19,7 +19,7 @@ from harness.postfix import Postfix
 from tests.conftest import Api, wait_for
 from tests.helpers import make_campaign
 from workers.core.settings import Config
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 
 ONBOARDING = {
     "class": "lifecycle", "subject": "{{ data.first_name }}, finish setting up",
@@ -41,7 +41,7 @@ def test_claim_serves_critical_then_lifecycle_then_campaigns(api: Api,
                                                             engine: sa.Engine) -> None:
     campaign = make_campaign(engine, [f"c{i}@example.org" for i in range(6)])
     with engine.begin() as conn:
-        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
     put(api, "onboarding", {**ONBOARDING, "dedupe_window": 0})
     put(api, "reset", {"class": "critical", "subject": "Reset", "text": "{{ data.url }}"})
     for i in range(3):

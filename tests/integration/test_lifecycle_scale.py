@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.helpers import Browser, make_campaign
+from tests.helpers import Browser, enqueue_verification, make_campaign
 from webapp.domain import campaigns
 from webapp.domain.errors import Conflict
 from workers.core.states import CANCELLED, COUNTED, TERMINAL, Campaign
-from workers.delivery import lifecycle, queue, retention
+from workers.delivery import enqueue, lifecycle, queue, retention
 
 N = 60
 
@@ -25,7 +25,7 @@ N = 60
 def _enqueued(engine: sa.Engine, n: int = N, name: str = "Big") -> dict[str, Any]:
     campaign = make_campaign(engine, [f"r{i}@example.net" for i in range(n)], name=name)
     with engine.begin() as conn:
-        assert queue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
+        assert enqueue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
     return campaign
 
 
@@ -277,8 +277,7 @@ def test_the_jobs_browser_pages_a_big_campaign_along_its_index(engine: sa.Engine
 
     big = _enqueued(engine, 3000, name="Big")
     with engine.begin() as conn:
-        queue.enqueue_single(conn, kind="verification", email="v@example.org", user_ref="u1",
-                             payload="{}")
+        enqueue_verification(conn, "v@example.org", "u1")
         conn.execute(sa.text("ANALYZE delivery_jobs"))
     pages: list[dict[str, Any]] = []
     filters = jobs.Filters()
@@ -318,19 +317,19 @@ def test_the_enqueue_goes_through_the_list_in_chunks_with_the_same_result(
     b = campaign["broadcast_id"]
     steps = []
     with engine.begin() as conn:
-        steps.append(queue.enqueue_chunk(conn, b, 7))
+        steps.append(enqueue.enqueue_chunk(conn, b, 7))
     # c00..c06: c03 suppressed, c04 and c05 unsubscribed.
     assert steps[0] is not None and not steps[0].done and steps[0].added == 4
     assert len(_claim(engine, 100)) == 4  # sending starts before the enqueue ends
     while not steps[-1].done:  # type: ignore[union-attr]
         with engine.begin() as conn:
-            steps.append(queue.enqueue_chunk(conn, b, 7))
+            steps.append(enqueue.enqueue_chunk(conn, b, 7))
     assert len(steps) == 5  # 30 members: 7+7+7+7+2
     assert steps[-1].summary() == {"total": 27, "skipped_suppressed": 1,  # type: ignore[union-attr]
                                    "skipped_inactive": 2}
     with engine.begin() as conn:
-        assert queue.enqueue_chunk(conn, b, 7) is None
-        assert queue.enqueue_broadcast(conn, b) is None
+        assert enqueue.enqueue_chunk(conn, b, 7) is None
+        assert enqueue.enqueue_broadcast(conn, b) is None
         jobs = conn.execute(sa.text("SELECT email FROM delivery_jobs WHERE broadcast_id = :b"),
                             {"b": b}).scalars().all()
     assert sorted(jobs) == sorted(set(emails) - {"c03@example.net", "c04@example.net",
@@ -351,8 +350,7 @@ def test_a_big_campaign_does_not_fill_the_transactional_backlog(
         limits.check_backlog(conn, config)  # 20 campaign jobs waiting: not refused
     with engine.begin() as conn:
         for i in range(3):
-            queue.enqueue_single(conn, kind="verification", email=f"v{i}@example.org",
-                                 user_ref=f"u{i}", payload="{}")
+            enqueue_verification(conn, f"v{i}@example.org", f"u{i}")
     with engine.connect() as conn, pytest.raises(Overloaded):
         limits.check_backlog(conn, config)
 
@@ -413,8 +411,7 @@ def test_the_jobs_browser_address_filter_reads_only_the_address_index(
 
     big = _enqueued(engine, 3000, name="Big")
     with engine.begin() as conn:
-        queue.enqueue_single(conn, kind="verification", email="R7@example.net",
-                             user_ref="u7", payload="{}")
+        enqueue_verification(conn, "R7@example.net", "u7")
         place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'retry' "
                                  "WHERE broadcast_id = :b AND email = 'r8@example.net'"),
                    {"b": big["broadcast_id"]})
@@ -457,10 +454,9 @@ def test_the_settler_streams_take_disjoint_windows_and_together_every_job_once(
     b = campaign["broadcast_id"]
     with engine.begin() as conn:  # enqueued in three chunks, transactional mail between
         for i in range(3):
-            step = queue.enqueue_chunk(conn, b, 1000)
+            step = enqueue.enqueue_chunk(conn, b, 1000)
             assert step is not None and step.added == 1000
-            queue.enqueue_single(conn, kind="verification", email=f"v{i}@example.org",
-                                 user_ref=f"u{i}", payload="{}")
+            enqueue_verification(conn, f"v{i}@example.org", f"u{i}")
         first, last, lo, hi = conn.execute(sa.text(
             "SELECT b.first_job_id, b.last_job_id, min(j.id), max(j.id) FROM broadcasts b "
             "JOIN delivery_jobs j ON j.broadcast_id = b.id WHERE b.id = :b "

@@ -19,7 +19,7 @@ from tests.helpers import Browser, make_campaign
 from webapp import db
 from webapp.domain import health
 from workers.core import pg
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 from workers.delivery.maintenance import Maintenance
 
 # The row-by-row count the page made before the counters (and a reference for them).
@@ -45,7 +45,7 @@ def counted(engine: sa.Engine, sql: str) -> dict[tuple[datetime, str, str], int]
 def claimed(engine: sa.Engine, n: int) -> list[queue.ClaimedJob]:
     campaign = make_campaign(engine, [f"r{i}@example.net" for i in range(n)])
     with engine.begin() as conn:
-        assert queue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
+        assert enqueue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
         return queue.claim_batch(conn, "test-worker", n, "example.com")
 
 

@@ -16,7 +16,13 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import wait_for
-from tests.helpers import Browser, campaign_status, jobs_by_email, make_campaign
+from tests.helpers import (
+    Browser,
+    campaign_status,
+    enqueue_verification,
+    jobs_by_email,
+    make_campaign,
+)
 from webapp.sink import SinkServer
 from workers.core.settings import Config
 from workers.delivery import queue
@@ -51,8 +57,7 @@ def test_streams_route_and_fail_over(engine: sa.Engine, sink: Any, bulk_sink: Si
         server.set_rules({"delay": 0.03})  # a drain of a few seconds, to stop one mid-way
     with engine.begin() as conn:
         for i in range(5):
-            queue.enqueue_single(conn, kind="verification", email=f"v{i}@example.org",
-                                 user_ref=f"u-{i}", payload="{}")
+            enqueue_verification(conn, f"v{i}@example.org", f"u-{i}")
     emails = [f"c{i:03d}@example.org" for i in range(300)]
     campaign = make_campaign(engine, emails)
     config = config_for(None, SMTP_URL=two_relays(tx, bulk_sink), WORKERS=str(WORKERS),

@@ -13,7 +13,7 @@ from itsdangerous import URLSafeSerializer
 from tests.helpers import make_campaign, suppressed
 from webapp.domain import campaigns, lists
 from workers.building.links import make_token, read_token
-from workers.delivery import queue
+from workers.delivery import enqueue
 
 SECRET = "test-secret-key-not-for-production"  # tests/conftest.py settings()
 
@@ -91,7 +91,7 @@ def test_one_click_post_without_session_and_later_campaigns_skip(
         assert campaigns.audience(conn, campaign["list_id"])["will_receive"] == 1
         campaigns.send(conn, campaign["id"])
     with engine.begin() as conn:
-        summary = queue.enqueue_broadcast(conn, campaigns.get(conn, campaign["id"])
+        summary = enqueue.enqueue_broadcast(conn, campaigns.get(conn, campaign["id"])
                                           ["broadcast_id"])
         emails = set(conn.execute(sa.text("SELECT email FROM delivery_jobs")).scalars())
     assert summary == {"total": 1, "skipped_suppressed": 1, "skipped_inactive": 0}

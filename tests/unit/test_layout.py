@@ -100,3 +100,30 @@ def test_cli_loads_the_demo_and_the_sink_lazily() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+# The modules that write the jobs table: one creates its rows (the one way into the queue),
+# the queue module(s) move and delete them.
+_JOB_INSERTERS = {"workers/delivery/enqueue.py"}
+_JOB_WRITERS = _JOB_INSERTERS | {"workers/delivery/queue.py"}
+
+
+def _writes(verb: str) -> dict[str, int]:
+    pattern = re.compile(rf"\b{verb}\s+delivery_jobs\b", re.IGNORECASE)
+    found: dict[str, int] = {}
+    for folder in ("workers", "webapp", "harness"):
+        for path in (ROOT / folder).rglob("*.py"):
+            hits = len(pattern.findall(path.read_text(encoding="utf-8")))
+            if hits:
+                found[str(path.relative_to(ROOT))] = hits
+    return found
+
+
+def test_jobs_are_created_in_one_place() -> None:
+    """Every job enters the queue through workers/delivery/enqueue.py."""
+    assert set(_writes("INSERT INTO")) == _JOB_INSERTERS
+
+
+def test_jobs_are_moved_and_deleted_only_by_the_queue() -> None:
+    moved = set(_writes("UPDATE")) | set(_writes("DELETE FROM"))
+    assert moved <= _JOB_WRITERS, moved - _JOB_WRITERS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +25,7 @@ from workers.building.message import (
 from workers.core import states
 from workers.core.i18n import N_, word
 from workers.core.states import Campaign
-from workers.delivery import lifecycle, queue
+from workers.delivery import enqueue, lifecycle, queue
 
 EDITABLE = Campaign.EDITABLE
 # The header-bound fields as a message names them.
@@ -374,11 +373,8 @@ def test_send(conn: Connection, campaign_id: int, email: str, *,
     address = check_email(email)
     if subscriber_id is not None:
         get_member(conn, campaign["list_id"], subscriber_id)
-    job_id = queue.enqueue_single(
-        conn, kind="test", email=address, user_ref=None, requested_by=actor,
-        payload=json.dumps({"campaign_id": campaign_id, "subscriber_id": subscriber_id}))
-    assert job_id is not None  # a test job has no user or idempotency key to collide on
-    queue.notify_new_jobs(conn, "test")
+    job_id = enqueue.enqueue_test(conn, address, {"campaign_id": campaign_id,
+                                                  "subscriber_id": subscriber_id}, actor=actor)
     audit.record(conn, actor, "campaign.test_send", f"campaign:{campaign_id}", email=address,
                  job_id=job_id)
     return job_id

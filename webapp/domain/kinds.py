@@ -32,7 +32,7 @@ from workers.building.kinds import CLASSES, KindSpec, message_context
 from workers.building.message import RenderedMessage, TemplateError, compile_campaign
 from workers.core import fastjson
 from workers.core.i18n import N_, Text
-from workers.delivery import queue
+from workers.delivery import enqueue
 
 MAX_TEMPLATE = 100_000  # characters per template
 MAX_SCHEDULE = 10  # retry delays
@@ -415,12 +415,9 @@ def test_send(conn: Connection, name: str, email: Any, data: dict[str, Any],
     spec = get(conn, name)
     address = check_email(email)
     render(spec, data, event, email=address)
-    payload = json.dumps({"kind": spec.name, "kind_version": spec.version, "data": data,
-                          "event": event})
-    job_id = queue.enqueue_single(conn, kind="test", email=address, user_ref=None,
-                                  payload=payload, requested_by=actor)
-    assert job_id is not None  # no user and no key: nothing to conflict with
-    queue.notify_new_jobs(conn, "test")
+    job_id = enqueue.enqueue_test(conn, address, {"kind": spec.name,
+                                                  "kind_version": spec.version,
+                                                  "data": data, "event": event}, actor=actor)
     audit.record(conn, actor, "kind.test_send", f"kind:{spec.name}", job_id=job_id,
                  email=address)
     return job_id

@@ -18,7 +18,6 @@ Guarantees kept here:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -296,14 +295,11 @@ def resend(conn: Connection, config: Config, kind_name: str, user_ref: str, *,
         payload = {k: v for k, v in (latest["payload"] or {}).items()
                    if k not in ("resent_at", "resends", "send_at")}
         payload["kind_version"] = spec.version
-        job_id = queue.enqueue_message(
-            conn, kind=spec.name, priority=spec.priority, email=latest["email"],
-            user_ref=user_ref, payload=json.dumps(payload),
-            flags=json.dumps(flags.flags_for(conn, latest["email"])),
-            requested_by=actor)
-        assert job_id is not None  # no window, no key: nothing to conflict with
-        job, reused = queue.single_job(conn, job_id), False
-    queue.notify_new_jobs(conn, spec.name)
+        job = intake.resend(conn, config, spec, user_ref, latest["email"], payload,
+                            actor=actor)
+        reused = False
+    if reused:
+        queue.notify_new_jobs(conn, spec.name)
     audit.record(conn, actor, "message.resend", f"user:{user_ref}", kind=spec.name,
                  job_id=job["id"], reused=reused, previous_job_id=latest["id"])
     return job, reused

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit
 from webapp.domain.lists import check_email
+from workers.delivery import queue
 
 
 def address_hash(email: str) -> str:
@@ -94,11 +95,7 @@ def erase(conn: Connection, email: str, *, actor: str) -> dict[str, int]:
         "DELETE FROM subscribers WHERE lower(email) = :e"), {"e": address}).rowcount
     counts["consent_records"] = conn.execute(sa.text(
         "DELETE FROM subscription_requests WHERE lower(email) = :e"), {"e": address}).rowcount
-    job_ids = list(conn.execute(sa.text("""
-        UPDATE delivery_jobs SET email = :p, payload = '{}'::jsonb, user_ref = NULL,
-               last_error = regexp_replace(last_error, :rx, '[erased]', 'gi')
-         WHERE lower(email) = :e RETURNING id"""),
-        {"p": placeholder, "e": address, "rx": pattern}).scalars())
+    job_ids = queue.erase_address(conn, address, placeholder, pattern)
     counts["jobs"] = len(job_ids)
     conn.execute(sa.text("""
         UPDATE job_attempts SET reply = regexp_replace(reply, :rx, '[erased]', 'gi')

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain.domain_checks import make_resolver
 from workers.core.settings import Config
+from workers.delivery.classify import ReplyClass
 
 GROUPS = ("gmail", "microsoft", "yahoo", "apple", "other")
 GROUP_NAMES = {"gmail": "Gmail / Google Workspace", "microsoft": "Microsoft",
@@ -118,18 +119,26 @@ def classify(conn_domains: list[str], config: Config) -> dict[str, str]:
     return result
 
 
+# Attempt outcomes (workers.delivery.classify.ReplyClass) as the providers page counts them.
+_OUTCOMES = {
+    "accepted": [ReplyClass.SENT.value],
+    "deferred": [ReplyClass.TRANSIENT.value, ReplyClass.DOMAIN_THROTTLE.value,
+                 ReplyClass.SENDER.value],
+    "bounced": [ReplyClass.HARD_BOUNCE.value, ReplyClass.REJECTED.value],
+}
+
+
 def provider_view(conn: Connection, config: Config, days: int = 30) -> dict[str, Any]:
     since = datetime.now(UTC) - timedelta(days=days)
     rows = conn.execute(sa.text("""
         SELECT date_trunc('day', a.started_at AT TIME ZONE 'UTC')::date AS day,
                lower(split_part(j.email, '@', 2)) AS domain,
-               count(*) FILTER (WHERE a.outcome IN ('sent')) AS accepted,
-               count(*) FILTER (WHERE a.outcome IN ('transient', 'domain_throttle',
-                                                     'sender')) AS deferred,
-               count(*) FILTER (WHERE a.outcome IN ('hard_bounce', 'rejected')) AS bounced
+               count(*) FILTER (WHERE a.outcome = ANY(:accepted)) AS accepted,
+               count(*) FILTER (WHERE a.outcome = ANY(:deferred)) AS deferred,
+               count(*) FILTER (WHERE a.outcome = ANY(:bounced)) AS bounced
         FROM job_attempts a JOIN delivery_jobs j ON j.id = a.job_id
         WHERE a.started_at >= :since
-        GROUP BY 1, 2"""), {"since": since}).all()
+        GROUP BY 1, 2"""), {"since": since, **_OUTCOMES}).all()
     events = conn.execute(sa.text("""
         SELECT date_trunc('day', e.created_at AT TIME ZONE 'UTC')::date AS day,
                lower(split_part(e.email, '@', 2)) AS domain,

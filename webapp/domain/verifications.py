@@ -14,7 +14,6 @@ Guarantees kept here:
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 from dataclasses import dataclass
@@ -219,18 +218,9 @@ def resend(conn: Connection, config: Config, user_ref: str, *,
         spec = kinds.active(conn, KIND)
         ask = intake.Ask(spec, user_ref, latest["email"], {
             "verify_url": (latest["payload"] or {}).get("verify_url", "")})
-        found = flags.flags_for(conn, latest["email"])
-        pending = not intake.held(spec, found, config)
-        job_id = queue.enqueue_message(
-            conn, kind=KIND, priority=spec.priority, email=latest["email"], user_ref=user_ref,
-            payload=json.dumps(intake.payload_of(ask)), flags=json.dumps(found),
-            status=PENDING if pending else HELD, requested_by=actor)
-        if job_id is not None and pending:
-            queue.notify_new_jobs(conn, KIND)
-        if job_id is None:
-            raise Conflict(N_("another verification email for this user was just created; "
-                              "reload and try again"), fields={"user_id": N_("busy")})
-        job, reused = queue.single_job(conn, job_id), False
+        job = intake.resend(conn, config, spec, user_ref, latest["email"],
+                            intake.payload_of(ask), actor=actor)
+        reused = False
     audit.record(conn, actor, "verification.resend", f"user:{user_ref}", job_id=job["id"],
                  reused=reused, previous_job_id=latest["id"],
                  previous_status=latest["status"], email=job["email"])

@@ -36,7 +36,7 @@ from sqlalchemy.engine import Connection
 from workers.after_acceptance.bounces.reasons import find_reason
 from workers.after_acceptance.reports import Feedback
 from workers.core.states import BOUNCED, SENT, Campaign, sql_list
-from workers.delivery import lifecycle
+from workers.delivery import lifecycle, queue
 
 SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
 RAW_LIMIT = 256 * 1024  # bytes of raw source kept per event
@@ -137,16 +137,6 @@ SELECT id, email, status, broadcast_id, campaign_id FROM delivery_jobs WHERE id 
    FOR UPDATE
 """)
 
-# sent → bounced, guarded on the status: a job bounced twice (DSN and webhook) moves once.
-# finished_at moves to now so the late bounce shows at the top of the failed-jobs inbox.
-_BOUNCE_JOB = sa.text(f"""
-UPDATE delivery_jobs
-   SET status = '{BOUNCED}', last_error = :reason, last_error_class = 'hard_bounce',
-       finished_at = now(), dismissed_at = NULL
- WHERE id = :id AND status = '{SENT}'
-RETURNING id
-""")
-
 _SUPPRESS = sa.text("""
 INSERT INTO suppressions (email, reason, job_id, reply, created_by, reason_code)
 VALUES (lower(:email), :reason, :job_id, :reply, :by, :code)
@@ -210,8 +200,8 @@ def apply_event(conn: Connection, source: str, feedback: Feedback, job_id: int |
     by = f"system:{source}"
     effect, paused = "recorded", None
     if feedback.type == "bounce" and feedback.bounce == "hard":
-        moved = job is not None and conn.execute(_BOUNCE_JOB, {
-            "id": job_id, "reason": feedback.reason[:1000]}).first() is not None
+        moved = job is not None and job_id is not None \
+            and queue.bounce_sent(conn, job_id, feedback.reason[:1000])
         conn.execute(_SUPPRESS, {"email": email, "reason": "bounced", "job_id": job_id,
                                  "reply": feedback.reason[:1000], "by": by,
                                  "code": feedback.code})

@@ -133,7 +133,7 @@ TCP_DEFAULTS: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5,
 
 def connect(info: str, *, application_name: str, connect_timeout: int = 5,
             options: str = "", **kwargs: Any) -> psycopg.Connection[Any]:
-    """A raw psycopg connection (the listener, the health check) with the same URL
+    """A raw psycopg connection (the health check) with the same URL
     handling as the engines, and bounded waits (:data:`TCP_DEFAULTS`)."""
     given = conninfo_to_dict(info)
     extra: dict[str, Any] = {k: v for k, v in TCP_DEFAULTS.items() if k not in given}
@@ -150,20 +150,21 @@ def connect(info: str, *, application_name: str, connect_timeout: int = 5,
 class Budget:
     """The most PostgreSQL connections one process opens, by use.
 
-    serve  = web + health + delivery + liveness + listener
+    serve  = web + health + delivery + liveness
     web    = web + health
-    worker = delivery + liveness + listener
+    worker = delivery + liveness
+
+    (The LISTEN of a process is on its liveness session: workers/delivery/listener.py.)
     """
 
     web: int
     delivery: int
     health: int = 1
     liveness: int = 1
-    listener: int = 1
 
     def total(self, process: str) -> int:
         web = self.web + self.health
-        delivery = self.delivery + self.liveness + self.listener
+        delivery = self.delivery + self.liveness
         return {"serve": web + delivery, "web": web, "worker": delivery}.get(process,
                                                                               web + delivery)
 
@@ -173,8 +174,7 @@ class Budget:
         if process in {"serve", "web"}:
             parts += [f"web {self.web}", f"health {self.health}"]
         if process in {"serve", "worker"}:
-            parts += [f"delivery {self.delivery}", f"liveness {self.liveness}",
-                      f"listener {self.listener}"]
+            parts += [f"delivery {self.delivery}", f"liveness {self.liveness}"]
         return (f"PostgreSQL connection budget of this {process} process: "
                 f"{' + '.join(parts)} = {self.total(process)}")
 

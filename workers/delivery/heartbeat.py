@@ -6,6 +6,9 @@ renewal after the lease had lapsed comes back under a new term (the drain thread
 give back what they claimed before, unsent). Every wait is bounded: the session's TCP
 keepalives and ``tcp_user_timeout`` (workers/core/pg.py) and a statement timeout.
 
+The session also carries the process's LISTEN (workers/delivery/listener.py): each new
+session listens before it is used, so a reconnect listens again.
+
 The session is named after the worker (``senddock-worker/liveness <worker id>``), so a
 fresh one ends the stale ones this worker left on the server: a session cut by a
 partition stays there (a backend waiting for a client that will never answer) until the
@@ -19,7 +22,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
@@ -93,6 +98,7 @@ class Heartbeat(Service):
                     "set_config('statement_timeout', :ms, false)"),
                     {"name": self.session_name, "ms": str(STATEMENT_TIMEOUT_MS)})
                 ended = queue.end_stale_sessions(conn, self.session_name)
+                conn.execute(sa.text("LISTEN senddock_jobs"))
             except BaseException:
                 conn.invalidate()
                 conn.close()
@@ -103,6 +109,14 @@ class Heartbeat(Service):
                          ", ".join(str(pid) for pid in ended))
             self._conn = conn
         return self._conn
+
+    def listening(self) -> psycopg.Connection[Any] | None:
+        """The liveness session's driver connection, listening; None while there is none."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.invalidated:
+            return None
+        raw = conn.connection.driver_connection
+        return raw if isinstance(raw, psycopg.Connection) and not raw.closed else None
 
     def close(self, invalidate: bool = False) -> None:
         conn, self._conn = self._conn, None

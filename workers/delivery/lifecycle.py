@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers.core.states import CANCELLED, CLAIMABLE, Campaign, sql_list
+from workers.core.states import CLAIMABLE, Campaign, sql_list
+from workers.delivery.queue import custom_plan, settle_window  # noqa: F401 (settle_window: callers)
 
 log = logging.getLogger("senddock.lifecycle")
 
@@ -111,29 +112,6 @@ SELECT coalesce(b.first_job_id, w.lo) AS lo, coalesce(b.last_job_id, w.hi) AS hi
  WHERE b.id = :broadcast_id
 """)
 
-# One chunk: the broadcast's waiting jobs in one window of ids (after, upto], read along
-# the primary key, so a chunk reads at most its window's rows, in heap order (the enqueue
-# wrote them there one after another), whatever the campaign's size and however much of
-# it is settled already. They become `cancelled` (a legal move from `pending` and
-# `retry`; the UPDATE re-checks the state under the row lock, so a job a rescue is moving
-# is settled as it ends up), and the count triggers move them between the counters in the
-# same statement. No FOR UPDATE first: locking each row before updating it cost a WAL
-# record per job (20 % of the chunk). (Walking delivery_jobs_broadcast_due_idx instead, as
-# before, also read the entries of every job settled before it until a vacuum removed
-# them; most of the 1,382 jobs/s measured at 10M was the trigger plan that migration
-# 0034_trigger_plans fixed, docs/performance.md.)
-_SETTLE_WINDOW = sa.text(f"""
-WITH settled AS (
-    UPDATE delivery_jobs j
-       SET status = '{CANCELLED}', finished_at = now(), claimed_by = NULL, claim_token = NULL
-     WHERE j.id > :after AND j.id <= :upto
-       AND j.broadcast_id = :broadcast_id AND j.status IN {sql_list(CLAIMABLE)}
-    RETURNING 1
-)
-SELECT count(*) FROM settled
-""")
-
-
 def settle_span(conn: Connection, broadcast_id: int) -> tuple[int, int] | None:
     """(first, last): the ids between which the broadcast's jobs lie; None if it has none
     waiting (and no recorded span)."""
@@ -143,20 +121,6 @@ def settle_span(conn: Connection, broadcast_id: int) -> tuple[int, int] | None:
     return int(row.lo), int(row.hi)
 
 
-def settle_window(conn: Connection, broadcast_id: int, after: int, upto: int) -> int:
-    """Cancel the waiting jobs of ``broadcast_id`` whose id is in (``after``, ``upto``]
-    (in the caller's transaction); returns how many."""
-    custom_plan(conn)
-    return int(conn.execute(_SETTLE_WINDOW, {"broadcast_id": broadcast_id, "after": after,
-                                             "upto": upto}).scalar_one())
-
-
-def custom_plan(conn: Connection) -> None:
-    """Plan this transaction's chunk statements for their own cursor values. psycopg
-    prepares a statement run five times on a session, and PostgreSQL may then use one
-    generic plan for every cursor: in the 1M bench some settle chunks took 40 s instead of
-    1 s that way."""
-    conn.execute(sa.text("SET LOCAL plan_cache_mode = force_custom_plan"))
 
 
 def to_settle(conn: Connection) -> dict[int, int]:

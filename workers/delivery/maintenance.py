@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from workers.core import pg
-from workers.delivery import queue
+from workers.delivery import enqueue, queue
 from workers.delivery.services import DB_ERRORS, Service
 
 log = logging.getLogger("senddock.worker")
@@ -63,7 +63,7 @@ class Maintenance(Service):
         start sending after the first)."""
         while not self.stopping.is_set():
             with self.engine.begin() as conn:
-                step = queue.enqueue_chunk(conn, broadcast_id)
+                step = enqueue.enqueue_chunk(conn, broadcast_id)
                 if step is None:
                     return
                 if step.added:

@@ -16,8 +16,8 @@
   ones (workers/maintenance.py); the probe of a From address the relay refuses (docs/design.md §17);
   the periodic services are registered in one place
   (workers/services.py);
-- a LISTEN connection that wakes idle loops the moment a job is enqueued (P7,
-  workers/listener.py).
+- a LISTEN, on the liveness session, that wakes idle loops the moment a job is enqueued
+  (P7, workers/delivery/listener.py).
 
 ``stop()`` (SIGTERM) lets in-flight messages finish and be marked, claims nothing new, and
 hands unsent claimed jobs back, within a bounded time. A message still in the relay's hands
@@ -162,8 +162,7 @@ class Pool:
                                    interval=config.heartbeat_interval, outage=self.outage,
                                    process=self.process, in_flight=self._in_flight,
                                    register=self._register)
-        self.listener = Listener(engine, process=self.process, stopping=self.stopping,
-                                 wake=self.wake, outage=self.outage)
+        self.listener = Listener(self.heartbeat, stopping=self.stopping, wake=self.wake)
         self.settler = lifecycle.Settler(engine, stopping=self.stopping)
         self.retention = retention.Retention(
             engine, config.retention_campaign_days, config.retention_transactional_days,

@@ -35,13 +35,12 @@ from workers.core.states import (
     RETRY,
     SENDING,
     SENT,
+    SKIPPED,
     TERMINAL,
     WAITING,
     Campaign,
     sql_list,
 )
-from workers.delivery import audience
-from workers.delivery.lifecycle import custom_plan
 
 #: The suppression reason a hard bounce writes (suppressions.reason, not a job state).
 BOUNCE_REASON = "bounced"
@@ -49,135 +48,7 @@ BOUNCE_REASON = "bounced"
 
 # --- enqueue ---------------------------------------------------------------------------
 
-# Set-based, in chunks of the list in subscriber order: one statement inserts one job per
-# active, non-suppressed member of the next `chunk` members after the broadcast's cursor
-# (one per address: subscribers are unique by lower(email)), adds who was left out to the
-# summary and moves the cursor, all in the caller's transaction. Each chunk reads its
-# members along memberships' primary key and the subscribers by theirs, so its cost and
-# memory do not grow with the list (one 10M-row statement spilled its hash join, its
-# materialized audience and the count trigger's transition table to disk). The two
-# primary keys are walked side by side (a merge join; 0.56 s for a 1M chunk, where first
-# materializing the members and hashing the subscribers took 2 s). The chunk that finds
-# fewer members than asked stamps enqueued_at. (The lower bound on subscribers starts
-# their walk at the cursor: without it every chunk read the table from its start.)
-# The span of the ids it created is recorded too (the settler of a cancel walks it).
-# The row lock (SKIP LOCKED) keeps two processes off the same broadcast; a crash rolls
-# back only the chunk in progress, and the next run goes on from the cursor. Jobs can be
-# claimed from the first chunk on.
-_ENQUEUE_CHUNK = f"""
-WITH b AS (
-    SELECT b.id, b.campaign_id, b.enqueued_upto, c.list_id
-      FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
-     WHERE b.id = :broadcast_id AND b.enqueued_at IS NULL
-       AND c.status IN {{started}}
-       FOR UPDATE OF b SKIP LOCKED
-), audience AS MATERIALIZED (
-    SELECT s.id, s.email, s.status,
-           EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email)) AS suppressed,
-           {{chosen}} AS chosen
-      FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
-     WHERE m.list_id = (SELECT list_id FROM b)
-       AND m.subscriber_id > (SELECT enqueued_upto FROM b)
-       AND s.id > (SELECT enqueued_upto FROM b)
-     ORDER BY m.subscriber_id LIMIT :chunk
-), ins AS (
-    INSERT INTO delivery_jobs (kind, priority, status, email, broadcast_id, campaign_id,
-                               subscriber_id)
-    SELECT 'broadcast', :priority, '{PENDING}', a.email, b.id, b.campaign_id, a.id
-      FROM audience a, b
-     WHERE a.chosen AND a.status = 'active' AND NOT a.suppressed
-    RETURNING id
-), made AS (
-    SELECT count(*) AS n, min(id) AS first_id, max(id) AS last_id FROM ins
-), summary AS (
-    SELECT (SELECT n FROM made) AS total,
-           (SELECT first_id FROM made) AS first_id, (SELECT last_id FROM made) AS last_id,
-           count(*) FILTER (WHERE chosen AND suppressed) AS skipped_suppressed,
-           count(*) FILTER (WHERE chosen AND NOT suppressed AND status <> 'active')
-               AS skipped_inactive,
-           count(*) AS seen, max(id) AS upto
-      FROM audience
-)
-UPDATE broadcasts SET total = broadcasts.total + summary.total,
-       skipped_suppressed = broadcasts.skipped_suppressed + summary.skipped_suppressed,
-       skipped_inactive = broadcasts.skipped_inactive + summary.skipped_inactive,
-       enqueued_upto = coalesce(summary.upto, broadcasts.enqueued_upto),
-       first_job_id = least(broadcasts.first_job_id, summary.first_id),
-       last_job_id = greatest(broadcasts.last_job_id, summary.last_id),
-       enqueued_at = CASE WHEN summary.seen < :chunk THEN now() END
-  FROM summary, b WHERE broadcasts.id = b.id
-RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_inactive,
-          broadcasts.enqueued_at IS NOT NULL AS done, summary.total AS added
-"""
-# A segmented broadcast (issue 32, item 2) goes through the same statement: its frozen
-# conditions become the `chosen` column (workers.delivery.audience: whitelisted fragments,
-# bound values), so members outside the segment are read, not enqueued and not counted as
-# skipped, and the cursor still walks the whole list. The whole list's `chosen` is `true`,
-# and only a date condition reads the membership's date (the primary key alone, an
-# index-only scan, serves the rest).
-_WHOLE_LIST = sa.text(_ENQUEUE_CHUNK.format(started=sql_list(Campaign.STARTED), chosen="true"))
-_AUDIENCE_FILTER = sa.text("SELECT audience_filter FROM broadcasts WHERE id = :id")
-
-
-def _enqueue_statement(conn: Connection, broadcast_id: int
-                       ) -> tuple[sa.TextClause, dict[str, Any]]:
-    conditions = conn.execute(_AUDIENCE_FILTER, {"id": broadcast_id}).scalar()
-    if not conditions:
-        return _WHOLE_LIST, {}
-    chosen, params = audience.predicate(conditions)
-    return sa.text(_ENQUEUE_CHUNK.format(started=sql_list(Campaign.STARTED),
-                                         chosen=f"({chosen})")), params
-
-
-#: Members per enqueue chunk. Measured at 1M on a loaded machine (load 8-14, so only
-#: roughly): chunks of 200,000 and 50,000 were slower than one statement, a chunk of
-#: 1,000,000 the same; so a list of up to a million is one statement as before, and ten
-#: million are ten statements of the size that ran at 137,841/s, instead of one that
-#: spills to disk (71,000/s in issue 28).
-ENQUEUE_CHUNK = 1_000_000
-
-
-@dataclass
-class EnqueueStep:
-    total: int
-    skipped_suppressed: int
-    skipped_inactive: int
-    added: int  # jobs this chunk created
-    done: bool  # the whole audience is enqueued
-
-    def summary(self) -> dict[str, int]:
-        return {"total": self.total, "skipped_suppressed": self.skipped_suppressed,
-                "skipped_inactive": self.skipped_inactive}
-
-
-def enqueue_chunk(conn: Connection, broadcast_id: int,
-                  chunk: int = ENQUEUE_CHUNK) -> EnqueueStep | None:
-    """Create the jobs of the broadcast's next ``chunk`` members. None when the broadcast
-    is already enqueued, not sending, or another process holds it right now."""
-    custom_plan(conn)  # each chunk planned for its own place in the list
-    statement, params = _enqueue_statement(conn, broadcast_id)
-    row = conn.execute(statement, {**params, "broadcast_id": broadcast_id, "chunk": chunk,
-                                   "priority": PRIORITY["broadcast"]}).first()
-    if row is None:
-        return None
-    return EnqueueStep(row.total, row.skipped_suppressed, row.skipped_inactive, row.added,
-                       row.done)
-
-
-def enqueue_broadcast(conn: Connection, broadcast_id: int,
-                      chunk: int = ENQUEUE_CHUNK) -> dict[str, int] | None:
-    """Create all of the broadcast's jobs in the caller's transaction (chunk after chunk).
-    Returns the audience summary, or None when the broadcast is already enqueued or
-    another process is enqueueing it now. The engine commits each chunk on its own."""
-    step = None
-    while True:
-        last = enqueue_chunk(conn, broadcast_id, chunk)
-        if last is None:
-            return step.summary() if step is not None else None
-        step = last
-        if step.done:
-            return step.summary()
-
+# Jobs are created in workers.delivery.enqueue (the one way into the queue).
 
 # Broadcasts that were accepted but whose jobs do not exist yet (the send request returned).
 _BROADCASTS_TO_ENQUEUE = sa.text(f"""
@@ -188,31 +59,6 @@ SELECT b.id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
 
 def broadcasts_to_enqueue(conn: Connection) -> list[int]:
     return [r.id for r in conn.execute(_BROADCASTS_TO_ENQUEUE)]
-
-
-# One transactional job. The partial unique indexes make "one live job per user and kind"
-# and the Idempotency-Key hold under concurrency: a duplicate insert does nothing.
-_ENQUEUE_SINGLE = sa.text("""
-INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key, payload,
-                           flags, requested_by)
-VALUES (:kind, :priority, :status, :email, :user_ref, :idempotency_key,
-        CAST(:payload AS jsonb), CAST(:flags AS jsonb), :requested_by)
-ON CONFLICT DO NOTHING
-RETURNING id
-""")
-
-
-def enqueue_single(conn: Connection, *, kind: str, email: str, user_ref: str | None,
-                   payload: str, flags: str = "[]", status: str = "pending",
-                   idempotency_key: str | None = None,
-                   requested_by: str | None = None) -> int | None:
-    """Insert one job (JSON ``payload``/``flags`` given as text); None when a live job for
-    the same user and kind, or the same idempotency key, already exists."""
-    row = conn.execute(_ENQUEUE_SINGLE, {
-        "kind": kind, "priority": PRIORITY[kind], "status": status, "email": email,
-        "user_ref": user_ref, "idempotency_key": idempotency_key, "payload": payload,
-        "flags": flags, "requested_by": requested_by}).first()
-    return None if row is None else int(row.id)
 
 
 def notify_new_jobs(conn: Connection, kind: str) -> None:
@@ -1537,38 +1383,6 @@ def dismiss_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
 
 
 # --- transactional kinds (docs/design.md §21) -----------------------------------------------------
-# One message of a kind for one user. Its priority comes from the kind's class (the claim
-# serves critical → lifecycle → campaigns), `available_at` is its send_at (scheduled mail
-# waits in the claim index like a retry does), and `dedupe_until` opens the kind's dedupe
-# window: the exclusion constraint delivery_jobs_dedupe_excl lets no two live-or-finished
-# (not cancelled) messages of one (kind, user) have overlapping windows, so two concurrent
-# requests cannot both be sent; the loser inserts nothing (ON CONFLICT DO NOTHING).
-_ENQUEUE_MESSAGE = sa.text("""
-INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key, payload,
-                           flags, requested_by, available_at, dedupe_until)
-VALUES (:kind, :priority, :status, :email, :user_ref, :idempotency_key,
-        CAST(:payload AS jsonb), CAST(:flags AS jsonb), :requested_by,
-        coalesce(CAST(:send_at AS timestamptz), now()),
-        CASE WHEN :dedupe_window > 0 THEN now() + make_interval(secs => :dedupe_window) END)
-ON CONFLICT DO NOTHING
-RETURNING id
-""")
-
-
-def enqueue_message(conn: Connection, *, kind: str, priority: int, email: str,
-                    user_ref: str, payload: str, flags: str = "[]", status: str = "pending",
-                    idempotency_key: str | None = None, requested_by: str | None = None,
-                    send_at: datetime | None = None, dedupe_window: int = 0) -> int | None:
-    """Insert one message of a transactional kind; None when it would break the kind's
-    dedupe window, its Idempotency-Key, or (verification) the one-live-job rule."""
-    row = conn.execute(_ENQUEUE_MESSAGE, {
-        "kind": kind, "priority": priority, "status": status, "email": email,
-        "user_ref": user_ref, "idempotency_key": idempotency_key, "payload": payload,
-        "flags": flags, "requested_by": requested_by, "send_at": send_at,
-        "dedupe_window": dedupe_window}).first()
-    return None if row is None else int(row.id)
-
-
 # Cancel what is still waiting for one (kind, user): pending (scheduled or due), retry and
 # held messages end `cancelled`; a message being sent right now is left to finish. The
 # status guard makes two concurrent cancels cancel each message once.
@@ -1628,3 +1442,156 @@ SELECT count(*) FROM delivery_jobs
 def in_flight_for_user(conn: Connection, kind: str, user_ref: str) -> int:
     return int(conn.execute(_IN_FLIGHT_FOR_USER, {"kind": kind, "user_ref": user_ref})
                .scalar_one())
+
+
+# --- the job moves of the lifecycle, feedback and retention services ---------------------
+
+def custom_plan(conn: Connection) -> None:
+    """Plan this transaction's chunk statements for their own cursor values. psycopg
+    prepares a statement run five times on a session, and PostgreSQL may then use one
+    generic plan for every cursor: in the 1M bench some settle chunks took 40 s instead of
+    1 s that way."""
+    conn.execute(sa.text("SET LOCAL plan_cache_mode = force_custom_plan"))
+
+
+# One chunk: the broadcast's waiting jobs in one window of ids (after, upto], read along
+# the primary key, so a chunk reads at most its window's rows, in heap order (the enqueue
+# wrote them there one after another), whatever the campaign's size and however much of
+# it is settled already. They become `cancelled` (a legal move from `pending` and
+# `retry`; the UPDATE re-checks the state under the row lock, so a job a rescue is moving
+# is settled as it ends up), and the count triggers move them between the counters in the
+# same statement. No FOR UPDATE first: locking each row before updating it cost a WAL
+# record per job (20 % of the chunk). (Walking delivery_jobs_broadcast_due_idx instead, as
+# before, also read the entries of every job settled before it until a vacuum removed
+# them; most of the 1,382 jobs/s measured at 10M was the trigger plan that migration
+# 0034_trigger_plans fixed, docs/performance.md.)
+_SETTLE_WINDOW = sa.text(f"""
+WITH settled AS (
+    UPDATE delivery_jobs j
+       SET status = '{CANCELLED}', finished_at = now(), claimed_by = NULL, claim_token = NULL
+     WHERE j.id > :after AND j.id <= :upto
+       AND j.broadcast_id = :broadcast_id AND j.status IN {sql_list(CLAIMABLE)}
+    RETURNING 1
+)
+SELECT count(*) FROM settled
+""")
+
+
+def settle_window(conn: Connection, broadcast_id: int, after: int, upto: int) -> int:
+    """Cancel the waiting jobs of ``broadcast_id`` whose id is in (``after``, ``upto``]
+    (in the caller's transaction); returns how many."""
+    custom_plan(conn)
+    return int(conn.execute(_SETTLE_WINDOW, {"broadcast_id": broadcast_id, "after": after,
+                                             "upto": upto}).scalar_one())
+
+
+# sent → bounced, guarded on the status: a job bounced twice (DSN and webhook) moves once.
+# finished_at moves to now so the late bounce shows at the top of the failed-jobs inbox.
+_BOUNCE_JOB = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = '{BOUNCED}', last_error = :reason, last_error_class = 'hard_bounce',
+       finished_at = now(), dismissed_at = NULL
+ WHERE id = :id AND status = '{SENT}'
+RETURNING id
+""")
+
+
+
+def bounce_sent(conn: Connection, job_id: int, reason: str) -> bool:
+    """A late hard bounce (a DSN or a webhook) for a sent job: it becomes ``bounced``;
+    False when it was not ``sent`` (already bounced, or never sent)."""
+    return conn.execute(_BOUNCE_JOB, {"id": job_id, "reason": reason}).first() is not None
+
+
+# Retention (workers.delivery.retention).
+#: A rolled-up campaign keeps its jobs in these states (and any job with an event).
+KEPT = PROBLEM
+#: ... and drops these.
+DROPPED: tuple[str, ...] = (SENT, CANCELLED, SKIPPED)
+
+
+def _put_back(counters: str, key: str) -> str:
+    """Add the deleted rows (``gone``) back to the counters the delete trigger took them
+    from, in the same statement: the counts describe what was sent, not what is stored."""
+    return f"""
+    INSERT INTO {counters} AS c ({key}, status, slot, n)
+    SELECT {key}, status, pg_backend_pid() % 16, count(*) FROM gone
+     GROUP BY {key}, status ORDER BY {key}, status
+    ON CONFLICT ({key}, status, slot) DO UPDATE SET n = c.n + EXCLUDED.n"""
+
+
+# One chunk of a campaign: its next finished jobs along
+# delivery_jobs_broadcast_finished_idx after the (finished_at, id) cursor; the ones in a
+# dropped state with no feedback event are deleted (by id array: a primary-key probe each,
+# never a merge with the whole key), and what the count trigger subtracts for them is
+# added back in the same statement, so the counters never move (P8).
+_CAMPAIGN_CHUNK = sa.text(f"""
+WITH chunk AS MATERIALIZED (
+    SELECT id, finished_at, status FROM delivery_jobs
+     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
+       AND (finished_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
+     ORDER BY finished_at, id LIMIT :n
+), gone AS (
+    DELETE FROM delivery_jobs j
+     WHERE j.id = ANY(ARRAY(SELECT id FROM chunk)) AND j.status IN {sql_list(DROPPED)}
+       AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = j.id)
+    RETURNING j.broadcast_id, j.status
+), kept AS ({_put_back("broadcast_counts", "broadcast_id")})
+SELECT (SELECT count(*) FROM gone) AS n, last.finished_at, last.id
+  FROM (SELECT 1) one
+  LEFT JOIN (SELECT finished_at, id FROM chunk ORDER BY finished_at DESC, id DESC LIMIT 1)
+       last ON true
+""")
+
+# One chunk of transactional jobs: finished ones of one kind created before the cutoff,
+# oldest first along delivery_jobs_kind_created_idx; the per-kind counters are put back
+# the same way.
+_TRANSACTIONAL_CHUNK = sa.text(f"""
+WITH gone AS (
+    DELETE FROM delivery_jobs j
+     WHERE j.id = ANY(ARRAY(SELECT id FROM delivery_jobs
+                     WHERE kind <> 'broadcast' AND kind = :kind
+                       AND created_at < now() - CAST(:days AS float8) * interval '1 day'
+                       AND status IN {sql_list(TERMINAL)}
+                     ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED))
+       AND j.status IN {sql_list(TERMINAL)}
+    RETURNING j.kind, j.status
+), kept AS ({_put_back("kind_counts", "kind")})
+SELECT count(*) FROM gone
+""")
+
+
+def delete_transactional_chunk(conn: Connection, kind: str, days: float, n: int) -> int:
+    """Delete up to ``n`` finished jobs of ``kind`` created more than ``days`` ago (in the
+    caller's transaction); returns how many."""
+    custom_plan(conn)
+    return int(conn.execute(_TRANSACTIONAL_CHUNK, {"kind": kind, "days": days, "n": n}
+                            ).scalar_one())
+
+
+def roll_up_chunk(conn: Connection, broadcast_id: int, after: tuple[datetime | str, int],
+                  n: int) -> tuple[int, tuple[datetime, int] | None]:
+    """Delete the dropped rows among the next ``n`` finished jobs of the broadcast after
+    the keyset ``after``; returns (rows deleted, where the chunk ended or None at the end)."""
+    custom_plan(conn)
+    row = conn.execute(_CAMPAIGN_CHUNK, {"broadcast_id": broadcast_id, "after_at": after[0],
+                                         "after_id": after[1], "n": n}).one()
+    return int(row.n), ((row.finished_at, int(row.id)) if row.id is not None else None)
+
+
+# --- personal data (docs/privacy.md) ---------------------------------------------------
+# An erased address leaves its jobs' rows and counts (P8) but not the address: the jobs
+# take a placeholder, lose their payload and user, and a reply text naming the address has
+# it replaced. `address` is lower-cased; `pattern` matches it in text.
+_ERASE_ADDRESS = sa.text("""
+UPDATE delivery_jobs SET email = :p, payload = '{}'::jsonb, user_ref = NULL,
+       last_error = regexp_replace(last_error, :rx, '[erased]', 'gi')
+ WHERE lower(email) = :e RETURNING id
+""")
+
+
+def erase_address(conn: Connection, address: str, placeholder: str, pattern: str
+                  ) -> list[int]:
+    """Take ``address`` out of every job that has it; returns their ids."""
+    return [int(i) for i in conn.execute(_ERASE_ADDRESS, {
+        "p": placeholder, "e": address, "rx": pattern}).scalars()]

@@ -24,26 +24,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
-from workers.core.states import CANCELLED, PROBLEM, SENT, SKIPPED, TERMINAL, Campaign, sql_list
-from workers.delivery.lifecycle import custom_plan
+from workers.core.states import Campaign, sql_list
+from workers.delivery.queue import (  # noqa: F401 (KEPT, DROPPED, roll_up_chunk: callers)
+    DROPPED,
+    KEPT,
+    delete_transactional_chunk,
+    roll_up_chunk,
+)
 
 log = logging.getLogger("senddock.retention")
-
-#: A rolled-up campaign keeps its jobs in these states (and any job with an event).
-KEPT = PROBLEM
-#: ... and drops these.
-DROPPED: tuple[str, ...] = (SENT, CANCELLED, SKIPPED)
-
-def _put_back(counters: str, key: str) -> str:
-    """Add the deleted rows (``gone``) back to the counters the delete trigger took them
-    from, in the same statement: the counts describe what was sent, not what is stored."""
-    return f"""
-    INSERT INTO {counters} AS c ({key}, status, slot, n)
-    SELECT {key}, status, pg_backend_pid() % 16, count(*) FROM gone
-     GROUP BY {key}, status ORDER BY {key}, status
-    ON CONFLICT ({key}, status, slot) DO UPDATE SET n = c.n + EXCLUDED.n"""
 
 
 # Finished campaigns older than the setting and not rolled up yet (a handful per day).
@@ -54,47 +45,7 @@ SELECT b.id FROM broadcasts b JOIN campaigns c ON c.id = b.campaign_id
  ORDER BY b.id LIMIT 100
 """)
 
-# One chunk of a campaign: its next finished jobs along
-# delivery_jobs_broadcast_finished_idx after the (finished_at, id) cursor; the ones in a
-# dropped state with no feedback event are deleted (by id array: a primary-key probe each,
-# never a merge with the whole key), and what the count trigger subtracts for them is
-# added back in the same statement, so the counters never move (P8).
-_CAMPAIGN_CHUNK = sa.text(f"""
-WITH chunk AS MATERIALIZED (
-    SELECT id, finished_at, status FROM delivery_jobs
-     WHERE broadcast_id = :broadcast_id AND finished_at IS NOT NULL
-       AND (finished_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
-     ORDER BY finished_at, id LIMIT :n
-), gone AS (
-    DELETE FROM delivery_jobs j
-     WHERE j.id = ANY(ARRAY(SELECT id FROM chunk)) AND j.status IN {sql_list(DROPPED)}
-       AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = j.id)
-    RETURNING j.broadcast_id, j.status
-), kept AS ({_put_back("broadcast_counts", "broadcast_id")})
-SELECT (SELECT count(*) FROM gone) AS n, last.finished_at, last.id
-  FROM (SELECT 1) one
-  LEFT JOIN (SELECT finished_at, id FROM chunk ORDER BY finished_at DESC, id DESC LIMIT 1)
-       last ON true
-""")
-
 _ROLLED_UP = sa.text("UPDATE broadcasts SET rolled_up_at = now() WHERE id = :id")
-
-# One chunk of transactional jobs: finished ones of one kind created before the cutoff,
-# oldest first along delivery_jobs_kind_created_idx; the per-kind counters are put back
-# the same way.
-_TRANSACTIONAL_CHUNK = sa.text(f"""
-WITH gone AS (
-    DELETE FROM delivery_jobs j
-     WHERE j.id = ANY(ARRAY(SELECT id FROM delivery_jobs
-                     WHERE kind <> 'broadcast' AND kind = :kind
-                       AND created_at < now() - CAST(:days AS float8) * interval '1 day'
-                       AND status IN {sql_list(TERMINAL)}
-                     ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED))
-       AND j.status IN {sql_list(TERMINAL)}
-    RETURNING j.kind, j.status
-), kept AS ({_put_back("kind_counts", "kind")})
-SELECT count(*) FROM gone
-""")
 
 # Submitted messages (docs/smtp.md) whose jobs are all gone. A message's jobs are created
 # in its own transaction, so they share its created_at: each message asks
@@ -170,10 +121,8 @@ class Retention:
         for kind in kinds:
             while self._more_time(deadline):
                 with self.engine.begin() as conn:
-                    custom_plan(conn)
-                    n = int(conn.execute(_TRANSACTIONAL_CHUNK, {
-                        "kind": kind, "days": self.transactional_days, "n": self.chunk}
-                    ).scalar_one())
+                    n = delete_transactional_chunk(conn, kind, self.transactional_days,
+                                                   self.chunk)
                 done["transactional_rows"] += n
                 if n < self.chunk:
                     break
@@ -191,12 +140,3 @@ class Retention:
                 break
 
 
-
-def roll_up_chunk(conn: Connection, broadcast_id: int, after: tuple[datetime | str, int],
-                  n: int) -> tuple[int, tuple[datetime, int] | None]:
-    """Delete the dropped rows among the next ``n`` finished jobs of the broadcast after
-    the keyset ``after``; returns (rows deleted, where the chunk ended or None at the end)."""
-    custom_plan(conn)
-    row = conn.execute(_CAMPAIGN_CHUNK, {"broadcast_id": broadcast_id, "after_at": after[0],
-                                         "after_id": after[1], "n": n}).one()
-    return int(row.n), ((row.finished_at, int(row.id)) if row.id is not None else None)

@@ -8,8 +8,8 @@ An enrollment is at a step (``step_id``) due at ``due_at``. Each tick, in one tr
    advancer holds (``FOR UPDATE SKIP LOCKED``);
 2. for each, perform steps while they are due: exit on a goal event, unsubscribe,
    suppression or a hard bounce (or leaving the trigger's list); an email step becomes a
-   job (:func:`enqueue_due_steps`), a wait step moves ``due_at`` ahead, a condition
-   continues, skips ahead or exits;
+   job (:func:`workers.delivery.enqueue.enqueue_due_steps`, the one way into the queue),
+   a wait step moves ``due_at`` ahead, a condition continues, skips ahead or exits;
 3. insert the jobs set-based, guarded by ``delivery_jobs_idempotency_idx`` on the key
    ``seq:<enrollment>:<step>`` (ON CONFLICT DO NOTHING), record the visits (primary key
    (enrollment, step)), and write the enrollments' new step and due time.
@@ -22,7 +22,6 @@ at most one job, and a step due before a crash is done after it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers.core.states import PENDING, PRIORITY
+from workers.delivery import enqueue
 
 log = logging.getLogger("senddock.worker")
 
@@ -77,57 +76,6 @@ _EVENTS = sa.text("""
 SELECT subscriber_id, name, at FROM events
  WHERE subscriber_id = ANY(:ids) AND at >= :since
 """)
-
-# --- the one insert of sequence jobs (moves to workers/delivery/enqueue.py) ------------
-# One job per (enrollment, email step), set-based. The key `seq:<enrollment>:<step>` under
-# the unique index delivery_jobs_idempotency_idx (kind, idempotency_key) is the step's
-# at-most-once rule: a second insert for the same pair, from any advancer, inserts nothing.
-_ENQUEUE_DUE_STEPS = sa.text(f"""
-INSERT INTO delivery_jobs (kind, priority, status, email, subscriber_id, idempotency_key,
-                           payload)
-SELECT '{KIND}', :priority, '{PENDING}', s.email, s.id,
-       'seq:' || i.enrollment_id || ':' || i.step_id,
-       jsonb_build_object('sequence_id', e.sequence_id, 'enrollment_id', e.id,
-                          'step_id', i.step_id, 'data', e.data)
-  FROM unnest(CAST(:enrollments AS bigint[]), CAST(:steps AS bigint[]))
-       WITH ORDINALITY AS i(enrollment_id, step_id, n)
-  JOIN sequence_enrollments e ON e.id = i.enrollment_id
-  JOIN subscribers s ON s.id = e.subscriber_id
- ORDER BY i.n
-ON CONFLICT DO NOTHING
-RETURNING id, idempotency_key
-""")
-
-_EXISTING_JOBS = sa.text(f"""
-SELECT id, idempotency_key FROM delivery_jobs
- WHERE kind = '{KIND}' AND idempotency_key = ANY(:keys)
-""")
-
-
-def step_key(enrollment_id: int, step_id: int) -> str:
-    return f"seq:{enrollment_id}:{step_id}"
-
-
-def enqueue_due_steps(conn: Connection, sends: Sequence[tuple[int, int]]
-                      ) -> dict[tuple[int, int], int]:
-    """Make the job of each (enrollment, email step) in ``sends`` in the caller's
-    transaction; returns each pair's job id (the existing one when the pair already had
-    its job: it is never made twice)."""
-    if not sends:
-        return {}
-    keys = {step_key(e, s): (e, s) for e, s in sends}
-    made: dict[tuple[int, int], int] = {}
-    for row in conn.execute(_ENQUEUE_DUE_STEPS, {
-            "priority": PRIORITY[KIND], "enrollments": [e for e, _ in sends],
-            "steps": [s for _, s in sends]}):
-        made[keys[row.idempotency_key]] = int(row.id)
-    missing = [k for k, pair in keys.items() if pair not in made]
-    if missing:
-        for row in conn.execute(_EXISTING_JOBS, {"keys": missing}):
-            made[keys[row.idempotency_key]] = int(row.id)
-    conn.execute(sa.text("SELECT pg_notify('senddock_jobs', :kind)"), {"kind": KIND})
-    return made
-
 
 # --- the advancer ----------------------------------------------------------------------
 
@@ -247,7 +195,7 @@ def advance(conn: Connection, batch: int = BATCH) -> int:
         _walk(e, sequences[e.sequence_id], steps.get(e.sequence_id, []),
               people.get(e.subscriber_id), members, events.get(e.subscriber_id, []),
               now, plan)
-    jobs = enqueue_due_steps(conn, plan.sends)
+    jobs = enqueue.enqueue_due_steps(conn, plan.sends)
     if plan.visits:
         conn.execute(_VISITS, {
             "enrollments": [v[0] for v in plan.visits], "steps": [v[1] for v in plan.visits],
