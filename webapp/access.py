@@ -179,6 +179,13 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "api.add_suppression": ADMIN_SCOPE, "api.delete_suppression": ADMIN_SCOPE,
     "ops.metrics": ADMIN_SCOPE,
     "api.export_personal_data": ADMIN_SCOPE, "api.erase_personal_data": ADMIN_SCOPE,
+    "api.list_sequences": CAMPAIGNS, "api.create_sequence": CAMPAIGNS,
+    "api.get_sequence": CAMPAIGNS, "api.update_sequence": CAMPAIGNS,
+    "api.sequence_action": CAMPAIGNS, "api.sequence_funnel": CAMPAIGNS,
+    "api.add_sequence_step": CAMPAIGNS, "api.update_sequence_step": CAMPAIGNS,
+    "api.remove_sequence_step": CAMPAIGNS, "api.reorder_sequence_steps": CAMPAIGNS,
+    "api.person_enrollments": READ_JOBS, "api.post_event": SEND,
+    "api.upload_report": ADMIN_SCOPE, "api.list_reports": ADMIN_SCOPE,
 }
 
 
