@@ -19,6 +19,8 @@ SUPPORT = frozenset({"admin", "support"})
 PUBLIC: frozenset[str] = frozenset({
     "static", "auth.login", "auth.logout", "public.unsubscribe", "public.unsubscribe_confirm",
     "public.unsubscribe_one_click", "ops.healthz", "api.openapi",
+    # The preference page the unsubscribe link opens (the signed token is the proof).
+    "public.preferences_save",
     # Subscription forms: anyone may subscribe (double opt-in, rate-limited per IP).
     "public.subscribe_form", "public.subscribe_css", "public.subscribe_submit",
     "public.subscribe_confirm", "public.subscribe_confirm_post", "api.subscribe",
