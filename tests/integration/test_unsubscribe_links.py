@@ -106,7 +106,12 @@ def test_get_only_asks_and_the_button_leaves_only_that_list(client: Any,
 
 def test_one_click_leaves_the_message_list_and_its_campaigns_skip(
         app: Any, engine: sa.Engine) -> None:
+    from workers.after_acceptance import event_queue
+
     campaign, offers, sid = _two_lists(engine, "one@example.org")
+    with engine.begin() as conn:
+        event_queue.create_endpoint(conn, url="http://127.0.0.1:28001/hook", secret="s",
+                                    events=["unsubscribed"])
     token = make_token(SECRET, sid, campaign["id"])
     fresh = app.test_client()  # no cookie, no CSRF token: a mail client
     wrong = fresh.post(f"/u/{token}", data={"something": "else"})
@@ -115,6 +120,11 @@ def test_one_click_leaves_the_message_list_and_its_campaigns_skip(
     assert r.status_code == 200, r.get_data(as_text=True)
     assert fresh.post(f"/u/{token}", data={"List-Unsubscribe": "One-Click"}).status_code == 200
     assert _on(engine, sid) == {"Offers"} and suppressed(engine) == set()
+    with engine.connect() as conn:  # the event webhook hears of it, once, naming the list
+        [payload] = conn.execute(sa.text("SELECT payload FROM webhook_deliveries "
+                                         "WHERE event = 'unsubscribed'")).scalars()
+    assert payload["data"]["email"] == "one@example.org"
+    assert payload["data"]["list_id"] == campaign["list_id"]
     with engine.begin() as conn:
         assert campaigns.audience(conn, campaign["list_id"])["will_receive"] == 1
         assert campaigns.audience(conn, offers["id"])["will_receive"] == 1

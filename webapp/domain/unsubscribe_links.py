@@ -85,6 +85,20 @@ def leave(conn: Connection, subscriber_id: int, list_ids: Sequence[int] | None, 
             SELECT list_id, :s, :c, :via FROM gone
             ON CONFLICT (list_id, subscriber_id) DO UPDATE
                SET campaign_id = EXCLUDED.campaign_id, via = EXCLUDED.via, created_at = now()
+        ), hooks AS (
+            -- The ``unsubscribed`` event for the event webhooks (as migration 0015's
+            -- trigger queues it for a suppression), naming the list left.
+            INSERT INTO webhook_deliveries (endpoint_id, event, payload)
+            SELECT e.id, 'unsubscribed', jsonb_build_object(
+                     'type', 'message.unsubscribed',
+                     'timestamp', to_char(now() AT TIME ZONE 'UTC',
+                                          'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                     'data', jsonb_build_object(
+                         'event', 'unsubscribed', 'email', s.email, 'reason', :via,
+                         'list_id', g.list_id, 'campaign_id', CAST(:c AS bigint)))
+              FROM gone g JOIN subscribers s ON s.id = :s
+              JOIN webhook_endpoints e ON e.enabled AND 'unsubscribed' = ANY(e.events)
+                   AND cardinality(e.kinds) = 0
         )
         SELECT l.id, l.name FROM gone g JOIN lists l ON l.id = g.list_id
          ORDER BY lower(l.name), l.id"""),
