@@ -6,6 +6,14 @@ list reaches them, and nothing adds it back but a new confirmed consent (double 
 which deletes the row. ``subscribers.locale`` is the language the person chose on their
 preference page (NULL: never chosen).
 
+Also (issue 43, item 3) ``senddock_send_guard(campaign, key)``: what a delivery thread calls
+at the relay's 354, just before a campaign message goes out. It takes the campaign's shared
+advisory lock without waiting (false while a pause or cancel holds or waits for the
+exclusive one) and then reads the campaign's status with a fresh snapshot (a VOLATILE
+function's statements each take their own), so a status committed before the lock was
+granted is always seen. True (the lock kept until the message is answered) only while the
+campaign is ``sending``. ``workers.delivery.lifecycle`` has both sides.
+
 Revision ID: 0042_preferences
 Revises: 0037_bulk_class
 """
@@ -21,7 +29,27 @@ branch_labels = None
 depends_on = None
 
 
+GUARD = """
+CREATE FUNCTION senddock_send_guard(campaign bigint, lock_key bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    ok boolean;
+BEGIN
+    IF NOT pg_try_advisory_lock_shared(lock_key) THEN
+        RETURN false;
+    END IF;
+    SELECT status = 'sending' INTO ok FROM campaigns WHERE id = campaign;
+    IF ok IS NOT TRUE THEN
+        PERFORM pg_advisory_unlock_shared(lock_key);
+        RETURN false;
+    END IF;
+    RETURN true;
+END $$
+"""
+
+
 def upgrade() -> None:
+    op.execute(GUARD)
     op.add_column("subscribers", sa.Column("locale", sa.Text()))
     op.create_table(
         "list_unsubscribes",
@@ -40,5 +68,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DROP FUNCTION senddock_send_guard(bigint, bigint)")
     op.drop_table("list_unsubscribes")
     op.drop_column("subscribers", "locale")
