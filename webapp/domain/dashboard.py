@@ -24,7 +24,9 @@ def for_admin(conn: Connection, config: Config) -> dict[str, Any]:
     workers = queue_reads.running_workers(conn)
     return {
         "backlog": queue.backlog(conn),
-        "due": sum(by_state[PENDING] for by_state in by_kind.values()),
+        # Pending jobs with a later send time are scheduled, not due (issue 43, item 5).
+        "due": max(0, sum(by_state[PENDING] for by_state in by_kind.values())
+                   - queue_reads.scheduled_messages(conn, queue_reads.JobFilter())),
         "oldest_due": queue_reads.oldest_due_age(conn),
         "in_flight": sum(by_state[SENDING] for by_state in by_kind.values()),
         "retrying": sum(by_state[RETRY] for by_state in by_kind.values()),
