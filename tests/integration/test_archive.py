@@ -152,24 +152,3 @@ def test_list_archive_page_lists_published_campaigns_only(
                 signing.list_archive_url("", SECRET, 10**9)):
         r = anonymous.get(bad)
         assert r.status_code == 404 and "No web version" in r.get_data(as_text=True)
-
-
-def test_web_version_keeps_the_layout(client: Any, engine: sa.Engine) -> None:
-    """Issue 43, item 8: the web version is the campaign's HTML inside its layout (its
-    title, footer and postal address), not a bare fragment."""
-    from webapp.domain import layouts
-
-    campaign_id = _campaign(engine, archive=True)
-    with engine.begin() as conn:
-        layout = layouts.create(conn, {
-            "name": "Branded", "postal_address": "1 Harbour Road, Dublin",
-            "html": "<html><head><title>Team news</title></head><body>{{ content }}"
-                    "<footer id=\"brand-footer\">Brand footer · {{ postal_address }} · "
-                    "<a href=\"{{ unsubscribe_url }}\">Unsubscribe</a></footer></body></html>"})
-        conn.execute(sa.text("UPDATE campaigns SET layout_id = :l, status = 'sent' "
-                             "WHERE id = :c"), {"l": layout["id"], "c": campaign_id})
-    r = client.get(f"/archive/{signing.archive_token(SECRET, campaign_id)}")
-    body = r.get_data(as_text=True)
-    assert r.status_code == 200, body
-    assert "Brand footer" in body and "1 Harbour Road, Dublin" in body
-    assert "Secret Person" not in body

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import campaigns
 from webapp.domain.errors import NotFound
 from workers.building import tracking
-from workers.building.compose import layout_of, recipient_context
+from workers.building.compose import recipient_context
 from workers.building.message import PREVIEW_SECONDS, TemplateError, compile_campaign
 from workers.core.i18n import N_
 from workers.core.states import Campaign
@@ -52,15 +52,9 @@ def web_version(conn: Connection, *, base_url: str, secret_key: str,
         raise missing from None
     if campaign["status"] not in PUBLISHED or not is_on(conn, campaign_id):
         raise missing
-    layout = conn.execute(sa.text("SELECT html, postal_address FROM layouts WHERE id = :id"),
-                          {"id": campaign.get("layout_id")}).first() \
-        if campaign.get("layout_id") else None
     try:
-        # Inside its layout, as its messages are (issue 43, item 8: the web version was a
-        # bare fragment without the layout's title, footer and postal address).
         rendered = compile_campaign(
-            campaign["subject"], campaign["text_body"], campaign["html_body"],
-            layout_of(layout.html, layout.postal_address) if layout else None).render(
+            campaign["subject"], campaign["text_body"], campaign["html_body"]).render(
             recipient_context(
                 email=PLACEHOLDER_EMAIL, name="", attributes={},
                 unsubscribe_url=f"{base_url}/u/preview", campaign_name=campaign["name"],
