@@ -156,31 +156,3 @@ def test_the_checks_and_their_fixes_in_spanish(
     review = page_text(admin.get(f"/campaigns/{free['id']}/send"))
     assert "gmail.com es un dominio de correo gratuito" in review
     assert "envía desde un dominio que sea tuyo" in review
-
-
-def test_review_sees_the_unsubscribe_link_of_the_layout(
-        dns_app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 43, item 7: a campaign whose layout holds the unsubscribe link is not warned
-    about a missing one; the same body without the layout is."""
-    from webapp.domain import layouts
-
-    with engine.begin() as conn:
-        lst = lists.create_list(conn, "Layout list")
-        lists.add_subscribers(conn, lst["id"], [{"email": "reader@example.org"}])
-        layout = layouts.create(conn, {
-            "name": "Footer", "postal_address": "1 Main St",
-            "html": '<html><body>{{ content }}<p><a href="{{ unsubscribe_url }}">'
-                    'Unsubscribe</a></p></body></html>'})
-        body = {"list_id": lst["id"], "subject": "Hi", "from": "news@example.com",
-                "html": "<p>News without a link of its own</p>"}
-        framed = campaigns.create(conn, {**body, "name": "Framed",
-                                         "layout_id": layout["id"]},
-                                  default_from="news@example.com")
-        bare = campaigns.create(conn, {**body, "name": "Bare"},
-                                default_from="news@example.com")
-    marketer = Browser(dns_app.test_client(), make_user("marketer"))
-    framed_page = page_text(marketer.get(f"/campaigns/{framed['id']}/send"))
-    assert "Will it reach the inbox?" in framed_page
-    assert "no visible unsubscribe link" not in framed_page
-    assert "no visible unsubscribe link" in page_text(
-        marketer.get(f"/campaigns/{bare['id']}/send"))

@@ -144,14 +144,7 @@ def review_checks(conn: Connection, config: Config, campaign: dict[str, Any]) ->
     """What the review page warns about before a send: the From domain's failing DNS checks
     (free-mail From included) and a body without a visible unsubscribe link."""
     checks: list[dc.Check] = []
-    html = campaign.get("html_body")
-    if html and campaign.get("layout_id"):
-        # The reader sees the HTML inside its layout, which may hold the link (issue 43,
-        # item 7: a layout with the link was warned about).
-        layout = conn.execute(sa.text("SELECT html FROM layouts WHERE id = :id"),
-                              {"id": campaign["layout_id"]}).scalar()
-        html = f"{layout or ''}\n{html}"
-    if not has_visible_unsubscribe(campaign.get("text_body"), html):
+    if not has_visible_unsubscribe(campaign.get("text_body"), campaign.get("html_body")):
         checks.append(dc.Check("unsubscribe link", dc.PROBLEM, "the body has no visible "
                                "unsubscribe link: Gmail and Yahoo require one in marketing "
                                "mail (the List-Unsubscribe header alone is not enough).",
