@@ -196,15 +196,8 @@ def _attach_counts(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[st
                 "finished_at, complaints "
                 "FROM broadcasts WHERE id = ANY(:ids)"), {"ids": ids}).mappings():
             summaries[b["id"]] = dict(b)
-    # Failed or bounced jobs someone dismissed: the inbox leaves them out, the page says
-    # how many of its failures they are (issue 43, item 6).
-    dismissed: dict[int, int] = dict(conn.execute(sa.text(
-        f"SELECT broadcast_id, count(*) FROM delivery_jobs WHERE broadcast_id = ANY(:ids) "
-        f"AND status IN {states.sql_list(states.PROBLEM)} AND dismissed_at IS NOT NULL "
-        f"GROUP BY broadcast_id"), {"ids": ids}).all()) if ids else {}
     for r in rows:
         c = counts.get(r["broadcast_id"], dict.fromkeys(states.COUNTED, 0))
-        r["dismissed"] = int(dismissed.get(r["broadcast_id"], 0))
         r["counts"] = c
         r["total"] = sum(c.values())
         r["audience"] = summaries.get(r["broadcast_id"])

@@ -21,7 +21,7 @@ from webapp.domain.errors import Invalid
 from webapp.domain.fields import whole_number
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_
-from workers.core.states import BOUNCED, CANCELLED, FAILED, HELD, PENDING, RETRY, SENDING, SENT
+from workers.core.states import CANCELLED, HELD, PENDING, RETRY, SENDING, SENT
 from workers.delivery import queue
 from workers.delivery.queue import ProblemFilter
 
@@ -117,10 +117,6 @@ def counts(conn: Connection, f: Filters) -> dict[str, int]:
         result["scheduled"] += later
     result["failed"] = queue_reads.count_problems(conn, _problem_filter(f),
                                                   datetime.now(UTC))
-    # The Failed tab (the inbox) leaves out dismissed problems; say how many, so the tabs
-    # add up to the campaign's total (issue 43, item 6). The counters are exact.
-    result["dismissed"] = max(0, per_state.get(FAILED, 0) + per_state.get(BOUNCED, 0)
-                              - result["failed"])
     return result
 
 
