@@ -207,34 +207,3 @@ def test_bulk_actions_need_an_admin_and_the_csrf_token(
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT status FROM delivery_jobs WHERE id = :j"),
                             {"j": job}).scalar() == "pending"
-
-
-def test_a_message_scheduled_ahead_is_scheduled_not_due(
-        app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 43, item 5: a message asked for two hours ahead is not "due now, waiting for
-    a worker" on the dashboard or Queue health, not in the Waiting tab with a future "due
-    since", and the Scheduled tab counts and lists it with its time."""
-    from datetime import UTC, datetime, timedelta
-
-    from tests.conftest import Api
-
-    api = Api(app.test_client(), make_user("admin")["token"])
-    assert api.client.put("/api/v1/kinds/reminder", headers=api.headers, json={
-        "class": "lifecycle", "subject": "Hi", "text": "Hello"}).status_code == 201
-    at = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
-    r = api.post("/messages", {"kind": "reminder", "user_id": "u1",
-                               "email": "later@example.org", "send_at": at.isoformat()})
-    assert r.status_code == 202, r.get_json()
-    assert api.post("/messages", {"kind": "reminder", "user_id": "u2",
-                                  "email": "now@example.org"}).status_code == 202
-    browser = Browser(app.test_client(), make_user("admin"))
-    jobs = browser.get("/jobs/").get_data(as_text=True)
-    counts = _tab_counts(jobs)
-    assert (counts["waiting"], counts["scheduled"]) == (1, 1)
-    assert "now@example.org" in jobs and "later@example.org" not in jobs
-    scheduled = _text(browser.get("/jobs/?state=scheduled").get_data(as_text=True))
-    assert f"later@example.org reminder {at:%Y-%m-%d %H:%M:%S} UTC" in scheduled
-    home = _text(browser.get("/").get_data(as_text=True))
-    assert "1 due now, waiting for a worker" in home
-    health = browser.get("/health/?fragment=status").get_data(as_text=True)
-    assert re.search(r'id="health-due"><div class="n">1</div>', health), health

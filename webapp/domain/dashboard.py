@@ -24,9 +24,7 @@ def for_admin(conn: Connection, config: Config) -> dict[str, Any]:
     workers = queue_reads.running_workers(conn)
     return {
         "backlog": queue.backlog(conn),
-        # Pending jobs with a later send time are scheduled, not due (issue 43, item 5).
-        "due": max(0, sum(by_state[PENDING] for by_state in by_kind.values())
-                   - queue_reads.scheduled_messages(conn, queue_reads.JobFilter())),
+        "due": sum(by_state[PENDING] for by_state in by_kind.values()),
         "oldest_due": queue_reads.oldest_due_age(conn),
         "in_flight": sum(by_state[SENDING] for by_state in by_kind.values()),
         "retrying": sum(by_state[RETRY] for by_state in by_kind.values()),

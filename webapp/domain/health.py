@@ -269,14 +269,10 @@ def cached_alarms(engine: Engine, config: Config) -> list[Alarm]:
 def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
     """Everything the queue health page shows."""
     by_kind = queue_reads.jobs_by_kind_and_state(conn)
-    totals = {s: sum(k[s] for k in by_kind.values()) for s in next(iter(by_kind.values()))}
-    # Pending jobs with a later send time are scheduled, not due (issue 43, item 5).
-    scheduled = queue_reads.scheduled_messages(conn, queue_reads.JobFilter())
-    totals["pending"] = max(0, totals.get("pending", 0) - scheduled)
     return {
         "by_kind": by_kind,
-        "totals": totals,
-        "scheduled": scheduled,
+        "totals": {s: sum(k[s] for k in by_kind.values())
+                   for s in next(iter(by_kind.values()))},
         "oldest_due": queue_reads.oldest_due_age(conn),
         "backlog": queue.backlog(conn),
         "max_backlog": config.max_backlog,

@@ -109,12 +109,6 @@ def counts(conn: Connection, f: Filters) -> dict[str, int]:
     result["scheduled"] = 0 if no_campaign_jobs else len(
         [c for c in queue_reads.scheduled_campaigns(conn)
          if f.campaign_id is None or c["id"] == f.campaign_id])
-    if f.campaign_id is None:
-        # Messages sent later (send_at) are scheduled, not waiting (issue 43, item 5).
-        later = queue_reads.scheduled_messages(conn, queue_reads.JobFilter(
-            kind=f.kind, email=f.email))
-        result["waiting"] = max(0, result["waiting"] - later)
-        result["scheduled"] += later
     result["failed"] = queue_reads.count_problems(conn, _problem_filter(f),
                                                   datetime.now(UTC))
     return result
@@ -147,10 +141,7 @@ def page(conn: Connection, tab: str, f: Filters, cursor: str | None = None
     if tab == "scheduled":
         rows = [c for c in queue_reads.scheduled_campaigns(conn)
                 if f.campaign_id is None or c["id"] == f.campaign_id]
-        messages = [] if f.campaign_id is not None else queue_reads.jobs_in_state(
-            conn, "scheduled", queue_reads.JobFilter(kind=f.kind, email=f.email),
-            limit=PAGE_SIZE)
-        return {"rows": rows, "messages": messages, "next": None}
+        return {"rows": rows, "next": None}
     where = queue_reads.JobFilter(kind=f.kind, broadcast_id=f.broadcast_id, email=f.email)
     if f.campaign_id is not None and f.broadcast_id is None:
         return {"rows": [], "next": None}  # a campaign not sent yet has no jobs

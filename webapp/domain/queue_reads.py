@@ -549,14 +549,8 @@ class JobFilter:
 # delivery_jobs_sent_idx and delivery_jobs_cancelled_idx backwards (a campaign's, its
 # delivery_jobs_broadcast_finished_idx), so a page costs its 51 rows at 10M jobs too.
 BROWSER_STATES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = '{PENDING}'"
-                " AND j.available_at <= now()",
+    "waiting": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = '{PENDING}'",
                 ("j.priority", "j.available_at", "j.id")),
-    # Messages asked for with a later send_at (issue 43, item 5): pending, not due yet.
-    # Campaign jobs are created due, so only the transactional claim index is walked.
-    "scheduled": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = '{PENDING}'"
-                  " AND j.broadcast_id IS NULL AND j.available_at > now()",
-                  ("j.available_at", "j.id")),
     "retrying": (f"j.status IN {sql_list(CLAIMABLE)} AND j.status = '{RETRY}'",
                  ("j.priority", "j.available_at", "j.id")),
     "sending": (f"j.status = '{SENDING}'", ("j.claimed_at", "j.id")),
@@ -570,16 +564,6 @@ NEWEST_FIRST = frozenset({"sent", "cancelled"})  # finished: the latest is what 
 _BROWSER_COLUMNS = """j.id, j.kind, j.status, j.email, j.priority, j.available_at, j.attempts,
                j.last_error, j.last_error_class, j.claimed_by, j.claimed_at, j.created_at,
                j.finished_at, j.campaign_id, j.user_ref"""
-
-
-def scheduled_messages(conn: Connection, where: JobFilter) -> int:
-    """How many messages wait for a later send time (``pending`` but not due): counted
-    apart from those due now, which a worker should be taking."""
-    condition, _order = BROWSER_STATES["scheduled"]
-    extra, params = where.where()
-    return int(conn.execute(sa.text(
-        f"SELECT count(*) FROM delivery_jobs j WHERE {condition}{extra}"), params
-    ).scalar_one())
 
 
 def jobs_in_state(conn: Connection, state: str, where: JobFilter, *,
@@ -618,7 +602,7 @@ _WAITING = f"""
 SELECT w.*, c.name AS campaign_name FROM (
     (SELECT {_BROWSER_COLUMNS} FROM delivery_jobs j
       WHERE j.status IN {sql_list(CLAIMABLE)} AND j.broadcast_id IS NULL
-        AND j.status = '{PENDING}' AND j.available_at <= now(){{extra}}{{keyset}}
+        AND j.status = '{PENDING}'{{extra}}{{keyset}}
       ORDER BY j.priority, j.available_at, j.id LIMIT :limit)
     UNION ALL
     SELECT d.* FROM broadcasts b CROSS JOIN LATERAL (
