@@ -21,6 +21,8 @@ PUBLIC: frozenset[str] = frozenset({
     "auth.second_factor",  # the login's second step (checks its pending login itself)
     "auth.sso_start", "auth.sso_callback",  # single sign-on (state, PKCE, ID token checks)
     "public.unsubscribe_one_click", "ops.healthz", "api.openapi",
+    # The preference page the unsubscribe link opens (the signed token is the proof).
+    "public.preferences_save",
     # Subscription forms: anyone may subscribe (double opt-in, rate-limited per IP).
     "public.subscribe_form", "public.subscribe_css", "public.subscribe_submit",
     "public.subscribe_confirm", "public.subscribe_confirm_post", "api.subscribe",

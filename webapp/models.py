@@ -250,6 +250,7 @@ subscribers = Table(
     Column("attributes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("status", Text, nullable=False, server_default="active"),
     _now(),
+    Column("locale", Text),  # chosen on the preference page (migration 0042_preferences)
     CheckConstraint("status IN ('active', 'unsubscribed', 'blocklisted')",
                     name="subscribers_status_check"),
     # One subscriber per address however it is cased.
@@ -268,6 +269,20 @@ memberships = Table(
     _now(),
     PrimaryKeyConstraint("list_id", "subscriber_id"),
     Index("memberships_subscriber_idx", "subscriber_id"),
+)
+
+# Who left which list (preference page, unsubscribe link, one-click): the membership is
+# deleted and only a new confirmed consent (double opt-in) adds it back (0042_preferences).
+list_unsubscribes = Table(
+    "list_unsubscribes", metadata,
+    Column("list_id", BigInteger, ForeignKey("lists.id", ondelete="CASCADE"), nullable=False),
+    Column("subscriber_id", BigInteger, ForeignKey("subscribers.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("campaign_id", BigInteger),
+    Column("via", Text, nullable=False),
+    _now(),
+    PrimaryKeyConstraint("list_id", "subscriber_id"),
+    Index("list_unsubscribes_subscriber_idx", "subscriber_id"),
 )
 
 campaigns = Table(

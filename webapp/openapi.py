@@ -326,7 +326,11 @@ KIND: dict[str, Any] = {"type": "object",
                               "description": "seconds; 0 = no window"},
             "active": {"type": "boolean"}, "builtin": {"type": "boolean"},
             "version": {"type": "integer"}, "priority": {"type": "integer"},
-            "sample_data": {"type": "object"}, "sample_event": {"type": "object"}}}
+            "sample_data": {"type": "object"}, "sample_event": {"type": "object"},
+            "class_defaults_applied": {
+                "type": "object", "description": "PUT only: after a class change, each "
+                "timing that took the new class's default (left out, null or sent back "
+                "unchanged): {field: {from, to}}; a timing given a new value keeps it"}}}
 KIND_BODY = {"type": "object", "properties": {
     **{k: v for k, v in KIND["properties"].items()
        if k not in ("name", "builtin", "version", "priority")},

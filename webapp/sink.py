@@ -1,7 +1,8 @@
 """``senddock smtp-sink``: a local SMTP server that records what it accepts.
 
 Used by the tests, the demo and the benchmarks as a stand-in relay. Every
-accepted message becomes one JSON line in the record file; every refused
+accepted message becomes one JSON line in the record file (``time``: when it
+was accepted, ``started``: when its MAIL FROM arrived); every refused
 attempt too, with a ``"rejected"`` key holding the reply, so readers can tell
 them apart. Replies can be scripted per recipient with a rules file::
 
@@ -274,6 +275,7 @@ class Recorder:
         head = content.split(b"\r\n\r\n", 1)[0]
         entry = {
             "time": datetime.now(UTC).isoformat(),
+            "started": getattr(envelope, "started", None),  # its MAIL FROM
             "mail_from": envelope.mail_from,
             "rcpt_tos": list(envelope.rcpt_tos),
             "message_id": _header(head, b"message-id:"),
@@ -353,6 +355,7 @@ class SinkHandler:
             return reply
         envelope.mail_from = address
         envelope.mail_options.extend(options)
+        envelope.started = datetime.now(UTC).isoformat()  # type: ignore[attr-defined]
         return "250 OK"
 
     async def handle_RCPT(

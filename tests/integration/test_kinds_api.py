@@ -320,3 +320,38 @@ def test_who_may_define_and_send(client: Any, make_user: Callable[..., dict[str,
     assert support.post("/messages", message()).status_code == 202
     assert marketer.post("/messages", message()).status_code == 403
     assert marketer.get("/kinds").status_code == 403
+
+
+def test_a_class_change_takes_the_new_class_defaults_and_says_so(api: Api) -> None:
+    """Issue 43, item 2: a lifecycle kind switched to critical does not keep lifecycle
+    timings, whether the body leaves them out or sends the stored ones back; a timing
+    given a new value keeps it; the answer names what changed."""
+    lifecycle = {**ONBOARDING, "retry_schedule": None, "resend_cooldown": None,
+                 "dedupe_window": 86400}
+    assert put_kind(api, "reset", lifecycle).status_code == 201
+    r = put_kind(api, "reset", {"class": "critical"})
+    body = r.get_json()
+    assert r.status_code == 200, body
+    assert (body["retry_schedule"], body["resend_cooldown"], body["dedupe_window"]) == \
+        ([30, 120, 600], 60, 0)
+    assert body["class_defaults_applied"] == {
+        "retry_schedule": {"from": [300, 1800, 7200, 21600], "to": [30, 120, 600]},
+        "resend_cooldown": {"from": 3600, "to": 60},
+        "dedupe_window": {"from": 86400, "to": 0}}
+    # GET, change the class, PUT the whole thing back: the same.
+    kind = api.get("/kinds/reset").get_json()
+    sent_back = {k: kind[k] for k in ("subject", "text", "html", "retry_schedule",
+                                      "resend_cooldown", "dedupe_window")}
+    r = put_kind(api, "reset", {**sent_back, "class": "lifecycle"})
+    assert r.get_json()["retry_schedule"] == [300, 1800, 7200, 21600]
+    assert r.get_json()["dedupe_window"] == 86400
+    assert set(r.get_json()["class_defaults_applied"]) == {
+        "retry_schedule", "resend_cooldown", "dedupe_window"}
+    # A timing given a new value with the class change keeps it.
+    r = put_kind(api, "reset", {"class": "critical", "dedupe_window": 30})
+    assert r.get_json()["dedupe_window"] == 30 and r.get_json()["resend_cooldown"] == 60
+    assert "dedupe_window" not in r.get_json()["class_defaults_applied"]
+    # No class change: nothing applied.
+    r = put_kind(api, "reset", {"subject": "Hi"})
+    assert r.get_json()["class_defaults_applied"] == {}
+    assert r.get_json()["dedupe_window"] == 30

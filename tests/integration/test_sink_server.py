@@ -50,7 +50,8 @@ def test_record_fields_and_dot_transparency(sink: SinkServer) -> None:
     with smtp_client(sink.port) as client:
         client.sendmail("a@example.com", ["b@example.com", "C@Example.com"], RAW)
     [record] = sink.records()
-    assert set(record) == {"time", "mail_from", "rcpt_tos", "message_id", "subject", "size"}
+    assert set(record) == {"time", "started", "mail_from", "rcpt_tos", "message_id", "subject",
+                           "size"}
     assert record["mail_from"] == "a@example.com"
     assert record["rcpt_tos"] == ["b@example.com", "C@Example.com"]
     assert record["message_id"] == "<42.x@example.com>"

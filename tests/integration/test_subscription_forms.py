@@ -294,3 +294,36 @@ def test_only_the_public_form_may_be_framed(client: Any, engine: sa.Engine) -> N
     login = client.get("/login")
     assert login.headers["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in login.headers["Content-Security-Policy"]
+
+
+def test_someone_who_left_joins_again_only_by_confirming(client: Any, app: Any,
+                                                         engine: sa.Engine) -> None:
+    """Issue 43, item 4: leaving a list through the message's link, then the public form
+    sends a new confirmation email; the person is back on the list only once it is
+    confirmed (a new consent kept), never silently."""
+    from workers.building.links import make_token
+
+    list_id = _list(engine)
+    _submit(client, list_id, "ada@example.org")
+    client.post(_confirm_path(_confirmations(engine)[0]))
+    assert _members(engine, list_id) == {"ada@example.org": "active"}
+    with engine.connect() as conn:
+        sid = conn.execute(sa.text("SELECT id FROM subscribers")).scalar_one()
+    fresh = app.test_client()
+    assert fresh.post(f"/u/{make_token(SECRET, sid, None)}",
+                      data={"List-Unsubscribe": "One-Click"}).status_code == 200
+    assert _members(engine, list_id) == {}
+    with engine.begin() as conn:  # let the dedupe window of the first email pass
+        conn.execute(sa.text("UPDATE delivery_jobs SET created_at = now() - interval "
+                             "'2 days', dedupe_until = now() - interval '1 day'"))
+    r = _submit(client, list_id, "ada@example.org")
+    assert r.status_code == 200 and 'id="subscribe-done"' in r.get_data(as_text=True)
+    _first, second = _confirmations(engine)
+    assert second["email"] == "ada@example.org" and second["status"] == "pending"
+    assert _members(engine, list_id) == {}  # not before confirming
+    assert client.post(_confirm_path(second)).status_code == 200
+    assert _members(engine, list_id) == {"ada@example.org": "active"}
+    reqs = _requests(engine)
+    assert len(reqs) == 2 and all(r["confirmed_at"] is not None for r in reqs)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM list_unsubscribes")).scalar() == 0

@@ -158,3 +158,32 @@ def test_a_critical_kind_from_the_new_form_gets_critical_defaults(
     assert second.status_code == 202 and second.get_json()["existing"] is False
     assert second.get_json()["id"] != first["id"]
     assert second.get_json()["data"]["link"].endswith("t=2")
+
+
+def test_switching_the_class_in_the_form_applies_its_defaults_and_says_which(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Issue 43, item 2: the editor re-posts the stored timings; switched from lifecycle
+    to critical, the kind takes critical's defaults and the page names each change, in
+    English and Spanish."""
+    user = make_user("admin")
+    admin = Browser(client, user)
+    assert admin.post("/transactional/kinds", form(
+        retry_schedule="300, 1800, 7200, 21600", resend_cooldown="3600",
+        dedupe_window="86400")).status_code == 200
+    page = admin.post("/transactional/kinds/onboarding", form(
+        **{"class": "critical"}, retry_schedule="300, 1800, 7200, 21600",
+        resend_cooldown="3600", dedupe_window="86400")).get_data(as_text=True)
+    assert ("The class is now critical, so its defaults apply: Retry schedule: "
+            "300, 1800, 7200, 21600 → 30, 120, 600; Resend cooldown: 3600 → 60; "
+            "Dedupe window: 86400 → 0.") in page
+    with engine.begin() as conn:
+        row = conn.execute(sa.text("SELECT class, retry_schedule, resend_cooldown, "
+                                   "dedupe_window FROM kinds WHERE name = 'onboarding'")).one()
+        assert tuple(row) == ("critical", [30, 120, 600], 60, 0)
+        conn.execute(sa.text("UPDATE users SET locale = 'es' WHERE id = :id"),
+                     {"id": user["id"]})
+    page = admin.post("/transactional/kinds/onboarding", form(
+        **{"class": "lifecycle"}, retry_schedule="30, 120, 600", resend_cooldown="60",
+        dedupe_window="0")).get_data(as_text=True)
+    assert ("La clase ahora es ciclo de vida, así que se aplican sus valores por defecto: "
+            "Calendario de reintentos: 30, 120, 600 → 300, 1800, 7200, 21600; ") in page

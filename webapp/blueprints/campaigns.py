@@ -45,7 +45,7 @@ AFTER = {"pause": Campaign.PAUSED, "resume": Campaign.SENDING, "cancel": Campaig
          "unschedule": Campaign.DRAFT}
 DONE_MESSAGES = {"pause": _l("Paused: nothing new is sent until you resume."),
                  "resume": _l("Resumed: sending continues."),
-                 "cancel": _l("Cancelled: messages not yet sent will not be sent."),
+                 "cancel": _l("Cancelled: no other message of it will start."),
                  "unschedule": _l("No longer scheduled: the campaign is a draft again.")}
 
 
@@ -356,11 +356,15 @@ def send(campaign_id: int) -> Response:
 def action(campaign_id: int, action: str) -> Response:
     try:
         with engine().begin() as conn:
-            ACTIONS[action](conn, campaign_id, actor=actor())
+            result = ACTIONS[action](conn, campaign_id, actor=actor())
     except DomainError as exc:
         flash(_("Could not %(action)s: %(why)s", action=str(ACTION_WORDS[action]),
                 why=localize(exc.message)), "error")
     else:
         # The message lasts only while it is true (base.html, app.js: data-while-status).
-        flash(str(DONE_MESSAGES[action]), f"success:{AFTER[action]}")
+        done = str(DONE_MESSAGES[action])
+        if action in ("pause", "cancel"):
+            done += " " + _("Messages in flight at that moment (they finished): %(n)s.",
+                            n=result.get("in_flight", 0))
+        flash(done, f"success:{AFTER[action]}")
     return redirect(_link(campaign_id), 303)

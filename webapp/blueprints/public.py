@@ -1,4 +1,5 @@
-"""Pages for recipients and visitors, reachable without logging in: the unsubscribe link,
+"""Pages for recipients and visitors, reachable without logging in: the unsubscribe link
+(the person's preference page),
 and a list's subscription form with its confirmation link (double opt-in). The signed
 token in the URL is the proof (P10); a GET never unsubscribes or confirms by itself,
 because link scanners and mail previewers follow links."""
@@ -24,30 +25,68 @@ def _invalid(token: str) -> tuple[str, int]:
                            test_link=token in ("test-message", "preview")), 404
 
 
+def _preferences(recipient: dict[str, Any], token: str, status: int = 200,
+                 **extra: Any) -> tuple[str, int]:
+    """The preference page (in the language the person chose, else ``?lang=``, else the
+    browser's): the lists they are on, leave one or all, their language."""
+    language = _language(recipient.get("locale"))
+    return render_template("public/unsubscribe.html", recipient=recipient, token=token,
+                           language=language, languages=LANGUAGES, **extra), status
+
+
 @bp.get("/u/<token>")
 def unsubscribe(token: str) -> str | tuple[str, int]:
+    """The link in every message: the preference page. A GET changes nothing."""
     with engine().connect() as conn:
         recipient = unsubscribe_links.recipient_for(conn, config().secret_key, token)
     if recipient is None:
         return _invalid(token)
-    return render_template("public/unsubscribe.html", recipient=recipient, token=token)
+    return _preferences(recipient, token)
 
 
 @bp.post("/u/<token>/confirm")
 def unsubscribe_confirm(token: str) -> str | tuple[str, int]:
+    """The page's main button: leave the list the message came from (every list when the
+    message names none); the others stay."""
     try:
         with engine().begin() as conn:
             recipient = unsubscribe_links.unsubscribe(conn, config().secret_key, token,
                                                       via="unsubscribe page")
     except NotFound:
         return _invalid(token)
-    return render_template("public/unsubscribe.html", recipient=recipient, done=True)
+    return _preferences(recipient, token, done=True)
+
+
+@bp.post("/u/<token>/preferences")
+def preferences_save(token: str) -> str | tuple[str, int]:
+    """The preference form: leave the ticked lists (or all of them), set the language."""
+    form = request.form
+    try:
+        leave_ids = [int(v) for v in form.getlist("leave")]
+    except ValueError:
+        leave_ids = [-1]  # not a list id: refused below with a message
+    locale = form.get("locale") or None
+    try:
+        with engine().begin() as conn:
+            recipient = unsubscribe_links.update(
+                conn, config().secret_key, token, leave_ids=leave_ids,
+                leave_all=form.get("leave_all") == "1", locale=locale)
+    except NotFound:
+        return _invalid(token)
+    except Invalid as exc:
+        with engine().connect() as conn:
+            found = unsubscribe_links.recipient_for(conn, config().secret_key, token)
+        assert found is not None
+        _language(found["locale"])
+        return _preferences(found, token, 422, error=localize(exc.message))
+    return _preferences(recipient, token, saved=True)
 
 
 @bp.post("/u/<token>")
 def unsubscribe_one_click(token: str) -> Response:
     """RFC 8058 one-click: the mail client POSTs ``List-Unsubscribe=One-Click`` to the
-    List-Unsubscribe URL, without a session or CSRF token (the signed URL is the proof)."""
+    List-Unsubscribe URL, without a session or CSRF token (the signed URL is the proof).
+    It leaves the list the message came from; the person's other lists stay."""
     if request.form.get("List-Unsubscribe") != "One-Click":
         return Response("Expected the form body List-Unsubscribe=One-Click (RFC 8058).\n",
                         status=400, mimetype="text/plain")

@@ -16,7 +16,7 @@ from webapp.context import actor, config, engine
 from webapp.domain import kinds, queue_reads
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
-from webapp.i18n import localize
+from webapp.i18n import label, localize
 from workers.building.kinds import CLASSES, all_kinds
 from workers.core.i18n import N_
 
@@ -88,6 +88,18 @@ def _form_body(builtin: bool) -> dict[str, Any]:
     return body
 
 
+_FIELD_LABELS = {"retry_schedule": lambda: _("Retry schedule"),
+                 "resend_cooldown": lambda: _("Resend cooldown"),
+                 "dedupe_window": lambda: _("Dedupe window")}
+
+
+def _shown(value: Any) -> str:
+    """A timing as the form shows it (seconds; a schedule comma-separated)."""
+    if value is None:
+        return _("the setting's default")
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def _values(conn: Any, name: str) -> dict[str, Any]:
     spec = kinds.get(conn, name)
     view = kinds.as_json(conn, spec)
@@ -140,6 +152,11 @@ def save(name: str | None = None) -> Response | tuple[str, int]:
     except DomainError as exc:
         return _editor(values, name=name, error=exc, status=exc.status)
     flash(_("Saved kind %(name)s.", name=target), "success")
+    if kind.class_changes:
+        flash(_("The class is now %(cls)s, so its defaults apply: %(changes)s.",
+                cls=label(kind.kind_class), changes="; ".join(
+                    f"{_FIELD_LABELS[f]()}: {_shown(c['from'])} → {_shown(c['to'])}"
+                    for f, c in kind.class_changes.items())), "success")
     return redirect(url_for("transactional.edit", name=target), 303)
 
 

@@ -266,10 +266,12 @@ def _refused(campaign: dict[str, Any], to: str) -> Conflict:
 
 
 def pause(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
-    """Stop claiming the campaign's jobs (one row, any size); in-flight ones finish."""
+    """Stop claiming the campaign's jobs (one row, any size) and starting its messages;
+    the ones in flight finish (``in_flight``: how many)."""
+    in_flight = lifecycle.stop_sending(conn, campaign_id)
     if not lifecycle.pause_campaign(conn, campaign_id, None, actor):
         raise _refused(get(conn, campaign_id), Campaign.PAUSED)
-    return with_counts(conn, campaign_id)
+    return {**with_counts(conn, campaign_id), "in_flight": in_flight}
 
 
 def resume(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
@@ -282,10 +284,13 @@ def resume(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict
 def cancel(conn: Connection, campaign_id: int, *, actor: str = "system") -> dict[str, Any]:
     """Cancel: from the commit on none of its jobs is claimed (one row, any size); the
     engine then moves the waiting ones to `cancelled` in chunks (workers.delivery.lifecycle), and
-    the page counts them down. In-flight ones finish."""
+    the page counts them down. No message of it starts after the commit: the cancel waits
+    for the ones inside an SMTP transaction (at most one per drain thread), which finish;
+    ``in_flight`` says how many there were."""
+    in_flight = lifecycle.stop_sending(conn, campaign_id)
     if not lifecycle.cancel_campaign(conn, campaign_id, actor):
         raise _refused(get(conn, campaign_id), Campaign.CANCELLED)
-    return with_counts(conn, campaign_id)
+    return {**with_counts(conn, campaign_id), "in_flight": in_flight}
 
 
 # --- before sending: audience, preview, test send ----------------------------------------

@@ -15,6 +15,7 @@ Guarantees kept here:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -210,7 +211,13 @@ class KindInput:
     description: str
     sample_data: dict[str, Any]
     sample_event: dict[str, Any]
+    # A class change: {field: {"from": old, "to": the new class's default}} for each timing
+    # the new class's default replaced (issue 43, item 2).
+    class_changes: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
+
+#: The fields a class gives defaults to.
+TIMINGS = ("retry_schedule", "resend_cooldown", "dedupe_window")
 
 _FIELDS = ("class", "subject", "text", "html", "retry_schedule", "resend_cooldown",
            "dedupe_window", "active", "description", "sample_data", "sample_event")
@@ -251,6 +258,7 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
     else:
         base = current
     merged = {**base, **body}
+    merged["_class_changes"] = _class_defaults(body, current, merged)
     if not (current and current["builtin"]) and merged["class"] in CLASSES:
         for field in ("retry_schedule", "resend_cooldown"):  # null: the class's default
             if merged.get(field) is None:
@@ -265,6 +273,27 @@ def _merged(name: str, body: dict[str, Any], current: dict[str, Any] | None) -> 
     return merged
 
 
+def _class_defaults(body: dict[str, Any], current: dict[str, Any] | None,
+                    merged: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A kind moving to another class takes that class's timings (a kind switched from
+    lifecycle to critical must not keep retrying for six hours): each timing the body
+    leaves out, leaves empty or repeats unchanged (a form or a GET-edit-PUT sends the
+    stored value back) becomes the new class's default, in ``merged``. A timing given a
+    new value wins. Returns what changed: {field: {"from": …, "to": …}}."""
+    if current is None or current["builtin"] or merged.get("class") not in CLASSES \
+            or merged["class"] == current["class"]:
+        return {}
+    changes: dict[str, dict[str, Any]] = {}
+    for name in TIMINGS:
+        if name in body and body[name] is not None and body[name] != current[name]:
+            continue
+        default = DEFAULTS[merged["class"]][name]
+        merged[name] = default
+        if current[name] != default:
+            changes[name] = {"from": current[name], "to": default}
+    return changes
+
+
 def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindInput, bool]:
     """Validate a ``PUT /kinds/{name}`` body; fields left out keep their current value (a
     new kind's: its class's defaults). Returns (kind, created). Raises :class:`Invalid`
@@ -275,6 +304,7 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
                       fields={"name": N_("differs from the URL")})
     current = _current(conn, name)
     merged = _merged(name, body, current)
+    class_changes = merged.pop("_class_changes")
     fields: dict[str, str] = {}
     values: dict[str, Any] = {}
     builtin = bool(current and current["builtin"])
@@ -318,7 +348,7 @@ def parse_kind(conn: Connection, name: str, body: dict[str, Any]) -> tuple[KindI
     kind = KindInput(name, values["class"], values["subject"], values["text"], values["html"],
                      values["retry_schedule"], values["resend_cooldown"],
                      values["dedupe_window"], values["active"], values["description"],
-                     values["sample_data"], values["sample_event"])
+                     values["sample_data"], values["sample_event"], class_changes)
     render(kind, kind.sample_data, kind.sample_event)  # refuses what cannot render
     return kind, current is None
 

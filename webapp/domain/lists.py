@@ -242,6 +242,8 @@ def validate_subscribers(items: Iterable[Any]) -> tuple[list[tuple[int, Subscrib
 
 
 # Upsert by lower(email) and add to the list, set-based: one statement for any batch size.
+# Whoever left the list (list_unsubscribes) is not added back: only their own confirmed
+# consent does that (webapp.domain.subscriptions.confirm).
 _UPSERT = sa.text("""
 WITH input AS (
     SELECT * FROM unnest(CAST(:emails AS text[]), CAST(:names AS text[]),
@@ -255,6 +257,8 @@ WITH input AS (
     RETURNING id, (xmax = 0) AS inserted
 ), m AS (
     INSERT INTO memberships (list_id, subscriber_id) SELECT :list_id, id FROM up
+     WHERE NOT EXISTS (SELECT 1 FROM list_unsubscribes u
+                        WHERE u.list_id = :list_id AND u.subscriber_id = up.id)
     ON CONFLICT DO NOTHING
 )
 SELECT count(*) FILTER (WHERE inserted) AS added, count(*) FILTER (WHERE NOT inserted) AS updated

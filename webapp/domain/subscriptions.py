@@ -11,6 +11,9 @@ Guarantees kept here:
 
 - a pending request is not a membership: the broadcast enqueue, which reads memberships,
   cannot reach it;
+- someone who left the list (``list_unsubscribes``) or unsubscribed from everything can
+  ask again: the form sends the confirmation email, and only confirming it (a new consent)
+  puts them back on the list;
 - the answer to a request is the same whether or not the address is already on the list
   (nobody learns who is subscribed), and the same for a honeypot hit (a bot learns nothing);
 - at most :data:`RATE_PER_HOUR` requests per IP address per hour, counted in the database
@@ -180,7 +183,7 @@ def request(conn: Connection, config: Config, list_id: int, *, email: Any, name:
     _check_rate(conn, remote_addr)
     member = conn.execute(sa.text("""
         SELECT 1 FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
-         WHERE m.list_id = :l AND lower(s.email) = lower(:e)"""),
+         WHERE m.list_id = :l AND lower(s.email) = lower(:e) AND s.status = 'active'"""),
         {"l": list_id, "e": address}).first()
     request_id = conn.execute(sa.text("""
         INSERT INTO subscription_requests (list_id, email, name, source, locale, remote_addr,
@@ -218,6 +221,15 @@ def confirm(conn: Connection, secret_key: str, token: str, *,
     found = pending_request(conn, secret_key, token)
     conn.execute(sa.text("SELECT 1 FROM subscription_requests WHERE id = :id FOR UPDATE"),
                  {"id": found["id"]})
+    # A new confirmed consent: whoever left this list (or, before per-list unsubscribing,
+    # every list) joins it again.
+    rejoined = conn.execute(sa.text("""
+        DELETE FROM list_unsubscribes u USING subscribers s
+         WHERE u.list_id = :l AND s.id = u.subscriber_id AND lower(s.email) = lower(:e)"""),
+        {"l": found["list_id"], "e": found["email"]}).rowcount
+    rejoined += conn.execute(sa.text(
+        "UPDATE subscribers SET status = 'active' WHERE lower(email) = lower(:e) "
+        "AND status = 'unsubscribed'"), {"e": found["email"]}).rowcount
     lists.upsert_subscribers(conn, found["list_id"], [
         lists.SubscriberInput(found["email"], found["name"], {})])
     changed = conn.execute(sa.text("""
@@ -227,5 +239,5 @@ def confirm(conn: Connection, secret_key: str, token: str, *,
     if changed:
         audit.record(conn, "visitor (confirmation link)", "subscriber.confirm",
                      f"list:{found['list_id']}", email=found["email"],
-                     request=found["id"])
+                     request=found["id"], rejoined=bool(rejoined))
     return found

@@ -187,7 +187,7 @@ def stats(conn: Connection, campaign_id: int, *, by: str = "hour") -> dict[str, 
              GROUP BY 1 ORDER BY 1 DESC LIMIT :n) t ORDER BY at"""),
         {"c": campaign_id, "by": by, "n": MAX_BUCKETS})]
     unsubscribes = conn.execute(sa.text("""
-        SELECT count(*) FROM audit_log
+        SELECT count(DISTINCT target) FROM audit_log
          WHERE action = 'subscriber.unsubscribe' AND details->>'campaign' = :c"""),
         {"c": str(campaign_id)}).scalar_one()
     audience = campaign.get("audience") or {}

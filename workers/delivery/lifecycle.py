@@ -10,6 +10,14 @@ cancelled` (legal moves of :data:`workers.states.TRANSITIONS`) along the campaig
 of ids, ten thousand ids at a time, each chunk its own short transaction, while the
 counters (kept by the same statements) stay exact: the page shows "cancelling: N left"
 from them until N is 0.
+
+What the claim cannot stop are the jobs a worker claimed before the commit: a batch's
+later messages. So a campaign message is also checked at the relay's 354, just before it
+goes out (:class:`SendGuard`): the drain thread's own session takes the campaign's shared
+advisory lock and reads its status; a pause or a cancel takes the exclusive lock before it
+moves the row (:func:`stop_sending`), so it waits for the messages then inside an SMTP
+transaction (at most one per drain thread) and every later check sees the new status. From
+the commit on no campaign message starts; the ones in flight finish and are counted.
 """
 
 from __future__ import annotations
@@ -20,10 +28,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from workers.core import pg
 from workers.core.states import CLAIMABLE, Campaign, sql_list
 from workers.delivery.queue import custom_plan, settle_window  # noqa: F401 (settle_window: callers)
 
@@ -59,12 +70,96 @@ def _move(conn: Connection, campaign_id: int, *, to: str, action: str, actor: st
                                 "details": json.dumps(details)}).first() is not None
 
 
+# --- the send guard ---------------------------------------------------------------------
+
+#: ``pg_locks.classid`` of the send guard's advisory locks (their objid is the campaign's).
+GUARD_CLASS = 0x5D0C
+
+
+def guard_key(campaign_id: int) -> int:
+    """The campaign's advisory lock key (one bigint: GUARD_CLASS, then the id's low 32
+    bits; two campaigns sharing a key only wait for each other's messages)."""
+    return (GUARD_CLASS << 32) | (campaign_id & 0xFFFFFFFF)
+
+
+_IN_FLIGHT = sa.text("""
+SELECT count(*) FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND mode = 'ShareLock'
+   AND classid = CAST(:high AS oid) AND objid = CAST(:low AS oid)""")
+
+
+def stop_sending(conn: Connection, campaign_id: int) -> int:
+    """In the caller's transaction: wait until no message of the campaign is inside an
+    SMTP transaction, and keep any from starting until the transaction ends (a pause or a
+    cancel then commits its status, which every later check sees). Returns how many were
+    in flight when it was asked (they finish; at most one per drain thread)."""
+    key = guard_key(campaign_id)
+    in_flight = int(conn.execute(_IN_FLIGHT, {"high": key >> 32,
+                                              "low": key & 0xFFFFFFFF}).scalar_one())
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+    return in_flight
+
+
+class SendGuard:
+    """A drain thread's check, at the relay's 354, that a campaign message may go out
+    (migration 0042's ``senddock_send_guard``). Its own session (opened when first used,
+    one per drain thread), since the shared lock is held across the SMTP transaction and
+    the delivery threads' pooled sessions never are. One round trip to enter, one to
+    leave; a database error says no (the message is not sent, it goes back to wait)."""
+
+    def __init__(self, info: str, application_name: str) -> None:
+        self.info = info
+        self.application_name = application_name
+        self.conn: psycopg.Connection[Any] | None = None
+        self.held: int | None = None
+
+    def enter(self, campaign_id: int) -> bool:
+        """True if the campaign is sending: its shared lock is then held until
+        :meth:`leave`. False if it is not, or a pause or cancel is being committed."""
+        key = guard_key(campaign_id)
+        try:
+            if self.conn is None or self.conn.closed:
+                self.conn = pg.connect(self.info, application_name=self.application_name,
+                                       autocommit=True)
+            row = self.conn.execute("SELECT senddock_send_guard(%s, %s)",
+                                    (campaign_id, key)).fetchone()
+        except psycopg.Error as exc:
+            log.warning("send guard: %s; the message is not sent now", pg.first_line(exc))
+            self.close()
+            return False
+        if row is None or not row[0]:
+            return False
+        self.held = key
+        return True
+
+    def leave(self) -> None:
+        """Release the lock :meth:`enter` took (if any): the message has been answered."""
+        if self.held is None:
+            return
+        key, self.held = self.held, None
+        try:
+            assert self.conn is not None
+            self.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
+        except psycopg.Error:
+            self.close()  # the session's end releases its locks
+
+    def close(self) -> None:
+        self.held = None
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg.Error:
+                pass
+            self.conn = None
+
+
 def pause_campaign(conn: Connection, campaign_id: int, reason: str | None,
                    actor: str) -> bool:
     """Pause a sending campaign (a marketer's button, the relay refusing its From, the
     complaint guard): nothing new is claimed from the commit on; in-flight messages
     finish. ``reason`` is shown on its page (None for a person's pause). True if this call
     paused it (False: it was not sending)."""
+    stop_sending(conn, campaign_id)
     return _move(conn, campaign_id, to=Campaign.PAUSED, action="campaign.pause",
                  actor=actor, reason=reason[:1000] if reason else None)
 
@@ -80,7 +175,9 @@ def resume_campaign(conn: Connection, campaign_id: int, actor: str) -> bool:
 
 def cancel_campaign(conn: Connection, campaign_id: int, actor: str) -> bool:
     """Cancel a campaign that has not finished: from the commit on none of its jobs is
-    claimed; the waiting ones become `cancelled` shortly after (:class:`Settler`)."""
+    claimed; the waiting ones become `cancelled` shortly after (:class:`Settler`), and
+    no message of it starts any more (:func:`stop_sending`)."""
+    stop_sending(conn, campaign_id)
     return _move(conn, campaign_id, to=Campaign.CANCELLED, action="campaign.cancel",
                  actor=actor)
 

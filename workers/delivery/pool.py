@@ -471,8 +471,8 @@ class Pool:
                         not self._may_start(fence):
                     self._give_back(db, handed, jobs[index:])
                     return
-                if batch.holds(job) or (job.kind == "broadcast"
-                                        and time.monotonic() > yield_at):
+                if batch.holds(job) or job.campaign_id in fence.stopped or (
+                        job.kind == "broadcast" and time.monotonic() > yield_at):
                     handed = self._hand_over(db, handed, job, outcomes.released(job))
                     continue
                 if not self._wait_for_slot(slot, interval):
@@ -606,9 +606,20 @@ class Pool:
         transport = transports.get(relay)
         aftermath.relay = relay.index
         started = datetime.now(UTC)
+        guard = transports.guard
+        campaign = job.campaign_id if job.kind == "broadcast" else None
+
+        def go_ahead() -> None:
+            before_send()
+            # Last: nothing may wait between the campaign's check and the message going
+            # out, and its lock is held until the relay has answered (lifecycle).
+            if campaign is not None and not guard.enter(campaign):
+                fence.stopped.add(campaign)
+                raise _NotSent
+
         try:
             result = transport.send(envelope.mail_from, job.email, envelope.message,
-                                    before_data=before_send)
+                                    before_data=go_ahead)
         except _NotSent:
             return outcomes.released(job)
         except Exception as exc:
@@ -616,6 +627,8 @@ class Pool:
             transport.close()  # its state is unknown: the next message reconnects
             return outcomes.build_failed(job, f"could not send the message: "
                                               f"{type(exc).__name__}: {exc}", stage="send")
+        finally:
+            guard.leave()  # before anything records: a pause there waits for this lock
         result = self._judge_streak(job, result, aftermath)
         result = self._judge_throttle(job, result, aftermath, envelope.mail_from)
         aftermath.note(job, result, campaign_sender=envelope.campaign_sender,
@@ -833,6 +846,9 @@ class _Transports:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.open: dict[int, SmtpTransport] = {}
+        # The check at 354 that a campaign message may go out (pause, cancel).
+        self.guard = lifecycle.SendGuard(pg.engine_conninfo(pool.engine),
+                                         pg.application_name(pool.process, "send-guard"))
 
     def get(self, relay: RelaySpec) -> SmtpTransport:
         if relay.index not in self.open:
@@ -842,6 +858,7 @@ class _Transports:
     def close(self) -> None:
         for transport in self.open.values():
             transport.close()
+        self.guard.close()
 
 
 class _NotSent(Exception):
@@ -866,6 +883,9 @@ class _Fence:
 
     term: int
     broken: str | None = None
+    # Campaigns found paused or cancelled at a message's 354: the batch's other messages
+    # of them go back unsent without trying.
+    stopped: set[int] = dataclasses.field(default_factory=set)
 
 
 class StatementDb:

@@ -30,4 +30,6 @@ def put_kind(name: str) -> Response:
     with engine().begin() as conn:
         kind, created = kinds.parse_kind(conn, name, data)
         saved = kinds.save(conn, kind, actor=actor(), created=created)
+    # A class change says which timings took the new class's defaults.
+    saved["class_defaults_applied"] = kind.class_changes
     return answer(saved, 201 if created else 200)

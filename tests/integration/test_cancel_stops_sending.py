@@ -1,0 +1,119 @@
+"""Issue 43, item 3: after a cancel (or a pause) commits, no campaign message may start;
+only those inside an SMTP transaction at that instant finish (at most one per drain
+thread), and the cancel says how many. Real PostgreSQL, the real pool, a real SMTP sink
+that takes 20 ms per message and records when each message's MAIL FROM arrived."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.conftest import wait_for
+from tests.helpers import make_campaign
+from webapp.domain import campaigns
+from workers.core.settings import Config
+from workers.delivery import lifecycle
+from workers.delivery.pool import Pool
+
+N = 400
+WORKERS = 4
+
+
+def _counts(engine: sa.Engine, campaign_id: int) -> dict[str, int]:
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.text(  # type: ignore[arg-type]
+            "SELECT status, count(*) FROM delivery_jobs WHERE campaign_id = :c "
+            "GROUP BY status"), {"c": campaign_id}).all())
+
+
+def _stop_mid_send(engine: sa.Engine, sink: Any, config_for: Callable[..., Config],
+                   action: Callable[..., dict[str, Any]]) -> None:
+    sink.set_rules({"delay": 0.02})
+    campaign = make_campaign(engine, [f"r{i}@example.org" for i in range(N)])
+    pool = Pool(engine, config_for(sink.port, WORKERS=str(WORKERS)), node="test-node")
+    pool.start()
+    try:
+        wait_for(lambda: len(sink.records()) >= 60, timeout=60,
+                 message="the campaign to be sending")
+        with engine.begin() as conn:
+            result = action(conn, campaign["id"], actor="marketer")
+        committed = datetime.now(UTC)  # the commit has returned
+        at_commit = len(sink.records())
+        assert 0 <= result["in_flight"] <= WORKERS
+        # The pool goes on draining other work; the campaign's claimed jobs go back
+        # unsent (and a cancel's waiting ones are settled): wait until none is in hand.
+        wait_for(lambda: not _counts(engine, campaign["id"]).get("sending"), timeout=60,
+                 message="no job of the campaign in hand")
+        time.sleep(0.3)  # anything a worker still had would reach the sink by now
+        records = sink.records()
+    finally:
+        pool.stop()
+    late = [r for r in records
+            if datetime.fromisoformat(r["started"]) >= committed
+            or datetime.fromisoformat(r["time"]) >= committed]
+    assert late == [], f"{len(late)} message(s) started after the commit: {late[:3]}"
+    assert len(records) == at_commit < N
+    counts = _counts(engine, campaign["id"])
+    assert counts.get("sent", 0) == len(records), counts
+
+
+def test_no_message_starts_after_a_cancel_commits(engine: sa.Engine, sink: Any,
+                                                  config_for: Callable[..., Config]) -> None:
+    _stop_mid_send(engine, sink, config_for, campaigns.cancel)
+
+
+def test_no_message_starts_after_a_pause_commits(engine: sa.Engine, sink: Any,
+                                                 config_for: Callable[..., Config]) -> None:
+    _stop_mid_send(engine, sink, config_for, campaigns.pause)
+
+
+def test_the_guard_says_no_once_stopped_and_counts_who_is_in_flight(
+        engine: sa.Engine, db_url: str) -> None:
+    from workers.core import pg
+
+    campaign = make_campaign(engine, ["a@example.org"])
+    info = pg.engine_conninfo(engine)
+    first = lifecycle.SendGuard(info, "test-guard-1")
+    second = lifecycle.SendGuard(info, "test-guard-2")
+    try:
+        assert first.enter(campaign["id"]) and second.enter(campaign["id"])
+        with engine.connect() as conn:
+            count = conn.execute(lifecycle._IN_FLIGHT, {
+                "high": lifecycle.guard_key(campaign["id"]) >> 32,
+                "low": lifecycle.guard_key(campaign["id"]) & 0xFFFFFFFF}).scalar_one()
+        assert count == 2  # one per drain thread's session
+        first.leave()
+        second.leave()
+        with engine.begin() as conn:
+            assert campaigns.cancel(conn, campaign["id"], actor="t")["in_flight"] == 0
+        assert not first.enter(campaign["id"])  # cancelled: no message starts
+        assert first.held is None
+        # While a cancel waits for the lock, a new message does not start either.
+        other = make_campaign(engine, ["b@example.org"], name="Other")
+        with engine.begin() as conn:
+            lifecycle.stop_sending(conn, other["id"])
+            assert not first.enter(other["id"])
+        assert first.enter(other["id"])  # rolled back: still sending
+        first.leave()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_page_says_how_many_were_in_flight(client: Any, engine: sa.Engine,
+                                               make_user: Callable[..., dict[str, Any]]
+                                               ) -> None:
+    from tests.helpers import Browser
+
+    marketer = Browser(client, make_user("marketer"))
+    for lang, words in (("en", "Messages in flight at that moment (they finished): 0."),
+                        ("es", "Mensajes en curso en ese momento (terminaron): 0.")):
+        campaign = make_campaign(engine, [f"x-{lang}@example.org"], name=f"C {lang}")
+        page = marketer.client.post(
+            f"/campaigns/{campaign['id']}/cancel", data={"csrf_token": marketer.token},
+            headers={"Accept-Language": lang}, follow_redirects=True).get_data(as_text=True)
+        assert words in page, page
