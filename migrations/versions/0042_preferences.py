@@ -35,6 +35,15 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     ok boolean;
 BEGIN
+    -- A pause or cancel waiting for the exclusive lock: no new message. (This session may
+    -- hold the shared lock for another thread's message already, and a session's own
+    -- request would then be granted at once, past the waiter.)
+    IF EXISTS (SELECT 1 FROM pg_locks
+                WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+                  AND classid = CAST(lock_key >> 32 AS oid)
+                  AND objid = CAST(lock_key & 4294967295 AS oid)) THEN
+        RETURN false;
+    END IF;
     IF NOT pg_try_advisory_lock_shared(lock_key) THEN
         RETURN false;
     END IF;

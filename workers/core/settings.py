@@ -163,13 +163,13 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
-    Setting("DB_WEB_POOL", "5",
+    Setting("DB_WEB_POOL", "4",
             "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
             "opens, and the number of its request threads unless --threads says otherwise "
             "(one connection per thread: no request waits for another's connection); "
             "requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
-            "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 2, web = "
-            "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 1 (docs/scale-out.md)."),
+            "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
+            "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
     Setting("DB_DELIVERY_POOL", "4",
             "Most PostgreSQL connections the delivery threads of one serve/worker process "
             "share: claims, the finisher's session that commits outcomes, maintenance (SMTP "
@@ -549,7 +549,7 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
-    db_web_pool: int = 5
+    db_web_pool: int = 4
     db_delivery_pool: int = 4
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0

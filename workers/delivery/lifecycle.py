@@ -101,50 +101,63 @@ def stop_sending(conn: Connection, campaign_id: int) -> int:
 
 
 class SendGuard:
-    """A drain thread's check, at the relay's 354, that a campaign message may go out
-    (migration 0042's ``senddock_send_guard``). Its own session (opened when first used,
-    one per drain thread), since the shared lock is held across the SMTP transaction and
-    the delivery threads' pooled sessions never are. One round trip to enter, one to
-    leave; a database error says no (the message is not sent, it goes back to wait)."""
+    """The drain threads' check, at the relay's 354, that a campaign message may go out
+    (migration 0042's ``senddock_send_guard``). One session per process, shared by its
+    drain threads one call at a time (so the guard costs one connection of the budget,
+    docs/scale-out.md), opened when first used: the campaign's shared lock is held by that
+    session from a thread's :meth:`enter` to its :meth:`leave`, across the SMTP
+    transaction. A session's own lock requests are granted at once while it holds the
+    lock, so the function first says no while a pause or cancel waits for the exclusive
+    lock: the messages in flight finish, no new one starts, and the pause commits. One
+    round trip to enter, one to leave; a database error says no (the message is not sent,
+    it goes back to wait)."""
 
     def __init__(self, info: str, application_name: str) -> None:
         self.info = info
         self.application_name = application_name
         self.conn: psycopg.Connection[Any] | None = None
-        self.held: int | None = None
+        self.lock = threading.Lock()
+        self.local = threading.local()
 
     def enter(self, campaign_id: int) -> bool:
-        """True if the campaign is sending: its shared lock is then held until
-        :meth:`leave`. False if it is not, or a pause or cancel is being committed."""
+        """True if the campaign is sending: its shared lock is then held until this
+        thread's :meth:`leave`. False if it is not, or a pause or cancel is waiting."""
         key = guard_key(campaign_id)
-        try:
-            if self.conn is None or self.conn.closed:
-                self.conn = pg.connect(self.info, application_name=self.application_name,
-                                       autocommit=True)
-            row = self.conn.execute("SELECT senddock_send_guard(%s, %s)",
-                                    (campaign_id, key)).fetchone()
-        except psycopg.Error as exc:
-            log.warning("send guard: %s; the message is not sent now", pg.first_line(exc))
-            self.close()
-            return False
+        with self.lock:
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = pg.connect(self.info, application_name=self.application_name,
+                                           autocommit=True)
+                row = self.conn.execute("SELECT senddock_send_guard(%s, %s)",
+                                        (campaign_id, key)).fetchone()
+            except psycopg.Error as exc:
+                log.warning("send guard: %s; the message is not sent now", pg.first_line(exc))
+                self._close()
+                return False
         if row is None or not row[0]:
             return False
-        self.held = key
+        self.local.held = key
         return True
 
     def leave(self) -> None:
-        """Release the lock :meth:`enter` took (if any): the message has been answered."""
-        if self.held is None:
+        """Release the lock this thread's :meth:`enter` took (if any): the message has been
+        answered."""
+        key = getattr(self.local, "held", None)
+        if key is None:
             return
-        key, self.held = self.held, None
-        try:
-            assert self.conn is not None
-            self.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
-        except psycopg.Error:
-            self.close()  # the session's end releases its locks
+        self.local.held = None
+        with self.lock:
+            try:
+                if self.conn is not None and not self.conn.closed:
+                    self.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
+            except psycopg.Error:
+                self._close()  # the session's end releases its locks
 
     def close(self) -> None:
-        self.held = None
+        with self.lock:
+            self._close()
+
+    def _close(self) -> None:
         if self.conn is not None:
             try:
                 self.conn.close()

@@ -155,6 +155,10 @@ class Pool:
         self._sending: dict[int, set[int]] = {}
         self._holding_lock = threading.Lock()
         self.process = str(config.extra.get("process", "worker"))
+        # The check at 354 that a campaign message may go out (pause, cancel): one
+        # session for the process, shared by its drain threads.
+        self.send_guard = lifecycle.SendGuard(pg.engine_conninfo(engine),
+                                              pg.application_name(self.process, "send-guard"))
         # One line when the database becomes unusable, one when it is back (workers.core.pg).
         self.outage = pg.Outage(f"delivery {self.worker_id}", log)
         self.lease = Lease(config.worker_timeout, config.lease_margin)
@@ -259,6 +263,7 @@ class Pool:
             log.warning("%d message(s) still in the relay's hands after the stop bound; "
                         "they are taken back once this process has exited (by this "
                         "node's next start) or its lease expired (by a peer)", left)
+        self.send_guard.close()
         self.heartbeat.close()
         log.info("worker %s stopped after sending %d message(s)", self.worker_id, self.sent)
 
@@ -846,9 +851,9 @@ class _Transports:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.open: dict[int, SmtpTransport] = {}
-        # The check at 354 that a campaign message may go out (pause, cancel).
-        self.guard = lifecycle.SendGuard(pg.engine_conninfo(pool.engine),
-                                         pg.application_name(pool.process, "send-guard"))
+        # The check at 354 that a campaign message may go out (pause, cancel): the
+        # process's one guard session, shared by the drain threads.
+        self.guard = pool.send_guard
 
     def get(self, relay: RelaySpec) -> SmtpTransport:
         if relay.index not in self.open:
@@ -858,7 +863,6 @@ class _Transports:
     def close(self) -> None:
         for transport in self.open.values():
             transport.close()
-        self.guard.close()
 
 
 class _NotSent(Exception):
