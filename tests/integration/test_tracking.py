@@ -37,7 +37,8 @@ TEXT = ("Hi {{ name }}\nSale: https://shop.example/sale?a=1&b=2\n"
 def _campaign(engine: sa.Engine, emails: list[str], *, opens: bool = False,
               clicks: bool = False, html: str = HTML, text: str | None = TEXT) -> int:
     with engine.begin() as conn:
-        lst = lists.create_list(conn, "Readers")
+        taken = conn.execute(sa.text("SELECT count(*) FROM lists")).scalar()
+        lst = lists.create_list(conn, f"Readers {taken + 1}" if taken else "Readers")
         lists.add_subscribers(conn, lst["id"], [{"email": e, "name": e.split("@")[0]}
                                                 for e in emails])
         campaign = campaigns.create(conn, {"name": "Sale", "list_id": lst["id"],

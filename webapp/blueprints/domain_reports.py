@@ -64,7 +64,8 @@ def deliverability_page(domain: str) -> str | Response:
         flash(localize(message_of(exc)), "error")
         return redirect(url_for("domains.index"))
     days = request.args.get("days", "")
-    span = int(days) if days.isdigit() and 1 <= int(days) <= 400 else deliverability.PAGE_DAYS
+    span = int(days) if days.isascii() and days.isdigit() and len(days) <= 3 \
+        and 1 <= int(days) <= 400 else deliverability.PAGE_DAYS
     with engine().connect() as conn:
         view = deliverability.domain_view(conn, config(), domain, span)
     return render_template("domains/deliverability.html", v=view)
@@ -75,7 +76,8 @@ def providers_page() -> str:
     from webapp.domain import providers
 
     days = request.args.get("days", "")
-    span = int(days) if days.isdigit() and 1 <= int(days) <= 400 else 30
+    span = int(days) if days.isascii() and days.isdigit() and len(days) <= 3 \
+        and 1 <= int(days) <= 400 else 30
     with engine().connect() as conn:
         view = providers.provider_view(conn, config(), span)
     return render_template("domains/providers.html", v=view)
