@@ -81,12 +81,14 @@ def web_engine(url: str, config: Any, process: str) -> Engine:
 
 
 def delivery_engine(url: str, config: Any, process: str) -> Engine:
-    """The delivery pool's engine: DB_DELIVERY_POOL connections for the drain threads,
-    maintenance and the rescuer, plus the one the liveness session holds for good.
+    """The delivery pool's engine: DB_DELIVERY_POOL connections less the send guard's
+    session (opened apart, :class:`workers.delivery.lifecycle.SendGuard`) for the drain
+    threads, the finisher, maintenance and the rescuer, plus the one the liveness session
+    holds for good.
     No request timeouts (claims and finishes must complete), no pre-ping. A transaction
     left idle for DELIVERY_IDLE_IN_TRANSACTION seconds is ended by the server: a worker
     host that vanished mid-transaction holds no row lock a rescue would wait for."""
-    return make_engine(url, pool_size=config.db_delivery_pool + 1, process=process,
+    return make_engine(url, pool_size=config.db_delivery_pool, process=process,
                        role="delivery", pre_ping=False,
                        idle_timeout=config.db_idle_timeout or None,
                        idle_in_transaction=DELIVERY_IDLE_IN_TRANSACTION)

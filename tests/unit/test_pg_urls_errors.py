@@ -91,17 +91,17 @@ def test_each_problem_has_its_own_message() -> None:
 
 def test_budget_formula() -> None:
     budget = pg.Budget(web=3, delivery=4)
-    # web, health, delivery, liveness, the drain threads' shared send guard
-    assert budget.total("serve") == 3 + 1 + 4 + 1 + 1
-    assert budget.total("worker") == 4 + 1 + 1  # the LISTEN is on the liveness session
+    # web, health, delivery (the send guard's session among them), liveness
+    assert budget.total("serve") == 3 + 1 + 4 + 1
+    assert budget.total("worker") == 4 + 1  # the LISTEN is on the liveness session
     assert budget.total("web") == 3 + 1
     from workers.core.settings import load
 
     defaults = pg.Budget(web=load().db_web_pool, delivery=load().db_delivery_pool)
-    # A web connection per request thread (4) and a send guard per delivery process: one
-    # serve plus one worker 11 + 6 = 17, so they fit max_connections 20 (3 reserved)
+    # A web connection per request thread (5): one serve plus one worker 11 + 5 = 16, so
+    # they fit max_connections 20 (3 reserved) with a slot for a psql
     # (docs/configuration.md; tests/integration/test_connection_budget.py measures it).
-    assert defaults.total("serve") + defaults.total("worker") <= 17
+    assert defaults.total("serve") + defaults.total("worker") <= 16
 
 
 def test_outage_logs_start_change_and_end(caplog: pytest.LogCaptureFixture) -> None:

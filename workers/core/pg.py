@@ -150,24 +150,23 @@ def connect(info: str, *, application_name: str, connect_timeout: int = 5,
 class Budget:
     """The most PostgreSQL connections one process opens, by use.
 
-    serve  = web + health + delivery + liveness + guard
+    serve  = web + health + delivery + liveness
     web    = web + health
-    worker = delivery + liveness + guard
+    worker = delivery + liveness
 
-    (The LISTEN of a process is on its liveness session: workers/delivery/listener.py; the
-    guard is the session its drain threads share to check a campaign message at the
-    relay's 354: workers/delivery/lifecycle.py.)
+    (The LISTEN of a process is on its liveness session: workers/delivery/listener.py. One
+    of the delivery connections is the send guard's session, which the drain threads share
+    to check a campaign message at the relay's 354: workers/delivery/lifecycle.py.)
     """
 
     web: int
     delivery: int
     health: int = 1
     liveness: int = 1
-    guard: int = 1
 
     def total(self, process: str) -> int:
         web = self.web + self.health
-        delivery = self.delivery + self.liveness + self.guard
+        delivery = self.delivery + self.liveness
         return {"serve": web + delivery, "web": web, "worker": delivery}.get(process,
                                                                               web + delivery)
 
@@ -177,8 +176,8 @@ class Budget:
         if process in {"serve", "web"}:
             parts += [f"web {self.web}", f"health {self.health}"]
         if process in {"serve", "worker"}:
-            parts += [f"delivery {self.delivery}", f"liveness {self.liveness}",
-                      f"send guard {self.guard}"]
+            parts += [f"delivery {self.delivery} (the send guard's included)",
+                      f"liveness {self.liveness}"]
         return (f"PostgreSQL connection budget of this {process} process: "
                 f"{' + '.join(parts)} = {self.total(process)}")
 

@@ -163,18 +163,19 @@ SETTINGS: list[Setting] = [
             "process takes back at once the jobs its node's dead processes left behind."),
     Setting("SECURE_COOKIES", "auto",
             "auto: Secure cookies when BASE_URL is https; on/off to force."),
-    Setting("DB_WEB_POOL", "4",
+    Setting("DB_WEB_POOL", "5",
             "Most PostgreSQL connections the web side (UI + API) of one serve/web process "
             "opens, and the number of its request threads unless --threads says otherwise "
             "(one connection per thread: no request waits for another's connection); "
             "requests beyond it wait up to DB_STATEMENT_TIMEOUT, then get a 503. "
-            "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 3, web = "
-            "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 2 (docs/scale-out.md)."),
+            "Budget per process: serve = DB_WEB_POOL + DB_DELIVERY_POOL + 2, web = "
+            "DB_WEB_POOL + 1, worker = DB_DELIVERY_POOL + 1 (docs/scale-out.md)."),
     Setting("DB_DELIVERY_POOL", "4",
             "Most PostgreSQL connections the delivery threads of one serve/worker process "
-            "share: claims, the finisher's session that commits outcomes, maintenance (SMTP "
-            "runs without one). The liveness session, the LISTEN connection and /healthz's "
-            "check come on top, one each."),
+            "share: claims, the finisher's session that commits outcomes, the send guard's "
+            "session (a campaign message's check against a pause or cancel), maintenance "
+            "(SMTP runs without one); at least 2. The liveness session (which also LISTENs) "
+            "and /healthz's check come on top, one each."),
     Setting("DB_STATEMENT_TIMEOUT", "5",
             "Seconds a web request's SQL statement may run before it is cancelled and the "
             "request answered 503 \"the database is busy\" (0 = no limit)."),
@@ -549,7 +550,7 @@ class Config:
     secure_cookies: bool
     proxy_fix: bool = False
     node: str | None = None
-    db_web_pool: int = 4
+    db_web_pool: int = 5
     db_delivery_pool: int = 4
     db_statement_timeout: float = 5.0
     db_lock_timeout: float = 3.0
@@ -669,7 +670,7 @@ def load(overrides: dict[str, str] | None = None, *, require_secret: bool = Fals
         node=get("NODE"),
         db_web_pool=_at_least("DB_WEB_POOL", _int("DB_WEB_POOL", req("DB_WEB_POOL")), 1),
         db_delivery_pool=_at_least("DB_DELIVERY_POOL",
-                                   _int("DB_DELIVERY_POOL", req("DB_DELIVERY_POOL")), 1),
+                                   _int("DB_DELIVERY_POOL", req("DB_DELIVERY_POOL")), 2),
         db_statement_timeout=_at_least(
             "DB_STATEMENT_TIMEOUT",
             _float("DB_STATEMENT_TIMEOUT", req("DB_STATEMENT_TIMEOUT")), 0),
