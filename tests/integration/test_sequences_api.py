@@ -93,6 +93,9 @@ def test_errors_name_their_field(api: Api) -> None:
           "steps": [{"type": "wait", "wait_seconds": -1}]}, "wait_seconds"),
         ({"name": "x", "trigger_type": "event", "trigger_event": "e", "colour": "red"},
          "colour"),
+        # Schemathesis: a step that is not an object was a 500.
+        ({"name": "x", "trigger_type": "event", "trigger_event": "e",
+          "steps": [[None, None]]}, "steps"),
     ]
     for payload, field in cases:
         answer = api.post("/sequences", payload)

@@ -167,7 +167,10 @@ def create_sequence(conn: Connection, data: dict[str, Any], actor: str) -> dict[
                 :from_addr, :layout_id)
         RETURNING *"""), values).one()
     audit.record(conn, actor, "sequence.create", f"sequence:{row.id}", name=row.name)
-    for step in data.get("steps") or []:
+    steps = data.get("steps") or []
+    if not isinstance(steps, list) or not all(isinstance(step, dict) for step in steps):
+        raise Invalid(N_("steps must be a list of objects"), fields={"steps": N_("invalid")})
+    for step in steps:
         add_step(conn, row.id, step, actor)
     return get_sequence(conn, row.id)
 
@@ -237,6 +240,8 @@ def _condition(raw: Any) -> dict[str, Any]:
 def check_step(data: dict[str, Any], missing: type[DomainError] = Invalid) -> dict[str, Any]:
     """A step's fields, checked: every field given must be valid whatever the step's
     type (:class:`Invalid`); one its type needs and lacks is ``missing``."""
+    if not isinstance(data, dict):
+        raise Invalid(N_("a step must be an object"), fields={"step": N_("invalid")})
     kind = data.get("type")
     for field in NOT_NULL:
         if field in data and data[field] is None:
