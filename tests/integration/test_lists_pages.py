@@ -168,3 +168,16 @@ def test_two_lists_cannot_share_a_name(engine: sa.Engine) -> None:
         lists.rename_list(conn, other["id"], "NEWSLETTER")
     with engine.begin() as conn:  # keeping its own name, in another case, is no conflict
         assert lists.rename_list(conn, first["id"], "newsletter")["name"] == "newsletter"
+
+
+def test_export_writes_attributes_as_json_not_python(engine: sa.Engine) -> None:
+    """A list or an object attribute was exported as Python text ({'x': [1, 2]}, True)."""
+    with engine.begin() as conn:
+        list_id = int(lists.create_list(conn, "Typed")["id"])
+        lists.add_subscribers(conn, list_id, [{"email": "t@example.org", "attributes": {
+            "tags": ["a", "b"], "vip": True, "score": 1.5, "meta": {"x": [1, 2]},
+            "city": "Sevilla"}}])
+        text = "".join(lists.export_csv(conn, list_id))
+    row = next(r for r in csv.DictReader(io.StringIO(text)) if r["email"] == "t@example.org")
+    assert row["tags"] == '["a", "b"]' and row["vip"] == "true" and row["score"] == "1.5"
+    assert row["meta"] == '{"x": [1, 2]}' and row["city"] == "Sevilla"

@@ -432,6 +432,14 @@ CONSENT_COLUMNS = ("consent_form", "consent_at", "consent_ip", "confirmed_at",
                    "confirmed_ip")
 
 
+def _attribute_cell(value: Any) -> str | None:
+    """An attribute as a CSV cell: text as it is, anything else as JSON (``true``,
+    ``[1, 2]``, ``{"x": 1}``), never Python's spelling of it (``True``, ``{'x': 1}``)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
 def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
     """The list as CSV text, yielded a chunk at a time (keyset over the membership key), so
     a million subscribers are never held in memory. Columns: email, name, status, added_at,
@@ -468,7 +476,7 @@ def export_csv(conn: Connection, list_id: int) -> Iterator[str]:
                         r.source and f"{r.source} (list {list_id})",
                         r.requested_at and r.requested_at.isoformat(), r.remote_addr,
                         r.confirmed_at and r.confirmed_at.isoformat(), r.confirmed_addr,
-                        *(r.attributes.get(k) for k in keys)])
+                        *(_attribute_cell(r.attributes.get(k)) for k in keys)])
         yield writer.take()
         if len(rows) < EXPORT_CHUNK:
             return
