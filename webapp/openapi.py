@@ -333,7 +333,7 @@ KIND: dict[str, Any] = {"type": "object",
                 "unchanged): {field: {from, to}}; a timing given a new value keeps it"}}}
 KIND_BODY = {"type": "object", "properties": {
     **{k: v for k, v in KIND["properties"].items()
-       if k not in ("name", "builtin", "version", "priority")},
+       if k not in ("name", "builtin", "version", "priority", "class_defaults_applied")},
     "description": {"type": "string", "maxLength": kinds_input.MAX_DESCRIPTION},
     "subject": {"type": "string", "maxLength": kinds_input.MAX_TEMPLATE,
                 "pattern": rules.NOT_BLANK},

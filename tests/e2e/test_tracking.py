@@ -97,7 +97,7 @@ def test_marketer_tracks_a_campaign_and_reads_its_opens_and_clicks(
     inbox.set_content(html)
     inbox.get_by_role("link", name="View in browser").click()
     inbox.wait_for_url(re.compile(r"/archive/"))
-    assert "Hi </p>" in inbox.content() and "Rita" not in inbox.content()
+    assert "Hi Subscriber</p>" in inbox.content() and "Rita" not in inbox.content()
     reader.close()
 
     page.goto(campaign_url)

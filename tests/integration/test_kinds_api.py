@@ -354,4 +354,8 @@ def test_a_class_change_takes_the_new_class_defaults_and_says_so(api: Api) -> No
     # No class change: nothing applied.
     r = put_kind(api, "reset", {"subject": "Hi"})
     assert r.get_json()["class_defaults_applied"] == {}
+    # What the answer says of the class change is not a field to send (the document says).
+    refused = put_kind(api, "reset", {"subject": "Hello", "class_defaults_applied": {}})
+    assert refused.status_code == 422
+    assert "class_defaults_applied" in refused.get_json()["error"]["fields"]
     assert r.get_json()["dedupe_window"] == 30

@@ -96,6 +96,8 @@ def test_errors_name_their_field(api: Api) -> None:
         # Schemathesis: a step that is not an object was a 500.
         ({"name": "x", "trigger_type": "event", "trigger_event": "e",
           "steps": [[None, None]]}, "steps"),
+        ({"name": "x", "trigger_type": "event", "trigger_event": "e",
+          "steps": [{"type": "wait", "wait_seconds": 60, "colour": "red"}]}, "colour"),
     ]
     for payload, field in cases:
         answer = api.post("/sequences", payload)

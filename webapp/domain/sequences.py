@@ -237,11 +237,20 @@ def _condition(raw: Any) -> dict[str, Any]:
     return {"test": "event", "event": _event_name(raw.get("event"), "condition.event")}
 
 
+#: What a step may say (anything else is refused, as at the sequence's level): what a
+#: step reads back, which a client may send again.
+STEP_INPUT = frozenset(STEP_FIELDS) | {"version"}
+
+
 def check_step(data: dict[str, Any], missing: type[DomainError] = Invalid) -> dict[str, Any]:
     """A step's fields, checked: every field given must be valid whatever the step's
     type (:class:`Invalid`); one its type needs and lacks is ``missing``."""
     if not isinstance(data, dict):
         raise Invalid(N_("a step must be an object"), fields={"step": N_("invalid")})
+    unknown = sorted(set(data) - STEP_INPUT)
+    if unknown:
+        raise Invalid(N_("unknown field(s): %(fields)s", fields=", ".join(unknown)),
+                      fields=dict.fromkeys(unknown, N_("unknown field")))
     kind = data.get("type")
     for field in NOT_NULL:
         if field in data and data[field] is None:
