@@ -41,6 +41,13 @@ class NavItem:
 
 def nav_items() -> list[NavItem]:
     current = role()
+    here = request.endpoint or ""
+    # A page that is an item itself marks that item alone; any other page of an area (its
+    # blueprint) marks the area's first item (Sequences, not also Enrollments).
+    exact = here in {endpoint for endpoint, _ in ITEMS}
+    first_of_area: dict[str, str] = {}
+    for endpoint, _ in ITEMS:
+        first_of_area.setdefault(endpoint.split(".")[0], endpoint)
     items = []
     for endpoint, label in ITEMS:
         if endpoint not in current_app.view_functions:
@@ -48,8 +55,9 @@ def nav_items() -> list[NavItem]:
         allowed = access.allowed_roles(endpoint) or frozenset()
         if current in allowed:
             area = endpoint.split(".")[0]
-            active = ((request.endpoint or "").split(".")[0] == area and area != "admin") \
-                or request.endpoint == endpoint
+            active = here == endpoint if exact else (
+                here.split(".")[0] == area and area != "admin"
+                and first_of_area[area] == endpoint)
             items.append(NavItem(url_for(endpoint), str(label), active))
     return items
 

@@ -3,6 +3,7 @@ role as the role table says; errors keep what was typed; both languages."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -61,3 +62,13 @@ def test_marketer_builds_and_support_reads_a_person(
     spanish = support.get("/sequences/people?email=ann@example.org",
                           headers={"Accept-Language": "es"}).get_data(as_text=True)
     assert "enviado" in spanish
+
+
+def test_the_navigation_marks_one_item_in_the_sequences_area(
+        client: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    """Sequences and Enrollments are two items of one area: each page marks its own."""
+    browser = Browser(client, make_user("admin"))
+    for path, item in (("/sequences/", "Sequences"), ("/sequences/people", "Enrollments")):
+        page = browser.get(path).get_data(as_text=True)
+        current = re.findall(r'aria-current="page">([^<]+)</a>', page)
+        assert current == [item], (path, current)
