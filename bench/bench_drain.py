@@ -40,8 +40,8 @@ from bench.common import (
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns, users
+from workers import queue
 from workers.core.states import SENT
-from workers.delivery import enqueue, queue
 
 
 def add_dkim_keys(engine: sa.Engine, algorithms: list[str]) -> None:
@@ -69,7 +69,7 @@ def prepare(url: str, recipients: int,
     send_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
     with engine.begin() as conn:
-        summary = enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        summary = queue.enqueue_broadcast(conn, campaign["broadcast_id"])
     enqueue_s = time.perf_counter() - t0
     assert summary and summary["total"] == recipients, summary
     with engine.connect() as conn:

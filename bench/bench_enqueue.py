@@ -20,9 +20,9 @@ from bench.common import fresh_database, machine, percentile, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import create_app, db
 from webapp.domain import users
+from workers import queue
 from workers.core.settings import load
 from workers.core.states import PENDING
-from workers.delivery import enqueue, queue
 
 
 def measure(size: int) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def measure(size: int) -> dict[str, Any]:
             broadcast_id = broadcast_id or response.get_json()["broadcast_id"]
         t0 = time.perf_counter()
         with engine.begin() as conn:
-            summary = enqueue.enqueue_broadcast(conn, broadcast_id)
+            summary = queue.enqueue_broadcast(conn, broadcast_id)
         elapsed = time.perf_counter() - t0
         assert summary is not None and summary["total"] == size
         with engine.connect() as conn:

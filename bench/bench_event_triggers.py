@@ -1,6 +1,6 @@
 """What the outgoing-event triggers (migration 0015) cost the engine's hot path.
 
-Finishes N sending jobs the way the pool does (``workers.delivery.queue.finish_batch``, batches of
+Finishes N sending jobs the way the pool does (``workers.queue.finish_batch``, batches of
 10, one transaction each) three ways: the event trigger disabled (the baseline), enabled
 with no endpoint (what every installation without event webhooks pays), and enabled with
 one endpoint subscribed to ``sent`` (one delivery row queued per job).
@@ -20,9 +20,9 @@ from bench.common import fresh_database, machine, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
+from workers import queue
 from workers.after_acceptance import event_queue
-from workers.delivery import enqueue, queue
-from workers.delivery.queue import Outcome
+from workers.queue import Outcome
 
 BATCH = 10
 
@@ -46,7 +46,7 @@ def measure(n: int, mode: str) -> dict[str, Any]:
         campaign_id = make_campaign(engine, list_id)
         with engine.begin() as conn:
             broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-            enqueue.enqueue_broadcast(conn, broadcast_id)
+            queue.enqueue_broadcast(conn, broadcast_id)
             if mode == "disabled":
                 conn.execute(sa.text("ALTER TABLE delivery_jobs "
                                      "DISABLE TRIGGER delivery_jobs_event_webhooks"))

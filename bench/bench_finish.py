@@ -1,9 +1,9 @@
-"""The finish statement (``workers.delivery.queue.finish``, what the finisher runs for every group
+"""The finish statement (``workers.queue.finish``, what the finisher runs for every group
 of outcomes) as a drain goes on: claims jobs and finishes them in groups of --group in
 autocommit, round after round with no vacuum in between, and prints the milliseconds per
 statement of each round.
 
-Three forms: the one in workers/delivery/queue.py (the ids as an array restriction, and
+Three forms: the one in workers/queue/ (the ids as an array restriction, and
 the guard "still `sending`, under the same claim token" as a join condition: one
 primary-key lookup per outcome); the same without the id array, as it was until round 3,
 whose generic plan (100 outcomes guessed from jsonb_to_recordset) scans the whole table
@@ -31,9 +31,9 @@ from bench.common import fresh_database, machine, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
+from workers import queue
 from workers.core.states import SENDING
-from workers.delivery import enqueue, queue
-from workers.delivery.queue import Outcome
+from workers.queue import Outcome, finishing
 
 ID_ARRAY = ("WHERE j.id = ANY (ARRAY(SELECT x.id FROM o x))  -- the primary key at any table "
             "size\n       AND ")
@@ -52,9 +52,9 @@ def _finish(conn: sa.Connection, sql: str, jobs: list[queue.ClaimedJob]) -> None
 
 def measure(jobs: int, rounds: int, group: int,
             minute_trigger: bool = True) -> list[dict[str, Any]]:
-    assert NEW_GUARD in queue._FINISH and ID_ARRAY in queue._FINISH
-    without_array = queue._FINISH.replace(ID_ARRAY, "WHERE ")
-    forms = {"join on the primary key (now)": queue._FINISH,
+    assert NEW_GUARD in finishing._FINISH and ID_ARRAY in finishing._FINISH
+    without_array = finishing._FINISH.replace(ID_ARRAY, "WHERE ")
+    forms = {"join on the primary key (now)": finishing._FINISH,
              "without the id array (until round 3)": without_array,
              f"status = '{SENDING}' (until issue 12)": without_array.replace(NEW_GUARD,
                                                                            OLD_GUARD)}
@@ -65,7 +65,7 @@ def measure(jobs: int, rounds: int, group: int,
             campaign_id = make_campaign(engine, seed_list(engine, jobs * rounds))
             with engine.begin() as conn:
                 broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-                enqueue.enqueue_broadcast(conn, broadcast_id)
+                queue.enqueue_broadcast(conn, broadcast_id)
                 conn.execute(sa.text("ALTER TABLE delivery_jobs SET (autovacuum_enabled = off)"))
                 if not minute_trigger:
                     conn.execute(sa.text(

@@ -2,9 +2,9 @@
 statements with the trigger enabled and disabled, alternating round by round on one
 database so the machine's load hits both alike.
 
-- claim: ``workers.delivery.queue.claim_batch`` of 10 jobs (pending -> sending), one
+- claim: ``workers.queue.claim_batch`` of 10 jobs (pending -> sending), one
   transaction each;
-- finish: the finisher's statement (``queue._FINISH``) for 2 outcomes (sending -> sent),
+- finish: the finisher's statement (``finishing._FINISH``) for 2 outcomes (sending -> sent),
   autocommit;
 - cancel: ``queue.cancel_broadcast`` of a whole broadcast in one statement
   (pending -> cancelled, --cancel rows): a row trigger's worst case.
@@ -27,9 +27,9 @@ from bench.common import fresh_database, machine, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
+from workers import queue
 from workers.core.states import CANCELLED, PENDING
-from workers.delivery import enqueue, queue
-from workers.delivery.queue import Outcome
+from workers.queue import Outcome, finishing
 
 TRIGGER = "delivery_jobs_legal_move"
 
@@ -38,7 +38,7 @@ def _broadcast(engine: sa.Engine, n: int) -> int:
     campaign_id = make_campaign(engine, seed_list(engine, n))
     with engine.begin() as conn:
         broadcast_id = int(campaigns.send(conn, campaign_id)["broadcast_id"])
-        enqueue.enqueue_broadcast(conn, broadcast_id)
+        queue.enqueue_broadcast(conn, broadcast_id)
     return broadcast_id
 
 
@@ -47,7 +47,7 @@ def _finish(conn: sa.Connection, jobs: list[queue.ClaimedJob]) -> None:
     assert driver is not None
     outcomes = [Outcome(j.id, j.claim_token, "sent", True, "sent", code=250, reply="250 ok",
                         stage="data_end") for j in jobs]
-    driver.execute(queue._FINISH, {"outcomes": queue.finish_document(outcomes),
+    driver.execute(finishing._FINISH, {"outcomes": queue.finish_document(outcomes),
                                    "worker": "bench"}, prepare=True).fetchone()
 
 

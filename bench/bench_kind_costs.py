@@ -5,7 +5,7 @@ on the enqueue path.
 - finish: N claimed campaign jobs finished as the pool does (``finish_batch``, batches of
   10), with ``delivery_jobs_outcomes`` disabled and enabled, alternated twice (the noise);
 - enqueue: N onboarding messages inserted one per transaction by
-  ``enqueue.enqueue`` (one ask each) with no dedupe window (no row in the gist index) and with one.
+  ``queue.enqueue`` (one ask each) with no dedupe window (no row in the gist index) and with one.
 
     python -m bench.bench_kind_costs --jobs 10000
 """
@@ -23,7 +23,7 @@ from bench.common import fresh_database, machine, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns
-from workers.delivery import enqueue
+from workers import queue
 
 
 def finish(n: int, enabled: bool) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def finish(n: int, enabled: bool) -> dict[str, Any]:
         campaign_id = make_campaign(engine, seed_list(engine, n))
         with engine.begin() as conn:
             broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-            enqueue.enqueue_broadcast(conn, broadcast_id)
+            queue.enqueue_broadcast(conn, broadcast_id)
             if not enabled:
                 conn.execute(sa.text("ALTER TABLE delivery_jobs "
                                      "DISABLE TRIGGER delivery_jobs_outcomes"))
@@ -52,7 +52,7 @@ def enqueue_jobs(n: int, window: int) -> dict[str, Any]:
         started = time.perf_counter()
         for i in range(n):
             with engine.begin() as conn:
-                assert enqueue.enqueue_one(conn, enqueue.Ask(
+                assert queue.enqueue_one(conn, queue.Ask(
                     "verification", f"u{i}@example.org", 0, payload, user_ref=f"u{i}",
                     dedupe_window=window), actor=None).outcome == "new"
         elapsed = time.perf_counter() - started

@@ -33,9 +33,9 @@ from bench.common import free_port, fresh_database, machine, percentile, save, s
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import kinds, messages, users
+from workers import queue
 from workers.core.settings import load
 from workers.core.states import PENDING, RETRY, SENT
-from workers.delivery import queue
 
 ONBOARDING = {"class": "lifecycle", "subject": "{{ data.first_name }}, finish setting up",
               "text": "Hi {{ data.first_name }}, you signed up ({{ event.id }}).\n",
@@ -62,7 +62,7 @@ def counts(engine: sa.Engine, broadcast_id: int) -> dict[str, int]:
             "onboarding_sent": int(onboarding.get(SENT, 0))}
 
 
-# The burst lands in one statement: rows exactly as workers.delivery.enqueue.enqueue writes
+# The burst lands in one statement: rows exactly as workers.queue.enqueue writes
 # them for POST /messages (class priority, payload with data/event/kind_version, dedupe
 # window), the way 50,000 day-3 reminders scheduled for 09:00 all come due at once.
 _BURST = sa.text(f"""

@@ -33,9 +33,9 @@ from bench.seed_subscribers import seed_subscribers
 from harness.seed import make_campaign
 from webapp import create_app, db
 from webapp.domain import campaigns, users
+from workers import queue
 from workers.core.settings import load
 from workers.core.states import BOUNCED, FAILED, SENT
-from workers.delivery import enqueue, queue
 
 
 class Poller(threading.Thread):
@@ -80,7 +80,7 @@ def main() -> None:
         send_ms = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         with engine.begin() as conn:
-            total = enqueue.enqueue_broadcast(conn, broadcast_id)["total"]  # type: ignore[index]
+            total = queue.enqueue_broadcast(conn, broadcast_id)["total"]  # type: ignore[index]
         enqueue_s = time.perf_counter() - t0
         with engine.connect() as conn:
             conn.execute(sa.text("ANALYZE delivery_jobs"))

@@ -41,7 +41,8 @@ from bench.seed_subscribers import seed_subscribers
 from harness.seed import make_campaign
 from webapp import db
 from webapp.domain import campaigns
-from workers.delivery import enqueue, queue
+from workers import queue
+from workers.queue import finishing
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -129,7 +130,7 @@ def prepare(url: str, recipients: int) -> sa.Engine:
         broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
     while True:
         with engine.begin() as conn:
-            step = enqueue.enqueue_chunk(conn, broadcast_id)
+            step = queue.enqueue_chunk(conn, broadcast_id)
         if step is None or step.done:
             break
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -180,8 +181,8 @@ def trigger_cost(statements: int) -> list[dict[str, Any]]:
         engine = db.make_engine(url, pool_size=2)
         campaign_id = make_campaign(engine, seed_subscribers(engine, 10 * statements))
         with engine.begin() as conn:
-            enqueue.enqueue_broadcast(conn, campaigns.send(conn, campaign_id)["broadcast_id"])
-        explain = "EXPLAIN (ANALYZE) " + queue._FINISH
+            queue.enqueue_broadcast(conn, campaigns.send(conn, campaign_id)["broadcast_id"])
+        explain = "EXPLAIN (ANALYZE) " + finishing._FINISH
         autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         for group in (1, 8):
             times: dict[str, list[float]] = {}

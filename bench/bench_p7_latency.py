@@ -37,8 +37,8 @@ from bench.common import (
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import users
+from workers import queue
 from workers.core.states import PENDING, RETRY, SENT
-from workers.delivery import queue
 
 
 class Client:

@@ -24,8 +24,8 @@ from bench.common import fresh_database, machine, percentile, save, table
 from harness.seed import make_campaign, seed_list
 from webapp import db
 from webapp.domain import campaigns, queue_reads
+from workers import queue
 from workers.core.states import SENT
-from workers.delivery import enqueue, queue
 from workers.delivery.classify import ReplyClass
 
 
@@ -61,7 +61,7 @@ def seed_paused(engine: sa.Engine, n: int) -> None:
     campaign_id = make_campaign(engine, list_id)
     with engine.begin() as conn:
         broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-        enqueue.enqueue_broadcast(conn, broadcast_id)
+        queue.enqueue_broadcast(conn, broadcast_id)
         campaigns.pause(conn, campaign_id)
 
 
@@ -70,7 +70,7 @@ def seed_draining(engine: sa.Engine, n: int) -> None:
     campaign_id = make_campaign(engine, list_id)
     with engine.begin() as conn:
         broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-        enqueue.enqueue_broadcast(conn, broadcast_id)
+        queue.enqueue_broadcast(conn, broadcast_id)
 
 
 def seed_stats(engine: sa.Engine, n: int) -> None:

@@ -24,8 +24,8 @@ from bench.common import fresh_database, machine, percentile, save, table
 from harness.seed import seed_list
 from webapp import create_app, db
 from webapp.domain import campaigns, segments, users
+from workers import queue
 from workers.core.settings import load
-from workers.delivery import enqueue
 
 VARIANTS: dict[str, list[dict[str, Any]] | None] = {
     "whole list": None,
@@ -85,7 +85,7 @@ def measure(size: int, name: str, conditions: list[dict[str, Any]] | None) -> di
         assert response.status_code == 202, response.get_json()
         t0 = time.perf_counter()
         with engine.begin() as conn:
-            summary = enqueue.enqueue_broadcast(conn, response.get_json()["broadcast_id"])
+            summary = queue.enqueue_broadcast(conn, response.get_json()["broadcast_id"])
         elapsed = time.perf_counter() - t0
         assert summary is not None and summary["total"] == expected, (summary, expected)
         with engine.connect() as conn:

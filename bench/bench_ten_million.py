@@ -45,8 +45,9 @@ from bench.seed_subscribers import seed_subscribers
 from harness.seed import make_campaign
 from webapp import db
 from webapp.domain import campaigns, users
+from workers import queue
 from workers.core.states import CANCELLED, FAILED, PENDING, RETRY, SENDING, SENT
-from workers.delivery import enqueue, lifecycle, queue, retention
+from workers.delivery import lifecycle, retention
 
 PASSWORD = "benchmark-password"
 
@@ -348,7 +349,7 @@ def _retention(engine: sa.Engine, url: str, broadcast_id: int,
         campaign_id = make_campaign(engine, list_id)
         with engine.begin() as conn:
             b = campaigns.send(conn, campaign_id)["broadcast_id"]
-            enqueue.enqueue_broadcast(conn, b)
+            queue.enqueue_broadcast(conn, b)
         grown = _sizes(engine)
         with engine.begin() as conn:
             campaigns.cancel(conn, campaign_id)

@@ -457,7 +457,7 @@ def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet,
 
 def _relay_back(sink: SinkProcess | PostfixSinkProcess, engine: sa.Engine, report: ChaosReport,
                 started: float) -> None:
-    from workers.delivery import queue
+    from workers import queue
 
     with engine.connect() as conn:
         state = queue.relay_status(conn)
@@ -490,7 +490,7 @@ def _restart_database(server: PostgresServer, fleet: Fleet, engine: sa.Engine,
 def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
             report: ChaosReport) -> None:
     """Compare the queue with the sink's record and name every broken promise."""
-    from workers.delivery import queue
+    from workers import queue
 
     with engine.connect() as conn:
         status, broadcast_id = conn.execute(sa.text(

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from tests.conftest import Proc, wait_for
 from webapp.domain import campaigns, lists
+from workers import queue
 from workers.core.states import PRIORITY
-from workers.delivery import enqueue, queue
 
 
 def place_jobs(conn: sa.Connection, statement: sa.TextClause,
@@ -30,7 +30,7 @@ def place_jobs(conn: sa.Connection, statement: sa.TextClause,
 def enqueue_verification(conn: sa.Connection, email: str, user_ref: str) -> int:
     """One verification job, as the engine's one way into the queue creates it (no
     request rules: the test places it)."""
-    result = enqueue.enqueue_one(conn, enqueue.Ask("verification", email,
+    result = queue.enqueue_one(conn, queue.Ask("verification", email,
                                                    PRIORITY["verification"], {},
                                                    user_ref=user_ref), actor=None)
     assert result.outcome == "new" and result.job is not None, result
@@ -155,7 +155,7 @@ def accepted_campaign(engine: sa.Engine, emails: list[str], *,
     jobs by address."""
     campaign = make_campaign(engine, emails)
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         place_jobs(conn, sa.text(f"""
             UPDATE delivery_jobs SET status = 'sent', finished_at = now(),
                    message_id = '<' || id || '.' || correlation_id || '@{domain}>'

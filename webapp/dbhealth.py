@@ -20,9 +20,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from workers import queue
 from workers.core import pg
 from workers.core.i18n import N_
-from workers.delivery import queue
 
 DEADLINE = 0.9  # seconds /healthz waits for the check
 REUSE = 0.5  # seconds a finished check's answer is reused (load balancers poll often)

@@ -30,11 +30,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.engine import Connection, Engine
 
 from webapp.domain import deliverability, health, queue_reads
+from workers import queue
 from workers.after_acceptance import event_queue, feedback
 from workers.building.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
 from workers.core.settings import Config
 from workers.core.states import RETRY
-from workers.delivery import queue
 
 
 class QueueCollector(Collector):

@@ -174,7 +174,7 @@ list_forms = Table(
 )
 
 # A saved audience: the list narrowed by conditions (a JSON array the engine compiles to a
-# parameterised predicate, workers.delivery.audience). Migration 0029_segments.
+# parameterised predicate, workers.queue.audience). Migration 0029_segments.
 segments = Table(
     "segments", metadata,
     Column("id", BigInteger, primary_key=True),
@@ -330,7 +330,7 @@ broadcasts = Table(
     # returns; a worker enqueues the audience in one set-based statement (docs/design.md §20).
     Column("enqueued_at", DateTime(timezone=True)),
     # The enqueue goes through the list in subscriber order, a chunk per transaction: the
-    # last subscriber id done (workers.delivery.queue.enqueue_chunk).
+    # last subscriber id done (workers.queue.enqueue_chunk).
     Column("enqueued_upto", BigInteger, nullable=False, server_default=text("0")),
     _now(),
     Column("finished_at", DateTime(timezone=True)),
@@ -340,7 +340,7 @@ broadcasts = Table(
     # bounced jobs (and any job with a feedback event) stay, the rest of its rows are gone.
     Column("rolled_up_at", DateTime(timezone=True)),
     # The segment's conditions frozen at send time (NULL: the whole list); the enqueue
-    # compiles them with workers.delivery.audience (migration 0029_segments).
+    # compiles them with workers.queue.audience (migration 0029_segments).
     Column("audience_filter", JSONB),
     # The ids between which its jobs lie (the enqueue inserts them together; transactional
     # jobs inserted meanwhile may sit in between): a cancel's settler walks this span along
@@ -369,7 +369,7 @@ delivery_jobs = Table(
     Column("email", Text, nullable=False),
     # No foreign keys on these three on purpose: each would add a per-row lookup to the
     # set-based enqueue (measured: 54k → 141k rows/s without them). Jobs are only created
-    # from an existing broadcast by workers.delivery.queue, and campaigns with jobs are
+    # from an existing broadcast by workers.queue, and campaigns with jobs are
     # never deleted.
     Column("broadcast_id", BigInteger),
     Column("campaign_id", BigInteger),

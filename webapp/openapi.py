@@ -26,7 +26,7 @@ from workers.building.message import (
     UNSUBSCRIBE_PLACEHOLDER,
 )
 from workers.core import states
-from workers.delivery import audience
+from workers.queue import audience
 
 BIGINT_MAX = 2**63 - 1
 
@@ -462,7 +462,7 @@ PATHS["/messages/resend"] = {"post": _op(
 
 
 # Segments and layouts (issue 32, items 2 and 4): the conditions' table is
-# workers.delivery.audience's; a value the schema allows is one the server takes.
+# workers.queue.audience's; a value the schema allows is one the server takes.
 SCALAR = {"anyOf": [{"type": "string", "maxLength": segments.MAX_VALUE,
                      "pattern": rules.NOT_BLANK}, {"type": ["number", "boolean"]}]}
 ATTRIBUTE_KEY = {"type": "string", "maxLength": segments.MAX_KEY, "pattern": rules.NOT_BLANK,

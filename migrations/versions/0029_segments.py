@@ -2,7 +2,7 @@
 
 A ``segments`` row is a saved audience: a list narrowed by conditions on subscriber
 attributes, the date they joined the list and their activity (a JSON array, validated
-and compiled to a parameterised predicate by ``workers.delivery.audience``; never SQL).
+and compiled to a parameterised predicate by ``workers.queue.audience``; never SQL).
 A campaign may pick one (``campaigns.segment_id``); sending freezes its conditions on the
 broadcast (``broadcasts.audience_filter``), so editing the segment later changes no send
 in progress. A ``layouts`` row is reusable HTML around a campaign's body (header and

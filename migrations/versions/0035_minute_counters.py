@@ -27,7 +27,7 @@ branch_labels = None
 depends_on = None
 
 SLOTS = 8
-BACKFILL = "3 hours"  # more than the chart's hour (workers.delivery.queue.MINUTES_KEPT)
+BACKFILL = "3 hours"  # more than the chart's hour (workers.queue.MINUTES_KEPT)
 
 # A row written by hand without its kind counts under its job's (as the reads did).
 _COUNTED = """

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from tests.e2e.conftest import ARTIFACTS, LiveServer, login
 from tests.helpers import make_campaign, place_jobs
 from webapp.domain import campaigns
-from workers.delivery import enqueue
+from workers import queue
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +41,7 @@ def _held_campaign(engine: sa.Engine) -> dict[str, Any]:
         campaigns.pause(conn, campaign["id"], actor="tests")
         broadcast = conn.execute(sa.text("SELECT broadcast_id FROM campaigns WHERE id = :c"),
                                  {"c": campaign["id"]}).scalar_one()
-        enqueue.enqueue_broadcast(conn, broadcast)
+        queue.enqueue_broadcast(conn, broadcast)
     return campaign
 
 

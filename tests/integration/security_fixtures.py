@@ -17,9 +17,9 @@ from werkzeug.routing import Rule
 from werkzeug.routing.converters import AnyConverter, IntegerConverter
 
 from webapp.domain import suppressions, users, verifications
+from workers import queue
 from workers.building import links
 from workers.core.settings import Config
-from workers.delivery import enqueue, queue
 
 ROLES = ("admin", "marketer", "support")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -41,7 +41,7 @@ def seed(engine: sa.Engine, config: Config, *, name: str = "Seeded",
 
     campaign = make_campaign(engine, [email], name=name)
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         list_id = campaign["list_id"]
         subscriber_id = conn.execute(sa.text(
             "SELECT subscriber_id FROM memberships WHERE list_id = :l LIMIT 1"),

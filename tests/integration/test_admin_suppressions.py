@@ -14,7 +14,7 @@ from tests.conftest import Api
 from tests.helpers import Browser, make_campaign
 from webapp.domain import audit, suppressions
 from webapp.domain.errors import Invalid
-from workers.delivery import enqueue
+from workers import queue
 
 
 def seed(engine: sa.Engine, n: int) -> None:
@@ -93,13 +93,13 @@ def test_cleared_address_is_included_by_the_next_campaign(engine: sa.Engine) -> 
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE subscribers SET status = 'unsubscribed' "
                              "WHERE email = 'left@example.org'"))
-        enqueue.enqueue_broadcast(conn, first["broadcast_id"])
+        queue.enqueue_broadcast(conn, first["broadcast_id"])
         cleared = suppressions.clear(conn, ["Bounced@Example.org", "left@example.org",
                                             "never@example.org"], "mailbox fixed", "admin@x")
     assert cleared == ["bounced@example.org", "left@example.org"]
     second = make_campaign(engine, emails, name="After")
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, second["broadcast_id"])
+        queue.enqueue_broadcast(conn, second["broadcast_id"])
         jobs = {c: set(conn.execute(sa.text(
             "SELECT email FROM delivery_jobs WHERE campaign_id = :c"), {"c": c}).scalars())
             for c in (first["id"], second["id"])}

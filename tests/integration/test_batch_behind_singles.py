@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from tests.conftest import Api
 from tests.integration.test_delivery_pacing import _job
 from tests.integration.test_kinds_api import ONBOARDING, message, put_kind
+from workers import queue
 from workers.building.kinds import class_of
 from workers.core.states import BULK_STEP, CLASS_PRIORITY, SENT
 from workers.delivery import pool as pool_module
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 

@@ -16,9 +16,9 @@ from harness.dovecot import Mailbox
 from harness.postfix import Postfix
 from tests.conftest import settings, wait_for
 from tests.helpers import make_campaign
+from workers import queue
 from workers.building.links import job_from_bounce_address
 from workers.core.settings import load
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 SECRET = "test-secret-key-not-for-production"

@@ -15,8 +15,8 @@ from tests.conftest import wait_for
 from tests.helpers import Browser, campaign_status, make_campaign
 from webapp.domain import campaigns, lists, progress, queue_reads
 from webapp.domain.suppressions import suppress
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from tests.conftest import Api
 from tests.helpers import enqueue_verification, place_jobs
 from tests.integration.test_api_pipeline import as_message, rows
-from workers.delivery import enqueue
+from workers import queue
 
 URL = "https://app.example/v"
 
@@ -70,12 +70,12 @@ def test_a_resend_for_another_user_id_waits_for_the_address(api: Api,
 def test_the_address_lookup_reads_an_index(engine: sa.Engine) -> None:
     """delivery_jobs_email_idx (lower(email), transactional jobs) serves the lookup: no
     migration needed."""
-    ask = enqueue.Ask("verification", "Dee@example.org", 0, {}, user_ref="d-1", cooldown=60)
+    ask = queue.Ask("verification", "Dee@example.org", 0, {}, user_ref="d-1", cooldown=60)
     with engine.begin() as conn:
         raw = conn.connection.driver_connection
         with raw.cursor() as cur:  # type: ignore[union-attr]
             cur.execute("SET LOCAL enable_seqscan = off")
-            cur.execute("EXPLAIN " + enqueue.ENQUEUE, {
+            cur.execute("EXPLAIN " + queue.ENQUEUE, {
                 "items": json.dumps([{"i": 0, "k": 0, "email": ask.email, "payload": {},
                                       "user_ref": ask.user_ref}]),
                 "kinds": json.dumps([{"k": 0, "name": ask.kind, "priority": 0,

@@ -19,7 +19,7 @@ from tests.helpers import (
     make_campaign,
     start_worker,
 )
-from workers.delivery import queue
+from workers import queue
 
 pytestmark = pytest.mark.slow
 

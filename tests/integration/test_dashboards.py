@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from tests.helpers import Browser, make_campaign
 from tests.integration.security_fixtures import seed
-from workers.delivery import queue
+from workers import queue
 
 
 def _text(html: str) -> str:

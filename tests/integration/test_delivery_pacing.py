@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from tests.conftest import Api
 from webapp import context
+from workers import queue
 from workers.delivery import pool as pool_module
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 

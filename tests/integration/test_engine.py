@@ -17,8 +17,8 @@ from tests.helpers import (
     place_jobs,
     suppressed,
 )
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 RULES = {"rules": [

@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from tests.conftest import wait_for
 from tests.helpers import campaign_status, jobs_by_email, make_campaign
 from webapp.domain import campaigns, inbox, queue_reads
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import enqueue
 from workers.delivery.pool import Pool
 
 
@@ -44,7 +44,7 @@ def test_a_message_that_cannot_be_built_fails_alone(engine: sa.Engine, sink: Any
                      {"f": "News\r\nBcc: everyone@example.net <news@example.com>",
                       "id": bad["id"]})
         for campaign in (bad, good):  # both audiences claimable at once: one batch of 10
-            enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+            queue.enqueue_broadcast(conn, campaign["broadcast_id"])
     pool = Pool(engine, config_for(sink.port, WORKERS="1", CLAIM_BATCH="10"), node="t")
     pool.start()
     try:

@@ -31,8 +31,8 @@ from tests.helpers import (
 from webapp import db
 from webapp.pgserver import PostgresServer, private_postgres
 from webapp.sink import SinkServer
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The finish statement's plan (workers/delivery/queue.py, ``_FINISH``): the finisher
+"""The finish statement's plan (workers/queue/, ``_FINISH``): the finisher
 prepares it once per session, so after five runs PostgreSQL may keep a generic plan,
 which guesses 100 outcomes from jsonb_to_recordset whatever the document holds. On a
 small table (a new install, a few thousand jobs) that guess made a hash join over a
@@ -10,13 +10,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from tests.helpers import make_campaign
-from workers.delivery import enqueue, queue
+from workers import queue
 
 
 def test_the_generic_plan_finds_the_outcomes_by_primary_key(engine: sa.Engine) -> None:
     campaign = make_campaign(engine, [f"plan{i}@example.org" for i in range(3000)])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
     with engine.begin() as conn:
         jobs = queue.claim_batch(conn, "w-plan", 2, "example.com")
         conn.execute(sa.text("ANALYZE delivery_jobs"))

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from tests.helpers import make_campaign, wait_for
-from workers.delivery import enqueue, queue
+from workers import queue
 from workers.delivery.finisher import Finisher
 from workers.delivery.pool import StatementDb
 
@@ -31,7 +31,7 @@ from workers.delivery.pool import StatementDb
 def _claimed(engine: sa.Engine, n: int) -> list[queue.ClaimedJob]:
     campaign = make_campaign(engine, [f"fin{i}@example.org" for i in range(n)])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
     jobs: list[queue.ClaimedJob] = []
     with engine.begin() as conn:
         while batch := queue.claim_batch(conn, "w-fin", 50, "example.com"):
@@ -206,7 +206,7 @@ def test_a_lost_session_fails_every_statement_in_flight(engine: sa.Engine) -> No
 _CHILD = """
 import json, os, signal, sys, time
 from webapp import db
-from workers.delivery import queue
+from workers import queue
 from workers.delivery.finisher import Finisher
 from workers.delivery.pool import StatementDb
 

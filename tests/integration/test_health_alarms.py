@@ -15,8 +15,8 @@ from tests.helpers import Browser, place_jobs
 from webapp import create_app
 from webapp.domain import health, limits
 from webapp.domain.errors import Overloaded
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 
 
 @pytest.fixture(autouse=True)

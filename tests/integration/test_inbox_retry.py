@@ -16,8 +16,8 @@ from tests.conftest import wait_for
 from tests.helpers import Browser, campaign_status, jobs_by_email, make_campaign
 from webapp.domain import audit, inbox, queue_reads, suppressions
 from webapp.domain.errors import Conflict
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from tests.conftest import ROOT
 from tests.helpers import make_campaign
+from workers import queue
 from workers.core import states
-from workers.delivery import enqueue
 
 MIGRATION = ROOT / "migrations" / "versions" / "0022_arch_job_transitions.py"
 
@@ -54,7 +54,7 @@ def test_every_pair_of_states_moves_exactly_as_transitions_says(engine: sa.Engin
 def test_an_illegal_move_is_refused_and_names_it(engine: sa.Engine) -> None:
     campaign = make_campaign(engine, ["a@example.org", "b@example.org"])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         # The legal road to `sent`: claimed, then finished.
         conn.execute(sa.text("UPDATE delivery_jobs SET status = 'sending' "
                              "WHERE email = 'a@example.org'"))

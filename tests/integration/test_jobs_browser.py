@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from tests.helpers import Browser, make_campaign, place_jobs
 from tests.integration.security_fixtures import failed_job
-from workers.delivery import enqueue
+from workers import queue
 
 
 def _text(html: str) -> str:
@@ -32,8 +32,8 @@ def _queue(engine: sa.Engine) -> dict[str, Any]:
                              name="Big")
     other = make_campaign(engine, ["x@example.org"], name="Other")
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
-        enqueue.enqueue_broadcast(conn, other["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, other["broadcast_id"])
         place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'retry', attempts = 2,
                    available_at = now() + make_interval(secs => 30 + id),
@@ -121,7 +121,7 @@ def test_sent_and_cancelled_tabs_list_newest_first_in_keyset_pages(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
     campaign = make_campaign(engine, [f"s{i:02d}@example.org" for i in range(70)])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
     sent = _finished(engine, campaign["id"], 45, "sent")
     cancelled = _finished(engine, campaign["id"], 6, "cancelled")
     browser = Browser(client, make_user("admin"))
@@ -263,7 +263,7 @@ def test_a_dismissed_failure_is_counted_alike_on_the_campaign_page_the_inbox_and
     campaign = make_campaign(engine, [f"d{i:02d}@example.org" for i in range(10)],
                              name="Dismissals")
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
     failed = _finished(engine, campaign["id"], 3, "failed")
     _finished(engine, campaign["id"], 5, "sent")
     browser = Browser(client, make_user("admin"))

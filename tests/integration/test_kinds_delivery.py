@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.postfix import Postfix
 from tests.conftest import Api, wait_for
 from tests.helpers import make_campaign
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import enqueue, queue
 
 ONBOARDING = {
     "class": "lifecycle", "subject": "{{ data.first_name }}, finish setting up",
@@ -41,7 +41,7 @@ def test_claim_serves_critical_then_lifecycle_then_campaigns(api: Api,
                                                             engine: sa.Engine) -> None:
     campaign = make_campaign(engine, [f"c{i}@example.org" for i in range(6)])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
     put(api, "onboarding", {**ONBOARDING, "dedupe_window": 0})
     put(api, "reset", {"class": "critical", "subject": "Reset", "text": "{{ data.url }}"})
     for i in range(3):

@@ -18,8 +18,8 @@ from tests.conftest import Api
 from tests.helpers import Browser
 from webapp.domain import campaigns, layouts, lists
 from webapp.domain.errors import Conflict, Invalid
+from workers import queue
 from workers.building.compose import Composer
-from workers.delivery import enqueue, queue
 
 LAYOUT = ("<html><body><header>ACME NEWS</header>{{ content }}<footer>"
           "{{ postal_address }} · <a href=\"{{ unsubscribe_url }}\">Unsubscribe</a>"
@@ -71,7 +71,7 @@ def test_the_worker_builds_the_campaign_inside_its_layout(
     campaign = _campaign(engine, layout["id"])
     with engine.begin() as conn:
         campaign = campaigns.send(conn, campaign["id"])
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         [job] = queue.claim_batch(conn, "w", 5, "example.org")
     envelope = Composer(engine, config_for()).build(job)
     mail = message_from_bytes(envelope.message, policy=policy.default)

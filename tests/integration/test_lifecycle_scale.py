@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from tests.helpers import Browser, enqueue_verification, make_campaign
 from webapp.domain import campaigns
 from webapp.domain.errors import Conflict
+from workers import queue
 from workers.core.states import CANCELLED, COUNTED, TERMINAL, Campaign
-from workers.delivery import enqueue, lifecycle, queue, retention
+from workers.delivery import lifecycle, retention
 
 N = 60
 
@@ -25,7 +26,7 @@ N = 60
 def _enqueued(engine: sa.Engine, n: int = N, name: str = "Big") -> dict[str, Any]:
     campaign = make_campaign(engine, [f"r{i}@example.net" for i in range(n)], name=name)
     with engine.begin() as conn:
-        assert enqueue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
+        assert queue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
     return campaign
 
 
@@ -317,19 +318,19 @@ def test_the_enqueue_goes_through_the_list_in_chunks_with_the_same_result(
     b = campaign["broadcast_id"]
     steps = []
     with engine.begin() as conn:
-        steps.append(enqueue.enqueue_chunk(conn, b, 7))
+        steps.append(queue.enqueue_chunk(conn, b, 7))
     # c00..c06: c03 suppressed, c04 and c05 unsubscribed.
     assert steps[0] is not None and not steps[0].done and steps[0].added == 4
     assert len(_claim(engine, 100)) == 4  # sending starts before the enqueue ends
     while not steps[-1].done:  # type: ignore[union-attr]
         with engine.begin() as conn:
-            steps.append(enqueue.enqueue_chunk(conn, b, 7))
+            steps.append(queue.enqueue_chunk(conn, b, 7))
     assert len(steps) == 5  # 30 members: 7+7+7+7+2
     assert steps[-1].summary() == {"total": 27, "skipped_suppressed": 1,  # type: ignore[union-attr]
                                    "skipped_inactive": 2}
     with engine.begin() as conn:
-        assert enqueue.enqueue_chunk(conn, b, 7) is None
-        assert enqueue.enqueue_broadcast(conn, b) is None
+        assert queue.enqueue_chunk(conn, b, 7) is None
+        assert queue.enqueue_broadcast(conn, b) is None
         jobs = conn.execute(sa.text("SELECT email FROM delivery_jobs WHERE broadcast_id = :b"),
                             {"b": b}).scalars().all()
     assert sorted(jobs) == sorted(set(emails) - {"c03@example.net", "c04@example.net",
@@ -454,7 +455,7 @@ def test_the_settler_streams_take_disjoint_windows_and_together_every_job_once(
     b = campaign["broadcast_id"]
     with engine.begin() as conn:  # enqueued in three chunks, transactional mail between
         for i in range(3):
-            step = enqueue.enqueue_chunk(conn, b, 1000)
+            step = queue.enqueue_chunk(conn, b, 1000)
             assert step is not None and step.added == 1000
             enqueue_verification(conn, f"v{i}@example.org", f"u{i}")
         first, last, lo, hi = conn.execute(sa.text(

@@ -10,8 +10,8 @@ import time
 import psycopg
 import sqlalchemy as sa
 
+from workers import queue
 from workers.core import pg
-from workers.delivery import queue
 from workers.delivery.heartbeat import Heartbeat
 from workers.delivery.lease import Lease
 from workers.delivery.listener import Listener

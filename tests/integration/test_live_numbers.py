@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from tests.helpers import Browser, make_campaign, place_jobs
 from webapp.domain import audit, progress
 from webapp.domain.progress import percent_done
-from workers.delivery import enqueue, queue
+from workers import queue
 
 
 def test_percentages_never_round_up_to_done() -> None:
@@ -30,7 +30,7 @@ def _sending(engine: sa.Engine, n: int) -> dict[str, Any]:
     """A campaign of ``n`` recipients whose jobs exist and whose send began 5 min ago."""
     campaign = make_campaign(engine, [f"r{i}@example.org" for i in range(n)])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         conn.execute(sa.text("UPDATE broadcasts SET enqueued_at = now() - interval '5 min' "
                              "WHERE id = :b"), {"b": campaign["broadcast_id"]})
     return campaign

@@ -21,11 +21,11 @@ def fresh_caches() -> None:
 
 def seed(engine: sa.Engine) -> None:
     from tests.helpers import make_campaign
-    from workers.delivery import enqueue
+    from workers import queue
 
     campaign = make_campaign(engine, [f"c{i}@example.org" for i in range(12)])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'sent', finished_at = created_at + interval '3 s'
              WHERE id IN (SELECT id FROM delivery_jobs ORDER BY id LIMIT 5)"""))

@@ -18,9 +18,10 @@ from alembic import command
 from tests.helpers import Browser, make_campaign
 from webapp import db
 from webapp.domain import health
+from workers import queue
 from workers.core import pg
-from workers.delivery import enqueue, queue
 from workers.delivery.maintenance import Maintenance
+from workers.queue import rate_limit
 
 # The row-by-row count the page made before the counters (and a reference for them).
 ROW_COUNT = """
@@ -45,7 +46,7 @@ def counted(engine: sa.Engine, sql: str) -> dict[tuple[datetime, str, str], int]
 def claimed(engine: sa.Engine, n: int) -> list[queue.ClaimedJob]:
     campaign = make_campaign(engine, [f"r{i}@example.net" for i in range(n)])
     with engine.begin() as conn:
-        assert enqueue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
+        assert queue.enqueue_broadcast(conn, campaign["broadcast_id"]) is not None
         return queue.claim_batch(conn, "test-worker", n, "example.com")
 
 
@@ -204,7 +205,7 @@ def test_pruning_deletes_old_minutes_in_bounded_batches(engine: sa.Engine) -> No
     kept = queue.MINUTES_KEPT
     old = 2 * (180 - int(kept / timedelta(minutes=1)))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        assert conn.execute(queue._PRUNE_MINUTES, {"kept": kept.total_seconds(),
+        assert conn.execute(rate_limit._PRUNE_MINUTES, {"kept": kept.total_seconds(),
                                                    "batch": 7}).rowcount == 7
         assert queue.prune_minutes(conn, batch=7) == old - 7
         left = conn.execute(sa.text(

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from tests.conftest import Api, wait_for
 from tests.integration.test_verifications_priority import accepted_lines, queue_campaign
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.foreground import Foreground
 from workers.delivery.pool import Pool
 

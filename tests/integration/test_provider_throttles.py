@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from tests.conftest import wait_for
 from tests.helpers import campaign_status, jobs_by_email, make_campaign, suppressed
 from tests.provider_throttles import PROVIDER_THROTTLES
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow

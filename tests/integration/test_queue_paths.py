@@ -26,7 +26,7 @@ from harness.seed import seed_list
 from tests.helpers import Browser, campaign_status, make_campaign, place_jobs
 from webapp.domain import campaigns, inbox, queue_reads
 from webapp.domain.errors import Conflict, TooMany
-from workers.delivery import enqueue, queue
+from workers import queue
 
 
 def _tuples_read(engine: sa.Engine) -> int:
@@ -54,7 +54,7 @@ def _paused_campaign(engine: sa.Engine, n: int) -> int:
     campaign_id = make_bench_campaign(engine, list_id)
     with engine.begin() as conn:
         broadcast_id = campaigns.send(conn, campaign_id)["broadcast_id"]
-        enqueue.enqueue_broadcast(conn, broadcast_id)
+        queue.enqueue_broadcast(conn, broadcast_id)
         campaigns.pause(conn, campaign_id)
         conn.execute(sa.text("ANALYZE delivery_jobs"))
     return campaign_id
@@ -64,7 +64,7 @@ def test_a_paused_backlog_is_not_read_by_the_claim(engine: sa.Engine) -> None:
     _paused_campaign(engine, 20_000)
     fresh = make_campaign(engine, [f"new{i}@example.org" for i in range(10)], name="New")
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, fresh["broadcast_id"])
+        queue.enqueue_broadcast(conn, fresh["broadcast_id"])
     claimed: list[list[queue.ClaimedJob]] = []
     reads = {
         "claim": _reads_of(engine, lambda c: claimed.append(
@@ -82,7 +82,7 @@ def _failed_campaign(engine: sa.Engine) -> dict[str, Any]:
     """A sending campaign whose three jobs all failed: the completer's next candidate."""
     campaign = make_campaign(engine, [f"f{i}@example.org" for i in range(3)])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         place_jobs(conn, sa.text(
             "UPDATE delivery_jobs SET status = 'failed', attempts = 1, finished_at = now(), "
             "last_error = '550 5.7.1 no', last_error_class = 'rejected' "

@@ -16,8 +16,8 @@ from harness.postfix import Postfix
 from tests.conftest import wait_for
 from tests.helpers import campaign_status, jobs_by_email
 from tests.integration.test_real_relays import campaign, pools  # noqa: F401  (fixture)
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow

@@ -21,8 +21,8 @@ from harness.postfix import Postfix, max_in_window, max_per_second
 from tests.conftest import settings, wait_for
 from tests.helpers import attempts_of, campaign_status, jobs_by_email, suppressed
 from webapp.domain import campaigns, lists
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow

@@ -30,8 +30,8 @@ from tests.integration.test_real_relays import (
     relay_row,
     statuses,
 )
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow

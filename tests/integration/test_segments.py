@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from tests.helpers import Browser
 from webapp.domain import campaigns, lists, segments
 from webapp.domain.errors import Conflict, Invalid, NotFound
-from workers.delivery import audience, enqueue, queue
+from workers import queue
+from workers.queue import audience
 
 PEOPLE = [
     # email, plan, country, joined (days ago)
@@ -62,7 +63,7 @@ def _send_to(engine: sa.Engine, list_id: int, segment_id: int | None, chunk: int
             "text": "Hi {{ unsubscribe_url }}"}, default_from="news@example.com")
         campaign = campaigns.send(conn, campaign["id"])
     with engine.begin() as conn:
-        summary = enqueue.enqueue_broadcast(conn, campaign["broadcast_id"], chunk=chunk)
+        summary = queue.enqueue_broadcast(conn, campaign["broadcast_id"], chunk=chunk)
     return campaign, summary
 
 
@@ -194,7 +195,7 @@ def test_a_sent_campaign_keeps_the_conditions_it_was_sent_with(engine: sa.Engine
         # conditions it was accepted with.
         segments.update(conn, segment["id"], "Everyone pro", PRO_ES_MX[:1])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         frozen = conn.execute(sa.text("SELECT audience_filter FROM broadcasts WHERE id = :b"),
                               {"b": campaign["broadcast_id"]}).scalar_one()
     assert frozen == PRO_ES_MX
@@ -215,7 +216,7 @@ def test_scheduled_campaigns_start_with_their_segment(engine: sa.Engine) -> None
                      {"id": campaign["id"]})
         assert queue.start_due_campaigns(conn) == [campaign["id"]]
         broadcast_id = campaigns.get(conn, campaign["id"])["broadcast_id"]
-        enqueue.enqueue_broadcast(conn, broadcast_id)
+        queue.enqueue_broadcast(conn, broadcast_id)
     assert _enqueued(engine, campaign["id"]) == {"gus@example.org"}
 
 
@@ -299,7 +300,7 @@ def test_api_creates_counts_and_sends_to_a_segment(
     sent = api.post(f"/campaigns/{r.json['id']}/send")
     assert sent.status_code == 202
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, sent.json["broadcast_id"])
+        queue.enqueue_broadcast(conn, sent.json["broadcast_id"])
     assert api.get(f"/campaigns/{r.json['id']}").json["total"] == 3
     # Bad input: JSON errors naming the field (P9).
     r = api.post(f"/lists/{list_id}/segments", {"name": "x", "conditions": [

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from tests.conftest import wait_for
 from webapp.domain import lists
 from webapp.domain import sequences as domain
-from workers.delivery import enqueue, sequences
+from workers import queue
+from workers.delivery import sequences
 
 
 def _list(engine: sa.Engine, name: str = "Welcome") -> int:
@@ -302,9 +303,9 @@ def test_the_same_step_enqueued_twice_makes_one_job(engine: sa.Engine) -> None:
     e = _enrollments(engine)[0]
     step = seq["steps"][0]["id"]
     with engine.begin() as conn:
-        first = enqueue.enqueue_due_steps(conn, [(e.id, step)])
+        first = queue.enqueue_due_steps(conn, [(e.id, step)])
     with engine.begin() as conn:
-        second = enqueue.enqueue_due_steps(conn, [(e.id, step)])
+        second = queue.enqueue_due_steps(conn, [(e.id, step)])
     assert first == second
     assert len(_jobs(engine)) == 1
 

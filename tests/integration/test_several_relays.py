@@ -24,8 +24,8 @@ from tests.helpers import (
     make_campaign,
 )
 from webapp.sink import SinkServer
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 from workers.delivery.pool import Pool
 
 pytestmark = pytest.mark.slow

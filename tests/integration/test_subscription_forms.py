@@ -17,8 +17,8 @@ from markupsafe import escape
 
 from tests.helpers import Browser
 from webapp.domain import campaigns, lists, subscriptions
+from workers import queue
 from workers.core.states import CLASS_PRIORITY, PRIORITY
-from workers.delivery import enqueue
 
 SECRET = "test-secret-key-not-for-production"  # tests/conftest.py settings()
 
@@ -147,7 +147,7 @@ def test_pending_addresses_are_never_sent_campaigns(client: Any, engine: sa.Engi
                                            "text": "Hi {{ unsubscribe_url }}"},
                                     default_from="news@example.com")
         campaign = campaigns.send(conn, campaign["id"])
-        summary = enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        summary = queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         emails = set(conn.execute(sa.text(
             "SELECT email FROM delivery_jobs WHERE kind = 'broadcast'")).scalars())
     assert emails == {"member@example.org"}

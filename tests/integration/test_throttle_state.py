@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from workers.delivery import queue
+from workers import queue
 
 THREADS = 8
 

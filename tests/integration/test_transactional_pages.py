@@ -117,8 +117,8 @@ def test_a_kinds_test_send_is_built_from_the_kind(api: Api, engine: sa.Engine,
     from email import message_from_bytes, policy
 
     from webapp.domain import kinds
+    from workers import queue
     from workers.building.compose import Composer
-    from workers.delivery import queue
 
     api.client.put("/api/v1/kinds/onboarding", json=ONBOARDING, headers=api.headers)
     with engine.begin() as conn:

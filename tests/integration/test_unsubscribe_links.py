@@ -15,8 +15,8 @@ from itsdangerous import URLSafeSerializer
 
 from tests.helpers import make_campaign, suppressed
 from webapp.domain import campaigns, lists
+from workers import queue
 from workers.building.links import make_token, read_token
-from workers.delivery import enqueue
 
 SECRET = "test-secret-key-not-for-production"  # tests/conftest.py settings()
 
@@ -130,7 +130,7 @@ def test_one_click_leaves_the_message_list_and_its_campaigns_skip(
         assert campaigns.audience(conn, offers["id"])["will_receive"] == 1
         campaigns.send(conn, campaign["id"])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaigns.get(conn, campaign["id"])
+        queue.enqueue_broadcast(conn, campaigns.get(conn, campaign["id"])
                                   ["broadcast_id"])
         emails = set(conn.execute(sa.text("SELECT email FROM delivery_jobs")).scalars())
     assert emails == {"other@example.org"}
@@ -141,7 +141,7 @@ def test_one_click_leaves_the_message_list_and_its_campaigns_skip(
                                  default_from="news@example.com")
         campaigns.send(conn, other["id"])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaigns.get(conn, other["id"])["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaigns.get(conn, other["id"])["broadcast_id"])
         emails = set(conn.execute(sa.text("SELECT email FROM delivery_jobs "
                                           "WHERE campaign_id = :c"), {"c": other["id"]}
                                   ).scalars())

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from tests.conftest import Api, wait_for
 from webapp.domain import campaigns
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import enqueue, queue
 from workers.delivery.pool import Pool
 
 CAMPAIGN_SIZE = 20_000
@@ -37,7 +37,7 @@ def queue_campaign(engine: sa.Engine, n: int) -> int:
                                            "subject": "News", "text": "Hello {{ name }}"},
                                     default_from="news@example.com")
         sent = campaigns.send(conn, campaign["id"])
-        summary = enqueue.enqueue_broadcast(conn, sent["broadcast_id"])
+        summary = queue.enqueue_broadcast(conn, sent["broadcast_id"])
     assert summary is not None and summary["total"] == n
     return int(sent["broadcast_id"])
 

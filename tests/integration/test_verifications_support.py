@@ -14,8 +14,8 @@ from tests.conftest import Api
 from tests.helpers import Browser, enqueue_verification, place_jobs
 from webapp import create_app
 from webapp.domain import queue_reads
+from workers import queue
 from workers.core.settings import Config
-from workers.delivery import queue
 
 TEMPMAIL = {"user_id": "t-1", "email": "someone@mailinator.com",
             "verify_url": "https://app.example/v?t=x"}

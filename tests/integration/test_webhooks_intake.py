@@ -21,9 +21,9 @@ from tests.helpers import accepted_campaign, make_campaign, place_jobs
 from webapp import create_app
 from webapp.domain import feedback_intake
 from webapp.inbound_webhooks import SnsCertificates, SnsClient, registry
+from workers import queue
 from workers.building.links import bounce_address
 from workers.core.settings import load
-from workers.delivery import enqueue, queue
 
 SECRET = "test-secret-key-not-for-production"
 MAILGUN_KEY = "mailgun-signing-key"
@@ -273,7 +273,7 @@ def test_complaint_rate_pauses_the_campaign(hc: Any, engine: sa.Engine,
     emails = [f"r{i}@example.com" for i in range(400)]
     campaign = make_campaign(engine, [*emails, "late@example.com"])
     with engine.begin() as conn:
-        enqueue.enqueue_broadcast(conn, campaign["broadcast_id"])
+        queue.enqueue_broadcast(conn, campaign["broadcast_id"])
         place_jobs(conn, sa.text("""
             UPDATE delivery_jobs SET status = 'sent', finished_at = now(),
                    message_id = '<' || id || '@example.com>'

@@ -1,5 +1,5 @@
-"""The engine's rooms are layered one way (docs/design.md §11): core ← building ← delivery ←
-after_acceptance. A module imports only from its own room and the rooms before it — at
+"""The engine's rooms are layered one way (docs/design.md §11): core ← queue ← building ←
+delivery ← after_acceptance. A module imports only from its own room and the rooms before it — at
 module level and inside functions alike — so a reader of core needs nothing above it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDER = ("core", "building", "delivery", "after_acceptance")
+ORDER = ("core", "queue", "building", "delivery", "after_acceptance")
 
 # Known upward imports, each with why it is still there. The worker pool hosts the
 # after-acceptance jobs (bounce mailbox, outgoing event webhooks) on its scheduler; turning

@@ -33,10 +33,10 @@ def test_the_engine_never_imports_the_web_app() -> None:
 
 
 def test_the_engine_is_in_its_rooms() -> None:
-    """workers/ holds the four concerns as sub-packages (README "How it works"): a new
-    engine module goes into one of them, not beside them."""
+    """workers/ holds its rooms as sub-packages (docs/design.md §11): a new engine module
+    goes into one of them, not beside them."""
     top = {p.name for p in (ROOT / "workers").iterdir() if p.name != "__pycache__"}
-    assert top == {"__init__.py", "core", "delivery", "after_acceptance", "building"}
+    assert top == {"__init__.py", "core", "queue", "delivery", "after_acceptance", "building"}
     for room in top - {"__init__.py"}:
         assert (ROOT / "workers" / room / "__init__.py").is_file(), room
 
@@ -102,10 +102,11 @@ def test_cli_loads_the_demo_and_the_sink_lazily() -> None:
     assert out == "False"
 
 
-# The modules that write the jobs table: one creates its rows (the one way into the queue),
-# the queue module(s) move and delete them.
-_JOB_INSERTERS = {"workers/delivery/enqueue.py"}
-_JOB_WRITERS = _JOB_INSERTERS | {"workers/delivery/queue.py"}
+# The jobs table is written by one package: nothing outside workers/queue/ inserts, moves
+# or deletes a job (docs/design.md §11).
+QUEUE = "workers/queue/"
+#: No module of the package is longer than this: one concern each, read in one sitting.
+MAX_LINES = 400
 
 
 def _writes(verb: str) -> dict[str, int]:
@@ -115,15 +116,35 @@ def _writes(verb: str) -> dict[str, int]:
         for path in (ROOT / folder).rglob("*.py"):
             hits = len(pattern.findall(path.read_text(encoding="utf-8")))
             if hits:
-                found[str(path.relative_to(ROOT))] = hits
+                found[path.relative_to(ROOT).as_posix()] = hits
     return found
 
 
-def test_jobs_are_created_in_one_place() -> None:
-    """Every job enters the queue through workers/delivery/enqueue.py."""
-    assert set(_writes("INSERT INTO")) == _JOB_INSERTERS
+def _outside_the_queue(found: dict[str, int]) -> set[str]:
+    return {path for path in found if not path.startswith(QUEUE)}
+
+
+def test_jobs_are_created_only_by_the_queue() -> None:
+    """Every job enters through workers/queue/ (enqueue_messages, enqueue_audience)."""
+    created = _writes("INSERT INTO")
+    assert _outside_the_queue(created) == set()
+    assert set(created) == {QUEUE + "enqueue_messages.py", QUEUE + "enqueue_audience.py"}
 
 
 def test_jobs_are_moved_and_deleted_only_by_the_queue() -> None:
-    moved = set(_writes("UPDATE")) | set(_writes("DELETE FROM"))
-    assert moved <= _JOB_WRITERS, moved - _JOB_WRITERS
+    moved = _writes("UPDATE") | _writes("DELETE FROM")
+    assert moved, "the check reads the tree"
+    assert _outside_the_queue(moved) == set()
+
+
+def test_the_queue_modules_are_short() -> None:
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+             for path in (ROOT / QUEUE).rglob("*.py")}
+    assert len(sizes) > 5, sizes
+    assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def test_the_old_queue_modules_are_gone() -> None:
+    """Callers write ``from workers import queue``; the old single modules do not return."""
+    assert not (ROOT / "workers/delivery/queue.py").exists()
+    assert not (ROOT / "workers/delivery/enqueue.py").exists()

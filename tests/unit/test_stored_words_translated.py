@@ -16,7 +16,7 @@ from workers.delivery.classify import ReplyClass
 
 CATALOG = Path(__file__).resolve().parents[2] / "translations" / "es" / "LC_MESSAGES" / \
     "messages.po"
-# Error classes SendDock writes itself besides the reply classes (workers/delivery/queue.py).
+# Error classes SendDock writes itself besides the reply classes (workers/queue/).
 ENGINE_CLASSES = ("orphan", "dropped", "relay", "cancelled", "build", "unknown")
 SUBSCRIBER_STATUSES = ("active", "unsubscribed", "blocklisted")
 WORDS = sorted({*STATES, *(c.value for c in ReplyClass), *ENGINE_CLASSES,

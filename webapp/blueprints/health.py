@@ -12,7 +12,7 @@ from werkzeug.wrappers import Response
 from webapp import dbhealth
 from webapp.context import actor, config, engine, role
 from webapp.domain import audit, health
-from workers.delivery import queue
+from workers import queue
 
 bp = Blueprint("health", __name__, url_prefix="/health")
 

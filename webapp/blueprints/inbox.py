@@ -18,7 +18,7 @@ from webapp.i18n import localize
 from webapp.nav import can_open
 from webapp.redirects import local_path
 from workers.building.kinds import job_kinds
-from workers.delivery.queue import ProblemFilter
+from workers.queue import ProblemFilter
 
 bp = Blueprint("inbox", __name__, url_prefix="/inbox")
 

@@ -12,6 +12,7 @@ from webapp.domain import audit, composer, layouts, segments, text_limits
 from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email, get_list, get_member, subscriber_page
+from workers import queue
 from workers.building import tracking as signing
 from workers.building.compose import recipient_context
 from workers.building.links import unsubscribe_url
@@ -25,7 +26,7 @@ from workers.building.message import (
 from workers.core import states
 from workers.core.i18n import N_, word
 from workers.core.states import Campaign
-from workers.delivery import enqueue, lifecycle, queue
+from workers.delivery import lifecycle
 
 EDITABLE = Campaign.EDITABLE
 # The header-bound fields as a message names them.
@@ -378,7 +379,7 @@ def test_send(conn: Connection, campaign_id: int, email: str, *,
     address = check_email(email)
     if subscriber_id is not None:
         get_member(conn, campaign["list_id"], subscriber_id)
-    job_id = enqueue.enqueue_test(conn, address, {"campaign_id": campaign_id,
+    job_id = queue.enqueue_test(conn, address, {"campaign_id": campaign_id,
                                                   "subscriber_id": subscriber_id}, actor=actor)
     audit.record(conn, actor, "campaign.test_send", f"campaign:{campaign_id}", email=address,
                  job_id=job_id)

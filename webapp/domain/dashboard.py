@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from webapp.domain import campaigns, queue_reads
+from workers import queue
 from workers.core.settings import Config
 from workers.core.states import PENDING, RETRY, SENDING
-from workers.delivery import queue
-from workers.delivery.queue import ProblemFilter
+from workers.queue import ProblemFilter
 
 FAILURE_WINDOW = timedelta(hours=1)
 

@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 
 from webapp.domain import deliverability, queue_reads
+from workers import queue
 from workers.after_acceptance import event_queue, feedback
 from workers.core import pg
 from workers.core.i18n import N_, Text
 from workers.core.relays import parse_relays
 from workers.core.settings import Config
 from workers.core.states import Campaign
-from workers.delivery import queue
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class
 CHART = timedelta(hours=1)  # the sent-per-minute chart (within queue.MINUTES_KEPT)

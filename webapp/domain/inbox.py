@@ -1,8 +1,8 @@
 """The failed-jobs inbox (docs/design.md §22): failed and bounced jobs of every kind, newest first,
 with filters and search; retry one, retry all matching, dismiss. Every action is audited.
 
-The SQL is in :mod:`workers.delivery.queue` ("inbox and health"); this module turns the admin's
-input into a :class:`~workers.delivery.queue.ProblemFilter` and the results into clear answers.
+The SQL is in :mod:`workers.queue` ("inbox and health"); this module turns the admin's
+input into a :class:`~workers.queue.ProblemFilter` and the results into clear answers.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, queue_reads, suppressions
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.fields import whole_number
+from workers import queue
 from workers.after_acceptance import feedback
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_, word
-from workers.delivery import queue
 
 PAGE_SIZE = 50
 ERROR_CLASSES = ("hard_bounce", "rejected", "transient", "build")

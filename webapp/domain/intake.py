@@ -7,8 +7,8 @@ A kind's rules come from its :class:`~webapp.domain.kinds.KindPolicy` (verificat
 live job per user, disposable addresses held, a request cooldown), never from its name.
 
 The rules themselves are SQL in the engine's one way into the queue,
-:mod:`workers.delivery.enqueue` (every job is created there): this module turns a kind's
-policy into an :class:`~workers.delivery.enqueue.Ask` and each outcome into the API's
+:mod:`workers.queue` (every job is created there): this module turns a kind's
+policy into an :class:`~workers.queue.Ask` and each outcome into the API's
 answer:
 
 - an ``Idempotency-Key`` returns the message it created; used again for another user or
@@ -49,6 +49,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import flags, kinds, limits
 from webapp.domain.errors import Conflict, DomainError, TooMany
 from webapp.domain.flags import FLAG_DISPOSABLE, disposable_domain
+from workers import queue
 from workers.building.kinds import KindSpec
 from workers.core.i18n import N_
 from workers.core.settings import Config
@@ -58,7 +59,6 @@ from workers.core.states import (
     CLAIMABLE,
     WAITING,
 )
-from workers.delivery import enqueue, queue
 
 ROUNDS = 4  # statements at most per request: a lost race, a replaced address, a changed kind
 
@@ -106,14 +106,14 @@ def payload_of(ask: Ask) -> dict[str, Any]:
 
 
 def _engine_ask(ask: Ask, config: Config, bulk: bool, replace: int | None,
-                payload: dict[str, Any]) -> enqueue.Ask:
+                payload: dict[str, Any]) -> queue.Ask:
     """The ask as the engine's enqueue statement takes it: the kind's policy spelled out
     as rules. ``bulk``: a batch's items, queued :data:`~workers.core.states.BULK_STEP`
     behind the single requests of their class."""
     spec = ask.spec
     policy = kinds.policy(spec)
     found = (FLAG_DISPOSABLE,) if disposable_domain(ask.email) else ()
-    return enqueue.Ask(
+    return queue.Ask(
         kind=spec.name, email=ask.email, priority=spec.priority + (BULK_STEP if bulk else 0),
         payload=payload, user_ref=ask.user_ref, key=ask.key, flags=found,
         hold=bool(found) and held(spec, list(found), config), send_at=ask.send_at,
@@ -121,7 +121,7 @@ def _engine_ask(ask: Ask, config: Config, bulk: bool, replace: int | None,
         cooldown=kinds.cooldown_of(spec, config) if policy.request_cooldown else None,
         one_live=policy.one_live, replace_id=replace,
         audit=f"{'verification' if policy.one_live else 'message'}.request",
-        version=enqueue.KindVersion(spec.version, spec.kind_class, spec.dedupe_window,
+        version=queue.KindVersion(spec.version, spec.kind_class, spec.dedupe_window,
                                     spec.resend_cooldown))
 
 
@@ -180,7 +180,7 @@ class _Round:
 def submit(conn: Connection, config: Config, asks: list[Ask], *,
            actor: str, bulk: bool = False) -> list[Answer]:
     """Answer every ask (in order): a new job, the earlier job that answers it, or the
-    error that refuses it. One statement (:func:`workers.delivery.enqueue.enqueue`) when
+    error that refuses it. One statement (:func:`workers.queue.enqueue`) when
     nothing raced; at most :data:`ROUNDS`. ``bulk`` (a batch call): new jobs queue behind
     the single requests of their class."""
     state = _Round(asks, bulk)
@@ -188,7 +188,7 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
         todo = state.open()
         if not todo:
             break
-        results = enqueue.enqueue(conn, [
+        results = queue.enqueue(conn, [
             _engine_ask(state.asks[i], config, bulk, state.replace.get(i), state.payload(i))
             for i in todo], actor=actor, max_backlog=config.max_backlog)
         for i, result in zip(todo, results, strict=True):
@@ -197,7 +197,7 @@ def submit(conn: Connection, config: Config, asks: list[Ask], *,
 
 
 def _settle(conn: Connection, config: Config, state: _Round, i: int,
-            result: enqueue.Result, last: bool) -> None:
+            result: queue.Result, last: bool) -> None:
     """Record one ask's answer, or leave it open for the next round."""
     outcome, job, priority = result.outcome, result.job, result.priority
     ask = state.asks[i]
@@ -252,7 +252,7 @@ def resend(conn: Connection, config: Config, spec: KindSpec, user_ref: str, emai
     writes the audit row. Raises :class:`TooMany` or :class:`Conflict`."""
     policy = kinds.policy(spec)
     found = flags.flags_for(conn, email)
-    result = enqueue.enqueue_one(conn, enqueue.Ask(
+    result = queue.enqueue_one(conn, queue.Ask(
         kind=spec.name, email=email, priority=spec.priority, payload=payload,
         user_ref=user_ref, flags=tuple(found), hold=held(spec, found, config),
         cooldown=kinds.cooldown_of(spec, config) if policy.request_cooldown else None),

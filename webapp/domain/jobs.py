@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, queue_reads
 from webapp.domain.errors import Invalid
 from webapp.domain.fields import whole_number
+from workers import queue
 from workers.building.kinds import is_kind_name
 from workers.core.i18n import N_
 from workers.core.states import (
@@ -31,8 +32,7 @@ from workers.core.states import (
     SENDING,
     SENT,
 )
-from workers.delivery import queue
-from workers.delivery.queue import ProblemFilter
+from workers.queue import ProblemFilter
 
 PAGE_SIZE = 50
 TABS = ("waiting", "retrying", "sending", "held", "scheduled", "sent", "failed", "cancelled")

@@ -28,12 +28,12 @@ from webapp.domain import audit
 from webapp.domain.composer import FIELD_NAMES
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from webapp.domain.lists import check_email
+from workers import queue
 from workers.building import kinds as engine_kinds
 from workers.building.kinds import CLASSES, KindSpec, message_context
 from workers.building.message import RenderedMessage, TemplateError, compile_campaign
 from workers.core import fastjson
 from workers.core.i18n import N_, Text
-from workers.delivery import enqueue
 
 MAX_TEMPLATE = 100_000  # characters per template
 MAX_SCHEDULE = 10  # retry delays
@@ -445,7 +445,7 @@ def test_send(conn: Connection, name: str, email: Any, data: dict[str, Any],
     spec = get(conn, name)
     address = check_email(email)
     render(spec, data, event, email=address)
-    job_id = enqueue.enqueue_test(conn, address, {"kind": spec.name,
+    job_id = queue.enqueue_test(conn, address, {"kind": spec.name,
                                                   "kind_version": spec.version,
                                                   "data": data, "event": event}, actor=actor)
     audit.record(conn, actor, "kind.test_send", f"kind:{spec.name}", job_id=job_id,

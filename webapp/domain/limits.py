@@ -6,9 +6,9 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 
 from webapp.domain.errors import Overloaded
+from workers import queue
 from workers.core.i18n import N_
 from workers.core.settings import Config
-from workers.delivery import queue
 
 
 def check_backlog(conn: Connection, config: Config, adding: int = 1) -> None:

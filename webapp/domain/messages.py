@@ -28,11 +28,11 @@ from sqlalchemy.engine import Connection
 from webapp.domain import audit, flags, intake, kinds, limits, queue_reads, verifications
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooLarge, TooMany
 from webapp.domain.lists import check_email
+from workers import queue
 from workers.building.kinds import BUILTIN, KindSpec
 from workers.core.i18n import N_, word
 from workers.core.settings import Config
 from workers.core.states import PENDING, RETRY, SENDING
-from workers.delivery import queue
 
 MAX_JSON_BYTES = 64 * 1024
 # The latest send_at: before the year 3000, said as a pattern on the ISO 8601 text so that

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import audit
 from webapp.domain.lists import check_email
-from workers.delivery import queue
+from workers import queue
 
 
 def address_hash(email: str) -> str:

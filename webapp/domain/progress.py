@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from webapp.domain import campaigns, queue_reads
+from workers import queue
 from workers.core.states import (
     BOUNCED,
     CANCELLED,
@@ -39,7 +40,6 @@ from workers.core.states import (
     SENDING,
     Campaign,
 )
-from workers.delivery import queue
 
 RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
 RATE_SAMPLE = 5000  # at most this many finishes are read (bounded cost at any speed)

@@ -1,7 +1,7 @@
 """Read queries of the queue for the pages: support, inbox, health, campaign progress.
 
 Nothing here changes a job; the statements that do (and the promises P2-P8 they keep) are
-in :mod:`workers.delivery.queue`. Every list is keyset-paged or bounded by an index, so a page view
+in :mod:`workers.queue`. Every list is keyset-paged or bounded by an index, so a page view
 never counts a million rows.
 """
 
@@ -33,7 +33,7 @@ from workers.core.states import (
     Campaign,
     sql_list,
 )
-from workers.delivery.queue import JOB_COLUMNS, ProblemFilter
+from workers.queue import JOB_COLUMNS, ProblemFilter
 
 # --- reading jobs ----------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Segments (docs/design.md §20, issue 32 item 2): a list narrowed by conditions, saved and reused.
 
 A condition is ``{"field", "op", "key"?, "value"?}``; all of a segment's conditions must
-hold. The fields and operators are a fixed table (``workers.delivery.audience``):
+hold. The fields and operators are a fixed table (``workers.queue.audience``):
 
 - ``attribute`` (``key`` names the subscriber attribute): ``eq``, ``ne``, ``contains``
   (a string), ``in``, ``not_in`` (a list of strings), ``exists``, ``missing``;
@@ -15,7 +15,7 @@ Guarantees kept here:
 - every condition is checked before it is saved, counted or sent, and a bad one is answered
   with its index, its field and a sentence saying what is expected (P9);
 - no SQL is ever built from what a marketer typed: :func:`validate` returns the canonical
-  JSON, and ``workers.delivery.audience.predicate`` turns it into whitelisted fragments with
+  JSON, and ``workers.queue.audience.predicate`` turns it into whitelisted fragments with
   bound values — the same function the enqueue uses, so the live count and the send agree;
 - activity conditions read the open and click events that tracking records
   (``campaign_events``, webapp.domain.tracking): only campaigns sent with tracking on
@@ -36,7 +36,7 @@ from webapp.domain import audit, lists, text_limits
 from webapp.domain.errors import Conflict, Invalid, NotFound
 from workers.core.i18n import N_, Text
 from workers.core.states import Campaign, sql_list
-from workers.delivery import audience
+from workers.queue import audience
 
 MAX_NAME = text_limits.SEGMENT_NAME
 MAX_VALUE = 500

@@ -27,6 +27,7 @@ from webapp.domain import fields as rules
 from webapp.domain.errors import Conflict, DomainError, Invalid, NotFound, TooMany
 from webapp.domain.lists import check_email
 from webapp.i18n import dt
+from workers import queue
 from workers.after_acceptance import feedback
 from workers.core.addresses import domain_of
 from workers.core.i18n import N_, word
@@ -42,7 +43,6 @@ from workers.core.states import (
     SENT,
     SKIPPED,
 )
-from workers.delivery import queue
 from workers.delivery.classify import ReplyClass, humanize
 
 KIND = "verification"

@@ -33,10 +33,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from workers import queue
 from workers.after_acceptance.bounces.reasons import find_reason
 from workers.after_acceptance.reports import Feedback
 from workers.core.states import BOUNCED, SENT, Campaign, sql_list
-from workers.delivery import lifecycle, queue
+from workers.delivery import lifecycle
 
 SOURCES = ("mailbox", "ses", "sendgrid", "postmark", "mailgun", "generic")
 RAW_LIMIT = 256 * 1024  # bytes of raw source kept per event

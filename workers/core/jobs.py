@@ -1,7 +1,7 @@
 """A claimed job and the outcome of one attempt at it (docs/design.md §14): what the queue
 hands a worker and what the worker hands back. Defined here, in the engine's core, because
 building (a claimed job into bytes), delivery and the queue all speak them;
-:mod:`workers.delivery.queue` imports them for its own statements and for older callers."""
+:mod:`workers.queue` imports them for its own statements and re-exports them to its callers."""
 
 from __future__ import annotations
 

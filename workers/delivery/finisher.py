@@ -46,8 +46,8 @@ import psycopg
 from psycopg import pq
 from sqlalchemy.engine import Connection
 
-from workers.delivery import queue
-from workers.delivery.queue import Outcome
+from workers import queue
+from workers.queue import Outcome
 
 log = logging.getLogger("senddock.worker")
 

@@ -28,8 +28,8 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from workers import queue
 from workers.core import pg
-from workers.delivery import queue
 from workers.delivery.lease import Lease
 from workers.delivery.services import DB_ERRORS, Service
 

@@ -3,7 +3,7 @@ campaign row at any size (docs/design.md §26), and the periodic service that se
 campaign's waiting jobs afterwards in bounded chunks.
 
 The decision is the campaign's status: the claim takes a broadcast's jobs only while its
-campaign is `sending` (workers.queue._CLAIM), so from the commit of a pause or a cancel no
+campaign is `sending` (workers.queue.claim), so from the commit of a pause or a cancel no
 claim that starts later hands out one of its jobs, however many are still `pending`. A
 cancel then leaves the jobs to :class:`Settler`, which moves them `pending | retry →
 cancelled` (legal moves of :data:`workers.states.TRANSITIONS`) along the campaign's span
@@ -36,7 +36,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from workers.core import pg
 from workers.core.states import CLAIMABLE, Campaign, sql_list
-from workers.delivery.queue import custom_plan, settle_window  # noqa: F401 (settle_window: callers)
+from workers.queue import custom_plan, settle_window  # noqa: F401 (settle_window: callers)
 
 log = logging.getLogger("senddock.lifecycle")
 

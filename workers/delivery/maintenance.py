@@ -13,8 +13,8 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from workers import queue
 from workers.core import pg
-from workers.delivery import enqueue, queue
 from workers.delivery.services import DB_ERRORS, Service
 
 log = logging.getLogger("senddock.worker")
@@ -63,7 +63,7 @@ class Maintenance(Service):
         start sending after the first)."""
         while not self.stopping.is_set():
             with self.engine.begin() as conn:
-                step = enqueue.enqueue_chunk(conn, broadcast_id)
+                step = queue.enqueue_chunk(conn, broadcast_id)
                 if step is None:
                     return
                 if step.added:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from workers.core.addresses import domain_of
 from workers.core.states import BOUNCED, FAILED, PENDING, RETRY, SENT, SKIPPED
 from workers.delivery.classify import MESSAGE_STAGES, ReplyClass
-from workers.delivery.queue import ClaimedJob, Outcome
 from workers.delivery.retry import next_delay
+from workers.queue import ClaimedJob, Outcome
 
 if TYPE_CHECKING:
     from workers.delivery.smtp import SendResult

@@ -53,6 +53,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from sqlalchemy.engine import Connection, Engine
 
+from workers import queue
 from workers.after_acceptance import pool as after_acceptance
 from workers.building import kinds
 from workers.building.compose import Composer
@@ -61,7 +62,7 @@ from workers.building.message import TemplateError
 from workers.core import pg
 from workers.core.settings import Config
 from workers.core.states import PENDING, imported
-from workers.delivery import lifecycle, outcomes, queue, rescuer, retention, sequences, services
+from workers.delivery import lifecycle, outcomes, rescuer, retention, sequences, services
 from workers.delivery.classify import RefusalStreak, ReplyClass, ThrottleJudge
 from workers.delivery.finisher import FINISH_TIMEOUT, Finisher
 from workers.delivery.foreground import Foreground

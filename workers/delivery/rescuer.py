@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Engine
 
+from workers import queue
 from workers.core import pg
-from workers.delivery import queue
 from workers.delivery.lease import Lease
 from workers.delivery.services import DB_ERRORS, Service
 

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from workers.core.states import Campaign, sql_list
-from workers.delivery.queue import (  # noqa: F401 (KEPT, DROPPED, roll_up_chunk: callers)
+from workers.queue import (  # noqa: F401 (KEPT, DROPPED, roll_up_chunk: callers)
     DROPPED,
     KEPT,
     delete_transactional_chunk,

@@ -8,7 +8,7 @@ An enrollment is at a step (``step_id``) due at ``due_at``. Each tick, in one tr
    advancer holds (``FOR UPDATE SKIP LOCKED``);
 2. for each, perform steps while they are due: exit on a goal event, unsubscribe,
    suppression or a hard bounce (or leaving the trigger's list); an email step becomes a
-   job (:func:`workers.delivery.enqueue.enqueue_due_steps`, the one way into the queue),
+   job (:func:`workers.queue.enqueue_due_steps`, the one way into the queue),
    a wait step moves ``due_at`` ahead, a condition continues, skips ahead or exits;
 3. insert the jobs set-based, guarded by ``delivery_jobs_idempotency_idx`` on the key
    ``seq:<enrollment>:<step>`` (ON CONFLICT DO NOTHING), record the visits (primary key
@@ -29,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers.delivery import enqueue
+from workers import queue
 
 log = logging.getLogger("senddock.worker")
 
@@ -195,7 +195,7 @@ def advance(conn: Connection, batch: int = BATCH) -> int:
         _walk(e, sequences[e.sequence_id], steps.get(e.sequence_id, []),
               people.get(e.subscriber_id), members, events.get(e.subscriber_id, []),
               now, plan)
-    jobs = enqueue.enqueue_due_steps(conn, plan.sends)
+    jobs = queue.enqueue_due_steps(conn, plan.sends)
     if plan.visits:
         conn.execute(_VISITS, {
             "enrollments": [v[0] for v in plan.visits], "steps": [v[1] for v in plan.visits],
