@@ -4,13 +4,17 @@ count once), and a throttling relay's pace (AIMD) shared by every process."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 
 from workers import queue
+from workers.core import pg
+from workers.delivery.maintenance import Maintenance
 
 THREADS = 8
 
@@ -153,3 +157,34 @@ def test_the_pace_in_force_is_on_queue_health_and_in_metrics(engine: sa.Engine, 
     assert 'id="relay-paced-rate">4.00<' in page
     assert 'data-alarm="relay_throttled"' in page and "paced at 4.00 messages per second" in page
     assert "senddock_relay_paced_rate 4.0" in admin.get("/metrics").get_data(as_text=True)
+
+
+def test_maintenance_prunes_the_domain_throttles_that_ended_a_day_ago(
+        engine: sa.Engine) -> None:
+    """A domain's throttle row outlives its pause by a day (Queue health lists the last
+    hour's); Maintenance's hourly prune removes the older ones, so the table does not keep
+    a row for every domain that ever throttled us."""
+    with engine.begin() as conn:
+        for domain in ("old.example", "recent.example", "paused.example"):
+            queue.throttle_domain(conn, domain, "421 slow down", [60])
+        conn.execute(sa.text("UPDATE domain_throttles SET until = now() - interval '2 days' "
+                             "WHERE domain = 'old.example'"))
+        conn.execute(sa.text("UPDATE domain_throttles SET until = now() - interval '2 hours' "
+                             "WHERE domain = 'recent.example'"))
+
+    def domains() -> set[str]:
+        with engine.connect() as conn:
+            return set(conn.execute(sa.text("SELECT domain FROM domain_throttles")).scalars())
+
+    maintenance = Maintenance(engine, pg.Outage("test", logging.getLogger("test")),
+                              threading.Event())
+    maintenance.run()
+    assert domains() == {"recent.example", "paused.example"}
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE domain_throttles SET until = now() - interval '3 days' "
+                             "WHERE domain = 'recent.example'"))
+    maintenance.run()  # within the hour: nothing pruned
+    assert domains() == {"recent.example", "paused.example"}
+    maintenance._prune_at = time.monotonic()  # an hour later
+    maintenance.run()
+    assert domains() == {"paused.example"}

@@ -2,7 +2,7 @@
 by chunk, each committed on its own, so the workers start sending after the first),
 complete finished ones; and at the first tick and then hourly, prune the per-minute
 counters (attempt_minutes, rate_minutes), which otherwise grow a few rows every minute
-forever."""
+forever, and the domain throttles that ended more than a day ago."""
 
 from __future__ import annotations
 
@@ -50,10 +50,12 @@ class Maintenance(Service):
 
     def _prune(self) -> None:
         """Forget counter minutes no reader looks at any more, in bounded batches each
-        committed on its own (the finishers upsert only the newest minutes)."""
+        committed on its own (the finishers upsert only the newest minutes), and the domain
+        throttles that ended more than a day ago."""
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             pruned = queue.prune_minutes(conn)
             queue.prune_rate_minutes(conn)
+            queue.prune_domain_throttles(conn)
         self._prune_at = time.monotonic() + self.prune_every
         if pruned:
             log.info("pruned %d attempt counter row(s)", pruned)

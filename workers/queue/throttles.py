@@ -62,6 +62,7 @@ def domain_throttles(conn: Connection) -> list[dict[str, Any]]:
 
 
 def prune_domain_throttles(conn: Connection) -> None:
+    """Forget the throttles that ended more than a day ago (Maintenance, hourly)."""
     conn.execute(sa.text("DELETE FROM domain_throttles WHERE until < now() - interval '1 day'"))
 
 
