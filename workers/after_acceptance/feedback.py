@@ -324,11 +324,6 @@ def events_for_jobs(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[
     return result
 
 
-def event_raw(conn: Connection, event_id: int) -> str | None:
-    return conn.execute(sa.text("SELECT raw FROM job_events WHERE id = :id"),
-                        {"id": event_id}).scalar()
-
-
 # --- sender bounces and unreadable mail (docs/design.md §17) --------------------------------------
 
 _SENDER_BOUNCES = sa.text("""

@@ -30,7 +30,6 @@ import imaplib
 import logging
 import poplib
 import ssl
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -273,9 +272,3 @@ class BouncePoller:
             client.close()
             raise
         return result
-
-
-def iter_reports(raw_messages: Iterator[bytes]) -> Iterator[MailReport]:
-    """Parse messages (for the CLI's dry run and tests)."""
-    for raw in raw_messages:
-        yield parse_report(raw)

@@ -9,7 +9,6 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -18,11 +17,11 @@ from workers.after_acceptance.feedback import Thresholds
 from workers.after_acceptance.mailbox import BouncePoller
 from workers.core import pg
 from workers.core.settings import Config
+from workers.delivery.services import DB_ERRORS
 
 log = logging.getLogger("senddock.worker")
 
 RECEIPT_DAYS = 30
-DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError, psycopg.OperationalError)
 
 
 def thresholds(config: Config) -> Thresholds:

@@ -15,7 +15,6 @@ from workers.core.jobs import ClaimedJob, Outcome
 from workers.core.states import PRIORITY, TERMINAL
 from workers.queue import audience
 from workers.queue.campaigns import (
-    TRANSACTIONAL_BACKLOG_COUNT,
     backlog,
     broadcast_counts,
     broadcast_counts_slow,
@@ -30,26 +29,18 @@ from workers.queue.claim import (
     claim_batch,
 )
 from workers.queue.common import (
-    BOUNCE_REASON,
     JOB_COLUMNS,
-    JOB_FIELDS,
-    SEQUENCE,
     custom_plan,
-    job_columns,
     notify_new_jobs,
 )
 from workers.queue.enqueue_audience import (
-    ENQUEUE_CHUNK,
-    EnqueueStep,
     broadcasts_to_enqueue,
     enqueue_broadcast,
     enqueue_chunk,
     enqueue_due_steps,
-    step_key,
 )
 from workers.queue.enqueue_messages import (
     ENQUEUE,
-    ENQUEUE_REPLACING,
     Ask,
     KindVersion,
     Result,
@@ -82,8 +73,6 @@ from workers.queue.leases import (
 )
 from workers.queue.rate_limit import (
     MINUTES_KEPT,
-    PRUNE_BATCH,
-    Permits,
     acquire_permits,
     prune_minutes,
     prune_rate_minutes,
@@ -91,12 +80,7 @@ from workers.queue.rate_limit import (
     refund_permits,
 )
 from workers.queue.relays import (
-    PACE_ACCEPTED,
     PACE_CLEAN_INTERVAL,
-    PACE_FLOOR,
-    PACE_MEASURE,
-    PACE_START,
-    PACE_STEPS,
     ensure_relays,
     mark_relay_down,
     mark_relay_ok,
@@ -117,7 +101,6 @@ from workers.queue.retention import (
     roll_up_chunk,
 )
 from workers.queue.senders import (
-    SENDER_REFUSED,
     refuse_sender,
     sender_accepted,
     sender_refusals,
@@ -135,7 +118,6 @@ from workers.queue.support import (
     mark_resent,
     release_held,
     retry_chosen_now,
-    single_job,
 )
 from workers.queue.throttles import (
     domain_throttles,
@@ -146,34 +128,19 @@ from workers.queue.throttles import (
 )
 
 __all__ = [
-    "BOUNCE_REASON",
     "DROPPED",
     "ENQUEUE",
-    "ENQUEUE_CHUNK",
-    "ENQUEUE_REPLACING",
     "FINISH_PIPELINED",
     "JOB_COLUMNS",
-    "JOB_FIELDS",
     "KEPT",
     "MINUTES_KEPT",
-    "PACE_ACCEPTED",
     "PACE_CLEAN_INTERVAL",
-    "PACE_FLOOR",
-    "PACE_MEASURE",
-    "PACE_START",
-    "PACE_STEPS",
     "PRIORITY",
-    "PRUNE_BATCH",
-    "SENDER_REFUSED",
-    "SEQUENCE",
     "TERMINAL",
-    "TRANSACTIONAL_BACKLOG_COUNT",
     "Ask",
     "ClaimedJob",
-    "EnqueueStep",
     "KindVersion",
     "Outcome",
-    "Permits",
     "ProblemFilter",
     "Result",
     "acquire_permits",
@@ -207,7 +174,6 @@ __all__ = [
     "finished_ids",
     "hurry",
     "in_flight_for_user",
-    "job_columns",
     "latest_job_for_user",
     "lift_domain_throttles",
     "lock_user",
@@ -243,10 +209,8 @@ __all__ = [
     "sender_refusals",
     "sender_still_refused",
     "settle_window",
-    "single_job",
     "start_broadcast",
     "start_due_campaigns",
-    "step_key",
     "take_back",
     "take_probe_turn",
     "take_sender_probe",

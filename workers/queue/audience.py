@@ -59,10 +59,6 @@ class BadCondition(ValueError):
     """A condition outside the fixed table (the web app says why before it gets here)."""
 
 
-def uses_activity(conditions: Sequence[dict[str, Any]]) -> bool:
-    return any(c.get("field") == "activity" for c in conditions)
-
-
 def _value(condition: dict[str, Any]) -> Any:
     field, op, value = condition["field"], condition["op"], condition.get("value")
     if field == "attribute":

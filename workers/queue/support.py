@@ -36,12 +36,6 @@ def lock_user(conn: Connection, kind: str, user_ref: str) -> None:
                  {"kind": kind, "user_ref": user_ref})
 
 
-def single_job(conn: Connection, job_id: int) -> dict[str, Any]:
-    """One transactional job in the shape the verification API and support page use."""
-    return dict(conn.execute(sa.text(f"SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE id = :id"),
-                             {"id": job_id}).mappings().one())
-
-
 # The user's most recent job and how many seconds of resend cooldown are left (0 when none),
 # measured on the database clock from the latest of: the job's creation, its acceptance by
 # the relay, and the last resend that reused it.
