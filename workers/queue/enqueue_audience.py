@@ -22,7 +22,7 @@ from workers.queue.common import SEQUENCE, custom_plan
 
 # --- enqueue ---------------------------------------------------------------------------
 
-# Jobs are created in workers.delivery.enqueue (the one way into the queue).
+# The jobs of a broadcast accepted by the send request are created here, chunk by chunk.
 
 # Broadcasts that were accepted but whose jobs do not exist yet (the send request returned).
 _BROADCASTS_TO_ENQUEUE = sa.text(f"""
@@ -97,7 +97,7 @@ RETURNING broadcasts.total, broadcasts.skipped_suppressed, broadcasts.skipped_in
           broadcasts.enqueued_at IS NOT NULL AS done, summary.total AS added
 """
 # A segmented broadcast goes through the same statement: its frozen conditions become the
-# `chosen` column (workers.delivery.audience: whitelisted fragments, bound values), so
+# `chosen` column (workers.queue.audience: whitelisted fragments, bound values), so
 # members outside the segment are read, not enqueued and not counted as skipped, and the
 # cursor still walks the whole list. The whole list's `chosen` is `true`, and only a date
 # condition reads the membership's date (the primary key alone, an index-only scan, serves
