@@ -79,12 +79,17 @@ def test_dedupe_exclusion_constraint_is_the_models(engine: sa.Engine) -> None:
 
 
 def test_builtin_verification_kind_is_the_shipped_template(engine: sa.Engine) -> None:
-    from workers.building.compose import builtin_verification
+    from workers.building.compose import MAIL_TEMPLATES
 
+    def read(name: str) -> str:
+        return (MAIL_TEMPLATES / name).read_text(encoding="utf-8")
+
+    shipped = (read("verification_subject.txt").strip(), read("verification.txt"),
+               read("verification.html"))
     with engine.connect() as conn:
         row = conn.execute(sa.text("SELECT class, subject, text_body, html_body, builtin "
                                    "FROM kinds WHERE name = 'verification'")).one()
-    assert (row.subject, row.text_body, row.html_body) == builtin_verification()
+    assert (row.subject, row.text_body, row.html_body) == shipped
     assert row.builtin and row[0] == "critical"
 
 

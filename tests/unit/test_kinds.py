@@ -45,23 +45,6 @@ def test_a_kind_gets_its_class_priority() -> None:
                           ).priority == 0
 
 
-# --- dedupe windows ----------------------------------------------------------------------
-
-@pytest.mark.parametrize(("gap", "first", "second", "overlap"), [
-    (0, 3600, 3600, True),  # the same instant
-    (3599, 3600, 3600, True),  # inside the first window
-    (3600, 3600, 3600, False),  # the window is half-open: [at, at + window)
-    (7200, 3600, 3600, False),
-    (100, 60, 3600, False),  # the first (shorter) window closed before
-    (30, 60, 10, True),
-    (10, 0, 3600, False),  # a kind without a window dedupes nothing
-    (10, 3600, 0, False),
-])
-def test_dedupe_windows(gap: int, first: int, second: int, overlap: bool) -> None:
-    assert kinds.windows_overlap(T0, first, T0 + timedelta(seconds=gap), second) is overlap
-    assert kinds.windows_overlap(T0 + timedelta(seconds=gap), second, T0, first) is overlap
-
-
 # --- what a template sees ----------------------------------------------------------------
 
 def test_message_context_has_data_and_event() -> None:

@@ -77,15 +77,6 @@ def message_id_domain(address: str) -> str:
     return domain_of(address_of(address)) or "senddock.local"
 
 
-def builtin_verification() -> tuple[str, str, str]:
-    """(subject, text, html) of the built-in verification message as shipped."""
-    def read(name: str) -> str:
-        return (MAIL_TEMPLATES / name).read_text(encoding="utf-8")
-
-    return (read("verification_subject.txt").strip(), read("verification.txt"),
-            read("verification.html"))
-
-
 def layout_of(html: str | None, postal_address: str | None) -> Layout | None:
     """The campaign's layout from its row (None: the body is the whole HTML). A layout
     changes only while no campaign using it is being sent (webapp.domain.layouts), and

@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -53,16 +52,6 @@ TIME_TO_SENT_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 9
                        3600.0, 21600.0, 86400.0)
 # What a job's terminal status or a retry is counted as in senddock_messages_total.
 OUTCOMES = (SENT, FAILED, BOUNCED, SKIPPED, CANCELLED)
-
-
-def windows_overlap(first_at: datetime, first_window: float, second_at: datetime,
-                    second_window: float) -> bool:
-    """Whether two messages' dedupe windows ``[at, at + window)`` overlap: the rule the
-    exclusion constraint ``delivery_jobs_dedupe_excl`` enforces (a window of 0 is none)."""
-    if first_window <= 0 or second_window <= 0:
-        return False
-    return first_at < second_at + timedelta(seconds=second_window) and \
-        second_at < first_at + timedelta(seconds=first_window)
 
 
 def class_of(kind: str, priority: int) -> str:

@@ -599,13 +599,6 @@ def compile_campaign(subject: str, text: str | None, html: str | None,
     )
 
 
-def new_message_id(domain: str) -> str:
-    """``<32 random hex digits@domain>``: reveals nothing about volume or order. The queue
-    stores the job's one Message-ID at its first claim, so it is the same for every attempt
-    (P3); this is the same shape, for messages made outside the queue."""
-    return f"<{secrets.token_hex(16)}@{domain}>"
-
-
 def list_id(list_name: str, list_number: int, from_addr: str) -> str:
     """A ``List-Id`` value (RFC 2919) for a campaign to one list: ``"Name" <list-7.domain>``
     on the From address's domain; the phrase keeps only characters that need no encoding."""
