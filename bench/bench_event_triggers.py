@@ -1,6 +1,6 @@
 """What the outgoing-event triggers (migration 0015) cost the engine's hot path.
 
-Finishes N sending jobs the way the pool does (``workers.queue.finish_batch``, batches of
+Finishes N sending jobs the way the pool does (``workers.queue.finish``, batches of
 10, one transaction each) three ways: the event trigger disabled (the baseline), enabled
 with no endpoint (what every installation without event webhooks pays), and enabled with
 one endpoint subscribed to ``sent`` (one delivery row queued per job).
@@ -33,7 +33,7 @@ def _finish_all(engine: sa.Engine, broadcast_id: int) -> float:
     started = time.perf_counter()
     for i in range(0, len(jobs), BATCH):
         with engine.begin() as conn:
-            queue.finish_batch(conn, "bench", [
+            queue.finish(conn, "bench", [
                 Outcome(j.id, j.claim_token, "sent", True, "sent", code=250, reply="250 ok",
                         stage="data_end") for j in jobs[i:i + BATCH]])
     return time.perf_counter() - started

@@ -3,7 +3,7 @@ of outcomes) as a drain goes on: claims jobs and finishes them in groups of --gr
 autocommit, round after round with no vacuum in between, and prints the milliseconds per
 statement of each round.
 
-Three forms: the one in workers/queue/ (the ids as an array restriction, and
+Three forms: the one in workers/queue/finishing.py (the ids as an array restriction, and
 the guard "still `sending`, under the same claim token" as a join condition: one
 primary-key lookup per outcome); the same without the id array, as it was until round 3,
 whose generic plan (100 outcomes guessed from jsonb_to_recordset) scans the whole table
