@@ -127,3 +127,14 @@ def test_jobs_are_created_in_one_place() -> None:
 def test_jobs_are_moved_and_deleted_only_by_the_queue() -> None:
     moved = set(_writes("UPDATE")) | set(_writes("DELETE FROM"))
     assert moved <= _JOB_WRITERS, moved - _JOB_WRITERS
+
+
+def test_the_pool_only_schedules() -> None:
+    """The worker pool schedules threads, claims and batches; the reply policy, the
+    relays, one attempt and an outcome's way to the database live in their own modules
+    (workers/delivery/reply_policy.py, relay_board.py, attempt.py, handover.py)."""
+    tree = ast.parse((ROOT / "workers" / "delivery" / "pool.py").read_text(encoding="utf-8"))
+    [pool] = [node for node in tree.body if isinstance(node, ast.ClassDef)
+              and node.name == "Pool"]
+    assert pool.end_lineno is not None
+    assert pool.end_lineno - pool.lineno + 1 < 300
