@@ -171,14 +171,14 @@ def webhook_token_revoke(prefix: str) -> None:
 def serve(host: str, port: int, threads: int | None) -> None:
     """UI + API + worker pool in one process."""
     from webapp import create_app
-    from workers.delivery.pool import Pool
+    from workers.after_acceptance.pool import worker_pool
 
     config = load_config(require_secret=True)
     config.extra["process"] = "serve"
     engine = open_engine(config, process="serve")
     logging.getLogger("senddock").info("%s", db.budget(config).line("serve"))
     app = create_app(config, engine=engine)
-    pool = Pool(delivery_engine(engine, config, "serve"), config)
+    pool = worker_pool(delivery_engine(engine, config, "serve"), config)
     app.extensions["senddock"].pool = pool
     if config.workers:
         pool.start()
@@ -213,7 +213,7 @@ def web(host: str, port: int, threads: int | None) -> None:
 @main.command()
 def worker() -> None:
     """The delivery pool only; drains the queue until SIGTERM."""
-    from workers.delivery.pool import Pool
+    from workers.after_acceptance.pool import worker_pool
 
     config = load_config(require_secret=True)
     config.extra["process"] = "worker"
@@ -221,7 +221,7 @@ def worker() -> None:
     engine = delivery_engine(web_side, config, "worker")
     web_side.dispose()
     logging.getLogger("senddock").info("%s", db.budget(config).line("worker"))
-    pool = Pool(engine, config)
+    pool = worker_pool(engine, config)
 
     stop_requested = threading.Event()
 

@@ -129,7 +129,7 @@ def _start_sink(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 def demo(port: int, smtp_port: int, subscribers: int) -> None:
     """Run everything embedded: PostgreSQL, an SMTP sink, seeded data, the dashboard."""
     from webapp.runtime import delivery_engine, load_config, open_engine, serve_app
-    from workers.delivery.pool import Pool
+    from workers.after_acceptance.pool import worker_pool
 
     data_dir = Path(os.environ.get("SENDDOCK_DATA_DIR", "./.senddock")).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -159,7 +159,7 @@ def demo(port: int, smtp_port: int, subscribers: int) -> None:
         from webapp import create_app
 
         app = create_app(config, engine=engine)
-        pool = Pool(delivery_engine(engine, config, "demo"), config)
+        pool = worker_pool(delivery_engine(engine, config, "demo"), config)
         app.extensions["senddock"].pool = pool
         pool.start()
         click.echo("\n".join([

@@ -17,9 +17,9 @@ from harness.postfix import Postfix
 from tests.conftest import settings, wait_for
 from tests.helpers import make_campaign
 from workers import queue
+from workers.after_acceptance.pool import worker_pool
 from workers.building.links import job_from_bounce_address
 from workers.core.settings import load
-from workers.delivery.pool import Pool
 
 SECRET = "test-secret-key-not-for-production"
 BOUNCES = "bounces@senddock.test"
@@ -50,7 +50,7 @@ def test_postfix_bounce_reaches_dovecot_and_the_job(engine: sa.Engine, db_url: s
         BOUNCE_MAILBOX_CA_FILE=str(dovecot.server.tls.ca_file),
         BOUNCE_MAILBOX_INTERVAL="1", WORKERS="2"))
     campaign = make_campaign(engine, ["ghost@dead.example.org", "reader@example.net"])
-    pool = Pool(engine, config, node="bounce-loop")
+    pool = worker_pool(engine, config, node="bounce-loop")
     pool.start()
     try:
         def statuses() -> dict[str, str]:

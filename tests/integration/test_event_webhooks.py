@@ -19,9 +19,9 @@ from tests.conftest import free_port, wait_for
 from tests.helpers import accepted_campaign, make_campaign, place_jobs
 from workers.after_acceptance import event_queue, feedback
 from workers.after_acceptance.event_webhooks import EventDeliverer, new_secret
+from workers.after_acceptance.pool import worker_pool
 from workers.after_acceptance.reports import Feedback
 from workers.core import outgoing
-from workers.delivery.pool import Pool
 
 # The receivers listen on loopback, which the SSRF guard refuses unless named
 # (SENDDOCK_OUTGOING_ALLOW).
@@ -184,7 +184,8 @@ def test_the_pool_delivers_sent_and_failed_events_of_real_sends(
     sink.set_rules({"rules": [{"match": "rejected@example.com",
                                "reply": "554 5.7.1 policy rejection"}]})
     make_campaign(engine, ["a@example.com", "b@example.com", "rejected@example.com"])
-    pool = Pool(engine, config_for(sink.port, OUTGOING_ALLOW="127.0.0.1"), node="events-test")
+    pool = worker_pool(engine, config_for(sink.port, OUTGOING_ALLOW="127.0.0.1"),
+                       node="events-test")
     pool.start()
     try:
         wait_for(lambda: len(verified(secret, receiver.requests)) == 3, timeout=30,

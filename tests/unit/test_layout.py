@@ -148,3 +148,14 @@ def test_the_old_queue_modules_are_gone() -> None:
     """Callers write ``from workers import queue``; the old single modules do not return."""
     assert not (ROOT / "workers/delivery/queue.py").exists()
     assert not (ROOT / "workers/delivery/enqueue.py").exists()
+
+
+def test_the_pool_only_schedules() -> None:
+    """The worker pool schedules threads, claims and batches; the reply policy, the
+    relays, one attempt and an outcome's way to the database live in their own modules
+    (workers/delivery/reply_policy.py, relay_board.py, attempt.py, handover.py)."""
+    tree = ast.parse((ROOT / "workers" / "delivery" / "pool.py").read_text(encoding="utf-8"))
+    [pool] = [node for node in tree.body if isinstance(node, ast.ClassDef)
+              and node.name == "Pool"]
+    assert pool.end_lineno is not None
+    assert pool.end_lineno - pool.lineno + 1 < 300

@@ -1,7 +1,10 @@
 """The pool's jobs for what happens after acceptance (docs/design.md §18): polling the bounce
 mailbox and delivering outgoing event webhooks. Each runs on the pool's scheduler as its own job,
 never inside the drain loops, and survives a database or mailbox outage (logged, retried
-on the next run)."""
+on the next run).
+
+:func:`worker_pool` composes the engine from this, the last room, down: the delivery pool
+with these jobs handed in, so delivery never imports the room after it (docs/design.md §11)."""
 
 from __future__ import annotations
 
@@ -17,11 +20,19 @@ from workers.after_acceptance.feedback import Thresholds
 from workers.after_acceptance.mailbox import BouncePoller
 from workers.core import pg
 from workers.core.settings import Config
+from workers.delivery.pool import Pool
 from workers.delivery.services import DB_ERRORS
 
 log = logging.getLogger("senddock.worker")
 
 RECEIPT_DAYS = 30
+
+
+def worker_pool(engine: Engine, config: Config, *, node: str | None = None,
+                maintenance: bool = True) -> Pool:
+    """A process's delivery pool hosting the after-acceptance jobs (:func:`schedule`):
+    what `senddock worker`, `serve` and the demo run."""
+    return Pool(engine, config, node=node, maintenance=maintenance, hosted=schedule)
 
 
 def thresholds(config: Config) -> Thresholds:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from workers.core.addresses import domain_of
 from workers.core.states import BOUNCED, FAILED, PENDING, RETRY, SENT, SKIPPED
-from workers.delivery.classify import MESSAGE_STAGES, ReplyClass
+from workers.delivery.classify import ReplyClass
 from workers.delivery.retry import next_delay
 from workers.queue import ClaimedJob, Outcome
 
@@ -121,35 +121,6 @@ class Aftermath:
         return recipient_domain(job.email) in self.domain_throttles or (
             job.campaign_id is not None and job.kind == "broadcast"
             and job.campaign_id in self.paused_campaigns)
-
-    def note(self, job: ClaimedJob, result: SendResult, *, campaign_sender: bool,
-             sender: str | None = None) -> None:
-        """Record what ``result`` (for ``job``) means beyond its recipient.
-        ``campaign_sender``: a refused sender is the campaign's own From (not an envelope
-        sender every message shares), so only that campaign pauses, and ``sender`` (the
-        MAIL FROM that was refused) is probed until the relay accepts it again."""
-        cls, reply = result.reply_class, reply_line(result)
-        if cls is ReplyClass.RELAY:
-            self.relay_down = reply
-            self.login_refused = self.login_refused or result.login_refused
-            if result.stage in MESSAGE_STAGES:
-                self.probe_recipient = job.email
-        elif cls is ReplyClass.RELAY_THROTTLE:
-            self.relay_throttle = reply
-            self.relay_closed = self.relay_closed or result.code == 421
-        elif cls is ReplyClass.DOMAIN_THROTTLE:
-            self.domain_throttles[recipient_domain(job.email)] = reply
-        elif cls is ReplyClass.SENDER and job.kind != "test":
-            if campaign_sender and job.kind == "broadcast" and job.campaign_id is not None:
-                self.paused_campaigns[job.campaign_id] = (
-                    f"the relay refuses this From address: {reply}")
-                if sender:
-                    self.refused_senders[sender.lower()] = (
-                        reply, job.email if result.stage in MESSAGE_STAGES else None)
-            else:
-                self.relay_down = f"the relay refuses our sender address: {reply}"
-                if result.stage in MESSAGE_STAGES:
-                    self.probe_recipient = job.email
 
 
 def skipped(job: ClaimedJob) -> Outcome:

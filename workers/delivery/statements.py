@@ -1,0 +1,57 @@
+"""The delivery engine's database sessions: autocommit, held for one statement or one short
+transaction, each statement bounded by a timeout (docs/design.md §15)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from workers.delivery import services
+
+DB_ERRORS = services.DB_ERRORS
+
+
+class StatementDb:
+    """The delivery engine's connections in autocommit, held for one statement (a claim,
+    an outcome with its aftermath) or by the finisher while outcomes keep coming, never
+    across SMTP, so the drain threads share DB_DELIVERY_POOL connections. A statement is
+    its own transaction: committed when it returns. A connection that failed is
+    invalidated, never handed out again."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
+    def connect(self, statement_timeout: float | None = None) -> Iterator[Connection]:
+        """A connection, with ``statement_timeout`` seconds on each statement if given
+        (the session's setting is restored before it goes back to the pool)."""
+        with self.engine.connect() as conn:
+            try:
+                if statement_timeout is not None:
+                    conn.execute(_SET_TIMEOUT, {"ms": str(int(statement_timeout * 1000))})
+                try:
+                    yield conn
+                finally:
+                    if statement_timeout is not None and not conn.invalidated:
+                        conn.execute(sa.text("RESET statement_timeout"))
+            except DB_ERRORS:
+                # The driver may have raised past SQLAlchemy (a prepared statement):
+                # make sure the pool drops this session.
+                conn.invalidate()
+                raise
+
+    @contextmanager
+    def transaction(self, statement_timeout: float | None = None) -> Iterator[Connection]:
+        """Several statements committed together (BEGIN … COMMIT on one session)."""
+        with self.connect(statement_timeout) as conn:
+            driver = conn.connection.driver_connection
+            assert isinstance(driver, psycopg.Connection)
+            with driver.transaction():
+                yield conn
+
+
+_SET_TIMEOUT = sa.text("SELECT set_config('statement_timeout', :ms, false)")
