@@ -773,7 +773,8 @@ for _action, _summary in (("pause", "Pause: due steps wait until it resumes"),
     PATHS[f"/sequences/{{id}}/{_action}"] = {"parameters": SEQ_ID, "post": _id(
         f"{_action}Sequence", _op(_summary, 200, SEQUENCE, 404, 409))}
 PATHS["/sequences/{id}/funnel"] = {"parameters": SEQ_ID, "get": _id("sequenceFunnel", _op(
-    "Per step: entered, sent, exited there, waiting there; and how enrollments ended", 200,
+    "Per step: entered, sent, opened, clicked (tracked messages; a click counts as an "
+    "open), exited there, waiting there; and how enrollments ended", 200,
     {"type": "object", "required": ["steps", "enrollments"],
      "properties": {"steps": {"type": "array"}, "enrollments": {"type": "object"}}}, 404))}
 PATHS["/sequences/{id}/steps"] = {"parameters": SEQ_ID, "post": _id("addSequenceStep", _op(

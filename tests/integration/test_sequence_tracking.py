@@ -122,6 +122,13 @@ def test_opened_and_clicked_conditions_follow_real_tracked_links(
         ("ann@example.org", "Clicks one", "click"), ("ann@example.org", "Opens one", "click"),
         ("bob@example.org", "Clicks one", "open"), ("bob@example.org", "Opens one", "open")]
 
+    # The funnel counts messages opened (a click counts) and clicked, per email step.
+    with engine.connect() as conn:
+        clicks_id = conn.execute(sa.text(
+            "SELECT id FROM sequences WHERE name = 'Clicks'")).scalar_one()
+        first = domain.funnel(conn, clicks_id)["steps"][0]
+    assert (first["opened"], first["clicked"]) == (2, 1)
+
     # The hour passes (the due time moves back; the advancer still compares with now()).
     with engine.begin() as conn:
         conn.execute(sa.text(

@@ -654,8 +654,9 @@ def person(conn: Connection, email: str) -> dict[str, Any]:
 
 
 def funnel(conn: Connection, sequence_id: int) -> dict[str, Any]:
-    """Per live step: entered (visits), sent (jobs sent), waiting there now, and how the
-    sequence's enrollments ended (exits by reason)."""
+    """Per live step: entered (visits), sent (jobs sent), opened and clicked (messages
+    with a tracked open or click; a click counts as an open), waiting there now, and how
+    the sequence's enrollments ended (exits by reason)."""
     get_sequence(conn, sequence_id)
     rows = conn.execute(sa.text(f"""
         SELECT st.id, st.position, st.type, st.subject,
@@ -664,6 +665,10 @@ def funnel(conn: Connection, sequence_id: int) -> dict[str, Any]:
                  WHERE v.step_id = st.id AND j.status = '{SENT}') AS sent,
                (SELECT count(*) FROM sequence_visits v
                  WHERE v.step_id = st.id AND v.outcome = 'exited') AS exited,
+               (SELECT count(DISTINCT x.job_id) FROM sequence_events x
+                 WHERE x.step_id = st.id) AS opened,
+               (SELECT count(DISTINCT x.job_id) FROM sequence_events x
+                 WHERE x.step_id = st.id AND x.kind = 'click') AS clicked,
                (SELECT count(*) FROM sequence_enrollments e
                  WHERE e.step_id = st.id AND e.status IN {OPEN}) AS waiting
           FROM sequence_steps st WHERE st.sequence_id = :s AND st.removed_at IS NULL
