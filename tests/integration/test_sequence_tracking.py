@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import wait_for
-from webapp.domain import lists
+from webapp.domain import lists, personal_data
 from webapp.domain import sequences as domain
 from webapp.domain.errors import Invalid
 from workers.core.settings import Config
@@ -121,6 +121,12 @@ def test_opened_and_clicked_conditions_follow_real_tracked_links(
     assert [tuple(r) for r in recorded] == [
         ("ann@example.org", "Clicks one", "click"), ("ann@example.org", "Opens one", "click"),
         ("bob@example.org", "Clicks one", "open"), ("bob@example.org", "Opens one", "open")]
+
+    # A person's export lists their sequence opens and clicks.
+    with engine.begin() as conn:
+        exported = personal_data.export(conn, "ann@example.org", actor="tests")
+    assert [(e["kind"], e["url"]) for e in exported["sequence_tracking_events"]] == [
+        ("click", "https://shop.example/start")] * 2
 
     # The funnel counts messages opened (a click counts) and clicked, per email step.
     with engine.connect() as conn:
