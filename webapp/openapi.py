@@ -771,7 +771,7 @@ for _action, _summary in (("pause", "Pause: due steps wait until it resumes"),
                           ("resume", "Resume a paused sequence"),
                           ("archive", "Archive: open enrollments end (reason archived)")):
     PATHS[f"/sequences/{{id}}/{_action}"] = {"parameters": SEQ_ID, "post": _id(
-        f"{_action}Sequence", _op(_summary, 200, SEQUENCE, 404, 409))}
+        f"{_action}Sequence", _op(_summary, 200, SEQUENCE, 400, 404, 409, 422))}
 PATHS["/sequences/{id}/funnel"] = {"parameters": SEQ_ID, "get": _id("sequenceFunnel", _op(
     "Per step: entered, sent, opened, clicked (tracked messages; a click counts as an "
     "open), exited there, waiting there; and how enrollments ended", 200,
