@@ -6,7 +6,8 @@ statement-level trigger enrols them all in the same transaction), timed against 
 add with no sequence; then the advancer (``workers.delivery.sequences.tick``, as the pool
 runs it) makes the first email step's jobs of ``--advance`` of them; the due query is
 timed with every enrollment waiting a day; a person's timeline is read; and ``--events``
-events are posted through the API (Flask's test client, one process).
+events are posted through the API (Flask's test client, one process), one a request and
+then ``--batch`` a request.
 
     python -m bench.bench_sequences --enrollments 1000000
 """
@@ -52,7 +53,7 @@ def _add(engine: sa.Engine, n: int, name: str, with_sequence: bool) -> float:
     return time.perf_counter() - t0
 
 
-def measure(n: int, advance: int, events: int) -> dict[str, Any]:
+def measure(n: int, advance: int, events: int, batch: int = 100) -> dict[str, Any]:
     with fresh_database() as url:
         engine = db.make_engine(url)
         plain_s = _add(engine, n, "plain", with_sequence=False)
@@ -103,12 +104,21 @@ def measure(n: int, advance: int, events: int) -> dict[str, Any]:
                 "email": f"event{i}@example.org", "name": "trial", "data": {"i": i}})
             assert r.status_code == 201, r.get_json()
         events_s = time.perf_counter() - t0
+        # The same number of events again, ``batch`` to a request (one statement each).
+        t0 = time.perf_counter()
+        for start in range(0, events, batch):
+            r = client.post("/api/v1/events", headers=headers, json={"events": [
+                {"email": f"batch{i}@example.org", "name": "trial", "data": {"i": i}}
+                for i in range(start, min(start + batch, events))]})
+            assert r.status_code == 201, r.get_json()
+        batched_s = time.perf_counter() - t0
         engine.dispose()
     return {"enrollments": n, "add_plain_s": plain_s, "add_enrol_s": enrol_s,
             "enrolled_per_s": n / enrol_s, "advanced": moved, "advance_s": advance_s,
             "advanced_per_s": moved / advance_s, "due_query_ms": due_ms,
             "due_plan": plan, "person_ms": person_ms, "funnel_ms": funnel_ms,
-            "events": events, "events_per_s": events / events_s}
+            "events": events, "events_per_s": events / events_s, "batch": batch,
+            "batched_per_s": events / batched_s}
 
 
 def main() -> None:
@@ -116,19 +126,23 @@ def main() -> None:
     parser.add_argument("--enrollments", type=int, default=1_000_000)
     parser.add_argument("--advance", type=int, default=50_000)
     parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=100, help="events per request, for "
+                        "the batched figure")
     args = parser.parse_args()
-    r = measure(args.enrollments, args.advance, args.events)
+    r = measure(args.enrollments, args.advance, args.events, args.batch)
     info = machine()
     print(table(f"Sequences ({info['cpus']} cores, PostgreSQL {info['postgres']}, "
                 f"load {info['load_1m']})",
                 ["enrollments", "list add s (no sequence)", "list add + enrol s",
                  "enrolled/s", "advanced (1 email job each)", "advanced/s", "due query ms",
-                 "person ms", "funnel ms", "events/s (API)"],
+                 "person ms", "funnel ms", "events/s (API, 1 a request)",
+                 f"events/s (API, {r['batch']} a request)"],
                 [[f"{r['enrollments']:,}", f"{r['add_plain_s']:.2f}",
                   f"{r['add_enrol_s']:.2f}", f"{r['enrolled_per_s']:,.0f}",
                   f"{r['advanced']:,}", f"{r['advanced_per_s']:,.0f}",
                   f"{r['due_query_ms']:.2f}", f"{r['person_ms']:.1f}",
-                  f"{r['funnel_ms']:.1f}", f"{r['events_per_s']:,.0f}"]]))
+                  f"{r['funnel_ms']:.1f}", f"{r['events_per_s']:,.0f}",
+                  f"{r['batched_per_s']:,.0f}"]]))
     print("\nThe due query with every enrollment waiting:\n" + r["due_plan"])
     print(f"\nsaved {save('sequences', {'machine': info, 'results': [r]})}")
 

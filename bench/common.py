@@ -55,11 +55,13 @@ def free_port() -> int:
 
 @contextmanager
 def fresh_database(server: str | None = None) -> Iterator[str]:
-    """A new migrated database on ``server``; dropped afterwards."""
+    """A new migrated database on ``server``; dropped afterwards. ``BENCH_DATABASE_PREFIX``
+    names it (default ``senddock_bench``), so runs sharing a server tell theirs apart."""
     from webapp import db
 
     server = server or os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
-    name = f"senddock_bench_{uuid.uuid4().hex[:8]}"
+    prefix = os.environ.get("BENCH_DATABASE_PREFIX", "senddock_bench")
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
     url = str(sa.make_url(server).set(database=name).render_as_string(hide_password=False))

@@ -664,6 +664,9 @@ sequences = Table(
     Column("layout_id", BigInteger, ForeignKey("layouts.id", ondelete="SET NULL")),
     _now(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Opens and clicks of the sequence's messages: off unless turned on (as for campaigns).
+    Column("track_opens", Boolean, nullable=False, server_default=text("false")),
+    Column("track_clicks", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(_in("status", states.Sequence.STATES), name="sequences_status_check"),
     CheckConstraint("trigger_type IN ('list_add', 'list_confirm', 'event')",
                     name="sequences_trigger_type_check"),
@@ -747,6 +750,37 @@ sequence_visits = Table(
     Column("outcome", Text, nullable=False),
     PrimaryKeyConstraint("enrollment_id", "step_id"),
     Index("sequence_visits_step_idx", "step_id", "outcome"),
+)
+
+sequence_links = Table(
+    "sequence_links", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("step_id", BigInteger, ForeignKey("sequence_steps.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("url", Text, nullable=False),
+    UniqueConstraint("step_id", "url", name="sequence_links_step_url_key"),
+)
+
+# One row per open or click of a sequence's message (job_id: its (enrollment, step) job,
+# no foreign key, like campaign_events). No IP address, no user agent.
+sequence_events = Table(
+    "sequence_events", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("step_id", BigInteger, ForeignKey("sequence_steps.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("job_id", BigInteger, nullable=False),
+    Column("subscriber_id", BigInteger, ForeignKey("subscribers.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("link_id", BigInteger, ForeignKey("sequence_links.id", ondelete="CASCADE")),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("kind IN ('open', 'click')", name="sequence_events_kind_check"),
+    CheckConstraint("(kind = 'click') = (link_id IS NOT NULL)",
+                    name="sequence_events_link_check"),
+    Index("sequence_events_job_idx", "job_id", "kind"),
+    Index("sequence_events_step_idx", "step_id", "kind"),
+    Index("sequence_events_subscriber_idx", "subscriber_id", "kind", "at"),
+    Index("sequence_events_link_idx", "link_id"),
 )
 
 events = Table(

@@ -648,6 +648,7 @@ SEQUENCE = {"type": "object", "required": ["id", "name", "status", "trigger_type
                 "list_id": _NULLABLE_INT, "trigger_event": _NULLABLE_TEXT,
                 "goal_event": _NULLABLE_TEXT, "reentry_days": _NULLABLE_INT,
                 "from_addr": _NULLABLE_TEXT, "layout_id": _NULLABLE_INT,
+                "track_opens": {"type": "boolean"}, "track_clicks": {"type": "boolean"},
                 "steps": {"type": "array", "items": SEQUENCE_STEP}}}
 _EVENT_NAME = {"type": "string", "pattern": sequences.EVENT_NAME, "maxLength": 100}
 _NOT_BLANK = {"type": "string", "pattern": rules.NOT_BLANK}
@@ -657,9 +658,14 @@ SEQUENCE_CONDITION = {"oneOf": [
      "properties": {"test": {"const": "attribute"}, "attribute": _NOT_BLANK,
                     "value": {"type": "string"}}},
     {"type": "object", "required": ["test", "event"], "additionalProperties": False,
-     "properties": {"test": {"const": "event"}, "event": _EVENT_NAME}}],
+     "properties": {"test": {"const": "event"}, "event": _EVENT_NAME}},
+    {"type": "object", "required": ["test"], "additionalProperties": False,
+     "properties": {"test": {"enum": list(sequences.TRACKED_TESTS)}}}],
     "description": "attribute: the subscriber's attribute equals value (as text); event: "
-                   "the event was posted for the person since they entered"}
+                   "the event was posted for the person since they entered; opened / "
+                   "clicked: the person opened (or clicked a link in) the message of the "
+                   "last email step before this one (needs the sequence's track_opens / "
+                   "track_clicks)"}
 _STEP_PROPERTIES: dict[str, Any] = {
     "type": {"type": "string", "enum": list(sequences.STEP_TYPES)},
     "subject": _NOT_BLANK, "text_body": _BODY_TEXT, "html_body": _BODY_TEXT,
@@ -708,7 +714,11 @@ _SEQUENCE_PROPERTIES: dict[str, Any] = {
     "reentry_days": {"type": ["integer", "null"], "minimum": 0, "maximum": 36500,
                      "description": "null: once ever; N: again N days after the last entry"},
     "from_addr": FROM,
-    "layout_id": {"type": ["integer", "null"], "minimum": 1, "maximum": BIGINT_MAX}}
+    "layout_id": {"type": ["integer", "null"], "minimum": 1, "maximum": BIGINT_MAX},
+    "track_opens": {"type": "boolean", "description": "track opens of the sequence's "
+                    "messages (an open pixel; default false)"},
+    "track_clicks": {"type": "boolean", "description": "track clicks of the links written "
+                     "out in full in its email steps (default false)"}}
 SEQUENCE_BODY = _request(["name", "trigger_type"], {
     **_SEQUENCE_PROPERTIES, "steps": {"type": "array", "items": STEP_BODY}}, allOf=[
         {"if": {"required": ["trigger_type"],
@@ -761,9 +771,10 @@ for _action, _summary in (("pause", "Pause: due steps wait until it resumes"),
                           ("resume", "Resume a paused sequence"),
                           ("archive", "Archive: open enrollments end (reason archived)")):
     PATHS[f"/sequences/{{id}}/{_action}"] = {"parameters": SEQ_ID, "post": _id(
-        f"{_action}Sequence", _op(_summary, 200, SEQUENCE, 404, 409))}
+        f"{_action}Sequence", _op(_summary, 200, SEQUENCE, 400, 404, 409, 422))}
 PATHS["/sequences/{id}/funnel"] = {"parameters": SEQ_ID, "get": _id("sequenceFunnel", _op(
-    "Per step: entered, sent, exited there, waiting there; and how enrollments ended", 200,
+    "Per step: entered, sent, opened, clicked (tracked messages; a click counts as an "
+    "open), exited there, waiting there; and how enrollments ended", 200,
     {"type": "object", "required": ["steps", "enrollments"],
      "properties": {"steps": {"type": "array"}, "enrollments": {"type": "object"}}}, 404))}
 PATHS["/sequences/{id}/steps"] = {"parameters": SEQ_ID, "post": _id("addSequenceStep", _op(
@@ -789,18 +800,26 @@ PATHS["/enrollments"] = {"get": _id("personEnrollments", {
           422),
     "parameters": [{"name": "email", "in": "query", "required": True,
                     "schema": EMAIL}]})}
+_EVENT_PROPERTIES: dict[str, Any] = {
+    "name": _EVENT_NAME, "email": EMAIL, "user_id": USER_ID,
+    "data": {"type": "object", "additionalProperties": {"$ref": STORABLE_REF},
+             "description": "at most 16 KB of JSON; email steps see it as data"}}
+_ONE_EVENT = _request(["name"], _EVENT_PROPERTIES,
+                      anyOf=[{"required": ["email"]}, {"required": ["user_id"]}])
 PATHS["/events"] = {"post": _id("postEvent", _op(
-    "Record an event of a person (email, or a user_id sent with an email before): ends "
-    "the enrollments whose goal it is, enrols into the sequences it triggers", 201,
-    {"type": "object", "required": ["id", "name", "enrolled", "exited"], "properties": {
+    "Record an event of a person (email, or a user_id sent with an email before), or up "
+    f"to {sequences.MAX_EVENTS} of them in one request (events): ends the enrollments "
+    "whose goal it is, enrols into the sequences it triggers; all in one statement", 201,
+    {"type": "object", "required": ["enrolled", "exited"], "properties": {
         "id": {"type": "integer"}, "name": {"type": "string"},
-        "subscriber_id": {"type": "integer"}, "enrolled": {"type": "array"},
+        "subscriber_id": {"type": "integer"},
+        "events": {"type": "array", "items": {"type": "object"}, "description": "with "
+                   "events: each recorded event (id, name, subscriber_id), in order"},
+        "enrolled": {"type": "array"},
         "exited": {"type": "array", "items": {"type": "integer"}}}}, 400, 404, 422,
-    request=_request(["name"], {
-        "name": _EVENT_NAME, "email": EMAIL, "user_id": USER_ID,
-        "data": {"type": "object", "additionalProperties": {"$ref": STORABLE_REF},
-                 "description": "at most 16 KB of JSON; email steps see it as data"}},
-        anyOf=[{"required": ["email"]}, {"required": ["user_id"]}])))}
+    request={"oneOf": [_ONE_EVENT, _request(["events"], {"events": {
+        "type": "array", "minItems": 1, "maxItems": sequences.MAX_EVENTS,
+        "items": _ONE_EVENT}})]}))}
 PATHS["/openapi.json"] = {"get": {
     "operationId": "openapi", "summary": "This document (public: no token needed)", "security": [],
     "responses": {"200": {"description": "the OpenAPI document",

@@ -62,6 +62,8 @@ def _step_values() -> dict[str, Any]:
                                "value": form.get("value", "")}
     elif test == "event":
         values["condition"] = {"test": "event", "event": form.get("event", "")}
+    elif test in ("opened", "clicked"):
+        values["condition"] = {"test": test}
     unit = whole_number(form.get("wait_unit")) or 1
     if isinstance(values.get("wait_seconds"), int):
         values["wait_seconds"] *= unit
@@ -85,6 +87,7 @@ def index() -> tuple[str, int]:
 def create() -> Response | tuple[str, int]:
     values = {k: request.form.get(k, "") for k in SEQUENCE_FORM}
     data = _numbers({k: v for k, v in values.items() if v != ""})
+    data.update(_tracking_values())
     try:
         with engine().begin() as conn:
             created = sequences.create_sequence(conn, data, actor())
@@ -151,6 +154,24 @@ def edit_step(sequence_id: int, step_id: int) -> Response | tuple[str, int]:
                 flash(_("Step saved: messages not sent yet use it."), "success")
     except DomainError as exc:
         return _detail(sequence_id, exc, step_id, dict(request.form))
+    return redirect(url_for("sequences.detail", sequence_id=sequence_id), 303)
+
+
+def _tracking_values() -> dict[str, bool]:
+    """The two tracking checkboxes (absent: off)."""
+    return {k: request.form.get(k) in ("on", "true", "1")
+            for k in ("track_opens", "track_clicks")}
+
+
+@bp.post("/<int:sequence_id>/tracking")
+def tracking(sequence_id: int) -> Response:
+    try:
+        with engine().begin() as conn:
+            sequences.update_sequence(conn, sequence_id, _tracking_values(), actor())
+    except DomainError as exc:
+        flash(localize(exc.message), "error")
+        return redirect(url_for("sequences.detail", sequence_id=sequence_id), 303)
+    flash(_("Tracking saved: messages built from now on follow it."), "success")
     return redirect(url_for("sequences.detail", sequence_id=sequence_id), 303)
 
 

@@ -65,6 +65,11 @@ def export(conn: Connection, email: str, *, actor: str) -> dict[str, Any]:
             SELECT e.campaign_id, e.job_id, e.kind, l.url, e.at
               FROM campaign_events e LEFT JOIN campaign_links l ON l.id = e.link_id
              WHERE e.subscriber_id = :s ORDER BY e.at""", s=sub_id),
+        "sequence_tracking_events": _rows(conn, """
+            SELECT st.sequence_id, e.step_id, e.job_id, e.kind, l.url, e.at
+              FROM sequence_events e JOIN sequence_steps st ON st.id = e.step_id
+              LEFT JOIN sequence_links l ON l.id = e.link_id
+             WHERE e.subscriber_id = :s ORDER BY e.at""", s=sub_id),
         "feedback_events": _rows(conn, """
             SELECT job_id, source, type, bounce, reason, created_at
               FROM job_events WHERE lower(email) = :e ORDER BY id""", e=address),

@@ -37,7 +37,9 @@ MAX_NAME = 200
 EVENT_NAME = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 TRIGGERS = ("list_add", "list_confirm", "event")
 STEP_TYPES = ("email", "wait", "condition")
-CONDITION_TESTS = ("attribute", "event")
+CONDITION_TESTS = ("attribute", "event", "opened", "clicked")
+#: The conditions on the previous email's message, and the tracking each needs.
+TRACKED_TESTS = {"opened": "track_opens", "clicked": "track_clicks"}
 MAX_WAIT = 366 * 86400
 MAX_DATA = 16_384
 # Step fields that are left out rather than null (the page leaves out an empty field).
@@ -45,8 +47,8 @@ NOT_NULL = ("subject", "wait_seconds", "window_start", "window_end", "condition"
             "skip", "position")
 
 SEQUENCE_FIELDS = ("id", "name", "status", "trigger_type", "list_id", "trigger_event",
-                   "goal_event", "reentry_days", "from_addr", "layout_id", "created_at",
-                   "updated_at")
+                   "goal_event", "reentry_days", "from_addr", "layout_id", "track_opens",
+                   "track_clicks", "created_at", "updated_at")
 STEP_FIELDS = ("id", "position", "type", "subject", "text_body", "html_body", "wait_seconds",
                "window_start", "window_end", "condition", "if_false", "skip", "version")
 
@@ -152,6 +154,12 @@ def check_sequence(conn: Connection, data: dict[str, Any],
     out["reentry_days"] = _int(data.get("reentry_days"), "reentry_days", 0, 36500)
     out["from_addr"] = _from(data.get("from_addr"))
     out["layout_id"] = _int(data.get("layout_id"), "layout_id", 1, rules.MAX_ID)
+    for flag in ("track_opens", "track_clicks"):
+        value = data.get(flag, False)
+        if not isinstance(value, bool):
+            raise Invalid(N_("%(field)s must be true or false", field=flag),
+                          fields={flag: N_("must be true or false")})
+        out[flag] = value
     if out["layout_id"] is not None and conn.execute(sa.text(
             "SELECT 1 FROM layouts WHERE id = :id"), {"id": out["layout_id"]}).first() is None:
         raise NotFound(N_("layout %(id)s not found", id=out["layout_id"]))
@@ -162,9 +170,9 @@ def create_sequence(conn: Connection, data: dict[str, Any], actor: str) -> dict[
     values = check_sequence(conn, data)
     row = conn.execute(sa.text("""
         INSERT INTO sequences (name, trigger_type, list_id, trigger_event, goal_event,
-                               reentry_days, from_addr, layout_id)
+                               reentry_days, from_addr, layout_id, track_opens, track_clicks)
         VALUES (:name, :trigger_type, :list_id, :trigger_event, :goal_event, :reentry_days,
-                :from_addr, :layout_id)
+                :from_addr, :layout_id, :track_opens, :track_clicks)
         RETURNING *"""), values).one()
     audit.record(conn, actor, "sequence.create", f"sequence:{row.id}", name=row.name)
     steps = data.get("steps") or []
@@ -185,7 +193,7 @@ def update_sequence(conn: Connection, sequence_id: int, data: dict[str, Any],
         UPDATE sequences SET name = :name, trigger_type = :trigger_type, list_id = :list_id,
                trigger_event = :trigger_event, goal_event = :goal_event,
                reentry_days = :reentry_days, from_addr = :from_addr, layout_id = :layout_id,
-               updated_at = now()
+               track_opens = :track_opens, track_clicks = :track_clicks, updated_at = now()
          WHERE id = :id"""), {**values, "id": sequence_id})
     audit.record(conn, actor, "sequence.update", f"sequence:{sequence_id}")
     return get_sequence(conn, sequence_id)
@@ -220,10 +228,14 @@ def list_sequences(conn: Connection) -> list[dict[str, Any]]:
 
 
 def _condition(raw: Any) -> dict[str, Any]:
-    problem = N_("condition must be {test: attribute, attribute, value} or "
-                 "{test: event, event}")
+    problem = N_("condition must be {test: attribute, attribute, value}, "
+                 "{test: event, event}, {test: opened} or {test: clicked}")
     if not isinstance(raw, dict) or raw.get("test") not in CONDITION_TESTS:
         raise Invalid(problem, fields={"condition": N_("invalid")})
+    if raw["test"] in TRACKED_TESTS:
+        if set(raw) != {"test"}:
+            raise Invalid(problem, fields={"condition": N_("invalid")})
+        return {"test": raw["test"]}
     if raw["test"] == "attribute":
         if set(raw) - {"test", "attribute", "value"} or "attribute" not in raw:
             raise Invalid(problem, fields={"condition": N_("invalid")})
@@ -312,6 +324,16 @@ def check_step(data: dict[str, Any], missing: type[DomainError] = Invalid) -> di
     return out
 
 
+def _check_tracked(seq: dict[str, Any], values: dict[str, Any]) -> None:
+    """An opened/clicked condition reads the previous email's opens or clicks: refused
+    unless the sequence tracks them (it would never hold)."""
+    test = (values.get("condition") or {}).get("test")
+    if test in TRACKED_TESTS and not seq[TRACKED_TESTS[test]]:
+        problem = (N_("turn on open tracking for this sequence first") if test == "opened"
+                   else N_("turn on click tracking for this sequence first"))
+        raise Invalid(problem, fields={"condition": problem})
+
+
 def _step_params(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "condition": None if values["condition"] is None
             else json.dumps(values["condition"])}
@@ -324,6 +346,7 @@ def add_step(conn: Connection, sequence_id: int, data: dict[str, Any], actor: st
     if seq["status"] == "archived":
         raise Conflict(N_("an archived sequence cannot change"))
     values = check_step(data)
+    _check_tracked(seq, values)
     position = _int(position, "position", 1, rules.MAX_ID)
     count = len(seq["steps"])
     where = count + 1 if position is None else min(position, count + 1)
@@ -363,6 +386,8 @@ def update_step(conn: Connection, sequence_id: int, step_id: int, data: dict[str
     given = {k: v for k, v in data.items() if k != "type"}
     stored = {k: v for k, v in _row(current, STEP_FIELDS).items() if v is not None}
     values = check_step({**stored, **given, "type": current.type}, missing=Conflict)
+    if "condition" in given:
+        _check_tracked(seq, values)
     row = conn.execute(sa.text("""
         UPDATE sequence_steps SET subject = :subject, text_body = :text_body,
                html_body = :html_body, wait_seconds = :wait_seconds,
@@ -445,75 +470,146 @@ def set_status(conn: Connection, sequence_id: int, action: str, actor: str) -> d
 
 # --- events ----------------------------------------------------------------------------
 
-_ENROL_EVENT = sa.text(f"""
-WITH cand AS (
-    SELECT s.id AS sequence_id, CAST(:subscriber AS bigint) AS subscriber_id,
-           CAST(:data AS jsonb) AS data
-      FROM sequences s WHERE s.trigger_event = :name AND s.status <> 'archived'
+#: Events one request may carry (``{"events": [...]}``).
+MAX_EVENTS = 1000
+
+# Every event of a request in one statement (docs/sequences.md, "Events"): the people by
+# address (found or created, each address once) or by user id (the subscriber of the latest
+# event, earlier in the request or stored, that came with both); the events stored; the
+# open enrollments whose goal an event is ended; the sequences an event triggers entered
+# (the re-entry rule; the unique open index keeps one open enrollment per person). The
+# statement's parts see one snapshot, so an event ends and enters as if they were posted
+# at the same instant.
+_RECORD_EVENTS = sa.text(f"""
+WITH given AS (
+    SELECT * FROM unnest(CAST(:names AS text[]), CAST(:emails AS text[]),
+                         CAST(:users AS text[]), CAST(:datas AS jsonb[]))
+           WITH ORDINALITY AS g(name, email, user_ref, data, n)
+), added AS (
+    INSERT INTO subscribers AS s (email)
+    SELECT DISTINCT ON (lower(email)) email FROM given WHERE email IS NOT NULL
+     ORDER BY lower(email), n
+    ON CONFLICT (lower(email)) DO UPDATE SET email = s.email
+    RETURNING s.id, lower(s.email) AS key
+), who AS (
+    SELECT g.*, nextval(pg_get_serial_sequence('events', 'id')) AS event_id,
+           coalesce(a.id,
+                    (SELECT a2.id FROM given g2 JOIN added a2 ON a2.key = lower(g2.email)
+                      WHERE g.email IS NULL AND g2.user_ref = g.user_ref AND g2.n < g.n
+                      ORDER BY g2.n DESC LIMIT 1),
+                    (SELECT e.subscriber_id FROM events e
+                      WHERE g.email IS NULL AND e.user_ref = g.user_ref
+                        AND e.subscriber_id IS NOT NULL ORDER BY e.at DESC LIMIT 1))
+               AS subscriber_id
+      FROM given g LEFT JOIN added a ON a.key = lower(g.email)
+), recorded AS (
+    INSERT INTO events (id, name, subscriber_id, user_ref, email, data)
+    SELECT event_id, name, subscriber_id, user_ref, email, data FROM who
+     WHERE subscriber_id IS NOT NULL
+), ended AS (
+    UPDATE sequence_enrollments e
+       SET status = 'exited', exit_reason = 'goal', finished_at = now()
+      FROM sequences s
+     WHERE s.id = e.sequence_id AND e.status IN {OPEN}
+       AND (s.goal_event, e.subscriber_id) IN (SELECT name, subscriber_id FROM who)
+    RETURNING e.id, e.subscriber_id, s.goal_event AS name
+), entered AS (
+    INSERT INTO sequence_enrollments (sequence_id, subscriber_id, status, step_id, due_at,
+                                      data)
+    SELECT DISTINCT ON (s.id, w.subscriber_id) s.id, w.subscriber_id,
+           CASE WHEN s.status = '{PAUSED}' THEN '{PAUSED}' ELSE 'active' END,
+           (SELECT st.id FROM sequence_steps st WHERE st.sequence_id = s.id
+               AND st.removed_at IS NULL ORDER BY st.position, st.id LIMIT 1),
+           now(), w.data
+      FROM who w JOIN sequences s ON s.trigger_event = w.name AND s.status <> 'archived'
+     WHERE w.subscriber_id IS NOT NULL
+       AND NOT EXISTS (
+           SELECT 1 FROM sequence_enrollments e
+            WHERE e.sequence_id = s.id AND e.subscriber_id = w.subscriber_id
+              AND (e.status IN {OPEN} OR s.reentry_days IS NULL
+                   OR e.entered_at > now() - make_interval(days => s.reentry_days)))
+     ORDER BY s.id, w.subscriber_id, w.n
+    ON CONFLICT DO NOTHING
+    RETURNING id, sequence_id, subscriber_id,
+              (SELECT trigger_event FROM sequences WHERE id = sequence_id) AS name
 )
-INSERT INTO sequence_enrollments (sequence_id, subscriber_id, status, step_id, due_at, data)
-SELECT c.sequence_id, c.subscriber_id,
-       CASE WHEN s.status = '{PAUSED}' THEN '{PAUSED}' ELSE 'active' END,
-       (SELECT st.id FROM sequence_steps st WHERE st.sequence_id = s.id
-           AND st.removed_at IS NULL ORDER BY st.position, st.id LIMIT 1),
-       now(), c.data
-  FROM cand c JOIN sequences s ON s.id = c.sequence_id
- WHERE NOT EXISTS (
-       SELECT 1 FROM sequence_enrollments e
-        WHERE e.sequence_id = c.sequence_id AND e.subscriber_id = c.subscriber_id
-          AND (e.status IN {OPEN} OR s.reentry_days IS NULL
-               OR e.entered_at > now() - make_interval(days => s.reentry_days)))
-ON CONFLICT DO NOTHING
-RETURNING id, sequence_id
+SELECT 'event' AS what, w.n, w.event_id AS id, w.name, w.subscriber_id, w.user_ref,
+       NULL::bigint AS sequence_id FROM who w
+UNION ALL SELECT 'ended', NULL, id, name, subscriber_id, NULL, NULL FROM ended
+UNION ALL SELECT 'entered', NULL, id, name, subscriber_id, NULL, sequence_id FROM entered
 """)
 
-_GOAL = sa.text(f"""
-UPDATE sequence_enrollments e SET status = 'exited', exit_reason = 'goal', finished_at = now()
-  FROM sequences s
- WHERE s.id = e.sequence_id AND s.goal_event = :name AND e.subscriber_id = :subscriber
-   AND e.status IN {OPEN}
-RETURNING e.id
-""")
+
+def _check_event(data: Any, at: str = "") -> tuple[str, str | None, str | None, str]:
+    """One event's (name, email, user id, data as JSON), checked; ``at`` prefixes the
+    fields named in an error (``events[3].``)."""
+    if not isinstance(data, dict):
+        raise Invalid(N_("%(field)s must be an object", field=at.rstrip(".") or "event"),
+                      fields={at.rstrip(".") or "event": N_("invalid")})
+    try:
+        unknown = sorted(set(data) - {"name", "email", "user_id", "data"})
+        if unknown:
+            raise Invalid(N_("unknown field(s): %(fields)s", fields=", ".join(unknown)),
+                          fields=dict.fromkeys(unknown, N_("unknown field")))
+        name = _event_name(data.get("name"), "name")
+        assert name is not None
+        user_ref = verifications.check_user_id(data["user_id"]) if "user_id" in data \
+            else None
+        payload = data.get("data", {})
+        if not isinstance(payload, dict):
+            raise Invalid(N_("data must be an object"), fields={"data": N_("invalid")})
+        encoded = json.dumps(payload)
+        if len(encoded) > MAX_DATA:
+            raise Invalid(N_("data must be at most %(max)s bytes of JSON", max=MAX_DATA),
+                          fields={"data": N_("too long")})
+        address = lists.check_email(data["email"]) if "email" in data else None
+        if address is None and user_ref is None:
+            raise Invalid(N_("email or user_id is required"),
+                          fields={"email": N_("required")})
+    except DomainError as exc:
+        if at:
+            exc.fields = {at + k: v for k, v in exc.fields.items()}
+        raise
+    return name, address, user_ref, encoded
+
+
+def record_events(conn: Connection, items: list[Any]) -> dict[str, Any]:
+    """Record events of people (each by ``email`` or ``user_id``), end the enrollments
+    whose goal they are and enrol into the sequences they trigger, in one statement. An
+    event whose user id has no known subscriber is NotFound (nothing is recorded)."""
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_EVENTS:
+        raise Invalid(N_("events must be a list of 1 to %(max)s events", max=MAX_EVENTS),
+                      fields={"events": N_("invalid")})
+    checked = [_check_event(item, f"events[{i}]." if len(items) > 1 else "")
+               for i, item in enumerate(items)]
+    rows = conn.execute(_RECORD_EVENTS, {
+        "names": [c[0] for c in checked], "emails": [c[1] for c in checked],
+        "users": [c[2] for c in checked], "datas": [c[3] for c in checked]}).all()
+    events = sorted((r for r in rows if r.what == "event"), key=lambda r: r.n)
+    for r in events:
+        if r.subscriber_id is None:
+            field = "user_id" if len(items) == 1 else f"events[{r.n - 1}].user_id"
+            raise NotFound(N_("no subscriber is known for user_id %(user)s; send its email "
+                              "once", user=r.user_ref), fields={field: N_("unknown")})
+    return {
+        "events": [{"id": r.id, "name": r.name, "subscriber_id": r.subscriber_id}
+                   for r in events],
+        "enrolled": [{"enrollment_id": r.id, "sequence_id": r.sequence_id,
+                      "subscriber_id": r.subscriber_id}
+                     for r in sorted((r for r in rows if r.what == "entered"),
+                                     key=lambda r: r.id)],
+        "exited": sorted(r.id for r in rows if r.what == "ended")}
 
 
 def record_event(conn: Connection, data: dict[str, Any]) -> dict[str, Any]:
-    """Record an event of one person (``email`` or ``user_id``), end the enrollments whose
-    goal it is and enrol into the sequences it triggers."""
-    name = _event_name(data.get("name"), "name")
-    user_ref = verifications.check_user_id(data["user_id"]) if "user_id" in data else None
-    payload = data.get("data", {})
-    if not isinstance(payload, dict):
-        raise Invalid(N_("data must be an object"), fields={"data": N_("invalid")})
-    encoded = json.dumps(payload)
-    if len(encoded) > MAX_DATA:
-        raise Invalid(N_("data must be at most %(max)s bytes of JSON", max=MAX_DATA),
-                      fields={"data": N_("too long")})
-    subscriber: int | None = None
-    address = None
-    if "email" in data:
-        address = lists.check_email(data["email"])
-        subscriber = conn.execute(sa.text("""
-            INSERT INTO subscribers AS s (email) VALUES (:e)
-            ON CONFLICT (lower(email)) DO UPDATE SET email = s.email
-            RETURNING id"""), {"e": address}).scalar_one()
-    elif user_ref is not None:
-        subscriber = conn.execute(sa.text("""
-            SELECT subscriber_id FROM events WHERE user_ref = :u AND subscriber_id IS NOT NULL
-             ORDER BY at DESC LIMIT 1"""), {"u": user_ref}).scalar()
-        if subscriber is None:
-            raise NotFound(N_("no subscriber is known for user_id %(user)s; send its email "
-                              "once", user=user_ref), fields={"user_id": N_("unknown")})
-    else:
-        raise Invalid(N_("email or user_id is required"), fields={"email": N_("required")})
-    event_id = conn.execute(sa.text("""
-        INSERT INTO events (name, subscriber_id, user_ref, email, data)
-        VALUES (:n, :s, :u, :e, CAST(:d AS jsonb)) RETURNING id"""),
-        {"n": name, "s": subscriber, "u": user_ref, "e": address, "d": encoded}).scalar_one()
-    ended = [r.id for r in conn.execute(_GOAL, {"name": name, "subscriber": subscriber})]
-    enrolled = [{"enrollment_id": r.id, "sequence_id": r.sequence_id} for r in conn.execute(
-        _ENROL_EVENT, {"name": name, "subscriber": subscriber, "data": encoded})]
-    return {"id": event_id, "name": name, "subscriber_id": subscriber,
-            "enrolled": enrolled, "exited": ended}
+    """Record one event of one person (``email`` or ``user_id``): :func:`record_events`
+    with one, answered as the event itself."""
+    done = record_events(conn, [data])
+    (event,) = done["events"]
+    return {**event, "enrolled": [{"enrollment_id": e["enrollment_id"],
+                                   "sequence_id": e["sequence_id"]}
+                                  for e in done["enrolled"]],
+            "exited": done["exited"]}
 
 
 # --- what support and the funnel read --------------------------------------------------
@@ -558,8 +654,9 @@ def person(conn: Connection, email: str) -> dict[str, Any]:
 
 
 def funnel(conn: Connection, sequence_id: int) -> dict[str, Any]:
-    """Per live step: entered (visits), sent (jobs sent), waiting there now, and how the
-    sequence's enrollments ended (exits by reason)."""
+    """Per live step: entered (visits), sent (jobs sent), opened and clicked (messages
+    with a tracked open or click; a click counts as an open), waiting there now, and how
+    the sequence's enrollments ended (exits by reason)."""
     get_sequence(conn, sequence_id)
     rows = conn.execute(sa.text(f"""
         SELECT st.id, st.position, st.type, st.subject,
@@ -568,6 +665,10 @@ def funnel(conn: Connection, sequence_id: int) -> dict[str, Any]:
                  WHERE v.step_id = st.id AND j.status = '{SENT}') AS sent,
                (SELECT count(*) FROM sequence_visits v
                  WHERE v.step_id = st.id AND v.outcome = 'exited') AS exited,
+               (SELECT count(DISTINCT x.job_id) FROM sequence_events x
+                 WHERE x.step_id = st.id) AS opened,
+               (SELECT count(DISTINCT x.job_id) FROM sequence_events x
+                 WHERE x.step_id = st.id AND x.kind = 'click') AS clicked,
                (SELECT count(*) FROM sequence_enrollments e
                  WHERE e.step_id = st.id AND e.status IN {OPEN}) AS waiting
           FROM sequence_steps st WHERE st.sequence_id = :s AND st.removed_at IS NULL

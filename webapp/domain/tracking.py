@@ -109,23 +109,51 @@ SELECT c.id, c.broadcast_id, :job, s.id, :kind, CAST(:link AS bigint)
 
 
 def _record(conn: Connection, campaign_id: int, job_id: int, subscriber_id: int, kind: str,
-            link_id: int | None) -> None:
+            link_id: int | None, statement: sa.TextClause = _RECORD) -> None:
+    """One open or click of a campaign's message (``statement``: of a sequence's, then
+    ``campaign_id`` is the email step's id)."""
     params = {"campaign": campaign_id, "job": job_id, "subscriber": subscriber_id,
               "kind": kind, "link": link_id}
     try:
         with conn.begin_nested():
-            conn.execute(_RECORD, params)
+            conn.execute(statement, params)
     except IntegrityError:
         pass  # the subscriber was deleted this instant: nothing to record
 
 
-def click(conn: Connection, secret_key: str, token: str) -> str:
-    """Record a click and return the link's stored URL; NotFound for a forged token or an
-    unknown link. Recorded only while the campaign tracks clicks and the subscriber
-    exists; the redirect works either way."""
-    read = tracking.read_click_token(secret_key, token)
+# A sequence's message (docs/sequences.md): the same, per email step.
+_RECORD_SEQUENCE = sa.text("""
+INSERT INTO sequence_events (step_id, job_id, subscriber_id, kind, link_id)
+SELECT st.id, :job, s.id, :kind, CAST(:link AS bigint)
+  FROM sequence_steps st
+  JOIN sequences q ON q.id = st.sequence_id
+  JOIN subscribers s ON s.id = :subscriber
+ WHERE st.id = :campaign
+   AND CASE WHEN :kind = 'open' THEN q.track_opens ELSE q.track_clicks END
+""")
+
+
+def _sequence_click(conn: Connection, secret_key: str, token: str) -> str:
+    read = tracking.read_sequence_click_token(secret_key, token)
     if read is None:
         raise NotFound(N_("this link is not valid"))
+    step_id, job_id, subscriber_id, link_id = read
+    url = conn.execute(sa.text(
+        "SELECT url FROM sequence_links WHERE id = :l AND step_id = :s"),
+        {"l": link_id, "s": step_id}).scalar()
+    if url is None:
+        raise NotFound(N_("this link is not valid"))
+    _record(conn, step_id, job_id, subscriber_id, "click", link_id, _RECORD_SEQUENCE)
+    return str(url)
+
+
+def click(conn: Connection, secret_key: str, token: str) -> str:
+    """Record a click and return the link's stored URL; NotFound for a forged token or an
+    unknown link. Recorded only while the campaign (or sequence) tracks clicks and the
+    subscriber exists; the redirect works either way."""
+    read = tracking.read_click_token(secret_key, token)
+    if read is None:
+        return _sequence_click(conn, secret_key, token)
     campaign_id, job_id, subscriber_id, link_id = read
     url = conn.execute(sa.text(
         "SELECT url FROM campaign_links WHERE id = :l AND campaign_id = :c"),
@@ -138,10 +166,15 @@ def click(conn: Connection, secret_key: str, token: str) -> str:
 
 def open_(conn: Connection, secret_key: str, token: str) -> None:
     """Record an open; NotFound for a forged token."""
-    read = tracking.read_open_token(secret_key, token.removesuffix(".gif"))
+    token = token.removesuffix(".gif")
+    read = tracking.read_open_token(secret_key, token)
+    if read is not None:
+        _record(conn, read[0], read[1], read[2], "open", None)
+        return
+    read = tracking.read_sequence_open_token(secret_key, token)
     if read is None:
         raise NotFound(N_("this image is not valid"))
-    _record(conn, read[0], read[1], read[2], "open", None)
+    _record(conn, read[0], read[1], read[2], "open", None, _RECORD_SEQUENCE)
 
 
 # --- figures ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email.utils import parseaddr
@@ -223,28 +224,18 @@ class Composer:
 
     def _tracked(self, prepared: PreparedCampaign, campaign_id: int, job: ClaimedJob,
                  text: str | None, html: str | None) -> tuple[str | None, str | None]:
-        """The text and HTML parts, with tracked links and the open pixel when the
-        campaign tracks them (a campaign's recipients only; test sends are never tracked),
-        and a text part made from the HTML when the campaign has none."""
-        tracked = job.kind == "broadcast" and job.subscriber_id is not None
-        subscriber_id = job.subscriber_id or 0
-        config = self.config
+        """A campaign's text and HTML parts, tracked when the campaign tracks them (its
+        recipients only; test sends are never tracked)."""
+        if job.kind != "broadcast" or job.subscriber_id is None:
+            return with_tracking(prepared, text, html, None, None)
+        config, subscriber_id = self.config, job.subscriber_id
 
         def click(link_id: int) -> str:
             return tracking.click_url(config.base_url, config.secret_key, campaign_id,
                                       job.id, subscriber_id, link_id)
 
-        if tracked and prepared.analytics.track_clicks:
-            if html is not None:
-                html = tracking.rewrite_html(html, prepared.links, click)
-            if text is not None:
-                text = tracking.rewrite_text(text, prepared.links, click)
-        if text is None and html is not None:
-            text = html_to_text(html)  # no HTML-only mail (spam filters score it)
-        if tracked and prepared.analytics.track_opens and html is not None:
-            html = tracking.add_pixel(html, tracking.open_url(
-                config.base_url, config.secret_key, campaign_id, job.id, subscriber_id))
-        return text, html
+        return with_tracking(prepared, text, html, click, tracking.open_url(
+            config.base_url, config.secret_key, campaign_id, job.id, subscriber_id))
 
     def _build_kind(self, job: ClaimedJob) -> Envelope:
         """A transactional kind's message (or its test send): the kind's templates, at
@@ -289,29 +280,40 @@ class Composer:
         with self.engine.connect() as conn:
             row = conn.execute(sa.text(
                 "SELECT st.version, st.subject, st.text_body, st.html_body, q.id, q.name, "
-                "q.from_addr, y.html AS layout_html, y.postal_address "
+                "q.from_addr, y.html AS layout_html, y.postal_address, q.track_opens, "
+                "q.track_clicks "
                 "FROM sequence_steps st JOIN sequences q ON q.id = st.sequence_id "
                 "LEFT JOIN layouts y ON y.id = q.layout_id WHERE st.id = :id"),
                 {"id": step_id}).first()
         if row is None:
             raise TemplateError("sequence", None, f"there is no sequence step {step_id}")
-        version = f"{row.version}:{row.from_addr}:{hash(row.layout_html)}"
+        version = (f"{row.version}:{row.from_addr}:{hash(row.layout_html)}:"
+                   f"{row.track_opens}:{row.track_clicks}")
         cached = self._steps.get(step_id)
         if cached is not None and cached[0] == version:
             return cached[1], row.id
+        settings = tracking.Settings(row.track_opens, row.track_clicks)
+        links = tracking.Links()
+        if settings.track_clicks:
+            with self.engine.begin() as conn:
+                links = tracking.store_links(conn, step_id, tracking.static_links(
+                    row.html_body, row.text_body), table="sequence_links", owner="step_id")
         prepared = PreparedCampaign(
             name=row.name, from_addr=row.from_addr or self.config.mail_from,
             subject=row.subject, template=compile_campaign(
                 row.subject, row.text_body, row.html_body,
-                layout_of(row.layout_html, row.postal_address)))
+                layout_of(row.layout_html, row.postal_address)),
+            analytics=settings, links=links)
         with self._lock:
             self._steps[step_id] = (version, prepared)
         return prepared, row.id
 
     def _build_sequence(self, job: ClaimedJob) -> Envelope:
         """A sequence's email step for its subscriber: the step's content as it is now,
-        seeing the subscriber's fields and the triggering event's data."""
-        prepared, _ = self.sequence_step(int(job.payload.get("step_id", 0)))
+        seeing the subscriber's fields and the triggering event's data; its links and open
+        pixel tracked as a campaign's when the sequence tracks them."""
+        step_id = int(job.payload.get("step_id", 0))
+        prepared, _ = self.sequence_step(step_id)
         headers = self._headers(job)
         unsub = ""
         if job.subscriber_id is not None:
@@ -327,11 +329,21 @@ class Composer:
         context["event"] = {"data": context["data"]}
         rendered = prepared.template.render(context)
         headers["Auto-Submitted"] = "auto-generated"
-        text = rendered.text
-        if text is None and rendered.html is not None:
-            text = html_to_text(rendered.html)
+        click: Callable[[int], str] | None = None
+        pixel = None
+        if job.subscriber_id is not None:
+            config, subscriber_id = self.config, job.subscriber_id
+
+            def tracked_link(link_id: int) -> str:
+                return tracking.sequence_click_url(config.base_url, config.secret_key,
+                                                   step_id, job.id, subscriber_id, link_id)
+
+            click = tracked_link
+            pixel = tracking.sequence_open_url(config.base_url, config.secret_key, step_id,
+                                               job.id, subscriber_id)
+        text, html = with_tracking(prepared, rendered.text, rendered.html, click, pixel)
         message = build_mime(from_addr=prepared.from_addr, to_addr=job.email,
-                             subject=rendered.subject, text=text, html=rendered.html,
+                             subject=rendered.subject, text=text, html=html,
                              message_id=job.message_id, headers=headers)
         from_addr = address_of(prepared.from_addr)
         return Envelope(self._envelope_from(job, from_addr), message)
@@ -343,3 +355,22 @@ class Composer:
         if verp:
             return bounce_address(verp, self.config.secret_key, job.id)
         return address_of(from_addr)
+
+
+def with_tracking(prepared: PreparedCampaign, text: str | None, html: str | None,
+                  click: Callable[[int], str] | None,
+                  pixel: str | None) -> tuple[str | None, str | None]:
+    """The text and HTML parts with tracked links (``click`` makes a link's tracking URL)
+    and the open pixel, each when the campaign or sequence tracks it and the message has a
+    recipient to credit (``None``: not tracked); and a text part made from the HTML when
+    there is none (no HTML-only mail: spam filters score it)."""
+    if click is not None and prepared.analytics.track_clicks:
+        if html is not None:
+            html = tracking.rewrite_html(html, prepared.links, click)
+        if text is not None:
+            text = tracking.rewrite_text(text, prepared.links, click)
+    if text is None and html is not None:
+        text = html_to_text(html)
+    if pixel is not None and prepared.analytics.track_opens and html is not None:
+        html = tracking.add_pixel(html, pixel)
+    return text, html

@@ -118,6 +118,32 @@ def open_url(base_url: str, secret_key: str, campaign_id: int, job_id: int,
     return f"{base_url}/o/{open_token(secret_key, campaign_id, job_id, subscriber_id)}.gif"
 
 
+# A sequence's message: the same URLs (``/r/``, ``/o/``), signed for another purpose, so a
+# campaign's token never reads as a sequence's or the other way round.
+
+def sequence_click_url(base_url: str, secret_key: str, step_id: int, job_id: int,
+                       subscriber_id: int, link_id: int) -> str:
+    token = _token(secret_key, "seq-click", (step_id, job_id, subscriber_id, link_id))
+    return f"{base_url}/r/{token}"
+
+
+def read_sequence_click_token(secret_key: str, token: str) -> tuple[int, int, int, int] | None:
+    """(step, job, subscriber, link) of a genuine sequence click token; None otherwise."""
+    parts = _read(secret_key, "seq-click", token, 4)
+    return None if parts is None else (parts[0], parts[1], parts[2], parts[3])
+
+
+def sequence_open_url(base_url: str, secret_key: str, step_id: int, job_id: int,
+                      subscriber_id: int) -> str:
+    return f"{base_url}/o/{_token(secret_key, 'seq-open', (step_id, job_id, subscriber_id))}.gif"
+
+
+def read_sequence_open_token(secret_key: str, token: str) -> tuple[int, int, int] | None:
+    """(step, job, subscriber) of a genuine sequence open token; None otherwise."""
+    parts = _read(secret_key, "seq-open", token, 3)
+    return None if parts is None else (parts[0], parts[1], parts[2])
+
+
 def archive_token(secret_key: str, campaign_id: int) -> str:
     return URLSafeSerializer(secret_key, salt=_ARCHIVE_SALT).dumps(campaign_id)
 
@@ -172,18 +198,21 @@ def static_links(html_body: str | None, text_body: str | None) -> Links:
     return Links(found_html, found_text)
 
 
-def store_links(conn: Connection, campaign_id: int, found: Links) -> Links:
+def store_links(conn: Connection, campaign_id: int, found: Links, *,
+                table: str = "campaign_links", owner: str = "campaign_id") -> Links:
     """Store the campaign's links (each URL once; again and again is the same) and return
-    them with their ids."""
+    them with their ids. A sequence's email step stores its own the same way
+    (``sequence_links``, ``step_id``)."""
+    assert (table, owner) in (("campaign_links", "campaign_id"), ("sequence_links", "step_id"))
     urls = sorted({html.unescape(raw.strip()) for raw in found.html} | set(found.text))
     if not urls:
         return Links()
-    conn.execute(sa.text("""
-        INSERT INTO campaign_links (campaign_id, url)
+    conn.execute(sa.text(f"""
+        INSERT INTO {table} ({owner}, url)
         SELECT :c, u FROM unnest(CAST(:urls AS text[])) AS u
-        ON CONFLICT (campaign_id, url) DO NOTHING"""), {"c": campaign_id, "urls": urls})
+        ON CONFLICT ({owner}, url) DO NOTHING"""), {"c": campaign_id, "urls": urls})
     ids = {str(r.url): int(r.id) for r in conn.execute(sa.text(
-        "SELECT url, id FROM campaign_links WHERE campaign_id = :c AND url = ANY(:urls)"),
+        f"SELECT url, id FROM {table} WHERE {owner} = :c AND url = ANY(:urls)"),
         {"c": campaign_id, "urls": urls})}
     return Links({raw: ids[html.unescape(raw.strip())] for raw in found.html},
                  {url: ids[url] for url in found.text})

@@ -77,6 +77,16 @@ SELECT subscriber_id, name, at FROM events
  WHERE subscriber_id = ANY(:ids) AND at >= :since
 """)
 
+# What each due enrollment did with its messages: per email step, opened (an open or a
+# click: a click proves the message was opened) and clicked. Read only when a sequence of
+# the batch has an opened/clicked condition.
+_SEEN = sa.text("""
+SELECT v.enrollment_id, v.step_id, bool_or(x.kind = 'click') AS clicked
+  FROM sequence_visits v JOIN sequence_events x ON x.job_id = v.job_id
+ WHERE v.enrollment_id = ANY(:ids) AND v.job_id IS NOT NULL
+ GROUP BY v.enrollment_id, v.step_id
+""")
+
 # --- the advancer ----------------------------------------------------------------------
 
 _VISITS = sa.text("""
@@ -139,9 +149,20 @@ def _after(steps: list[Step], current: Step, skip: int = 1) -> Step | None:
     return later[skip - 1] if len(later) >= skip else None
 
 
+def _email_before(steps: list[Step], current: Step) -> Step | None:
+    """The last live email step before ``current`` (by position): "the previous email"."""
+    earlier = [s for s in steps if not s.removed and s.type == "email"
+               and (s.position, s.id) < (current.position, current.id)]
+    return earlier[-1] if earlier else None
+
+
 def _condition_holds(cond: dict[str, Any], person: Any, events: list[tuple[str, datetime]],
-                     entered_at: datetime) -> bool:
+                     entered_at: datetime, seen: set[str]) -> bool:
+    """Whether ``cond`` holds; ``seen``: what the person did with the previous email's
+    message ("opened", "clicked")."""
     test = cond.get("test")
+    if test in ("opened", "clicked"):
+        return test in seen
     if test == "attribute":
         value = (person.attributes or {}).get(str(cond.get("attribute", "")))
         return value is not None and str(value) == str(cond.get("value", ""))
@@ -190,11 +211,17 @@ def advance(conn: Connection, batch: int = BATCH) -> int:
     for r in conn.execute(_EVENTS, {"ids": people_ids,
                                     "since": min(r.entered_at for r in due)}):
         events.setdefault(r.subscriber_id, []).append((r.name, r.at))
+    seen: dict[tuple[int, int], set[str]] = {}
+    if any((s.condition or {}).get("test") in ("opened", "clicked")
+           for listed in steps.values() for s in listed):
+        for r in conn.execute(_SEEN, {"ids": [e.id for e in due]}):
+            seen[(r.enrollment_id, r.step_id)] = {"opened", "clicked"} if r.clicked \
+                else {"opened"}
     plan = Plan()
     for e in due:
         _walk(e, sequences[e.sequence_id], steps.get(e.sequence_id, []),
               people.get(e.subscriber_id), members, events.get(e.subscriber_id, []),
-              now, plan)
+              seen, now, plan)
     jobs = queue.enqueue_due_steps(conn, plan.sends)
     if plan.visits:
         conn.execute(_VISITS, {
@@ -226,7 +253,8 @@ def _exit_reason(seq: Any, person: Any, members: set[tuple[int, int]],
 
 
 def _walk(e: Any, seq: Any, steps: list[Step], person: Any, members: set[tuple[int, int]],
-          events: list[tuple[str, datetime]], now: datetime, plan: Plan) -> None:
+          events: list[tuple[str, datetime]], seen: dict[tuple[int, int], set[str]],
+          now: datetime, plan: Plan) -> None:
     """Perform ``e``'s due steps into ``plan``."""
     by_id = {s.id: s for s in steps}
     current = by_id.get(e.step_id) if e.step_id is not None else None
@@ -256,7 +284,10 @@ def _walk(e: Any, seq: Any, steps: list[Step], person: Any, members: set[tuple[i
                 return
             current = following
         else:
-            holds = _condition_holds(current.condition or {}, person, events, e.entered_at)
+            previous = _email_before(steps, current)
+            holds = _condition_holds(current.condition or {}, person, events, e.entered_at,
+                                     seen.get((e.id, previous.id), set()) if previous
+                                     else set())
             if holds:
                 plan.visits.append((e.id, current.id, "continued"))
                 current = _after(steps, current)

@@ -11,6 +11,7 @@ from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, engine
 from webapp.domain import sequences
 from webapp.domain.errors import Invalid
+from workers.core.i18n import N_
 
 SEQUENCE_FIELDS = ("name", "trigger_type", "list_id", "trigger_event", "goal_event",
                    "reentry_days", "from_addr", "layout_id")
@@ -97,6 +98,14 @@ def person_enrollments() -> Response:
 
 @bp.post("/events")
 def post_event() -> Response:
-    data = body("name", "email", "user_id", "data")
+    """One event (``name``, ``email`` or ``user_id``, ``data``) or many (``events``: a
+    list of them), recorded in one statement."""
+    data = body("name", "email", "user_id", "data", "events")
+    if "events" in data and len(data) > 1:
+        raise Invalid(N_("events goes alone: either one event's fields or events"),
+                      fields=dict.fromkeys(sorted(set(data) - {"events"}),
+                                           N_("unknown field")))
     with engine().begin() as conn:
+        if "events" in data:
+            return answer(sequences.record_events(conn, data["events"]), 201)
         return answer(sequences.record_event(conn, data), 201)
