@@ -26,8 +26,8 @@ drain thread at most, since a thread sends no further message before its previou
 outcome is confirmed (docs/design.md §16).
 
 If a statement fails, every outcome of its group gets the error and its drain thread
-retries it itself (:meth:`workers.delivery.handover.Handover.record`); the session is
-then dropped and the next outcome opens a fresh one.
+retries it itself (:meth:`workers.delivery.handover.Handover.record`); the session is then
+dropped and the next outcome opens a fresh one.
 """
 
 from __future__ import annotations
