@@ -1,4 +1,4 @@
-"""The jobs table's write side, one module per concern (docs/design.md §11): nothing
+"""The jobs table's write side, one module per concern (docs/design.md §13): nothing
 outside this package inserts, moves or deletes a job (tests/unit/test_layout.py).
 
 Each statement carries a line saying what it guarantees. The job states are
