@@ -18,6 +18,7 @@ import asyncio
 import ipaddress
 import logging
 import ssl
+import tempfile
 import threading
 import time
 import warnings
@@ -25,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
@@ -34,6 +35,7 @@ from sqlalchemy.engine import Engine
 from webapp.domain import submissions
 from webapp.domain.errors import Invalid
 from webapp.domain.lists import check_email
+from webapp.sink import data_may_start
 from workers.core.settings import SETTINGS, Config, ConfigError, _env
 
 log = logging.getLogger("senddock.submission")
@@ -74,6 +76,7 @@ class SubmissionSettings:
     rate_limit: int
     hostname: str
     timeout: float
+    max_connections: int
 
     @property
     def enabled(self) -> bool:
@@ -116,7 +119,8 @@ class SubmissionSettings:
         return cls(listen, tls_listen, cert, key, plain, number("SUBMISSION_MAX_SIZE"),
                    max(1, number("SUBMISSION_MAX_RECIPIENTS")),
                    number("SUBMISSION_RATE_LIMIT"), hostname,
-                   float(max(5, number("SUBMISSION_TIMEOUT"))))
+                   float(max(5, number("SUBMISSION_TIMEOUT"))),
+                   max(1, number("SUBMISSION_MAX_CONNECTIONS")))
 
     def tls_context(self) -> ssl.SSLContext | None:
         if not (self.cert and self.key):
@@ -222,14 +226,14 @@ class Handler:
         submitter = session.auth_data
         if not isinstance(submitter, submissions.Submitter):
             return "530 5.7.0 Authentication required"
-        raw = envelope.original_content or b""
+        raw: IO[bytes] = envelope.spool
         client = session.peer[0] if session.peer else ""
 
         def work() -> str:
             try:
                 accepted = submissions.accept(
                     self.engine, self.config, submitter, mail_from=envelope.mail_from or "",
-                    recipients=list(envelope.rcpt_tos), raw=raw, client=client)
+                    recipients=list(envelope.rcpt_tos), body=raw, client=client)
             except submissions.Refused as exc:
                 self.note("refused_" + exc.reply[:3])
                 return exc.reply
@@ -245,6 +249,107 @@ class Handler:
         return await loop.run_in_executor(self.executor, work)
 
 
+SPOOL_IN_MEMORY = 256 * 1024  # DATA larger than this is spooled to a temporary file
+TOO_MANY_CONNECTIONS = b"421 4.7.0 Too many connections to this server; try again later\r\n"
+
+
+class SubmissionProtocol(SMTP):
+    """aiosmtpd's SMTP protocol with two changes (docs/design.md §28): a connection past
+    ``SUBMISSION_MAX_CONNECTIONS`` is answered 421 and closed before anything is read, and
+    DATA is written line by line to a spool (memory up to :data:`SPOOL_IN_MEMORY`, then a
+    temporary file) instead of a list of lines joined at the end, so a 20 MB message is
+    never held in memory; the handler's ``handle_DATA`` reads ``envelope.spool``."""
+
+    def __init__(self, gate: Gate, *args: Any, **kwargs: Any) -> None:
+        self.gate = gate
+        self.counted = self.refused = False
+        super().__init__(*args, **kwargs)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._original_transport is None and not self.counted:  # not STARTTLS's
+            if not self.gate.enter():
+                self.refused = True
+                self.gate.handler.note("refused_421")
+                transport.write(TOO_MANY_CONNECTIONS)  # type: ignore[attr-defined]
+                transport.close()
+                return
+            self.counted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if self.refused:
+            return
+        if self.counted:
+            self.counted = False
+            self.gate.leave()
+        super().connection_lost(error)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        if not await data_may_start(self, arg):
+            return
+        assert self.envelope is not None
+        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)
+        try:
+            refusal = await self._read_data(spool)
+            if refusal:
+                self._set_post_data_state()
+                await self.push(refusal)
+                return
+            spool.seek(0)
+            self.envelope.spool = spool  # type: ignore[attr-defined]
+            status = await self._call_handler_hook("DATA")
+        finally:
+            spool.close()
+        self._set_post_data_state()
+        await self.push(status)
+
+    async def _read_data(self, spool: IO[bytes]) -> str | None:
+        """Read DATA up to the lone dot into ``spool`` (dot-unstuffed, RFC 5321 4.5.2); the
+        reply refusing it (line or message too long) once it is read whole, else None."""
+        size, limit, refusal = 0, self.data_size_limit, None
+        in_line = False  # within a line longer than the stream's limit
+        while True:
+            if self.transport is None:  # the connection is gone: nothing to answer
+                raise asyncio.CancelledError
+            try:
+                line = await self._reader.readuntil(b"\r\n")
+            except asyncio.CancelledError:
+                self._writer.close()
+                raise
+            except asyncio.LimitOverrunError as exc:
+                line = await self._reader.read(exc.consumed)
+                refusal = refusal or "500 Line too long (see RFC5321 4.5.3.1.6)"
+            if not in_line and line == b".\r\n":
+                break
+            if not in_line and line.startswith(b"."):
+                line = line[1:]
+            in_line = not line.endswith(b"\r\n")
+            size += len(line)
+            if limit and size > limit:
+                refusal = refusal or "552 5.3.4 Message too big for this server"
+            if refusal is None:
+                spool.write(line)
+        return refusal
+
+
+class Gate:
+    """Open connections of one server (both ports), counted on its event loop."""
+
+    def __init__(self, limit: int, handler: Handler) -> None:
+        self.limit = limit
+        self.handler = handler
+        self.open = 0
+
+    def enter(self) -> bool:
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
 class SubmissionServer:
     """Both listeners on one asyncio loop in a thread of its own."""
 
@@ -253,6 +358,7 @@ class SubmissionServer:
         self.executor = ThreadPoolExecutor(max_workers=max(2, config.db_web_pool),
                                            thread_name_prefix="smtp-accept")
         self.handler = Handler(engine, config, settings, self.executor)
+        self.gate = Gate(settings.max_connections, self.handler)
         self.loop = asyncio.new_event_loop()
         self.servers: list[asyncio.base_events.Server] = []
         self.ports: dict[str, int] = {}
@@ -270,14 +376,13 @@ class SubmissionServer:
 
     def _smtp(self, tls_context: ssl.SSLContext | None, require_tls: bool,
               auth_require_tls: bool) -> SMTP:
-        return SMTP(self.handler, data_size_limit=self.settings.max_size or None,
-                    enable_SMTPUTF8=True, decode_data=False,
-                    hostname=self.settings.hostname, ident="SendDock submission",
-                    tls_context=tls_context, require_starttls=require_tls,
-                    timeout=self.settings.timeout, auth_required=True,
-                    auth_require_tls=auth_require_tls,
-                    authenticator=self.handler.authenticator,
-                    command_call_limit=CALL_LIMITS, loop=self.loop)
+        return SubmissionProtocol(
+            self.gate, self.handler, data_size_limit=self.settings.max_size or None,
+            enable_SMTPUTF8=True, decode_data=False, hostname=self.settings.hostname,
+            ident="SendDock submission", tls_context=tls_context,
+            require_starttls=require_tls, timeout=self.settings.timeout, auth_required=True,
+            auth_require_tls=auth_require_tls, authenticator=self.handler.authenticator,
+            command_call_limit=CALL_LIMITS, loop=self.loop)
 
     async def _listen(self) -> None:
         tls = self.settings.tls_context()

@@ -472,7 +472,7 @@ def test_postfix_smarthost_retries_after_senddock_is_killed_mid_data_one_copy(
         certs: tuple[Path, Path, Path], spawn: Callable[..., Any]) -> None:
     """Postfix relays into SendDock (relayhost, SASL with the token, TLS required). The
     SendDock process is killed after the client sent the whole message and before the
-    250 (its insert waits on a lock the test holds): nothing is kept, Postfix keeps the
+    250 (its COPY of the message waits on a lock the test holds): nothing is kept, Postfix keeps the
     message and retries once SendDock is back, and the recipient gets exactly one copy."""
     reason = postfix_unavailable()
     if reason is not None:
@@ -504,7 +504,7 @@ def test_postfix_smarthost_retries_after_senddock_is_killed_mid_data_one_copy(
                 with engine.connect() as conn:
                     return bool(conn.execute(sa.text(
                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%INSERT INTO smtp_messages%'")).scalar())
+                        " AND query LIKE '%COPY smtp_messages%'")).scalar())
 
             wait_for(waiting_insert, message="SendDock's insert waiting after DATA")
             first.kill()  # mid-DATA: the message is received, the 250 not sent

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -151,6 +151,50 @@ def _refusal(exc: DomainError) -> Refused:
     return Refused(f"554 5.6.0 {text}")
 
 
+HEAD_LIMIT = 1 << 20  # the header block read from a spooled message, at most
+CHUNK = 1 << 20  # bytes of the message per write to PostgreSQL
+
+
+def read_head(body: IO[bytes]) -> bytes:
+    """The header block of a spooled message (at most :data:`HEAD_LIMIT` bytes); the file is
+    left at its start."""
+    body.seek(0)
+    head = b""
+    while len(head) < HEAD_LIMIT and (chunk := body.read(64 * 1024)):
+        head += chunk
+        if b"\r\n\r\n" in head or b"\n\n" in head:
+            break
+    body.seek(0)
+    return submitted.head_of(head)
+
+
+def _copy_text(value: str) -> str:
+    """``value`` as a field of COPY's text format."""
+    return (value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+            .replace("\r", "\\r"))
+
+
+def store(conn: Connection, submitter: Submitter, *, message_id: str, mail_from: str,
+          client: str, body: IO[bytes]) -> int:
+    """Store a message once (``smtp_messages``) in ``conn``'s transaction, streamed from
+    ``body`` in :data:`CHUNK` pieces through COPY: the message is never in memory whole
+    (docs/design.md §28)."""
+    size = body.seek(0, 2)
+    body.seek(0)
+    stored = int(conn.execute(sa.text(
+        "SELECT nextval(pg_get_serial_sequence('smtp_messages', 'id'))")).scalar_one())
+    fields = [str(stored), str(submitter.token_id), _copy_text(message_id),
+              _copy_text(mail_from), _copy_text(client), str(size)]
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor, cursor.copy("COPY smtp_messages (id, token_id, message_id, mail_from, "
+                             "client, size, raw) FROM STDIN") as copy:
+        copy.write("\t".join(fields) + "\t\\\\x")
+        while chunk := body.read(CHUNK):
+            copy.write(chunk.hex())
+        copy.write("\n")
+    return stored
+
+
 @dataclass(frozen=True)
 class Accepted:
     """What the final 250 reports: one correlation id per recipient, and whether every
@@ -168,9 +212,11 @@ class Accepted:
 
 
 def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: str,
-           recipients: list[str], raw: bytes, client: str) -> Accepted:
-    """Store the message and enqueue one job per recipient, committed before it returns;
-    :class:`Refused` (nothing stored) otherwise."""
+           recipients: list[str], body: IO[bytes], client: str) -> Accepted:
+    """Store the message (read from ``body``, a file at any position) and enqueue one job
+    per recipient, committed before it returns; :class:`Refused` (nothing stored)
+    otherwise. Only the header block is read into memory."""
+    raw = read_head(body)
     with engine.begin() as conn:
         check_from(conn, raw)
         try:
@@ -182,11 +228,8 @@ def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: s
                           "POST /api/v1/verifications")
         message_ids = submitted.header_values(raw, "Message-ID")
         message_id = message_ids[0] if message_ids else ""
-        stored = conn.execute(sa.text("""
-            INSERT INTO smtp_messages (token_id, message_id, mail_from, client, size, raw)
-            VALUES (:t, :m, :f, :c, :s, :raw) RETURNING id"""), {
-            "t": submitter.token_id, "m": message_id, "f": mail_from, "c": client,
-            "s": len(raw), "raw": raw}).scalar_one()
+        stored = store(conn, submitter, message_id=message_id, mail_from=mail_from,
+                       client=client, body=body)
         data = {"smtp_message_id": stored,
                 "smtp_signature": submitted.signature(config.secret_key, stored),
                 "source": {"via": "smtp", "client": client, "token": submitter.token_name,
