@@ -284,6 +284,9 @@ class SubmissionProtocol(SMTP):
             self.gate.leave()
         super().connection_lost(error)
 
+    def eof_received(self) -> bool | None:
+        return False if self.refused else super().eof_received()
+
     async def smtp_DATA(self, arg: str) -> None:
         if not await data_may_start(self, arg):
             return

@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from email import message_from_bytes
 from email.message import EmailMessage
@@ -611,3 +612,122 @@ def test_auth_guessing_is_locked_out_and_a_stalled_client_is_dropped(
             rest += chunk
         # The loop ended: the server closed the connection (recv returned b"").
         assert not rest or rest.startswith(b"421"), rest
+
+
+def _read_replies(sock: socket.socket) -> list[bytes]:
+    """Every reply line the server sends until it closes the connection."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received.splitlines()
+
+
+def test_connections_past_the_limit_get_421_and_are_closed(
+        token: str, start_submission: Callable[..., Running]) -> None:
+    running = start_submission(SUBMISSION_MAX_CONNECTIONS="3")
+    held = [socket.create_connection(("127.0.0.1", running.port), timeout=30)
+            for _ in range(2)]
+    held.append(running.context().wrap_socket(
+        socket.create_connection(("127.0.0.1", running.tls_port), timeout=30),
+        server_hostname="localhost"))
+    try:
+        for sock in held:
+            assert sock.recv(512).startswith(b"220")
+        with socket.create_connection(("127.0.0.1", running.port), timeout=30) as excess:
+            replies = _read_replies(excess)  # answered, then closed by the server
+        assert len(replies) == 1 and replies[0].startswith(b"421 4.7.0"), replies
+        with running.context().wrap_socket(socket.create_connection(
+                ("127.0.0.1", running.tls_port), timeout=30),
+                server_hostname="localhost") as excess_tls:
+            assert _read_replies(excess_tls)[0].startswith(b"421 4.7.0")
+        with running.client() as smtp:
+            pass
+    except smtplib.SMTPConnectError as exc:  # smtplib is refused too: the limit holds
+        assert exc.smtp_code == 421
+    else:
+        raise AssertionError("a fourth connection was served")
+    finally:
+        held.pop().close()
+    # One closed: the next connection is served (once the server has seen the close).
+    wait_for(lambda: _greeted(running.port), message="a connection served again")
+    with running.client() as smtp:
+        smtp.login("x", token)
+        code, reply = submit(smtp, raw_message(), ["ann@example.org"])
+        assert code == 250, reply
+    for sock in held:
+        sock.close()
+    assert running.server.handler.counts.get("refused_421", 0) >= 3
+
+
+def _greeted(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        return sock.recv(512).startswith(b"220")
+
+
+def test_ten_thousand_recipients_are_refused_past_the_limit_and_the_server_answers_others(
+        engine: sa.Engine, token: str, start_submission: Callable[..., Running]) -> None:
+    running = start_submission()
+    codes: dict[bytes, int] = {}
+    with running.client() as smtp, running.client() as other:
+        smtp.login("x", token)
+        smtp.send(b"MAIL FROM:<orders@shop.example.com>\r\n")
+        assert smtp.getreply()[0] == 250
+        for batch in range(20):  # 10,000 RCPTs, pipelined 500 at a time
+            smtp.send(b"".join(f"RCPT TO:<r{batch * 500 + n}@example.org>\r\n".encode()
+                               for n in range(500)))
+            for _ in range(500):
+                code, reply = smtp.getreply()
+                key = f"{code} ".encode() + reply[:5]
+                codes[key] = codes.get(key, 0) + 1
+            assert other.noop()[0] == 250  # another client is answered meanwhile
+        code, reply = smtp.data(raw_message())
+    assert codes == {b"250 2.1.5": 100, b"452 4.5.3": 9_900}, codes
+    assert code == 250, reply
+    # One job per accepted recipient; the reply line stays within RFC 5321's 512 octets.
+    assert reply.endswith(b" and 99 more, one per recipient") and len(reply) < 508, reply
+    assert len(jobs(engine)) == 100
+
+
+def test_commands_pipelined_before_the_greeting_are_answered_in_order(
+        engine: sa.Engine, token: str, start_submission: Callable[..., Running]) -> None:
+    """A client that does not wait for the greeting (or for any reply) gets every reply in
+    order and loses nothing."""
+    running = start_submission(SUBMISSION_PLAIN_AUTH="on")
+    auth = base64.b64encode(f"\0x\0{token}".encode())
+    with socket.create_connection(("127.0.0.1", running.port), timeout=60) as sock:
+        sock.sendall(b"EHLO early.example\r\nAUTH PLAIN " + auth + b"\r\n"
+                     b"MAIL FROM:<orders@shop.example.com>\r\nRCPT TO:<ann@example.org>\r\n"
+                     b"DATA\r\n" + raw_message() + b".\r\nQUIT\r\n")
+        replies = [line for line in _read_replies(sock) if line[3:4] == b" "]
+    assert [line[:3] for line in replies] == [
+        b"220", b"250", b"235", b"250", b"250", b"354", b"250", b"221"], replies
+    assert [r.email for r in jobs(engine)] == ["ann@example.org"]
+
+
+def test_a_client_that_floods_without_reading_is_cut_off_by_count(
+        start_submission: Callable[..., Running]) -> None:
+    """100,000 commands of one name per connection at most (CALL_LIMITS): the server
+    answers each (writing no faster than the client reads), then 421 and closes; other
+    clients are answered meanwhile. (Before STARTTLS every command but EHLO, HELO,
+    STARTTLS and QUIT is answered 530 and does not hold the connection open: the
+    silence timeout runs on; the plain loopback port shows the count.)"""
+    running = start_submission(SUBMISSION_PLAIN_AUTH="on")
+    flood = b"RSET\r\n" * 110_000
+    with socket.create_connection(("127.0.0.1", running.port), timeout=60) as sock:
+        failed: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                sock.sendall(b"EHLO flood.example\r\n" + flood)
+            except OSError as exc:  # the server closed the connection: expected
+                failed.append(exc)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        with running.client() as other:
+            assert other.noop()[0] == 250
+        replies = [line for line in _read_replies(sock) if line[3:4] == b" "]
+        sender.join()
+    assert replies[0].startswith(b"220") and replies[1].startswith(b"250")
+    assert sum(r == b"250 OK" for r in replies) == 100_000, (len(replies), replies[-3:])
+    assert replies[-1].startswith(b"421"), replies[-3:]

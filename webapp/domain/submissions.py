@@ -35,6 +35,7 @@ from workers.core.settings import Config
 # Who may submit: the roles that may call POST /api/v1/messages.
 SUBMIT_ROLES = ENDPOINTS["api.create_message"]
 MAX_USER_REF = 200
+MAX_REPLY_LINE = 510  # RFC 5321 4.5.3.1.5: 512 octets with the CRLF
 
 
 def enqueue_transactional(conn: Connection, config: Config, ask: Ask, *,
@@ -206,9 +207,12 @@ class Accepted:
 
     @property
     def reply(self) -> str:
-        ids = " ".join(self.correlation_ids)
         again = " (already accepted)" if self.existing else ""
-        return f"250 2.0.0 Queued{again} as {ids}"
+        line = f"250 2.0.0 Queued{again} as {' '.join(self.correlation_ids)}"
+        if len(line) <= MAX_REPLY_LINE:
+            return line
+        first, more = self.correlation_ids[0], len(self.correlation_ids) - 1
+        return f"250 2.0.0 Queued{again} as {first} and {more} more, one per recipient"
 
 
 def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: str,
