@@ -40,8 +40,6 @@ from workers.core.settings import SETTINGS, Config, ConfigError, _env
 
 log = logging.getLogger("senddock.submission")
 
-AUTH_FAILURES = 10  # failed AUTH per client address ...
-AUTH_WINDOW = 900.0  # ... in this many seconds lock it out until the window passes
 # Commands per connection (more: 421 and the connection closes): AUTH guessing and
 # EHLO/NOOP loops end quickly; a client reusing its connection for many messages does not.
 CALL_LIMITS = {"AUTH": 5, "EHLO": 10, "HELO": 10, "STARTTLS": 3, "NOOP": 100, "VRFY": 10,
@@ -163,7 +161,6 @@ class Handler:
         self.settings = settings
         self.executor = executor
         self.sent = _Window(60.0)
-        self.failures = _Window(AUTH_WINDOW)
         self.counts: dict[str, int] = {}
 
     def note(self, what: str) -> None:
@@ -173,21 +170,14 @@ class Handler:
     def authenticator(self, server: SMTP, session: Any, envelope: Any, mechanism: str,
                       auth_data: Any) -> AuthResult:
         client = session.peer[0] if session.peer else ""
-        if self.failures.count(client) >= AUTH_FAILURES:
-            self.note("auth_locked")
-            return AuthResult(success=False, handled=False,
-                              message="454 4.7.0 Too many failed AUTH attempts from your "
-                                      "address; try again in 15 minutes")
         if not isinstance(auth_data, LoginPassword):
             return AuthResult(success=False, handled=False)
         password = auth_data.password.decode("utf-8", "replace")
-        try:
-            with self.engine.begin() as conn:
-                submitter = submissions.authenticate(conn, password)
-        except submissions.Refused as exc:
-            self.failures.add(client)
-            self.note("auth_failed")
-            return AuthResult(success=False, handled=False, message=exc.reply)
+        with self.engine.begin() as conn:
+            submitter = submissions.authenticate_client(conn, password, client)
+        if isinstance(submitter, submissions.Refused):
+            self.note("auth_locked" if submitter.reply.startswith("454") else "auth_failed")
+            return AuthResult(success=False, handled=False, message=submitter.reply)
         return AuthResult(success=True, auth_data=submitter)
 
     async def handle_MAIL(self, server: SMTP, session: Any, envelope: Any, address: str,

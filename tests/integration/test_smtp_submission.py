@@ -731,3 +731,31 @@ def test_a_client_that_floods_without_reading_is_cut_off_by_count(
     assert replies[0].startswith(b"220") and replies[1].startswith(b"250")
     assert sum(r == b"250 OK" for r in replies) == 100_000, (len(replies), replies[-3:])
     assert replies[-1].startswith(b"421"), replies[-3:]
+
+
+def test_auth_lockout_is_shared_by_two_submission_processes(
+        engine: sa.Engine, db_url: str, sink: Any, token: str,
+        spawn: Callable[..., Any]) -> None:
+    """Failed AUTH is counted in PostgreSQL: guesses spread over two ``senddock smtp``
+    processes lock the address out of both."""
+    ports = []
+    for _process in range(2):
+        port = _submission_port()
+        spawn(["smtp"], settings(db_url, sink.port, SUBMISSION_LISTEN=f"127.0.0.1:{port}",
+                                 SUBMISSION_PLAIN_AUTH="on", SUBMISSION_HOSTNAME="localhost"))
+        wait_for(lambda port=port: _listening(port), message="senddock smtp listening")
+        ports.append(port)
+
+    def guess(port: int, password: str) -> int:
+        with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+            smtp.ehlo()
+            code, _ = smtp.docmd("AUTH", "PLAIN " + base64.b64encode(
+                f"\0x\0{password}".encode()).decode())
+            return code
+
+    codes = [guess(ports[n % 2], "sd_guess") for n in range(10)]  # 5 on each process
+    assert codes == [535] * 10
+    assert guess(ports[0], "sd_guess") == 454
+    assert guess(ports[1], token) == 454  # the right token too, from that address, for now
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM smtp_auth_failures")).scalar() == 10

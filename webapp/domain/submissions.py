@@ -87,6 +87,36 @@ def authenticate(conn: Connection, password: str) -> Submitter:
                      int(user["token_id"]), str(row.name), row.default_kind)
 
 
+AUTH_FAILURES = 10  # failed AUTH per client address, in all submission processes, ...
+AUTH_WINDOW_MINUTES = 15  # ... within this many minutes: the address is locked out
+_AUTH_LOCK = 0x5D28  # advisory lock namespace: one client address's failure count
+
+
+def authenticate_client(conn: Connection, password: str, client: str
+                        ) -> Submitter | Refused:
+    """:func:`authenticate`, locked out per client address across processes: after
+    :data:`AUTH_FAILURES` failures within :data:`AUTH_WINDOW_MINUTES` the answer is 454
+    without checking the token. A failure is recorded in ``conn``'s transaction (so the
+    refusal is returned, not raised: the caller commits). Under an advisory lock per
+    address, so simultaneous guesses from several processes are counted one by one."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:ns, hashtext(:c))"),
+                 {"ns": _AUTH_LOCK, "c": client})
+    window = {"c": client, "w": AUTH_WINDOW_MINUTES}
+    failures = conn.execute(sa.text(
+        "SELECT count(*) FROM smtp_auth_failures WHERE client = :c "
+        "AND at > now() - make_interval(mins => :w)"), window).scalar_one()
+    if failures >= AUTH_FAILURES:
+        return Refused(f"454 4.7.0 Too many failed AUTH attempts from your address; try "
+                       f"again in {AUTH_WINDOW_MINUTES} minutes")
+    try:
+        return authenticate(conn, password)
+    except Refused as refused:
+        conn.execute(sa.text("DELETE FROM smtp_auth_failures "
+                             "WHERE at <= now() - make_interval(mins => :w)"), window)
+        conn.execute(sa.text("INSERT INTO smtp_auth_failures (client) VALUES (:c)"), window)
+        return refused
+
+
 def set_default_kind(conn: Connection, token_id: int, kind: str | None) -> None:
     """The kind of mail this token submits when a message does not name one."""
     if kind is not None:
