@@ -951,6 +951,15 @@ smtp_auth_failures = Table(
     Index("smtp_auth_failures_at_idx", "at"),
 )
 
+# Submission replies by outcome and code since the database was created (/metrics).
+smtp_reply_counts = Table(
+    "smtp_reply_counts", metadata,
+    Column("outcome", Text, nullable=False),
+    Column("code", Text, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("outcome", "code"),
+)
+
 # Sequences (issue 42, migration 0039_sequences; docs/sequences.md): welcome series and
 # drips. An enrollment is one person's way through one sequence, at a step due at a time
 # of the database's clock; the advancer (workers.delivery.sequences) reads the due ones

@@ -161,11 +161,32 @@ class Handler:
         self.settings = settings
         self.executor = executor
         self.sent = _Window(60.0)
-        self.counts: dict[str, int] = {}
+        self.counts: dict[tuple[str, str], int] = {}  # since start, for the log
+        self.unsaved: dict[tuple[str, str], int] = {}  # not yet added to /metrics' counts
+        self._counts_lock = threading.Lock()
 
-    def note(self, what: str) -> None:
-        """Count an outcome (accepted, refused_<code>, auth_failed...): logged at stop."""
-        self.counts[what] = self.counts.get(what, 0) + 1
+    def note(self, outcome: str, reply: str) -> None:
+        """Count a reply (outcome: session, accepted, refused, auth_failed, auth_locked; its
+        code is the reply's first three characters), for the log and /metrics."""
+        key = (outcome, reply[:3])
+        with self._counts_lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.unsaved[key] = self.unsaved.get(key, 0) + 1
+
+    def save_counts(self) -> None:
+        """Add the replies counted since the last call to the database's counters."""
+        with self._counts_lock:
+            unsaved, self.unsaved = self.unsaved, {}
+        if not unsaved:
+            return
+        try:
+            with self.engine.begin() as conn:
+                submissions.add_reply_counts(conn, unsaved)
+        except Exception:  # the database is away: keep them for the next call
+            log.warning("SMTP reply counts not saved; kept for the next try", exc_info=True)
+            with self._counts_lock:
+                for key, n in unsaved.items():
+                    self.unsaved[key] = self.unsaved.get(key, 0) + n
 
     def authenticator(self, server: SMTP, session: Any, envelope: Any, mechanism: str,
                       auth_data: Any) -> AuthResult:
@@ -176,7 +197,8 @@ class Handler:
         with self.engine.begin() as conn:
             submitter = submissions.authenticate_client(conn, password, client)
         if isinstance(submitter, submissions.Refused):
-            self.note("auth_locked" if submitter.reply.startswith("454") else "auth_failed")
+            self.note("auth_locked" if submitter.reply.startswith("454") else "auth_failed",
+                      submitter.reply)
             return AuthResult(success=False, handled=False, message=submitter.reply)
         return AuthResult(success=True, auth_data=submitter)
 
@@ -186,11 +208,12 @@ class Handler:
             try:
                 check_email(address)
             except Invalid:
+                self.note("refused", "553")
                 return "553 5.1.7 The sender address is not a valid address"
         submitter = session.auth_data
         if self.settings.rate_limit and isinstance(submitter, submissions.Submitter) \
                 and self.sent.count(submitter.token_id) >= self.settings.rate_limit:
-            self.note("refused_rate_limit")
+            self.note("refused", "450")
             return (f"450 4.7.1 This token has sent {self.settings.rate_limit} messages in "
                     "the last minute (SENDDOCK_SUBMISSION_RATE_LIMIT); try again shortly")
         envelope.mail_from = address
@@ -200,13 +223,13 @@ class Handler:
     async def handle_RCPT(self, server: SMTP, session: Any, envelope: Any, address: str,
                           rcpt_options: list[str]) -> str:
         if len(envelope.rcpt_tos) >= self.settings.max_recipients:
-            self.note("refused_recipients")
+            self.note("refused", "452")
             return (f"452 4.5.3 Too many recipients: at most {self.settings.max_recipients} "
                     "per message; send the rest in another message")
         try:
             check_email(address)
         except Invalid as exc:
-            self.note("refused_address")
+            self.note("refused", "553")
             return f"553 5.1.3 Not a valid recipient address: {exc.message}"
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
@@ -225,20 +248,21 @@ class Handler:
                     self.engine, self.config, submitter, mail_from=envelope.mail_from or "",
                     recipients=list(envelope.rcpt_tos), body=raw, client=client)
             except submissions.Refused as exc:
-                self.note("refused_" + exc.reply[:3])
+                self.note("refused", exc.reply)
                 return exc.reply
             except Exception:  # the database is away: the client keeps it and retries
                 log.exception("submission from %s not stored", client)
-                self.note("refused_error")
+                self.note("refused", "451")
                 return "451 4.3.0 The message could not be stored; try again later"
             self.sent.add(submitter.token_id)
-            self.note("accepted")
+            self.note("accepted", accepted.reply)
             return accepted.reply
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, work)
 
 
+COUNTS_EVERY = 5.0  # seconds between additions of the reply counts to the database
 SPOOL_IN_MEMORY = 256 * 1024  # DATA larger than this is spooled to a temporary file
 TOO_MANY_CONNECTIONS = b"421 4.7.0 Too many connections to this server; try again later\r\n"
 
@@ -259,11 +283,12 @@ class SubmissionProtocol(SMTP):
         if self._original_transport is None and not self.counted:  # not STARTTLS's
             if not self.gate.enter():
                 self.refused = True
-                self.gate.handler.note("refused_421")
+                self.gate.handler.note("refused", "421")
                 transport.write(TOO_MANY_CONNECTIONS)  # type: ignore[attr-defined]
                 transport.close()
                 return
             self.counted = True
+            self.gate.handler.note("session", "220")
         super().connection_made(transport)
 
     def connection_lost(self, error: Exception | None) -> None:
@@ -356,6 +381,13 @@ class SubmissionServer:
         self.servers: list[asyncio.base_events.Server] = []
         self.ports: dict[str, int] = {}
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._saver = threading.Thread(target=self._save_counts, name="smtp-counts",
+                                       daemon=True)
+
+    def _save_counts(self) -> None:
+        while not self._stopping.wait(COUNTS_EVERY):
+            self.handler.save_counts()
 
     def _factory(self, tls_context: ssl.SSLContext | None, require_tls: bool,
                  auth_require_tls: bool) -> Callable[[], SMTP]:
@@ -415,6 +447,7 @@ class SubmissionServer:
         ready.wait()
         if failure:
             raise failure[0]
+        self._saver.start()
         log.info("SMTP submission listening: %s", self.ports)
         return self
 
@@ -429,4 +462,8 @@ class SubmissionServer:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
         self.executor.shutdown(wait=True)
+        self._stopping.set()
+        if self._saver.is_alive():
+            self._saver.join(timeout=10)
+        self.handler.save_counts()
         log.info("SMTP submission stopped; accepted and refused: %s", self.handler.counts)

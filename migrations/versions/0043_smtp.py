@@ -1,5 +1,6 @@
 """SMTP submission: failed AUTH per client address, counted in the database so every
-``senddock smtp`` process shares one lockout (docs/smtp.md).
+``senddock smtp`` process shares one lockout; the cumulative counts of submission replies by
+outcome and code that /metrics reports (docs/smtp.md).
 
 Revision ID: 0043_smtp
 Revises: 0042_preferences
@@ -25,7 +26,15 @@ def upgrade() -> None:
     op.execute("CREATE INDEX smtp_auth_failures_client_idx ON smtp_auth_failures "
                "(client, at)")
     op.execute("CREATE INDEX smtp_auth_failures_at_idx ON smtp_auth_failures (at)")
+    op.execute("""
+        CREATE TABLE smtp_reply_counts (
+            outcome text NOT NULL,
+            code text NOT NULL,
+            n bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (outcome, code)
+        )""")
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE smtp_reply_counts")
     op.execute("DROP TABLE smtp_auth_failures")

@@ -656,7 +656,7 @@ def test_connections_past_the_limit_get_421_and_are_closed(
         assert code == 250, reply
     for sock in held:
         sock.close()
-    assert running.server.handler.counts.get("refused_421", 0) >= 3
+    assert running.server.handler.counts.get(("refused", "421"), 0) >= 3
 
 
 def _greeted(port: int) -> bool:
@@ -759,3 +759,30 @@ def test_auth_lockout_is_shared_by_two_submission_processes(
     assert guess(ports[1], token) == 454  # the right token too, from that address, for now
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM smtp_auth_failures")).scalar() == 10
+
+
+def test_metrics_count_sessions_and_replies_by_code(
+        api: Api, token: str, make_user: Callable[..., dict[str, Any]],
+        start_submission: Callable[..., Running]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    running = start_submission(SUBMISSION_MAX_RECIPIENTS="1")
+    with running.client() as smtp:
+        smtp.ehlo()
+        assert smtp.docmd("AUTH", "PLAIN " + base64.b64encode(b"\0x\0sd_no").decode())[0] \
+            == 535
+        smtp.login("x", token)
+        assert submit(smtp, raw_message(), ["ann@example.org"])[0] == 250
+        smtp.mail("orders@shop.example.com")
+        smtp.rcpt("ann@example.org")
+        assert smtp.rcpt("bob@example.org")[0] == 452
+    running.server.stop()  # the counts are added at stop (and every few seconds)
+    response = api.client.get("/metrics", headers={
+        "Authorization": f"Bearer {make_user('admin')['token']}"})
+    assert response.status_code == 200
+    family = next(f for f in text_string_to_metric_families(response.get_data(as_text=True))
+                  if f.name == "senddock_smtp_replies")
+    counted = {(s.labels["outcome"], s.labels["code"]): s.value for s in family.samples
+               if s.name.endswith("_total")}
+    assert counted == {("session", "220"): 1, ("auth_failed", "535"): 1,
+                       ("accepted", "250"): 1, ("refused", "452"): 1}, counted

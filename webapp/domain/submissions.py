@@ -117,6 +117,20 @@ def authenticate_client(conn: Connection, password: str, client: str
         return refused
 
 
+def add_reply_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:
+    """Add replies counted by a submission process ({(outcome, code): n}) to the
+    cumulative counters /metrics reports (``senddock_smtp_replies_total``)."""
+    conn.execute(sa.text("""
+        INSERT INTO smtp_reply_counts (outcome, code, n) VALUES (:o, :c, :n)
+        ON CONFLICT (outcome, code) DO UPDATE SET n = smtp_reply_counts.n + excluded.n"""),
+        [{"o": o, "c": c, "n": n} for (o, c), n in sorted(counts.items())])
+
+
+def reply_counts(conn: Connection) -> dict[tuple[str, str], int]:
+    return {(r.outcome, r.code): int(r.n) for r in conn.execute(sa.text(
+        "SELECT outcome, code, n FROM smtp_reply_counts ORDER BY 1, 2"))}
+
+
 def set_default_kind(conn: Connection, token_id: int, kind: str | None) -> None:
     """The kind of mail this token submits when a message does not name one."""
     if kind is not None:
