@@ -786,3 +786,43 @@ def test_metrics_count_sessions_and_replies_by_code(
                if s.name.endswith("_total")}
     assert counted == {("session", "220"): 1, ("auth_failed", "535"): 1,
                        ("accepted", "250"): 1, ("refused", "452"): 1}, counted
+
+
+def test_submitted_mail_shows_its_source_and_admins_see_its_headers(
+        app: Any, engine: sa.Engine, token: str, make_user: Callable[..., dict[str, Any]],
+        start_submission: Callable[..., Running]) -> None:
+    from tests.helpers import Browser, place_jobs
+
+    running = start_submission()
+    with running.client() as smtp:
+        smtp.login("x", token)
+        code, reply = submit(smtp, raw_message(
+            extra="X-Note: <script>alert(1)</script>\r\n"), ["ann@example.org"])
+    assert code == 250, reply
+    (job,) = jobs(engine)
+    with engine.begin() as conn:
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'failed', "
+                                 "finished_at = now(), last_error = '550 5.1.1 no such user' "
+                                 "WHERE id = :id"), {"id": job.id})
+    stored = job.payload["data"]["smtp_message_id"]
+    headers_url = f"/admin/submitted/{stored}/headers"
+    admin = Browser(app.test_client(), make_user("admin"))
+    support = Browser(app.test_client(), make_user("support"))
+    for browser in (admin, support):
+        for path in ("/support/users/u-42", f"/inbox/{job.id}"):
+            page = browser.get(path).get_data(as_text=True)
+            assert 'class="job-source"' in page and "<strong>tests</strong>" in page \
+                and "<code>127.0.0.1</code>" in page
+            assert "&lt;m1@shop.example.com&gt;" in page
+            assert (headers_url in page) == (browser is admin), path
+        assert "SMTP</span>" in browser.get("/inbox/").get_data(as_text=True)
+    response = admin.get(headers_url)
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert "X-SendDock-Kind: receipt" in page and "Bcc: secret@example.org" in page
+    assert "X-Note: &lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+    assert "your receipt" not in page  # headers only
+    spanish = admin.get(headers_url, headers={"Accept-Language": "es"}).get_data(as_text=True)
+    assert "Cabeceras" in spanish and "Dirección del cliente" in spanish
+    assert support.get(headers_url).status_code == 403
+    assert admin.get("/admin/submitted/999999/headers").status_code == 404

@@ -30,6 +30,7 @@ from webapp.domain import kinds, messages, users
 from webapp.domain.errors import DomainError, NotFound, Overloaded, TooMany
 from webapp.domain.intake import Ask
 from workers.building import submitted
+from workers.core.i18n import N_
 from workers.core.settings import Config
 
 # Who may submit: the roles that may call POST /api/v1/messages.
@@ -129,6 +130,22 @@ def add_reply_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> No
 def reply_counts(conn: Connection) -> dict[tuple[str, str], int]:
     return {(r.outcome, r.code): int(r.n) for r in conn.execute(sa.text(
         "SELECT outcome, code, n FROM smtp_reply_counts ORDER BY 1, 2"))}
+
+
+def headers(conn: Connection, message_id: int) -> dict[str, Any]:
+    """A stored message's facts and its header block as text (read from the first
+    :data:`HEAD_LIMIT` bytes only), for the admins' headers page."""
+    row = conn.execute(sa.text("""
+        SELECT m.id, m.created_at, m.client, m.mail_from, m.size, t.name AS token_name,
+               substring(m.raw FROM 1 FOR :limit) AS start
+          FROM smtp_messages m LEFT JOIN api_tokens t ON t.id = m.token_id
+         WHERE m.id = :id"""), {"id": message_id, "limit": HEAD_LIMIT}).mappings().first()
+    if row is None:
+        raise NotFound(N_("submitted message %(id)s is no longer stored", id=str(message_id)))
+    found = dict(row)
+    found["headers"] = submitted.head_of(bytes(found.pop("start"))).decode("utf-8",
+                                                                           "replace")
+    return found
 
 
 def set_default_kind(conn: Connection, token_id: int, kind: str | None) -> None:
