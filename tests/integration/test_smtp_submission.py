@@ -473,7 +473,7 @@ def test_postfix_smarthost_retries_after_senddock_is_killed_mid_data_one_copy(
         certs: tuple[Path, Path, Path], spawn: Callable[..., Any]) -> None:
     """Postfix relays into SendDock (relayhost, SASL with the token, TLS required). The
     SendDock process is killed after the client sent the whole message and before the
-    250 (its COPY of the message waits on a lock the test holds): nothing is kept, Postfix keeps the
+    250 (its insert waits on a lock the test holds): nothing is kept, Postfix keeps the
     message and retries once SendDock is back, and the recipient gets exactly one copy."""
     reason = postfix_unavailable()
     if reason is not None:
@@ -505,7 +505,7 @@ def test_postfix_smarthost_retries_after_senddock_is_killed_mid_data_one_copy(
                 with engine.connect() as conn:
                     return bool(conn.execute(sa.text(
                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%COPY smtp_messages%'")).scalar())
+                        " AND query LIKE '%INSERT INTO smtp_messages%'")).scalar())
 
             wait_for(waiting_insert, message="SendDock's insert waiting after DATA")
             first.kill()  # mid-DATA: the message is received, the 250 not sent
@@ -826,3 +826,25 @@ def test_submitted_mail_shows_its_source_and_admins_see_its_headers(
     assert "Cabeceras" in spanish and "Dirección del cliente" in spanish
     assert support.get(headers_url).status_code == 403
     assert admin.get("/admin/submitted/999999/headers").status_code == 404
+
+
+def test_a_large_message_is_streamed_to_the_database_and_stored_byte_for_byte(
+        engine: sa.Engine, token: str, start_submission: Callable[..., Running]) -> None:
+    """Past one chunk (1 MB) the message goes from the spool file to PostgreSQL by COPY:
+    its bytes, dot-stuffed lines and a Message-ID with COPY's special characters come
+    back exactly."""
+    running = start_submission()
+    line = b".leading dot and 8-bit \xc3\xa9 " + b"x" * 60 + b"\r\n"
+    body = b"".join(line for _ in range(40_000))  # about 3.6 MB
+    raw = raw_message(message_id="<big\\one\tx@shop.example.com>").replace(
+        "Grüße — your receipt.\r\n".encode(), b"") + body
+    with running.client() as smtp:
+        smtp.login("x", token)
+        code, reply = submit(smtp, raw, ["ann@example.org"])
+    assert code == 250, reply
+    with engine.connect() as conn:
+        row = conn.execute(sa.text(
+            "SELECT message_id, client, size, raw FROM smtp_messages")).one()
+    assert row.message_id == "<big\\one\tx@shop.example.com>"
+    assert row.client == "127.0.0.1" and row.size == len(raw) > 3_000_000
+    assert bytes(row.raw) == raw

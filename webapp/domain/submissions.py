@@ -238,11 +238,17 @@ def _copy_text(value: str) -> str:
 
 def store(conn: Connection, submitter: Submitter, *, message_id: str, mail_from: str,
           client: str, body: IO[bytes]) -> int:
-    """Store a message once (``smtp_messages``) in ``conn``'s transaction, streamed from
-    ``body`` in :data:`CHUNK` pieces through COPY: the message is never in memory whole
-    (docs/design.md §28)."""
+    """Store a message once (``smtp_messages``) in ``conn``'s transaction. One larger than
+    :data:`CHUNK` is streamed from ``body`` in :data:`CHUNK` pieces through COPY, so it is
+    never in memory whole (docs/design.md §28); a smaller one is one INSERT."""
     size = body.seek(0, 2)
     body.seek(0)
+    if size <= CHUNK:
+        return int(conn.execute(sa.text("""
+            INSERT INTO smtp_messages (token_id, message_id, mail_from, client, size, raw)
+            VALUES (:t, :m, :f, :c, :s, :raw) RETURNING id"""), {
+            "t": submitter.token_id, "m": message_id, "f": mail_from, "c": client,
+            "s": size, "raw": body.read()}).scalar_one())
     stored = int(conn.execute(sa.text(
         "SELECT nextval(pg_get_serial_sequence('smtp_messages', 'id'))")).scalar_one())
     fields = [str(stored), str(submitter.token_id), _copy_text(message_id),
