@@ -23,6 +23,7 @@ from flask_login import current_user
 
 from webapp.resources import resource_dir
 from workers.after_acceptance.bounces.reasons import find_reason
+from workers.building import submitted
 from workers.core.i18n import Text
 from workers.core.states import Campaign
 
@@ -237,7 +238,7 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
                                  campaign_state=campaign_state, key_state=key_state,
                                  audit_key=audit_key, bounce_reason=bounce_reason,
-                                 job_note=job_note)
+                                 job_note=job_note, submission_source=submitted.source)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

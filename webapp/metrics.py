@@ -13,6 +13,8 @@ every process reports the same numbers): ``senddock_messages_total{kind,class,ou
 ``senddock_retries_total{kind,class}`` (transient failures retried on the schedule),
 ``senddock_time_to_sent_seconds{kind,class}`` (from when a message was due to sent). Per
 kind, so onboarding is never averaged into verification (docs/design.md §21).
+``senddock_smtp_replies_total{outcome,code}``: SMTP submission sessions and replies, added
+by each submission process every few seconds (docs/smtp.md).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.engine import Connection, Engine
 
-from webapp.domain import deliverability, health, queue_reads
+from webapp.domain import deliverability, health, queue_reads, submissions
 from workers import queue
 from workers.after_acceptance import event_queue, feedback
 from workers.building.kinds import OUTCOMES, TIME_TO_SENT_BOUNDS, all_kinds
@@ -50,6 +52,16 @@ class QueueCollector(Collector):
             yield from self._liveness(conn)
             yield from self._after_acceptance(conn)
             yield from deliverability.metrics(conn, self.config)
+            yield from self._submission(conn)
+
+    def _submission(self, conn: Connection) -> Iterator[Metric]:
+        replies = CounterMetricFamily(
+            "senddock_smtp_replies", "SMTP submission replies by outcome (session: a "
+            "connection greeted, accepted, refused, auth_failed, auth_locked) and reply code.",
+            labels=["outcome", "code"])
+        for (outcome, code), n in submissions.reply_counts(conn).items():
+            replies.add_metric([outcome, code], n)
+        yield replies
 
     def _jobs(self, conn: Connection) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("senddock_jobs", "Delivery jobs by kind and state.",

@@ -645,6 +645,25 @@ smtp_messages = Table(
     Index("smtp_messages_created_idx", "created_at"),
 )
 
+# Failed SMTP AUTH per client address, shared by every submission process (lockout).
+smtp_auth_failures = Table(
+    "smtp_auth_failures", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("client", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("smtp_auth_failures_client_idx", "client", "at"),
+    Index("smtp_auth_failures_at_idx", "at"),
+)
+
+# Submission replies by outcome and code since the database was created (/metrics).
+smtp_reply_counts = Table(
+    "smtp_reply_counts", metadata,
+    Column("outcome", Text, nullable=False),
+    Column("code", Text, nullable=False),
+    Column("n", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("outcome", "code"),
+)
+
 # Sequences (issue 42, migration 0039_sequences; docs/sequences.md): welcome series and
 # drips. An enrollment is one person's way through one sequence, at a step due at a time
 # of the database's clock; the advancer (workers.delivery.sequences) reads the due ones

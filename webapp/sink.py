@@ -430,24 +430,33 @@ class _SinkSMTP(SMTP):
         return bytes(buf[: end + 2]).replace(b"\r\n..", b"\r\n.")[2:]
 
     async def smtp_DATA(self, arg: str) -> None:
-        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+        if not await data_may_start(self, arg):
             return
-        assert self.envelope is not None
-        if not self.envelope.rcpt_tos:
-            await self.push("503 Error: need RCPT command")
-            return
-        if arg:
-            await self.push("501 Syntax: DATA")
-            return
-        await self.push("354 End data with <CR><LF>.<CR><LF>")
         content = await self._read_message()
         if content is None:
             return
+        assert self.envelope is not None
         self.envelope.content = content
         self.envelope.original_content = content
         status = await self._call_handler_hook("DATA")
         self._set_post_data_state()
         await self.push(status)
+
+
+async def data_may_start(smtp: SMTP, arg: str) -> bool:
+    """aiosmtpd's checks before DATA (HELO, AUTH, a recipient, no argument), answered as it
+    answers them, then the 354: for protocols that read DATA their own way."""
+    if await smtp.check_helo_needed() or await smtp.check_auth_needed("DATA"):
+        return False
+    assert smtp.envelope is not None
+    if not smtp.envelope.rcpt_tos:
+        await smtp.push("503 Error: need RCPT command")
+        return False
+    if arg:
+        await smtp.push("501 Syntax: DATA")
+        return False
+    await smtp.push("354 End data with <CR><LF>.<CR><LF>")
+    return True
 
 
 class _ServerState:

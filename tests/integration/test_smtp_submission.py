@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from email import message_from_bytes
 from email.message import EmailMessage
@@ -611,3 +612,239 @@ def test_auth_guessing_is_locked_out_and_a_stalled_client_is_dropped(
             rest += chunk
         # The loop ended: the server closed the connection (recv returned b"").
         assert not rest or rest.startswith(b"421"), rest
+
+
+def _read_replies(sock: socket.socket) -> list[bytes]:
+    """Every reply line the server sends until it closes the connection."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received.splitlines()
+
+
+def test_connections_past_the_limit_get_421_and_are_closed(
+        token: str, start_submission: Callable[..., Running]) -> None:
+    running = start_submission(SUBMISSION_MAX_CONNECTIONS="3")
+    held = [socket.create_connection(("127.0.0.1", running.port), timeout=30)
+            for _ in range(2)]
+    held.append(running.context().wrap_socket(
+        socket.create_connection(("127.0.0.1", running.tls_port), timeout=30),
+        server_hostname="localhost"))
+    try:
+        for sock in held:
+            assert sock.recv(512).startswith(b"220")
+        with socket.create_connection(("127.0.0.1", running.port), timeout=30) as excess:
+            replies = _read_replies(excess)  # answered, then closed by the server
+        assert len(replies) == 1 and replies[0].startswith(b"421 4.7.0"), replies
+        with running.context().wrap_socket(socket.create_connection(
+                ("127.0.0.1", running.tls_port), timeout=30),
+                server_hostname="localhost") as excess_tls:
+            assert _read_replies(excess_tls)[0].startswith(b"421 4.7.0")
+        with running.client() as smtp:
+            pass
+    except smtplib.SMTPConnectError as exc:  # smtplib is refused too: the limit holds
+        assert exc.smtp_code == 421
+    else:
+        raise AssertionError("a fourth connection was served")
+    finally:
+        held.pop().close()
+    # One closed: the next connection is served (once the server has seen the close).
+    wait_for(lambda: _greeted(running.port), message="a connection served again")
+    with running.client() as smtp:
+        smtp.login("x", token)
+        code, reply = submit(smtp, raw_message(), ["ann@example.org"])
+        assert code == 250, reply
+    for sock in held:
+        sock.close()
+    assert running.server.handler.counts.get(("refused", "421"), 0) >= 3
+
+
+def _greeted(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        return sock.recv(512).startswith(b"220")
+
+
+def test_ten_thousand_recipients_are_refused_past_the_limit_and_the_server_answers_others(
+        engine: sa.Engine, token: str, start_submission: Callable[..., Running]) -> None:
+    running = start_submission()
+    codes: dict[bytes, int] = {}
+    with running.client() as smtp, running.client() as other:
+        smtp.login("x", token)
+        smtp.send(b"MAIL FROM:<orders@shop.example.com>\r\n")
+        assert smtp.getreply()[0] == 250
+        for batch in range(20):  # 10,000 RCPTs, pipelined 500 at a time
+            smtp.send(b"".join(f"RCPT TO:<r{batch * 500 + n}@example.org>\r\n".encode()
+                               for n in range(500)))
+            for _ in range(500):
+                code, reply = smtp.getreply()
+                key = f"{code} ".encode() + reply[:5]
+                codes[key] = codes.get(key, 0) + 1
+            assert other.noop()[0] == 250  # another client is answered meanwhile
+        code, reply = smtp.data(raw_message())
+    assert codes == {b"250 2.1.5": 100, b"452 4.5.3": 9_900}, codes
+    assert code == 250, reply
+    # One job per accepted recipient; the reply line stays within RFC 5321's 512 octets.
+    assert reply.endswith(b" and 99 more, one per recipient") and len(reply) < 508, reply
+    assert len(jobs(engine)) == 100
+
+
+def test_commands_pipelined_before_the_greeting_are_answered_in_order(
+        engine: sa.Engine, token: str, start_submission: Callable[..., Running]) -> None:
+    """A client that does not wait for the greeting (or for any reply) gets every reply in
+    order and loses nothing."""
+    running = start_submission(SUBMISSION_PLAIN_AUTH="on")
+    auth = base64.b64encode(f"\0x\0{token}".encode())
+    with socket.create_connection(("127.0.0.1", running.port), timeout=60) as sock:
+        sock.sendall(b"EHLO early.example\r\nAUTH PLAIN " + auth + b"\r\n"
+                     b"MAIL FROM:<orders@shop.example.com>\r\nRCPT TO:<ann@example.org>\r\n"
+                     b"DATA\r\n" + raw_message() + b".\r\nQUIT\r\n")
+        replies = [line for line in _read_replies(sock) if line[3:4] == b" "]
+    assert [line[:3] for line in replies] == [
+        b"220", b"250", b"235", b"250", b"250", b"354", b"250", b"221"], replies
+    assert [r.email for r in jobs(engine)] == ["ann@example.org"]
+
+
+def test_a_client_that_floods_without_reading_is_cut_off_by_count(
+        start_submission: Callable[..., Running]) -> None:
+    """100,000 commands of one name per connection at most (CALL_LIMITS): the server
+    answers each (writing no faster than the client reads), then 421 and closes; other
+    clients are answered meanwhile. (Before STARTTLS every command but EHLO, HELO,
+    STARTTLS and QUIT is answered 530 and does not hold the connection open: the
+    silence timeout runs on; the plain loopback port shows the count.)"""
+    running = start_submission(SUBMISSION_PLAIN_AUTH="on")
+    flood = b"RSET\r\n" * 110_000
+    with socket.create_connection(("127.0.0.1", running.port), timeout=60) as sock:
+        failed: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                sock.sendall(b"EHLO flood.example\r\n" + flood)
+            except OSError as exc:  # the server closed the connection: expected
+                failed.append(exc)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        with running.client() as other:
+            assert other.noop()[0] == 250
+        replies = [line for line in _read_replies(sock) if line[3:4] == b" "]
+        sender.join()
+    assert replies[0].startswith(b"220") and replies[1].startswith(b"250")
+    assert sum(r == b"250 OK" for r in replies) == 100_000, (len(replies), replies[-3:])
+    assert replies[-1].startswith(b"421"), replies[-3:]
+
+
+def test_auth_lockout_is_shared_by_two_submission_processes(
+        engine: sa.Engine, db_url: str, sink: Any, token: str,
+        spawn: Callable[..., Any]) -> None:
+    """Failed AUTH is counted in PostgreSQL: guesses spread over two ``senddock smtp``
+    processes lock the address out of both."""
+    ports = []
+    for _process in range(2):
+        port = _submission_port()
+        spawn(["smtp"], settings(db_url, sink.port, SUBMISSION_LISTEN=f"127.0.0.1:{port}",
+                                 SUBMISSION_PLAIN_AUTH="on", SUBMISSION_HOSTNAME="localhost"))
+        wait_for(lambda port=port: _listening(port), message="senddock smtp listening")
+        ports.append(port)
+
+    def guess(port: int, password: str) -> int:
+        with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+            smtp.ehlo()
+            code, _ = smtp.docmd("AUTH", "PLAIN " + base64.b64encode(
+                f"\0x\0{password}".encode()).decode())
+            return code
+
+    codes = [guess(ports[n % 2], "sd_guess") for n in range(10)]  # 5 on each process
+    assert codes == [535] * 10
+    assert guess(ports[0], "sd_guess") == 454
+    assert guess(ports[1], token) == 454  # the right token too, from that address, for now
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM smtp_auth_failures")).scalar() == 10
+
+
+def test_metrics_count_sessions_and_replies_by_code(
+        api: Api, token: str, make_user: Callable[..., dict[str, Any]],
+        start_submission: Callable[..., Running]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    running = start_submission(SUBMISSION_MAX_RECIPIENTS="1")
+    with running.client() as smtp:
+        smtp.ehlo()
+        assert smtp.docmd("AUTH", "PLAIN " + base64.b64encode(b"\0x\0sd_no").decode())[0] \
+            == 535
+        smtp.login("x", token)
+        assert submit(smtp, raw_message(), ["ann@example.org"])[0] == 250
+        smtp.mail("orders@shop.example.com")
+        smtp.rcpt("ann@example.org")
+        assert smtp.rcpt("bob@example.org")[0] == 452
+    running.server.stop()  # the counts are added at stop (and every few seconds)
+    response = api.client.get("/metrics", headers={
+        "Authorization": f"Bearer {make_user('admin')['token']}"})
+    assert response.status_code == 200
+    family = next(f for f in text_string_to_metric_families(response.get_data(as_text=True))
+                  if f.name == "senddock_smtp_replies")
+    counted = {(s.labels["outcome"], s.labels["code"]): s.value for s in family.samples
+               if s.name.endswith("_total")}
+    assert counted == {("session", "220"): 1, ("auth_failed", "535"): 1,
+                       ("accepted", "250"): 1, ("refused", "452"): 1}, counted
+
+
+def test_submitted_mail_shows_its_source_and_admins_see_its_headers(
+        app: Any, engine: sa.Engine, token: str, make_user: Callable[..., dict[str, Any]],
+        start_submission: Callable[..., Running]) -> None:
+    from tests.helpers import Browser, place_jobs
+
+    running = start_submission()
+    with running.client() as smtp:
+        smtp.login("x", token)
+        code, reply = submit(smtp, raw_message(
+            extra="X-Note: <script>alert(1)</script>\r\n"), ["ann@example.org"])
+    assert code == 250, reply
+    (job,) = jobs(engine)
+    with engine.begin() as conn:
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'failed', "
+                                 "finished_at = now(), last_error = '550 5.1.1 no such user' "
+                                 "WHERE id = :id"), {"id": job.id})
+    stored = job.payload["data"]["smtp_message_id"]
+    headers_url = f"/admin/submitted/{stored}/headers"
+    admin = Browser(app.test_client(), make_user("admin"))
+    support = Browser(app.test_client(), make_user("support"))
+    for browser in (admin, support):
+        for path in ("/support/users/u-42", f"/inbox/{job.id}"):
+            page = browser.get(path).get_data(as_text=True)
+            assert 'class="job-source"' in page and "<strong>tests</strong>" in page \
+                and "<code>127.0.0.1</code>" in page
+            assert "&lt;m1@shop.example.com&gt;" in page
+            assert (headers_url in page) == (browser is admin), path
+        assert "SMTP</span>" in browser.get("/inbox/").get_data(as_text=True)
+    response = admin.get(headers_url)
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert "X-SendDock-Kind: receipt" in page and "Bcc: secret@example.org" in page
+    assert "X-Note: &lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+    assert "your receipt" not in page  # headers only
+    spanish = admin.get(headers_url, headers={"Accept-Language": "es"}).get_data(as_text=True)
+    assert "Cabeceras" in spanish and "Dirección del cliente" in spanish
+    assert support.get(headers_url).status_code == 403
+    assert admin.get("/admin/submitted/999999/headers").status_code == 404
+
+
+def test_a_large_message_is_streamed_to_the_database_and_stored_byte_for_byte(
+        engine: sa.Engine, token: str, start_submission: Callable[..., Running]) -> None:
+    """Past one chunk (1 MB) the message goes from the spool file to PostgreSQL by COPY:
+    its bytes, dot-stuffed lines and a Message-ID with COPY's special characters come
+    back exactly."""
+    running = start_submission()
+    line = b".leading dot and 8-bit \xc3\xa9 " + b"x" * 60 + b"\r\n"
+    body = b"".join(line for _ in range(40_000))  # about 3.6 MB
+    raw = raw_message(message_id="<big\\one\tx@shop.example.com>").replace(
+        "Grüße — your receipt.\r\n".encode(), b"") + body
+    with running.client() as smtp:
+        smtp.login("x", token)
+        code, reply = submit(smtp, raw, ["ann@example.org"])
+    assert code == 250, reply
+    with engine.connect() as conn:
+        row = conn.execute(sa.text(
+            "SELECT message_id, client, size, raw FROM smtp_messages")).one()
+    assert row.message_id == "<big\\one\tx@shop.example.com>"
+    assert row.client == "127.0.0.1" and row.size == len(raw) > 3_000_000
+    assert bytes(row.raw) == raw

@@ -17,7 +17,14 @@ from webapp import access
 from webapp.auth import step_up
 from webapp.blueprints.api import answer
 from webapp.context import actor, engine
-from webapp.domain import audit, personal_data, second_factor, suppressions, users
+from webapp.domain import (
+    audit,
+    personal_data,
+    second_factor,
+    submissions,
+    suppressions,
+    users,
+)
 from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
@@ -169,6 +176,14 @@ def audit_log() -> str:
 
 
 bp.add_url_rule("/audit", endpoint="audit", view_func=audit_log, methods=["GET"])
+
+
+@bp.get("/submitted/<int:message_id>/headers")
+def submitted_headers(message_id: int) -> str:
+    """The header block of a message submitted by SMTP (docs/smtp.md)."""
+    with engine().connect() as conn:
+        message = submissions.headers(conn, message_id)
+    return render_template("admin/submitted_headers.html", message=message)
 
 
 # --- users and tokens --------------------------------------------------------------------

@@ -181,6 +181,7 @@ def problem_jobs(conn: Connection, where: ProblemFilter, *,
         SELECT j.id, j.kind, j.status, j.email, j.campaign_id, c.name AS campaign_name,
                j.user_ref, j.attempts, j.last_error, j.last_error_class,
                j.correlation_id::text AS correlation_id, j.finished_at, j.created_at,
+               j.payload #>> '{{data,source,via}}' AS via,
                EXISTS (SELECT 1 FROM suppressions s WHERE s.email = lower(j.email))
                    AS suppressed
           FROM {source} LEFT JOIN campaigns c ON c.id = j.campaign_id

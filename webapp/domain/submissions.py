@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -30,11 +30,13 @@ from webapp.domain import kinds, messages, users
 from webapp.domain.errors import DomainError, NotFound, Overloaded, TooMany
 from webapp.domain.intake import Ask
 from workers.building import submitted
+from workers.core.i18n import N_
 from workers.core.settings import Config
 
 # Who may submit: the roles that may call POST /api/v1/messages.
 SUBMIT_ROLES = ENDPOINTS["api.create_message"]
 MAX_USER_REF = 200
+MAX_REPLY_LINE = 510  # RFC 5321 4.5.3.1.5: 512 octets with the CRLF
 
 
 def enqueue_transactional(conn: Connection, config: Config, ask: Ask, *,
@@ -84,6 +86,66 @@ def authenticate(conn: Connection, password: str) -> Submitter:
                        {"id": user["token_id"]}).one()
     return Submitter(int(user["id"]), str(user["email"]), str(user["role"]),
                      int(user["token_id"]), str(row.name), row.default_kind)
+
+
+AUTH_FAILURES = 10  # failed AUTH per client address, in all submission processes, ...
+AUTH_WINDOW_MINUTES = 15  # ... within this many minutes: the address is locked out
+_AUTH_LOCK = 0x5D28  # advisory lock namespace: one client address's failure count
+
+
+def authenticate_client(conn: Connection, password: str, client: str
+                        ) -> Submitter | Refused:
+    """:func:`authenticate`, locked out per client address across processes: after
+    :data:`AUTH_FAILURES` failures within :data:`AUTH_WINDOW_MINUTES` the answer is 454
+    without checking the token. A failure is recorded in ``conn``'s transaction (so the
+    refusal is returned, not raised: the caller commits). Under an advisory lock per
+    address, so simultaneous guesses from several processes are counted one by one."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:ns, hashtext(:c))"),
+                 {"ns": _AUTH_LOCK, "c": client})
+    window = {"c": client, "w": AUTH_WINDOW_MINUTES}
+    failures = conn.execute(sa.text(
+        "SELECT count(*) FROM smtp_auth_failures WHERE client = :c "
+        "AND at > now() - make_interval(mins => :w)"), window).scalar_one()
+    if failures >= AUTH_FAILURES:
+        return Refused(f"454 4.7.0 Too many failed AUTH attempts from your address; try "
+                       f"again in {AUTH_WINDOW_MINUTES} minutes")
+    try:
+        return authenticate(conn, password)
+    except Refused as refused:
+        conn.execute(sa.text("DELETE FROM smtp_auth_failures "
+                             "WHERE at <= now() - make_interval(mins => :w)"), window)
+        conn.execute(sa.text("INSERT INTO smtp_auth_failures (client) VALUES (:c)"), window)
+        return refused
+
+
+def add_reply_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:
+    """Add replies counted by a submission process ({(outcome, code): n}) to the
+    cumulative counters /metrics reports (``senddock_smtp_replies_total``)."""
+    conn.execute(sa.text("""
+        INSERT INTO smtp_reply_counts (outcome, code, n) VALUES (:o, :c, :n)
+        ON CONFLICT (outcome, code) DO UPDATE SET n = smtp_reply_counts.n + excluded.n"""),
+        [{"o": o, "c": c, "n": n} for (o, c), n in sorted(counts.items())])
+
+
+def reply_counts(conn: Connection) -> dict[tuple[str, str], int]:
+    return {(r.outcome, r.code): int(r.n) for r in conn.execute(sa.text(
+        "SELECT outcome, code, n FROM smtp_reply_counts ORDER BY 1, 2"))}
+
+
+def headers(conn: Connection, message_id: int) -> dict[str, Any]:
+    """A stored message's facts and its header block as text (read from the first
+    :data:`HEAD_LIMIT` bytes only), for the admins' headers page."""
+    row = conn.execute(sa.text("""
+        SELECT m.id, m.created_at, m.client, m.mail_from, m.size, t.name AS token_name,
+               substring(m.raw FROM 1 FOR :limit) AS start
+          FROM smtp_messages m LEFT JOIN api_tokens t ON t.id = m.token_id
+         WHERE m.id = :id"""), {"id": message_id, "limit": HEAD_LIMIT}).mappings().first()
+    if row is None:
+        raise NotFound(N_("submitted message %(id)s is no longer stored", id=str(message_id)))
+    found = dict(row)
+    found["headers"] = submitted.head_of(bytes(found.pop("start"))).decode("utf-8",
+                                                                           "replace")
+    return found
 
 
 def set_default_kind(conn: Connection, token_id: int, kind: str | None) -> None:
@@ -151,6 +213,56 @@ def _refusal(exc: DomainError) -> Refused:
     return Refused(f"554 5.6.0 {text}")
 
 
+HEAD_LIMIT = 1 << 20  # the header block read from a spooled message, at most
+CHUNK = 1 << 20  # bytes of the message per write to PostgreSQL
+
+
+def read_head(body: IO[bytes]) -> bytes:
+    """The header block of a spooled message (at most :data:`HEAD_LIMIT` bytes); the file is
+    left at its start."""
+    body.seek(0)
+    head = b""
+    while len(head) < HEAD_LIMIT and (chunk := body.read(64 * 1024)):
+        head += chunk
+        if b"\r\n\r\n" in head or b"\n\n" in head:
+            break
+    body.seek(0)
+    return submitted.head_of(head)
+
+
+def _copy_text(value: str) -> str:
+    """``value`` as a field of COPY's text format."""
+    return (value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+            .replace("\r", "\\r"))
+
+
+def store(conn: Connection, submitter: Submitter, *, message_id: str, mail_from: str,
+          client: str, body: IO[bytes]) -> int:
+    """Store a message once (``smtp_messages``) in ``conn``'s transaction. One larger than
+    :data:`CHUNK` is streamed from ``body`` in :data:`CHUNK` pieces through COPY, so it is
+    never in memory whole (docs/design.md §28); a smaller one is one INSERT."""
+    size = body.seek(0, 2)
+    body.seek(0)
+    if size <= CHUNK:
+        return int(conn.execute(sa.text("""
+            INSERT INTO smtp_messages (token_id, message_id, mail_from, client, size, raw)
+            VALUES (:t, :m, :f, :c, :s, :raw) RETURNING id"""), {
+            "t": submitter.token_id, "m": message_id, "f": mail_from, "c": client,
+            "s": size, "raw": body.read()}).scalar_one())
+    stored = int(conn.execute(sa.text(
+        "SELECT nextval(pg_get_serial_sequence('smtp_messages', 'id'))")).scalar_one())
+    fields = [str(stored), str(submitter.token_id), _copy_text(message_id),
+              _copy_text(mail_from), _copy_text(client), str(size)]
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor, cursor.copy("COPY smtp_messages (id, token_id, message_id, mail_from, "
+                             "client, size, raw) FROM STDIN") as copy:
+        copy.write("\t".join(fields) + "\t\\\\x")
+        while chunk := body.read(CHUNK):
+            copy.write(chunk.hex())
+        copy.write("\n")
+    return stored
+
+
 @dataclass(frozen=True)
 class Accepted:
     """What the final 250 reports: one correlation id per recipient, and whether every
@@ -162,15 +274,20 @@ class Accepted:
 
     @property
     def reply(self) -> str:
-        ids = " ".join(self.correlation_ids)
         again = " (already accepted)" if self.existing else ""
-        return f"250 2.0.0 Queued{again} as {ids}"
+        line = f"250 2.0.0 Queued{again} as {' '.join(self.correlation_ids)}"
+        if len(line) <= MAX_REPLY_LINE:
+            return line
+        first, more = self.correlation_ids[0], len(self.correlation_ids) - 1
+        return f"250 2.0.0 Queued{again} as {first} and {more} more, one per recipient"
 
 
 def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: str,
-           recipients: list[str], raw: bytes, client: str) -> Accepted:
-    """Store the message and enqueue one job per recipient, committed before it returns;
-    :class:`Refused` (nothing stored) otherwise."""
+           recipients: list[str], body: IO[bytes], client: str) -> Accepted:
+    """Store the message (read from ``body``, a file at any position) and enqueue one job
+    per recipient, committed before it returns; :class:`Refused` (nothing stored)
+    otherwise. Only the header block is read into memory."""
+    raw = read_head(body)
     with engine.begin() as conn:
         check_from(conn, raw)
         try:
@@ -182,11 +299,8 @@ def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: s
                           "POST /api/v1/verifications")
         message_ids = submitted.header_values(raw, "Message-ID")
         message_id = message_ids[0] if message_ids else ""
-        stored = conn.execute(sa.text("""
-            INSERT INTO smtp_messages (token_id, message_id, mail_from, client, size, raw)
-            VALUES (:t, :m, :f, :c, :s, :raw) RETURNING id"""), {
-            "t": submitter.token_id, "m": message_id, "f": mail_from, "c": client,
-            "s": len(raw), "raw": raw}).scalar_one()
+        stored = store(conn, submitter, message_id=message_id, mail_from=mail_from,
+                       client=client, body=body)
         data = {"smtp_message_id": stored,
                 "smtp_signature": submitted.signature(config.secret_key, stored),
                 "source": {"via": "smtp", "client": client, "token": submitter.token_name,

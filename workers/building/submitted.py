@@ -42,6 +42,19 @@ def stored_id(payload: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def source(payload: Any) -> dict[str, Any] | None:
+    """Where a submitted job came from (token name, client address, Message-ID and the
+    stored message's id), or None for a job that did not come by SMTP."""
+    if not isinstance(payload, dict):
+        return None
+    data = payload.get("data")
+    found = data.get("source") if isinstance(data, dict) else None
+    if not isinstance(found, dict) or found.get("via") != "smtp":
+        return None
+    return {"token": str(found.get("token", "")), "client": str(found.get("client", "")),
+            "message_id": str(found.get("message_id", "")), "stored_id": stored_id(payload)}
+
+
 def split(raw: bytes) -> tuple[bytes, bytes]:
     """(header block without its blank line, rest): the rest starts with the blank line
     (CRLF or LF, as the client wrote it), so ``head + rest`` is ``raw``."""

@@ -295,6 +295,9 @@ SETTINGS: list[Setting] = [
             "Name the submission server greets with; unset: the host of SENDDOCK_BASE_URL."),
     Setting("SUBMISSION_TIMEOUT", "60",
             "Seconds a submission client may stay silent before it is disconnected."),
+    Setting("SUBMISSION_MAX_CONNECTIONS", "200",
+            "Open submission connections per process, both ports together (more: 421 4.7.0 "
+            "and the connection is closed)."),
 ]
 
 
