@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0043_smtp"
-down_revision = "0042_preferences"
+down_revision = "0043_seq"
 branch_labels = None
 depends_on = None
 
