@@ -1121,6 +1121,36 @@ receiver_tls_policies = Table(
     Index("receiver_tls_policies_report_idx", "report"),
 )
 
+# The per-day summary of the records (docs/design.md §30), kept at intake in the records'
+# transaction: what the domain page and the DMARC alarm read. Policy fields are '' when the
+# report left them out.
+dmarc_daily = Table(
+    "dmarc_daily", metadata,
+    Column("domain", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("reporter", Text, nullable=False),
+    Column("source_ip", Text, nullable=False),
+    Column("disposition", Text, nullable=False),
+    Column("policy_p", Text, nullable=False),
+    Column("policy_sp", Text, nullable=False),
+    Column("policy_pct", Text, nullable=False),
+    Column("messages", BigInteger, nullable=False),
+    Column("dmarc_pass", BigInteger, nullable=False),
+    Column("spf_aligned", BigInteger, nullable=False),
+    Column("dkim_aligned", BigInteger, nullable=False),
+    PrimaryKeyConstraint("domain", "day", "reporter", "source_ip", "disposition", "policy_p",
+                         "policy_sp", "policy_pct", name="dmarc_daily_pkey"),
+)
+
+dmarc_daily_reports = Table(
+    "dmarc_daily_reports", metadata,
+    Column("domain", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("reporter", Text, nullable=False),
+    Column("reports", BigInteger, nullable=False),
+    PrimaryKeyConstraint("domain", "day", "reporter", name="dmarc_daily_reports_pkey"),
+)
+
 receiver_report_rejects = Table(
     "receiver_report_rejects", metadata,
     Column("id", BigInteger, primary_key=True),

@@ -1,0 +1,71 @@
+"""DMARC per-day summary (docs/design.md §30): what the domain page and the DMARC alarm read.
+
+``dmarc_daily`` holds, per sending domain, day, reporter, source IP, disposition and the
+policy the receiver applied (p, sp, pct; '' when the report left it out), the messages
+reported and of them those passing DMARC, SPF-aligned and DKIM-aligned.
+``dmarc_daily_reports`` holds how many aggregate reports each reporter sent per domain and
+day. Both are kept in the transaction that stores a report's records
+(``workers.after_acceptance.receiver_reports.store``), so they always equal the records;
+the upgrade fills them from the records already stored.
+
+Revision ID: 0043_deliv
+Revises: 0042_preferences
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0043_deliv"
+down_revision = "0042_preferences"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "dmarc_daily",
+        sa.Column("domain", sa.Text(), nullable=False),
+        sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("reporter", sa.Text(), nullable=False),
+        sa.Column("source_ip", sa.Text(), nullable=False),
+        sa.Column("disposition", sa.Text(), nullable=False),
+        sa.Column("policy_p", sa.Text(), nullable=False),
+        sa.Column("policy_sp", sa.Text(), nullable=False),
+        sa.Column("policy_pct", sa.Text(), nullable=False),
+        sa.Column("messages", sa.BigInteger(), nullable=False),
+        sa.Column("dmarc_pass", sa.BigInteger(), nullable=False),
+        sa.Column("spf_aligned", sa.BigInteger(), nullable=False),
+        sa.Column("dkim_aligned", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("domain", "day", "reporter", "source_ip", "disposition",
+                                "policy_p", "policy_sp", "policy_pct",
+                                name="dmarc_daily_pkey"),
+    )
+    op.create_table(
+        "dmarc_daily_reports",
+        sa.Column("domain", sa.Text(), nullable=False),
+        sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("reporter", sa.Text(), nullable=False),
+        sa.Column("reports", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("domain", "day", "reporter", name="dmarc_daily_reports_pkey"),
+    )
+    op.execute("""
+        INSERT INTO dmarc_daily
+        SELECT c.domain, c.day, c.reporter, c.source_ip, c.disposition,
+               coalesce(r.policy->>'p', ''), coalesce(r.policy->>'sp', ''),
+               coalesce(r.policy->>'pct', ''), sum(c.count),
+               coalesce(sum(c.count) FILTER (WHERE c.dkim = 'pass' OR c.spf = 'pass'), 0),
+               coalesce(sum(c.count) FILTER (WHERE c.spf = 'pass'), 0),
+               coalesce(sum(c.count) FILTER (WHERE c.dkim = 'pass'), 0)
+          FROM receiver_report_records c JOIN receiver_reports r ON r.id = c.report
+         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8""")
+    op.execute("""
+        INSERT INTO dmarc_daily_reports
+        SELECT domain, day, reporter, count(DISTINCT report) FROM receiver_report_records
+         GROUP BY 1, 2, 3""")
+
+
+def downgrade() -> None:
+    op.drop_table("dmarc_daily_reports")
+    op.drop_table("dmarc_daily")
