@@ -1151,6 +1151,26 @@ dmarc_daily_reports = Table(
     PrimaryKeyConstraint("domain", "day", "reporter", name="dmarc_daily_reports_pkey"),
 )
 
+# Warm-up (docs/design.md §33): sending domains whose daily and hourly caps grow on a
+# schedule (caps NULL: the built-in ramp), and what the pacer let out per domain and hour.
+warmups = Table(
+    "warmups", metadata,
+    Column("domain", Text, primary_key=True),
+    Column("started_on", Date, nullable=False),
+    Column("caps", ARRAY(Integer)),
+    Column("hour_share", Float, nullable=False, server_default="0.25"),
+    _now(),
+    CheckConstraint("hour_share > 0 AND hour_share <= 1", name="warmups_hour_share_check"),
+)
+
+warmup_sends = Table(
+    "warmup_sends", metadata,
+    Column("domain", Text, nullable=False),
+    Column("hour", DateTime(timezone=True), nullable=False),
+    Column("sent", Integer, nullable=False),
+    PrimaryKeyConstraint("domain", "hour", name="warmup_sends_pkey"),
+)
+
 receiver_report_rejects = Table(
     "receiver_report_rejects", metadata,
     Column("id", BigInteger, primary_key=True),

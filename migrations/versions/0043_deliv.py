@@ -8,6 +8,10 @@ day. Both are kept in the transaction that stores a report's records
 (``workers.after_acceptance.receiver_reports.store``), so they always equal the records;
 the upgrade fills them from the records already stored.
 
+Warm-up (docs/design.md §33): ``warmups`` holds the sending domains in warm-up, since which
+day, their schedule of daily caps (NULL: the built-in ramp) and the share of a day's cap one
+hour may use; ``warmup_sends`` counts, per domain and hour, the messages the pacer let out.
+
 Revision ID: 0043_deliv
 Revises: 0042_preferences
 """
@@ -50,6 +54,24 @@ def upgrade() -> None:
         sa.Column("reports", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("domain", "day", "reporter", name="dmarc_daily_reports_pkey"),
     )
+    op.create_table(
+        "warmups",
+        sa.Column("domain", sa.Text(), primary_key=True),
+        sa.Column("started_on", sa.Date(), nullable=False),
+        sa.Column("caps", sa.ARRAY(sa.Integer())),
+        sa.Column("hour_share", sa.Float(), nullable=False, server_default="0.25"),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
+                  server_default=sa.func.now()),
+        sa.CheckConstraint("hour_share > 0 AND hour_share <= 1",
+                           name="warmups_hour_share_check"),
+    )
+    op.create_table(
+        "warmup_sends",
+        sa.Column("domain", sa.Text(), nullable=False),
+        sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("sent", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("domain", "hour", name="warmup_sends_pkey"),
+    )
     op.execute("""
         INSERT INTO dmarc_daily
         SELECT c.domain, c.day, c.reporter, c.source_ip, c.disposition,
@@ -67,5 +89,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("warmup_sends")
+    op.drop_table("warmups")
     op.drop_table("dmarc_daily_reports")
     op.drop_table("dmarc_daily")

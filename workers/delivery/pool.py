@@ -77,6 +77,7 @@ from workers.delivery.smtp import (
     parse_relays,
     route,
 )
+from workers.delivery.warmup import any_warmup, hold_over_cap
 
 PACE_CHECK = 1.0  # seconds between looks at whether a peer's throttle reply paces us
 RELAY_CHECK = 1.0  # seconds between looks at which relays the other processes saw down
@@ -391,6 +392,19 @@ class Pool:
         return (jobs, [permits.first_at + i * permits.interval for i in range(len(jobs))],
                 permits.interval)
 
+    def _within_warmup(self, db: StatementDb, jobs: list[queue.ClaimedJob],
+                       slots: list[float]) -> tuple[list[queue.ClaimedJob], list[float]]:
+        """The claimed jobs that sending domains in warm-up may send now; the rest wait,
+        handed back unsent (docs/design.md §33)."""
+        if not jobs:
+            return jobs, slots
+        with db.transaction(CLAIM_TIMEOUT) as conn:
+            if not any_warmup(conn):
+                return jobs, slots
+            going = {j.id for j in hold_over_cap(conn, jobs)}
+        kept = [(j, s) for j, s in zip(jobs, slots, strict=True) if j.id in going]
+        return [j for j, _ in kept], [s for _, s in kept]
+
     def _note_lag(self, jobs: list[queue.ClaimedJob], asked: int) -> None:
         """Remember how long the claimed transactional mail had been due; a claim that
         found less than it asked for and no transactional mail has caught up. Imported
@@ -430,6 +444,7 @@ class Pool:
                 self._probed_at = time.monotonic()
                 self._maybe_probe_relay(transport)
             jobs, slots, interval = self._claim(db, token)
+            jobs, slots = self._within_warmup(db, jobs, slots)
             if not any(slots):  # a rate limit's wait is not the pool falling behind
                 self._note_lag(jobs, self.config.claim_batch)
             with self._holding_lock:

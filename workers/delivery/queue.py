@@ -1595,3 +1595,28 @@ def erase_address(conn: Connection, address: str, placeholder: str, pattern: str
     """Take ``address`` out of every job that has it; returns their ids."""
     return [int(i) for i in conn.execute(_ERASE_ADDRESS, {
         "p": placeholder, "e": address, "rx": pattern}).scalars()]
+
+
+# --- warm-up (workers/delivery/warmup.py) ----------------------------------------------
+
+# Claimed jobs a warm-up cap holds back: to `pending` without using an attempt, due at the
+# start of the next hour or of the next UTC day (docs/design.md §33).
+_HOLD_CLAIMED = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = '{PENDING}', claimed_by = NULL, claim_token = NULL, claimed_at = NULL,
+       available_at = CASE WHEN :next_day
+           THEN (date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')
+                AT TIME ZONE 'UTC'
+           ELSE date_trunc('hour', now()) + interval '1 hour' END
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{SENDING}'
+   AND claim_token = ANY(CAST(:tokens AS uuid[]))
+""")
+
+
+def hold_claimed(conn: Connection, jobs: Sequence[ClaimedJob], *, next_day: bool) -> int:
+    """Hand claimed jobs back unsent until the next hour (or UTC day, ``next_day``)."""
+    if not jobs:
+        return 0
+    return conn.execute(_HOLD_CLAIMED, {"next_day": next_day,
+                                        "ids": [j.id for j in jobs],
+                                        "tokens": [j.claim_token for j in jobs]}).rowcount
