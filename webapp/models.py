@@ -1180,5 +1180,8 @@ receiver_report_rejects = Table(
     Column("reason", Text, nullable=False),
     Column("size", BigInteger, nullable=False),
     _now(),
+    # The reason as message id and parameters, said in the reader's language (NULL: only
+    # the English reason).
+    Column("reason_i18n", JSONB),
     Index("receiver_report_rejects_created_idx", "created_at"),
 )

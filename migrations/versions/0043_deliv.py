@@ -12,6 +12,9 @@ Warm-up (docs/design.md §33): ``warmups`` holds the sending domains in warm-up,
 day, their schedule of daily caps (NULL: the built-in ramp) and the share of a day's cap one
 hour may use; ``warmup_sends`` counts, per domain and hour, the messages the pacer let out.
 
+``receiver_report_rejects.reason_i18n`` keeps why a file was refused as message id and
+parameters, so the page says it in the reader's language (NULL: only the English reason).
+
 Revision ID: 0043_deliv
 Revises: 0042_preferences
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0043_deliv"
 down_revision = "0042_preferences"
@@ -72,6 +76,7 @@ def upgrade() -> None:
         sa.Column("sent", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("domain", "hour", name="warmup_sends_pkey"),
     )
+    op.add_column("receiver_report_rejects", sa.Column("reason_i18n", JSONB()))
     op.execute("""
         INSERT INTO dmarc_daily
         SELECT c.domain, c.day, c.reporter, c.source_ip, c.disposition,
@@ -89,6 +94,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_column("receiver_report_rejects", "reason_i18n")
     op.drop_table("warmup_sends")
     op.drop_table("warmups")
     op.drop_table("dmarc_daily_reports")

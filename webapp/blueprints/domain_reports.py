@@ -44,7 +44,7 @@ def upload_reports() -> Response:
             result = ingest(conn, data, filename=upload.filename or "", source="upload")
         if result.error is not None:
             flash(_("%(file)s was not read: %(reason)s", file=upload.filename,
-                    reason=result.error), "error")
+                    reason=localize(result.error)), "error")
             continue
         for report in result.reports:
             if report.duplicate:

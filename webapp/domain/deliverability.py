@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from sqlalchemy.engine import Connection
 
-from workers.core.i18n import N_
+from workers.core.i18n import N_, text_from_data
 from workers.core.settings import Config
 
 ALARM_DAYS = 7
@@ -243,7 +243,9 @@ def recent(conn: Connection, limit: int = 50) -> dict[str, list[dict[str, Any]]]
                    messages, source, filename, created_at, jsonb_array_length(warnings) AS
                    warnings
             FROM receiver_reports ORDER BY id DESC LIMIT :limit"""), {"limit": limit})],
-        "rejects": [dict(r._mapping) for r in conn.execute(sa.text("""
-            SELECT filename, reason, source, size, created_at FROM receiver_report_rejects
-            ORDER BY created_at DESC LIMIT :limit"""), {"limit": limit})],
+        "rejects": [{**r._mapping, "reason": text_from_data(r.reason_i18n)
+                     if r.reason_i18n else r.reason} for r in conn.execute(sa.text("""
+            SELECT filename, reason, reason_i18n, source, size, created_at
+            FROM receiver_report_rejects ORDER BY created_at DESC LIMIT :limit"""),
+            {"limit": limit})],
     }

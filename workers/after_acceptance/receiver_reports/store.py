@@ -21,6 +21,7 @@ from workers.after_acceptance.receiver_reports.model import (
     TlsReport,
 )
 from workers.after_acceptance.receiver_reports.reader import Report, read_report
+from workers.core.i18n import text_to_data
 
 SOURCES = ("upload", "api", "mailbox")
 
@@ -81,11 +82,14 @@ def ingest(conn: Connection, data: bytes, *, filename: str = "",
 def record_reject(conn: Connection, data: bytes, *, filename: str, source: str,
                   reason: str) -> None:
     conn.execute(sa.text("""
-        INSERT INTO receiver_report_rejects (digest, source, filename, reason, size)
-        VALUES (:digest, :source, :filename, :reason, :size)
-        ON CONFLICT (digest) DO UPDATE SET created_at = now(), reason = EXCLUDED.reason"""),
+        INSERT INTO receiver_report_rejects (digest, source, filename, reason, size,
+                                             reason_i18n)
+        VALUES (:digest, :source, :filename, :reason, :size, CAST(:i18n AS jsonb))
+        ON CONFLICT (digest) DO UPDATE SET created_at = now(), reason = EXCLUDED.reason,
+            reason_i18n = EXCLUDED.reason_i18n"""),
         {"digest": hashlib.sha256(data).hexdigest(), "source": source,
-         "filename": filename[:500], "reason": reason[:1000], "size": len(data)})
+         "filename": filename[:500], "reason": reason[:1000], "size": len(data),
+         "i18n": _json(said) if (said := text_to_data(reason)) else None})
 
 
 def _store(conn: Connection, report: Report, source: str, filename: str) -> Stored:
