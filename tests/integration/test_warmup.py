@@ -129,6 +129,16 @@ def test_the_domain_page_starts_shows_and_stops_a_warm_up(
                      r'.*id="warmup-sent">2<', shown, re.S)
     spanish = text(admin.get(page, headers={"Accept-Language": "es"}))
     assert "Calentamiento" in spanish and "Límite de hoy" in spanish
+    # Queue health lists it; at its cap it says the rest waits.
+    health = text(admin.get("/health/"))
+    assert re.search(r'id="warmups".*warm\.example.*<td class="num">1</td>'
+                     r'<td class="num">2</td><td class="num">40', health, re.S)
+    assert "at its cap" not in health
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE warmup_sends SET sent = 20"))
+    assert "at its cap: the rest waits" in text(admin.get("/health/"))
+    assert "en su límite: el resto espera" in text(admin.get(
+        "/health/", headers={"Accept-Language": "es"}))
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE warmups SET started_on = started_on - 2"))
     assert "schedule finished: no cap" in text(admin.get(page))

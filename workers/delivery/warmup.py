@@ -95,6 +95,14 @@ def status(conn: Connection, domain: str) -> Today | None:
     return _today(row) if row else None
 
 
+def all_today(conn: Connection) -> list[Today]:
+    """Every domain in warm-up, today (Queue health)."""
+    domains = conn.execute(sa.text("SELECT domain FROM warmups")).scalars().all()
+    if not domains:
+        return []
+    return [_today(row) for row in conn.execute(_TODAY, {"domains": list(domains)})]
+
+
 def start(conn: Connection, domain: str, caps: Sequence[int] | None = None,
           hour_share: float = DEFAULT_HOUR_SHARE) -> None:
     """Start (or restart from day 1) the domain's warm-up today."""
