@@ -158,3 +158,43 @@ def test_other_roles_cannot_start_a_warm_up(
         assert r.status_code == 403
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM warmups")).scalar_one() == 0
+
+
+def test_transactional_mail_is_counted_but_never_held(
+        engine: sa.Engine, sink: Any, api: Any, config_for: Callable[..., Config]) -> None:
+    with engine.begin() as conn:  # the tests' From address is tests@example.com
+        warmup.start(conn, "example.com", caps=[1], hour_share=1.0)
+    warmup._seen = (float("-inf"), False)
+    for user in ("u1", "u2", "u3"):
+        r = api.post("/messages", {"kind": "verification", "user_id": user,
+                                   "email": f"{user}@example.org",
+                                   "data": {"verify_url": "https://app.example/v/1"}})
+        assert r.status_code == 202, r.get_json()
+    with engine.begin() as conn:
+        lst = lists.create_list(conn, "Same domain")
+        lists.add_subscribers(conn, lst["id"], [{"email": f"c{i}@example.org"}
+                                                for i in range(4)])
+        campaign = campaigns.create(conn, {"name": "Same", "list_id": lst["id"],
+                                           "subject": "Hello", "text": "Hi"},
+                                    default_from="news@example.com")
+        campaigns.send(conn, campaign["id"])
+
+    def verifications_sent() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(
+                "SELECT count(*) FROM delivery_jobs WHERE kind = 'verification' "
+                "AND status = 'sent'")).scalar_one())
+
+    pool = Pool(engine, config_for(sink.port), node="warmup-tx")
+    pool.start()
+    try:
+        wait_for(lambda: verifications_sent() == 3
+                 and sum(_jobs(engine, campaign["id"]).values()) == 4
+                 and _jobs(engine, campaign["id"]).get("waiting", 0) >= 3,
+                 timeout=60, message="verifications sent, the campaign held at its cap")
+        with engine.connect() as conn:
+            today = warmup.status(conn, "example.com")
+        assert today is not None and today.sent_today >= 3  # over the cap of 1: counted
+        assert _jobs(engine, campaign["id"]).get("sent", 0) <= 1
+    finally:
+        pool.stop()

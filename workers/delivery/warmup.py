@@ -7,7 +7,9 @@ that day's cap (rounded up). After the last day of the schedule the domain has n
 
 The pacer asks :func:`hold_over_cap` after each claim: within one transaction that locks
 the domain's warm-up row (so every process shares the caps), the claimed jobs within the
-caps are counted in ``warmup_sends`` and go out; the rest go back to ``pending`` unsent,
+caps are counted in ``warmup_sends`` and go out; transactional mail (any kind but the
+campaign and sequence kinds) always goes out and is counted, taking room from the campaign
+mail; the rest go back to ``pending`` unsent,
 with no attempt used, due again at the start of the next hour (hourly cap reached) or of the
 next day (daily cap reached). Mail beyond the cap waits; it never fails."""
 
@@ -24,6 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from workers.building import kinds
 from workers.core.i18n import N_
 from workers.core.jobs import ClaimedJob
 from workers.delivery import queue
@@ -157,7 +160,11 @@ def hold_over_cap(conn: Connection, jobs: Sequence[ClaimedJob]) -> list[ClaimedJ
         if allowed is None:
             continue
         mine = by_domain[today.domain]
-        going, waiting = mine[:allowed], mine[allowed:]
+        # Transactional mail (a password reset, a receipt) is counted but never held.
+        urgent = [j for j in mine if j.kind not in kinds.RESERVED]
+        bulk = [j for j in mine if j.kind in kinds.RESERVED]
+        room = max(0, allowed - len(urgent))
+        going, waiting = urgent + bulk[:room], bulk[room:]
         if going:
             conn.execute(_COUNT, {"domain": today.domain, "n": len(going)})
         if waiting:
