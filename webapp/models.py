@@ -878,6 +878,56 @@ receiver_tls_policies = Table(
     Index("receiver_tls_policies_report_idx", "report"),
 )
 
+# The per-day summary of the records (docs/design.md §30), kept at intake in the records'
+# transaction: what the domain page and the DMARC alarm read. Policy fields are '' when the
+# report left them out.
+dmarc_daily = Table(
+    "dmarc_daily", metadata,
+    Column("domain", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("reporter", Text, nullable=False),
+    Column("source_ip", Text, nullable=False),
+    Column("disposition", Text, nullable=False),
+    Column("policy_p", Text, nullable=False),
+    Column("policy_sp", Text, nullable=False),
+    Column("policy_pct", Text, nullable=False),
+    Column("messages", BigInteger, nullable=False),
+    Column("dmarc_pass", BigInteger, nullable=False),
+    Column("spf_aligned", BigInteger, nullable=False),
+    Column("dkim_aligned", BigInteger, nullable=False),
+    PrimaryKeyConstraint("domain", "day", "reporter", "source_ip", "disposition", "policy_p",
+                         "policy_sp", "policy_pct", name="dmarc_daily_pkey"),
+)
+
+dmarc_daily_reports = Table(
+    "dmarc_daily_reports", metadata,
+    Column("domain", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("reporter", Text, nullable=False),
+    Column("reports", BigInteger, nullable=False),
+    PrimaryKeyConstraint("domain", "day", "reporter", name="dmarc_daily_reports_pkey"),
+)
+
+# Warm-up (docs/design.md §33): sending domains whose daily and hourly caps grow on a
+# schedule (caps NULL: the built-in ramp), and what the pacer let out per domain and hour.
+warmups = Table(
+    "warmups", metadata,
+    Column("domain", Text, primary_key=True),
+    Column("started_on", Date, nullable=False),
+    Column("caps", ARRAY(Integer)),
+    Column("hour_share", Float, nullable=False, server_default="0.25"),
+    _now(),
+    CheckConstraint("hour_share > 0 AND hour_share <= 1", name="warmups_hour_share_check"),
+)
+
+warmup_sends = Table(
+    "warmup_sends", metadata,
+    Column("domain", Text, nullable=False),
+    Column("hour", DateTime(timezone=True), nullable=False),
+    Column("sent", Integer, nullable=False),
+    PrimaryKeyConstraint("domain", "hour", name="warmup_sends_pkey"),
+)
+
 receiver_report_rejects = Table(
     "receiver_report_rejects", metadata,
     Column("id", BigInteger, primary_key=True),
@@ -887,5 +937,8 @@ receiver_report_rejects = Table(
     Column("reason", Text, nullable=False),
     Column("size", BigInteger, nullable=False),
     _now(),
+    # The reason as message id and parameters, said in the reader's language (NULL: only
+    # the English reason).
+    Column("reason_i18n", JSONB),
     Index("receiver_report_rejects_created_idx", "created_at"),
 )

@@ -154,3 +154,23 @@ def test_providers_page_groups_by_domain_and_mx(
         assert expected in page.split(f'id="provider-{group}"', 1)[1].split("</tr>", 1)[0]
     spanish = text(admin.get("/admin/domains/providers", headers={"Accept-Language": "es"}))
     assert "Proveedores receptores" in spanish
+
+
+def test_refusal_reasons_are_said_in_the_pages_language(
+        app: Any, make_user: Callable[..., dict[str, Any]]) -> None:
+    admin = Browser(app.test_client(), make_user("admin"))
+    spanish = {"Accept-Language": "es"}
+    page = text(admin.client.post("/admin/domains/reports", data={
+        "csrf_token": admin.token,
+        "files": [(io.BytesIO(b"not a report"), "junk.txt"),
+                  (io.BytesIO(b"<feedback><oops"), "bad.xml")]},
+        content_type="multipart/form-data", follow_redirects=True, headers=spanish))
+    assert "junk.txt was not read" not in page
+    assert "no es un formato de informe reconocido" in page
+    assert "XML no válido (el informe DMARC no tiene <report_metadata>)" in page
+    # Listed later, in either language, from what was stored.
+    listed = text(admin.get("/admin/domains/reports", headers=spanish))
+    assert "no es un formato de informe reconocido" in listed
+    english = text(admin.get("/admin/domains/reports"))
+    assert "not a recognized report format" in english
+    assert "no es un formato" not in english

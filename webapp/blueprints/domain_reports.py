@@ -16,6 +16,7 @@ from webapp.i18n import localize
 from workers.after_acceptance.receiver_reports.store import ingest
 from workers.building import dkim
 from workers.core.i18n import message_of
+from workers.delivery import warmup
 
 MAX_FILES = 50
 
@@ -43,7 +44,7 @@ def upload_reports() -> Response:
             result = ingest(conn, data, filename=upload.filename or "", source="upload")
         if result.error is not None:
             flash(_("%(file)s was not read: %(reason)s", file=upload.filename,
-                    reason=result.error), "error")
+                    reason=localize(result.error)), "error")
             continue
         for report in result.reports:
             if report.duplicate:
@@ -56,19 +57,63 @@ def upload_reports() -> Response:
     return redirect(url_for("domains.reports"))
 
 
-@bp.get("/<domain>/deliverability")
-def deliverability_page(domain: str) -> str | Response:
+def _domain(domain: str) -> str | None:
+    """The domain in the address, normalized; None (with the reason flashed) if it is none."""
     try:
-        domain = dkim.normalize_domain(domain)
+        return dkim.normalize_domain(domain)
     except dkim.DkimError as exc:
         flash(localize(message_of(exc)), "error")
+        return None
+
+
+@bp.get("/<domain>/deliverability")
+def deliverability_page(domain: str) -> str | Response:
+    name = _domain(domain)
+    if name is None:
         return redirect(url_for("domains.index"))
+    domain = name
     days = request.args.get("days", "")
     span = int(days) if days.isascii() and days.isdigit() and len(days) <= 3 \
         and 1 <= int(days) <= 400 else deliverability.PAGE_DAYS
     with engine().connect() as conn:
         view = deliverability.domain_view(conn, config(), domain, span)
-    return render_template("domains/deliverability.html", v=view)
+        warm = warmup.status(conn, domain)
+    return render_template("domains/deliverability.html", v=view, warm=warm,
+                           ramp=warmup.RAMP)
+
+
+@bp.post("/<domain>/warmup")
+def start_warmup(domain: str) -> Response:
+    """Start (or restart from day 1) the domain's warm-up (docs/design.md §33)."""
+    name = _domain(domain)
+    if name is None:
+        return redirect(url_for("domains.index"))
+    domain = name
+    back = redirect(url_for("domains.deliverability_page", domain=domain) + "#warmup")
+    try:
+        caps = warmup.parse_caps(request.form.get("caps", ""))
+        share = warmup.parse_hour_share(request.form.get("hour_share", ""))
+    except warmup.WarmupError as exc:
+        flash(localize(message_of(exc)), "error")
+        return back
+    with engine().begin() as conn:
+        warmup.start(conn, domain, caps, share)
+    flash(_("Warm-up of %(domain)s started: day 1 today.", domain=domain), "success")
+    return back
+
+
+@bp.post("/<domain>/warmup/stop")
+def stop_warmup(domain: str) -> Response:
+    name = _domain(domain)
+    if name is None:
+        return redirect(url_for("domains.index"))
+    domain = name
+    with engine().begin() as conn:
+        stopped = warmup.stop(conn, domain)
+    if stopped:
+        flash(_("Warm-up of %(domain)s stopped: its mail is no longer capped.",
+                domain=domain), "success")
+    return redirect(url_for("domains.deliverability_page", domain=domain) + "#warmup")
 
 
 @bp.get("/providers")

@@ -18,14 +18,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from sqlalchemy.engine import Connection
 
-from workers.core.i18n import N_
+from workers.core.i18n import N_, text_from_data
 from workers.core.settings import Config
 
 ALARM_DAYS = 7
-# Messages passing DMARC (aligned DKIM or aligned SPF), and aligned SPF / DKIM alone.
-_PASS = "coalesce(sum(count) FILTER (WHERE dkim = 'pass' OR spf = 'pass'), 0)::bigint"
-_SPF = "coalesce(sum(count) FILTER (WHERE spf = 'pass'), 0)::bigint"
-_DKIM = "coalesce(sum(count) FILTER (WHERE dkim = 'pass'), 0)::bigint"
 PAGE_DAYS = 30
 TOP = 50
 
@@ -66,27 +62,33 @@ def _since(days: int) -> date:
     return (datetime.now(UTC) - timedelta(days=days)).date()
 
 
-# One scan of the domain's records for the period, aggregated several ways at once
-# (GROUPING SETS): by source (with reporter and disposition), by day, by reporter, by report
-# and disposition (for the policy applied), and the biggest lines by day, source and reporter.
-_ONE_SCAN = f"""
+# One scan of the domain's per-day summary (``dmarc_daily``, kept at intake) for the period,
+# aggregated several ways at once (GROUPING SETS): by source (with reporter and
+# disposition), by day, by reporter, by the policy applied, and the biggest lines by day,
+# source and reporter.
+_ONE_SCAN = """
 WITH g AS MATERIALIZED (
     SELECT CASE WHEN GROUPING(source_ip, reporter, disposition) = 0 THEN 'src'
                 WHEN GROUPING(day, source_ip, reporter) = 0 THEN 'dsr'
                 WHEN GROUPING(day) = 0 THEN 'day'
-                WHEN GROUPING(report, disposition) = 0 THEN 'pol'
+                WHEN GROUPING(policy_p, policy_sp, policy_pct, disposition) = 0 THEN 'pol'
                 ELSE 'rep' END AS grp,
-           day, source_ip, reporter, disposition, report,
-           sum(count)::bigint AS messages, {_PASS} AS dmarc_pass, {_SPF} AS spf_aligned,
-           {_DKIM} AS dkim_aligned
-      FROM receiver_report_records WHERE domain = :domain AND day >= :since
+           day, source_ip, reporter, disposition, policy_p, policy_sp, policy_pct,
+           sum(messages)::bigint AS messages, sum(dmarc_pass)::bigint AS dmarc_pass,
+           sum(spf_aligned)::bigint AS spf_aligned, sum(dkim_aligned)::bigint AS dkim_aligned
+      FROM dmarc_daily WHERE domain = :domain AND day >= :since
      GROUP BY GROUPING SETS ((source_ip, reporter, disposition), (day, source_ip, reporter),
-                            (day), (report, disposition), (reporter))
+                            (day), (policy_p, policy_sp, policy_pct, disposition), (reporter))
 )
 SELECT * FROM g WHERE grp <> 'dsr'
 UNION ALL
-(SELECT * FROM g WHERE grp = 'dsr' ORDER BY day DESC, messages DESC LIMIT :top)
+(SELECT * FROM g WHERE grp = 'dsr'
+  ORDER BY day DESC, messages DESC, source_ip, reporter LIMIT :top)
 """
+
+
+def _policy_field(value: str) -> str | None:
+    return value or None
 
 
 def domain_view(conn: Connection, config: Config, domain: str,
@@ -98,8 +100,7 @@ def domain_view(conn: Connection, config: Config, domain: str,
     per_day: list[dict[str, Any]] = []
     by_day_source: list[dict[str, Any]] = []
     reporters: list[dict[str, Any]] = []
-    by_report: dict[int, dict[str, int]] = defaultdict(dict)
-    day_reporters: dict[Any, set[str]] = defaultdict(set)
+    policies: dict[tuple[Any, Any, Any, str], int] = defaultdict(int)
     for row in conn.execute(sa.text(_ONE_SCAN), {**params, "top": TOP * 4}):
         if row.grp == "src":
             src = found.get(row.source_ip)
@@ -123,23 +124,20 @@ def domain_view(conn: Connection, config: Config, domain: str,
                             "dmarc_pass": row.dmarc_pass, "spf_aligned": row.spf_aligned,
                             "dkim_aligned": row.dkim_aligned})
         elif row.grp == "pol":
-            by_report[row.report][row.disposition] = row.messages
+            policies[(_policy_field(row.policy_p), _policy_field(row.policy_sp),
+                      _policy_field(row.policy_pct), row.disposition)] += row.messages
         else:
             reporters.append({"reporter": row.reporter, "messages": row.messages,
                               "dmarc_pass": row.dmarc_pass})
-    policies: dict[tuple[Any, Any, Any, str], int] = defaultdict(int)
+    day_reporters: dict[Any, int] = defaultdict(int)
     report_org: dict[str, int] = defaultdict(int)
-    if by_report:
-        for r in conn.execute(sa.text("""
-                SELECT id, org_name, policy->>'p' AS p, policy->>'sp' AS sp,
-                       policy->>'pct' AS pct, begin_at
-                FROM receiver_reports WHERE id = ANY(:ids)"""), {"ids": list(by_report)}):
-            report_org[r.org_name] += 1
-            day_reporters[r.begin_at.date()].add(r.org_name)
-            for disposition, n in by_report[r.id].items():
-                policies[(r.p, r.sp, r.pct, disposition)] += n
+    for r in conn.execute(sa.text("""
+            SELECT day, reporter, reports FROM dmarc_daily_reports
+            WHERE domain = :domain AND day >= :since"""), params):
+        day_reporters[r.day] += 1
+        report_org[r.reporter] += int(r.reports)
     for d in per_day:
-        d["reporters"] = len(day_reporters.get(d["day"], ()))
+        d["reporters"] = day_reporters.get(d["day"], 0)
     for entry in reporters:
         entry["reports"] = report_org.get(entry["reporter"], 0)
     per_day.sort(key=lambda d: d["day"], reverse=True)
@@ -193,10 +191,10 @@ def relay_dmarc(conn: Connection, config: Config,
     result: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     if not networks:
         return {}
-    for row in conn.execute(sa.text(f"""
-            SELECT domain, source_ip, sum(count)::bigint AS n,
-                   {_PASS} AS passed
-            FROM receiver_report_records WHERE day >= :since GROUP BY 1, 2"""),
+    for row in conn.execute(sa.text("""
+            SELECT domain, source_ip, sum(messages)::bigint AS n,
+                   sum(dmarc_pass)::bigint AS passed
+            FROM dmarc_daily WHERE day >= :since GROUP BY 1, 2"""),
             {"since": _since(days)}):
         if is_ours(row.source_ip, networks):
             result[row.domain][0] += int(row.n)
@@ -245,7 +243,9 @@ def recent(conn: Connection, limit: int = 50) -> dict[str, list[dict[str, Any]]]
                    messages, source, filename, created_at, jsonb_array_length(warnings) AS
                    warnings
             FROM receiver_reports ORDER BY id DESC LIMIT :limit"""), {"limit": limit})],
-        "rejects": [dict(r._mapping) for r in conn.execute(sa.text("""
-            SELECT filename, reason, source, size, created_at FROM receiver_report_rejects
-            ORDER BY created_at DESC LIMIT :limit"""), {"limit": limit})],
+        "rejects": [{**r._mapping, "reason": text_from_data(r.reason_i18n)
+                     if r.reason_i18n else r.reason} for r in conn.execute(sa.text("""
+            SELECT filename, reason, reason_i18n, source, size, created_at
+            FROM receiver_report_rejects ORDER BY created_at DESC LIMIT :limit"""),
+            {"limit": limit})],
     }

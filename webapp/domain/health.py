@@ -23,6 +23,7 @@ from workers.core.i18n import N_, Text
 from workers.core.relays import parse_relays
 from workers.core.settings import Config
 from workers.core.states import Campaign
+from workers.delivery import warmup
 
 WINDOW = timedelta(minutes=15)  # failure rate, attempts by class
 CHART = timedelta(hours=1)  # the sent-per-minute chart (within queue.MINUTES_KEPT)
@@ -286,6 +287,7 @@ def queue_health(conn: Connection, config: Config) -> dict[str, Any]:
         "relays": relays_with_state(conn, config),
         "domain_throttles": queue.domain_throttles(conn),
         "rate": rate_limits(conn, config),
+        "warmups": warmup.all_today(conn),
         "login_probe_interval": config.login_probe_interval,
         "alarms": compute_alarms(conn, config),
         "unreadable": feedback.unreadable_mail(conn),

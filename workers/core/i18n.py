@@ -91,3 +91,30 @@ def message_of(exc: BaseException) -> str:
     (``str(exc)`` would be a plain copy)."""
     first = exc.args[0] if exc.args else None
     return first if isinstance(first, Text) else str(exc) or type(exc).__name__
+
+
+def text_to_data(message: str) -> dict[str, Any] | None:
+    """A :class:`Text` as JSON-able data, to be said again later in the reader's language
+    (:func:`text_from_data`); None for a plain string."""
+    if not isinstance(message, Text):
+        return None
+    if message.parts:
+        return {"separator": message.separator,
+                "parts": [text_to_data(p) or {"verbatim": str(p)} for p in message.parts]}
+    if not message.msgid:
+        return {"verbatim": str.__str__(message)}
+    return {"msgid": message.msgid,
+            "params": {k: text_to_data(v) or {"verbatim": v} if isinstance(v, Text)
+                       else v for k, v in message.params.items()}}
+
+
+def text_from_data(data: Mapping[str, Any]) -> Text:
+    """The :class:`Text` that :func:`text_to_data` stored."""
+    if "parts" in data:
+        return Text.joined(str(data.get("separator", "")),
+                           [text_from_data(p) for p in data["parts"]])
+    if "msgid" in data:
+        return Text(str(data["msgid"]), **{
+            k: text_from_data(v) if isinstance(v, Mapping) else v
+            for k, v in dict(data.get("params") or {}).items()})
+    return Text.verbatim(str(data.get("verbatim", "")))

@@ -64,6 +64,7 @@ from workers.delivery import (
     retention,
     sequences,
     services,
+    warmup,
 )
 from workers.delivery.attempt import Fence, Sender, go_ahead
 from workers.delivery.claimer import BEHIND_LAG, LAG_FRESH, Claimer, wait_for_slot
@@ -337,6 +338,7 @@ class Pool:
         try:
             self.board.watch(db, CLAIM_TIMEOUT, transport)
             jobs, slots, interval = self._claim(db, token)
+            jobs, slots = warmup.within_caps(db, jobs, slots, CLAIM_TIMEOUT)
             if not any(slots):  # a rate limit's wait is not the pool falling behind
                 self._note_lag(jobs, self.config.claim_batch)
             self.holdings.hold(token, jobs)

@@ -27,6 +27,7 @@ from workers.queue.campaigns import (
 )
 from workers.queue.claim import (
     claim_batch,
+    hold_claimed,
 )
 from workers.queue.common import (
     JOB_COLUMNS,
@@ -172,6 +173,7 @@ __all__ = [
     "finish_document",
     "finish_one",
     "finished_ids",
+    "hold_claimed",
     "hurry",
     "in_flight_for_user",
     "latest_job_for_user",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -11,6 +12,7 @@ from sqlalchemy.engine import Connection
 from workers.core.jobs import ClaimedJob
 from workers.core.states import (
     CLAIMABLE,
+    PENDING,
     SENDING,
     Campaign,
     sql_list,
@@ -107,3 +109,26 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
     jobs = [ClaimedJob(**row) for row in rows]
     jobs.sort(key=lambda j: (j.priority, j.id))
     return jobs
+
+
+# Claimed jobs a warm-up cap holds back: to `pending` without using an attempt, due at the
+# start of the next hour or of the next UTC day (docs/design.md §33).
+_HOLD_CLAIMED = sa.text(f"""
+UPDATE delivery_jobs
+   SET status = '{PENDING}', claimed_by = NULL, claim_token = NULL, claimed_at = NULL,
+       available_at = CASE WHEN :next_day
+           THEN (date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')
+                AT TIME ZONE 'UTC'
+           ELSE date_trunc('hour', now()) + interval '1 hour' END
+ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{SENDING}'
+   AND claim_token = ANY(CAST(:tokens AS uuid[]))
+""")
+
+
+def hold_claimed(conn: Connection, jobs: Sequence[ClaimedJob], *, next_day: bool) -> int:
+    """Hand claimed jobs back unsent until the next hour (or UTC day, ``next_day``)."""
+    if not jobs:
+        return 0
+    return conn.execute(_HOLD_CLAIMED, {"next_day": next_day,
+                                        "ids": [j.id for j in jobs],
+                                        "tokens": [j.claim_token for j in jobs]}).rowcount

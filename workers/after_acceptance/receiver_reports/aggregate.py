@@ -14,6 +14,7 @@ from workers.after_acceptance.receiver_reports.model import (
     AuthResult,
     ReportError,
 )
+from workers.core.i18n import N_
 
 _PSL = PublicSuffixList()
 _DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>", re.S)
@@ -43,7 +44,7 @@ def parse_aggregate(data: bytes) -> AggregateReport:
         text = data.decode("utf-8", "ignore")
     text = text.lstrip("\ufeff")
     if _ENTITY.search(text[:65536]):
-        raise ReportError("XML declares entities; refused (entity expansion is not allowed)")
+        raise ReportError(N_("XML declares entities; refused (entity expansion is not allowed)"))
     text = _DECLARATION.sub("", text, count=1).strip()
     try:
         root = etree.fromstring(text, _parser(recover=False))
@@ -52,15 +53,21 @@ def parse_aggregate(data: bytes) -> AggregateReport:
         try:
             root = etree.fromstring(text, _parser(recover=True))
         except etree.XMLSyntaxError as exc2:
-            raise ReportError(f"invalid XML: {exc2}") from None
+            raise ReportError(N_("invalid XML: %(error)s", error=str(exc2))) from None
         if root is None:
-            raise ReportError(f"invalid XML: {exc}") from None
+            raise ReportError(N_("invalid XML: %(error)s", error=str(exc))) from None
     try:
         return _build(root, warnings)
     except ReportError as exc:
         if warnings:  # damaged XML: say so first, it is the likely cause
-            raise ReportError(f"{warnings[0].split(',')[0]} ({exc.reason})") from None
+            raise ReportError(N_("%(damage)s (%(reason)s)", damage=_damage(warnings[0]),
+                                 reason=exc.reason)) from None
         raise
+
+
+def _damage(warning: str) -> str:
+    """What was wrong with a damaged file, as the first words of its warning say."""
+    return N_("invalid XML") if warning.startswith("invalid XML") else warning.split(",")[0]
 
 
 def _build(root: etree._Element, warnings: list[str]) -> AggregateReport:
@@ -71,13 +78,14 @@ def _build(root: etree._Element, warnings: list[str]) -> AggregateReport:
         if wrapped is not None:
             root = wrapped
     if root.tag != "feedback":
-        raise ReportError(f"XML is not a DMARC aggregate report (root element <{root.tag}>)")
+        raise ReportError(N_("XML is not a DMARC aggregate report (root element <%(tag)s>)",
+                             tag=str(root.tag)))
     meta = root.find("report_metadata")
     policy = root.find("policy_published")
     if meta is None:
-        raise ReportError("DMARC report has no <report_metadata>")
+        raise ReportError(N_("DMARC report has no <report_metadata>"))
     if policy is None:
-        raise ReportError("DMARC report has no <policy_published>")
+        raise ReportError(N_("DMARC report has no <policy_published>"))
 
     org_name = _text(meta, "org_name")
     org_email = _text(meta, "email")
@@ -87,17 +95,17 @@ def _build(root: etree._Element, warnings: list[str]) -> AggregateReport:
         domain = (org_email or "").rpartition("@")[2].strip("<> ").lower()
         org_name = (_PSL.privatesuffix(domain) or domain) if domain else ""
     if not org_name:
-        raise ReportError("DMARC report names no reporting organization (org_name, email)")
+        raise ReportError(N_("DMARC report names no reporting organization (org_name, email)"))
     report_id = (_text(meta, "report_id") or "").replace("<", "").replace(">", "")
     report_id = report_id.split("@")[0].strip()
     if not report_id:
-        raise ReportError("DMARC report has no report_id")
+        raise ReportError(N_("DMARC report has no report_id"))
     begin = _timestamp(meta, "date_range/begin")
     end = _timestamp(meta, "date_range/end")
 
     domain = (_text(policy, "domain") or "").lower()
     if not domain:
-        raise ReportError("DMARC report has no published policy domain")
+        raise ReportError(N_("DMARC report has no published policy domain"))
     p = (_text(policy, "p") or "none").lower()
     version = _text(root, "version")
     if namespace == _DMARC2_NS:
@@ -119,21 +127,22 @@ def _build(root: etree._Element, warnings: list[str]) -> AggregateReport:
     for record in root.iterfind("record"):
         report.records.append(_record(record))
     if not report.records:
-        raise ReportError("DMARC report has no <record>")
+        raise ReportError(N_("DMARC report has no <record>"))
     return report
 
 
 def _record(el: etree._Element) -> AggregateRecord:
     row = el.find("row")
     if row is None:
-        raise ReportError("DMARC record has no <row>")
+        raise ReportError(N_("DMARC record has no <row>"))
     source_ip = _text(row, "source_ip")
     if not source_ip:
-        raise ReportError("DMARC record has no source_ip")
+        raise ReportError(N_("DMARC record has no source_ip"))
     try:
         count = int((_text(row, "count") or "0").strip())
     except ValueError:
-        raise ReportError(f"DMARC record count is not a number: {_text(row, 'count')!r}") from None
+        raise ReportError(N_("DMARC record count is not a number: %(value)s",
+                                 value=repr(_text(row, "count")))) from None
     auth: list[AuthResult] = []
     results = el.find("auth_results")
     if results is not None:
@@ -191,9 +200,10 @@ def _text(el: etree._Element | None, path: str) -> str | None:
 def _timestamp(meta: etree._Element, path: str) -> datetime:
     raw = _text(meta, path)
     if raw is None:
-        raise ReportError(f"DMARC report has no {path.replace('/', ' ')}")
+        raise ReportError(N_("DMARC report has no %(field)s", field=path.replace("/", " ")))
     try:
         return datetime.fromtimestamp(int(float(raw)), UTC).replace(tzinfo=None)
     except (ValueError, OverflowError, OSError):
         name = path.replace("/", " ")
-        raise ReportError(f"DMARC report {name} is not a timestamp: {raw!r}") from None
+        raise ReportError(N_("DMARC report %(field)s is not a timestamp: %(value)s", field=name,
+                             value=repr(raw))) from None

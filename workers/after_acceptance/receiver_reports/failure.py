@@ -8,6 +8,7 @@ from email.message import Message
 from email.utils import parsedate_to_datetime
 
 from workers.after_acceptance.receiver_reports.model import FailureReport, ReportError
+from workers.core.i18n import N_
 
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]*(.*)$")
 
@@ -49,7 +50,7 @@ def parse_feedback_part(text: str, msg: Message, source: tuple[str, str]) -> Fai
     fields = _fields(text)
     feedback_type = (_first(fields, "feedback-type") or "").lower()
     if not feedback_type:
-        raise ReportError("feedback report has no Feedback-Type")
+        raise ReportError(N_("feedback report has no Feedback-Type"))
     arrival = _date(_first(fields, "arrival-date") or _first(fields, "received-date")) \
         or _date(str(msg.get("Date") or ""))
     return FailureReport(

@@ -34,6 +34,7 @@ from workers.after_acceptance.receiver_reports.model import (
     TlsReport,
 )
 from workers.after_acceptance.receiver_reports.tls import parse_tls
+from workers.core.i18n import N_, Text
 
 Report = AggregateReport | FailureReport | TlsReport
 
@@ -49,15 +50,15 @@ _ZIP_MAGIC = b"PK\x03\x04"
 def read_report(data: bytes, filename: str | None = None) -> list[Report]:
     """Every report in ``data`` (one file); raises ReportError with the reason if none."""
     if len(data) > MAX_INPUT_BYTES:
-        raise ReportError(f"file is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
+        raise ReportError(N_("file is larger than %(n)s MiB", n=MAX_INPUT_BYTES // (1024 * 1024)))
     if not data.strip():
-        raise ReportError("empty file")
+        raise ReportError(N_("empty file"))
     return _read_payload(data, depth=0)
 
 
 def _read_payload(data: bytes, depth: int) -> list[Report]:
     if depth > 3:
-        raise ReportError("report nested too deeply (archive in archive in archive)")
+        raise ReportError(N_("report nested too deeply (archive in archive in archive)"))
     if data.startswith(_GZIP_MAGIC):
         return _read_payload(_gunzip(data), depth + 1)
     if data.startswith(_ZIP_MAGIC):
@@ -70,11 +71,10 @@ def _read_payload(data: bytes, depth: int) -> list[Report]:
     if _looks_like_email(data):
         return _read_email(data, depth)
     if not data.strip():
-        raise ReportError("empty file")
-    raise ReportError(
+        raise ReportError(N_("empty file"))
+    raise ReportError(N_(
         "not a recognized report format (not a DMARC aggregate XML report, an SMTP TLS "
-        "JSON report, or an email message carrying one)"
-    )
+        "JSON report, or an email message carrying one)"))
 
 
 def _gunzip(data: bytes) -> bytes:
@@ -88,20 +88,19 @@ def _gunzip(data: bytes) -> bytes:
                 chunk = inflater.decompress(pending, _CHUNK)
                 out.write(chunk)
                 if out.tell() > MAX_EXPANDED_BYTES:
-                    raise ReportError(
-                        f"gzip expands beyond {MAX_EXPANDED_BYTES // (1024 * 1024)} MiB; refused"
-                    )
+                    raise ReportError(N_("gzip expands beyond %(n)s MiB; refused",
+                                         n=MAX_EXPANDED_BYTES // (1024 * 1024)))
                 pending = inflater.unconsumed_tail
                 if inflater.eof or not (pending or chunk):
                     break
         except zlib.error as exc:
             if out.tell():
                 break  # trailing garbage after a complete member
-            raise ReportError(f"damaged gzip file ({exc})") from None
+            raise ReportError(N_("damaged gzip file (%(error)s)", error=str(exc))) from None
         rest = inflater.unused_data.lstrip(b"\x00")
     result = out.getvalue()
     if not result:
-        raise ReportError("gzip file holds nothing")
+        raise ReportError(N_("gzip file holds nothing"))
     return result
 
 
@@ -109,12 +108,13 @@ def _unzip(data: bytes) -> bytes:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError) as exc:
-        raise ReportError(f"damaged zip file ({exc})") from None
+        raise ReportError(N_("damaged zip file (%(error)s)", error=str(exc))) from None
     members = [m for m in archive.infolist() if not m.is_dir()]
     if not members:
-        raise ReportError("zip file holds no file")
+        raise ReportError(N_("zip file holds no file"))
     if len(members) > MAX_ZIP_MEMBERS:
-        raise ReportError(f"zip file holds {len(members)} files; at most {MAX_ZIP_MEMBERS}")
+        raise ReportError(N_("zip file holds %(n)s files; at most %(most)s", n=len(members),
+                                 most=MAX_ZIP_MEMBERS))
     preferred = [m for m in members if m.filename.lower().endswith((".xml", ".json"))]
     member = (preferred or members)[0]
     out = io.BytesIO()
@@ -123,11 +123,10 @@ def _unzip(data: bytes) -> bytes:
             while chunk := stream.read(_CHUNK):
                 out.write(chunk)
                 if out.tell() > MAX_EXPANDED_BYTES:
-                    raise ReportError(
-                        f"zip expands beyond {MAX_EXPANDED_BYTES // (1024 * 1024)} MiB; refused"
-                    )
+                    raise ReportError(N_("zip expands beyond %(n)s MiB; refused",
+                                         n=MAX_EXPANDED_BYTES // (1024 * 1024)))
     except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError) as exc:
-        raise ReportError(f"damaged zip file ({exc})") from None
+        raise ReportError(N_("damaged zip file (%(error)s)", error=str(exc))) from None
     return out.getvalue()
 
 
@@ -169,11 +168,11 @@ def _read_email(data: bytes, depth: int) -> list[Report]:
             try:
                 reports.extend(_read_payload(payload, depth + 1))
             except ReportError as exc:
-                problems.append(f"{name or ctype}: {exc.reason}")
+                problems.append(N_("%(part)s: %(reason)s", part=name or ctype, reason=exc.reason))
     if reports:
         return reports
     if problems:
-        raise ReportError("; ".join(problems))
+        raise ReportError(Text.joined("; ", problems))
     failure = parse_plain_text_failure(msg, _source_of(msg))
     if failure is not None:
         return [failure]
@@ -183,7 +182,7 @@ def _read_email(data: bytes, depth: int) -> list[Report]:
             body = part.get_payload(decode=True)
             if isinstance(body, bytes) and body.lstrip()[:5] in (b"<?xml", b"<feed"):
                 return [parse_aggregate(body)]
-    raise ReportError("email message carries no DMARC or SMTP TLS report")
+    raise ReportError(N_("email message carries no DMARC or SMTP TLS report"))
 
 
 def _part_text(part: Message) -> str:

@@ -21,6 +21,7 @@ from workers.after_acceptance.receiver_reports.model import (
     TlsReport,
 )
 from workers.after_acceptance.receiver_reports.reader import Report, read_report
+from workers.core.i18n import text_to_data
 
 SOURCES = ("upload", "api", "mailbox")
 
@@ -81,11 +82,14 @@ def ingest(conn: Connection, data: bytes, *, filename: str = "",
 def record_reject(conn: Connection, data: bytes, *, filename: str, source: str,
                   reason: str) -> None:
     conn.execute(sa.text("""
-        INSERT INTO receiver_report_rejects (digest, source, filename, reason, size)
-        VALUES (:digest, :source, :filename, :reason, :size)
-        ON CONFLICT (digest) DO UPDATE SET created_at = now(), reason = EXCLUDED.reason"""),
+        INSERT INTO receiver_report_rejects (digest, source, filename, reason, size,
+                                             reason_i18n)
+        VALUES (:digest, :source, :filename, :reason, :size, CAST(:i18n AS jsonb))
+        ON CONFLICT (digest) DO UPDATE SET created_at = now(), reason = EXCLUDED.reason,
+            reason_i18n = EXCLUDED.reason_i18n"""),
         {"digest": hashlib.sha256(data).hexdigest(), "source": source,
-         "filename": filename[:500], "reason": reason[:1000], "size": len(data)})
+         "filename": filename[:500], "reason": reason[:1000], "size": len(data),
+         "i18n": _json(said) if (said := text_to_data(reason)) else None})
 
 
 def _store(conn: Connection, report: Report, source: str, filename: str) -> Stored:
@@ -137,6 +141,7 @@ def _store(conn: Connection, report: Report, source: str, filename: str) -> Stor
                            for a in r.auth]),
         } for r in report.records]
         _copy(conn, "receiver_report_records", rows)
+        _summarize(conn, domain, day, report.org_name, policy, rows)
     elif isinstance(report, TlsReport):
         rows = [{
             "report": row.id, "policy_domain": p.policy_domain, "day": day,
@@ -147,6 +152,52 @@ def _store(conn: Connection, report: Report, source: str, filename: str) -> Stor
         } for p in report.policies]
         _copy(conn, "receiver_tls_policies", rows)
     return stored
+
+
+_ADD_DAILY = """
+INSERT INTO dmarc_daily AS d (domain, day, reporter, source_ip, disposition, policy_p,
+    policy_sp, policy_pct, messages, dmarc_pass, spf_aligned, dkim_aligned)
+SELECT * FROM unnest(CAST(:domain AS text[]), CAST(:day AS date[]), CAST(:reporter AS text[]),
+    CAST(:source_ip AS text[]), CAST(:disposition AS text[]), CAST(:p AS text[]),
+    CAST(:sp AS text[]), CAST(:pct AS text[]), CAST(:messages AS bigint[]),
+    CAST(:dmarc_pass AS bigint[]), CAST(:spf_aligned AS bigint[]),
+    CAST(:dkim_aligned AS bigint[]))
+ON CONFLICT ON CONSTRAINT dmarc_daily_pkey DO UPDATE SET
+    messages = d.messages + EXCLUDED.messages, dmarc_pass = d.dmarc_pass + EXCLUDED.dmarc_pass,
+    spf_aligned = d.spf_aligned + EXCLUDED.spf_aligned,
+    dkim_aligned = d.dkim_aligned + EXCLUDED.dkim_aligned
+"""
+
+
+def _summarize(conn: Connection, domain: str, day: Any, reporter: str,
+               policy: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Add an aggregate report's records to the per-day summary the domain page reads
+    (docs/design.md §30), in the transaction that stores them. Keys are written in sorted
+    order so that two reports stored at once never deadlock on the same rows."""
+    p, sp, pct = ("" if policy.get(k) is None else str(policy[k]) for k in ("p", "sp", "pct"))
+    sums: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        n = int(r["count"])
+        entry = sums.setdefault((r["source_ip"], r["disposition"]), [0, 0, 0, 0])
+        entry[0] += n
+        entry[1] += n if r["dkim"] == "pass" or r["spf"] == "pass" else 0
+        entry[2] += n if r["spf"] == "pass" else 0
+        entry[3] += n if r["dkim"] == "pass" else 0
+    keys = sorted(sums)
+    k = len(keys)
+    if not k:
+        return
+    conn.execute(sa.text(_ADD_DAILY), {
+        "domain": [domain] * k, "day": [day] * k, "reporter": [reporter] * k,
+        "source_ip": [ip for ip, _ in keys], "disposition": [d for _, d in keys],
+        "p": [p] * k, "sp": [sp] * k, "pct": [pct] * k,
+        **{name: [sums[key][i] for key in keys] for i, name in enumerate(
+            ("messages", "dmarc_pass", "spf_aligned", "dkim_aligned"))}})
+    conn.execute(sa.text("""
+        INSERT INTO dmarc_daily_reports AS d (domain, day, reporter, reports)
+        VALUES (:domain, :day, :reporter, 1)
+        ON CONFLICT ON CONSTRAINT dmarc_daily_reports_pkey DO UPDATE SET
+            reports = d.reports + 1"""), {"domain": domain, "day": day, "reporter": reporter})
 
 
 def _copy(conn: Connection, table: str, rows: list[dict[str, Any]]) -> None:

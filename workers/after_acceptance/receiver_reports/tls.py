@@ -13,21 +13,22 @@ from workers.after_acceptance.receiver_reports.model import (
     TlsPolicy,
     TlsReport,
 )
+from workers.core.i18n import N_
 
 
 def parse_tls(data: bytes) -> TlsReport:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise ReportError(f"invalid JSON: {exc}") from None
+        raise ReportError(N_("invalid JSON: %(error)s", error=str(exc))) from None
     if not isinstance(doc, dict) or "policies" not in doc:
-        raise ReportError("JSON is not an SMTP TLS report (no \"policies\")")
+        raise ReportError(N_('JSON is not an SMTP TLS report (no "policies")'))
     missing = [k for k in ("organization-name", "date-range", "report-id") if not doc.get(k)]
     if missing:
-        raise ReportError(f"SMTP TLS report lacks {', '.join(missing)}")
+        raise ReportError(N_("SMTP TLS report lacks %(fields)s", fields=", ".join(missing)))
     dates = doc["date-range"]
     if not isinstance(dates, dict):
-        raise ReportError("SMTP TLS report date-range is not an object")
+        raise ReportError(N_("SMTP TLS report date-range is not an object"))
     report = TlsReport(
         org_name=str(doc["organization-name"]), report_id=str(doc["report-id"]),
         begin=_when(dates.get("start-datetime"), "start-datetime"),
@@ -36,7 +37,7 @@ def parse_tls(data: bytes) -> TlsReport:
     )
     policies = doc["policies"]
     if not isinstance(policies, list):
-        raise ReportError("SMTP TLS report policies is not a list")
+        raise ReportError(N_("SMTP TLS report policies is not a list"))
     for item in policies:
         report.policies.append(_policy(item))
     return report
@@ -44,11 +45,11 @@ def parse_tls(data: bytes) -> TlsReport:
 
 def _policy(item: Any) -> TlsPolicy:
     if not isinstance(item, dict) or not isinstance(item.get("policy"), dict):
-        raise ReportError("SMTP TLS report has a policy entry without \"policy\"")
+        raise ReportError(N_('SMTP TLS report has a policy entry without "policy"'))
     policy = item["policy"]
     summary = item.get("summary") or {}
     if not policy.get("policy-domain") or not policy.get("policy-type"):
-        raise ReportError("SMTP TLS policy lacks policy-domain or policy-type")
+        raise ReportError(N_("SMTP TLS policy lacks policy-domain or policy-type"))
     result = TlsPolicy(
         policy_domain=str(policy["policy-domain"]).lower(),
         policy_type=str(policy["policy-type"]),
@@ -59,7 +60,7 @@ def _policy(item: Any) -> TlsPolicy:
     )
     for detail in item.get("failure-details") or []:
         if not isinstance(detail, dict) or not detail.get("result-type"):
-            raise ReportError("SMTP TLS failure detail lacks result-type")
+            raise ReportError(N_("SMTP TLS failure detail lacks result-type"))
         result.failure_details.append(TlsFailure(
             result_type=str(detail["result-type"]),
             failed_session_count=_int(detail.get("failed-session-count", 0)),
@@ -81,14 +82,16 @@ def _int(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ReportError(f"SMTP TLS session count is not a number: {value!r}") from None
+        raise ReportError(N_("SMTP TLS session count is not a number: %(value)s",
+                             value=repr(value))) from None
 
 
 def _when(value: Any, name: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
-        raise ReportError(f"SMTP TLS report {name} is not a date: {value!r}") from None
+        raise ReportError(N_("SMTP TLS report %(field)s is not a date: %(value)s", field=name,
+                             value=repr(value))) from None
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed
