@@ -61,9 +61,25 @@ def _render_without_database() -> None:
         g._login_user = current_app.login_manager.anonymous_user()  # type: ignore[attr-defined]
 
 
+def _public() -> bool:
+    """Whether the error is shown with the public layout (docs/design.md §33): on a page
+    anyone may open, or to a visitor who is not logged in."""
+    from flask_login import current_user
+
+    from webapp import access
+
+    if request.endpoint in access.PUBLIC and request.endpoint != "static":
+        return True
+    try:
+        return not current_user.is_authenticated
+    except Exception:  # the user could not be loaded (the database is what failed)
+        return True
+
+
 def _page(status: int, title: object, message: object) -> tuple[str, int]:
     """The error page, its message in the page's language."""
-    return render_template("error.html", status=status, title=str(title),
+    template = "public/error.html" if _public() else "error.html"
+    return render_template(template, status=status, title=str(title),
                            message=localize(message)), status
 
 
