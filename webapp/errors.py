@@ -83,6 +83,18 @@ def _page(status: int, title: object, message: object) -> tuple[str, int]:
                            message=localize(message)), status
 
 
+def http_error(exc: HTTPException) -> Response:
+    """An HTTP error (404, 405, 413, ...) as JSON on the API, a page elsewhere."""
+    status = exc.code or 500
+    message = HTTP_MESSAGES.get(status, exc.description or exc.name)
+    response = api_error(status, message) if _wants_json() else make_response(
+        _page(status, HTTP_TITLES.get(status, exc.name), message))
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        # RFC 9110: a 405 lists the methods the resource supports.
+        response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+    return response
+
+
 def init_app(app: Flask) -> None:
     @app.errorhandler(DomainError)
     def domain_error(exc: DomainError) -> Response | tuple[str, int]:
@@ -126,16 +138,7 @@ def init_app(app: Flask) -> None:
         response.headers["Retry-After"] = str(problem.retry_after)
         return response
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response | tuple[str, int]:
-        status = exc.code or 500
-        message = HTTP_MESSAGES.get(status, exc.description or exc.name)
-        response = api_error(status, message) if _wants_json() else make_response(
-            _page(status, HTTP_TITLES.get(status, exc.name), message))
-        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
-            # RFC 9110: a 405 lists the methods the resource supports.
-            response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
-        return response
+    app.errorhandler(HTTPException)(http_error)
 
     def bad_value(exc: Exception) -> Response | tuple[str, int]:
         # A value the database refused (out of range, malformed): the input's fault, not

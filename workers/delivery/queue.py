@@ -902,6 +902,13 @@ def rate_usage(conn: Connection) -> dict[str, int]:
     return {"last_minute": int(row.last_minute), "hour": int(row.hour), "day": int(row.day)}
 
 
+def forget_expired_imports(conn: Connection) -> int:
+    """Delete the CSV files checked first and never imported, once they expired (their
+    chunks go with them): docs/design.md §34."""
+    return int(conn.execute(sa.text(
+        "DELETE FROM import_uploads WHERE expires_at <= now()")).rowcount)
+
+
 def prune_rate_minutes(conn: Connection) -> None:
     """Forget minutes older than the longest window (maintenance)."""
     conn.execute(sa.text("DELETE FROM rate_minutes WHERE minute < now() - interval '25 hours'"))
