@@ -35,11 +35,16 @@ def _counts(engine: sa.Engine) -> tuple[int, int, int]:
                      for table in ("import_uploads", "import_upload_chunks", "subscribers"))
 
 
-def _client(engine: sa.Engine, config_for: Callable[..., Config], sink: Any) -> Any:
-    app = create_app(config_for(sink.port, MAX_IMPORT_BYTES=str(LIMIT)),
-                     engine=engine)
+def _marketer(engine: sa.Engine, config_for: Callable[..., Config], sink: Any,
+              make_user: Callable[..., dict[str, Any]]) -> tuple[Any, Browser, int]:
+    """A client of an app with the test's import limit, a marketer logged in, and a list."""
+    app = create_app(config_for(sink.port, MAX_IMPORT_BYTES=str(LIMIT)), engine=engine)
     app.config["TESTING"] = True
-    return app.test_client()
+    client = app.test_client()
+    browser = Browser(client, make_user("marketer"))
+    with engine.begin() as conn:
+        list_id = int(lists.create_list(conn, "Imported")["id"])
+    return client, browser, list_id
 
 
 def _upload(client: Any, browser: Browser, list_id: int, data: bytes, action: str) -> Any:
@@ -51,10 +56,7 @@ def _upload(client: Any, browser: Browser, list_id: int, data: bytes, action: st
 def test_a_file_over_the_limit_is_refused_naming_the_limit_and_nothing_is_kept(
         engine: sa.Engine, config_for: Callable[..., Config], sink: Any,
         make_user: Callable[..., dict[str, Any]]) -> None:
-    client = _client(engine, config_for, sink)
-    browser = Browser(client, make_user("marketer"))
-    with engine.begin() as conn:
-        list_id = int(lists.create_list(conn, "Big")["id"])
+    client, browser, list_id = _marketer(engine, config_for, sink, make_user)
     over = _csv(2500)
     assert len(over) > LIMIT
     before = _counts(engine)
@@ -80,10 +82,7 @@ def test_a_file_over_the_limit_is_refused_naming_the_limit_and_nothing_is_kept(
 def test_maintenance_deletes_checked_files_that_expired(
         engine: sa.Engine, config_for: Callable[..., Config], sink: Any,
         make_user: Callable[..., dict[str, Any]]) -> None:
-    client = _client(engine, config_for, sink)
-    browser = Browser(client, make_user("marketer"))
-    with engine.begin() as conn:
-        list_id = int(lists.create_list(conn, "Checked")["id"])
+    client, browser, list_id = _marketer(engine, config_for, sink, make_user)
     for _ in range(3):
         assert _upload(client, browser, list_id, _csv(500), "check").status_code == 200
     with engine.begin() as conn:  # two were checked more than an hour ago, never imported
