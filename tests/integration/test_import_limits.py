@@ -71,6 +71,11 @@ def test_a_file_over_the_limit_is_refused_naming_the_limit_and_nothing_is_kept(
     client.post("/account/language", data={"csrf_token": browser.token, "locale": "es"})
     page = _upload(client, browser, list_id, over, "check").get_data(as_text=True)
     assert "64 KiB" in page and "límite" in page, page
+    # The form states the limit before anyone uploads.
+    form = client.get(f"/lists/{list_id}/import").get_data(as_text=True)
+    assert 'id="import-limit">Archivos de hasta 64 KiB' in form, form
+    # Its example file shows its three lines (it showed them run together on one line).
+    assert "email,name,plan\nada@example.com,Ada Lovelace,pro\ngrace@" in form, form
     # Under the limit the file is checked and kept as before.
     under = _csv(1000)
     assert len(under) < LIMIT

@@ -200,6 +200,18 @@ def _binary_size(count: int) -> str:
     return f"{count} bytes"
 
 
+CSV_EXAMPLE = "\n".join(("email,name,plan", "ada@example.com,Ada Lovelace,pro",
+                         "grace@example.com,Grace Hopper,team"))
+
+
+@bp.context_processor
+def import_limit() -> dict[str, str]:
+    """The upload limit the import form states (docs/design.md §34), and its example file
+    (data, the same in every language)."""
+    return {"import_limit": _binary_size(config().max_import_bytes),
+            "csv_example": CSV_EXAMPLE}
+
+
 @bp.errorhandler(RequestEntityTooLarge)
 def import_too_large(exc: RequestEntityTooLarge) -> tuple[str, int] | Response:
     """A file over SENDDOCK_MAX_IMPORT_BYTES is refused before any of it is read into the
