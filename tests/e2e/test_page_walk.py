@@ -26,7 +26,7 @@ from webapp.i18n import LANGUAGES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SHOTS = os.environ.get("SENDDOCK_SHOTS")
-MAX_PAGES = int(os.environ.get("SENDDOCK_WALK_PAGES", "60"))
+MAX_PAGES = int(os.environ.get("SENDDOCK_WALK_PAGES", "40"))
 PASSWORD = "walk-the-pages-1"
 WIDTHS = (1280, 390)
 # Links that change something on GET or leave the UI (downloads, the demo's sink).
