@@ -61,10 +61,38 @@ def _render_without_database() -> None:
         g._login_user = current_app.login_manager.anonymous_user()  # type: ignore[attr-defined]
 
 
+def _public() -> bool:
+    """Whether the error is shown with the public layout (docs/design.md §34): on a page
+    anyone may open, or to a visitor who is not logged in."""
+    from flask_login import current_user
+
+    from webapp import access
+
+    if request.endpoint in access.PUBLIC and request.endpoint != "static":
+        return True
+    try:
+        return not current_user.is_authenticated
+    except Exception:  # the user could not be loaded (the database is what failed)
+        return True
+
+
 def _page(status: int, title: object, message: object) -> tuple[str, int]:
     """The error page, its message in the page's language."""
-    return render_template("error.html", status=status, title=str(title),
+    template = "public/error.html" if _public() else "error.html"
+    return render_template(template, status=status, title=str(title),
                            message=localize(message)), status
+
+
+def http_error(exc: HTTPException) -> Response:
+    """An HTTP error (404, 405, 413, ...) as JSON on the API, a page elsewhere."""
+    status = exc.code or 500
+    message = HTTP_MESSAGES.get(status, exc.description or exc.name)
+    response = api_error(status, message) if _wants_json() else make_response(
+        _page(status, HTTP_TITLES.get(status, exc.name), message))
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        # RFC 9110: a 405 lists the methods the resource supports.
+        response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+    return response
 
 
 def init_app(app: Flask) -> None:
@@ -110,16 +138,7 @@ def init_app(app: Flask) -> None:
         response.headers["Retry-After"] = str(problem.retry_after)
         return response
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response | tuple[str, int]:
-        status = exc.code or 500
-        message = HTTP_MESSAGES.get(status, exc.description or exc.name)
-        response = api_error(status, message) if _wants_json() else make_response(
-            _page(status, HTTP_TITLES.get(status, exc.name), message))
-        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
-            # RFC 9110: a 405 lists the methods the resource supports.
-            response.headers["Allow"] = ", ".join(sorted(exc.valid_methods))
-        return response
+    app.errorhandler(HTTPException)(http_error)
 
     def bad_value(exc: Exception) -> Response | tuple[str, int]:
         # A value the database refused (out of range, malformed): the input's fault, not

@@ -89,4 +89,13 @@
       c.checked = box.checked;
     });
   });
+  // A narrow window shows the navigation as one row that scrolls sideways: bring the
+  // current page's item into view.
+  document.addEventListener("DOMContentLoaded", function () {
+    var nav = document.querySelector(".mainnav");
+    var current = nav && nav.querySelector('[aria-current="page"]');
+    if (current && nav.scrollWidth > nav.clientWidth) {
+      nav.scrollLeft = current.offsetLeft - (nav.clientWidth - current.offsetWidth) / 2;
+    }
+  });
 })();

@@ -8,8 +8,10 @@ from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
 from flask_babel import gettext as _
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Response
 
+from webapp import errors
 from webapp.auth import step_up
 from webapp.context import actor, config, engine
 from webapp.domain import import_uploads, imports, lists, subscriptions
@@ -187,6 +189,44 @@ def import_csv(list_id: int) -> str | tuple[str, int]:
                                error=localize(exc.message), filename=upload.filename), 422
     return render_template("lists/import_report.html", the_list=the_list, report=report,
                            filename=upload.filename, max_reported=imports.MAX_REPORTED)
+
+
+def _binary_size(count: int) -> str:
+    """A byte count as the settings' help writes it: 512 MiB, 64 KiB, 900 bytes."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            amount = count / size
+            return f"{amount:.0f} {unit}" if amount == int(amount) else f"{amount:.1f} {unit}"
+    return f"{count} bytes"
+
+
+CSV_EXAMPLE = "\n".join(("email,name,plan", "ada@example.com,Ada Lovelace,pro",
+                         "grace@example.com,Grace Hopper,team"))
+
+
+@bp.context_processor
+def import_limit() -> dict[str, str]:
+    """The upload limit the import form states (docs/design.md §35), and its example file
+    (data, the same in every language)."""
+    return {"import_limit": _binary_size(config().max_import_bytes),
+            "csv_example": CSV_EXAMPLE}
+
+
+@bp.errorhandler(RequestEntityTooLarge)
+def import_too_large(exc: RequestEntityTooLarge) -> tuple[str, int] | Response:
+    """A file over SENDDOCK_MAX_IMPORT_BYTES is refused before any of it is read into the
+    database, checked first or not (docs/design.md §35): the upload form again, saying the
+    limit. Flask spools what it read of the body to a temporary file it deletes."""
+    list_id = (request.view_args or {}).get("list_id")
+    if request.endpoint != "lists.import_csv" or not isinstance(list_id, int):
+        return errors.http_error(exc)  # any other form of the area: the usual 413
+    with engine().connect() as conn:
+        the_list = lists.get_list(conn, list_id)
+    limit = _binary_size(config().max_import_bytes)
+    return render_template("lists/import.html", the_list=the_list, error=_(
+        "The file is larger than the import's limit of %(limit)s "
+        "(SENDDOCK_MAX_IMPORT_BYTES): nothing was imported or kept. Split the file, or ask "
+        "an administrator to raise the limit.", limit=limit)), 413
 
 
 def _run_import(the_list: dict[str, Any], kept: import_uploads.KeptUpload,

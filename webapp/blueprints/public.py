@@ -167,9 +167,20 @@ def subscribe_submit(list_id: int) -> Response:
     return _form_page(list_id, 200, done=True)
 
 
+def _requester_language(token: str) -> None:
+    """Speak the requester's language on the page saying a confirmation link no longer
+    works: read from the link even once it expired (docs/design.md §34)."""
+    with engine().connect() as conn:
+        _language(subscriptions.request_locale(conn, config().secret_key, token))
+
+
 def _confirm_page(token: str, status: int = 200, **extra: Any) -> Response:
     with engine().connect() as conn:
-        found = subscriptions.pending_request(conn, config().secret_key, token)
+        try:
+            found = subscriptions.pending_request(conn, config().secret_key, token)
+        except NotFound:
+            _requester_language(token)
+            raise
     language = _language(found["locale"])
     html = render_template("public/subscribe_confirm.html", found=found, token=token,
                            language=language, **extra)
@@ -185,7 +196,11 @@ def subscribe_confirm(token: str) -> Response:
 
 @bp.post("/subscribe/confirm/<token>")
 def subscribe_confirm_post(token: str) -> Response:
-    with engine().begin() as conn:
-        subscriptions.confirm(conn, config().secret_key, token,
-                              remote_addr=request.remote_addr or "unknown")
+    try:
+        with engine().begin() as conn:
+            subscriptions.confirm(conn, config().secret_key, token,
+                                  remote_addr=request.remote_addr or "unknown")
+    except NotFound:
+        _requester_language(token)
+        raise
     return _confirm_page(token, done=True)

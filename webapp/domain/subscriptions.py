@@ -29,7 +29,7 @@ import re
 from typing import Any
 
 import sqlalchemy as sa
-from itsdangerous import BadSignature, URLSafeTimedSerializer
+from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from sqlalchemy.engine import Connection
 
 from webapp.domain import audit, intake, kinds, lists, messages
@@ -204,6 +204,24 @@ def request(conn: Connection, config: Config, list_id: int, *, email: Any, name:
     if existing:  # a confirmation for this list and address is already on its way
         conn.execute(sa.text("DELETE FROM subscription_requests WHERE id = :id"),
                      {"id": request_id})
+
+
+def request_locale(conn: Connection, secret_key: str, token: str) -> str | None:
+    """The language of the request a confirmation link names, even once the link has
+    expired (its signature must still be genuine), so that the page saying it expired
+    speaks the requester's language; None for a link that is not ours."""
+    serializer = URLSafeTimedSerializer(secret_key, salt=_CONFIRM_SALT)
+    try:
+        request_id = serializer.loads(token)
+    except SignatureExpired as exc:
+        request_id = exc.payload
+    except BadSignature:
+        return None
+    if not isinstance(request_id, int) or isinstance(request_id, bool):
+        return None
+    locale = conn.execute(sa.text("SELECT locale FROM subscription_requests WHERE id = :id"),
+                          {"id": request_id}).scalar()
+    return str(locale) if locale else None
 
 
 def pending_request(conn: Connection, secret_key: str, token: str) -> dict[str, Any]:

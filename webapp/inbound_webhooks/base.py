@@ -113,8 +113,7 @@ class Provider(ABC):
             return None
         value = getattr(settings, self.setting.lower())
         if not value:
-            raise WebhookRejected(403, f"SENDDOCK_{self.setting} is not set: {self.title} "
-                                       "webhooks are off")
+            raise turned_off(self.setting, self.title)
         return value
 
     @abstractmethod
@@ -138,6 +137,21 @@ def read_json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise WebhookRejected(400, "the body is not valid JSON") from None
+
+
+def turned_off(setting: str, title: str) -> WebhookRejected:
+    """The 403 of a provider whose setting (``SENDDOCK_`` + ``setting``) is empty."""
+    return WebhookRejected(403, f"SENDDOCK_{setting} is not set: {title} webhooks are off")
+
+
+def fresh_stamp(stamp: Any, max_age: float, what: str) -> None:
+    """:func:`fresh` for a timestamp as the provider sent it (text or number): a 400 naming
+    ``what`` unless it reads as a finite number of seconds within ``max_age`` of now."""
+    try:
+        value = float(stamp)
+    except (TypeError, ValueError, OverflowError):
+        raise WebhookRejected(400, f"{what} is not a number") from None
+    fresh(value, max_age, what)
 
 
 def fresh(stamp: float, max_age: float, what: str) -> None:

@@ -16,9 +16,10 @@ from webapp.inbound_webhooks.base import (
     WebhookRejected,
     WebhookRequest,
     email_of,
-    fresh,
+    fresh_stamp,
     message_id_of,
     read_json,
+    turned_off,
 )
 from workers.after_acceptance.reports import Feedback, bounce_class
 
@@ -34,8 +35,7 @@ def verify_mailgun(body: bytes, signing_key: str | None) -> tuple[dict[str, Any]
     (:func:`read_mailgun` may still refuse it): the signature does not cover the body, so
     a refused request's signature must not be usable again with another body."""
     if not signing_key:
-        raise WebhookRejected(403, "SENDDOCK_MAILGUN_SIGNING_KEY is not set: Mailgun "
-                                   "webhooks are off")
+        raise turned_off(Mailgun.setting, Mailgun.title)
     item = read_json(body)
     signature = item.get("signature") if isinstance(item, dict) else None
     if not isinstance(signature, dict):
@@ -55,11 +55,7 @@ def verify_mailgun(body: bytes, signing_key: str | None) -> tuple[dict[str, Any]
 def read_mailgun(item: dict[str, Any], max_age: float) -> Inbound:
     """A verified Mailgun webhook (see :func:`verify_mailgun`, whose key it has consumed)
     read as events."""
-    stamp = str(item["signature"].get("timestamp", ""))
-    try:
-        fresh(float(stamp), max_age, "the Mailgun timestamp")
-    except ValueError:
-        raise WebhookRejected(400, "the Mailgun timestamp is not a number") from None
+    fresh_stamp(str(item["signature"].get("timestamp", "")), max_age, "the Mailgun timestamp")
     data = item.get("event-data")
     if not isinstance(data, dict) or not isinstance(data.get("event"), str):
         raise WebhookRejected(400, "the Mailgun body has no event-data")

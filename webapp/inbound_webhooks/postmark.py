@@ -17,6 +17,7 @@ from webapp.inbound_webhooks.base import (
     WebhookRequest,
     email_of,
     read_json,
+    turned_off,
 )
 from workers.after_acceptance.reports import Feedback
 
@@ -27,8 +28,7 @@ def check_basic_auth(header: str | None, expected: str | None) -> None:
     """Raise unless the ``Authorization: Basic`` header carries ``expected``
     (``user:password``); compared in constant time."""
     if not expected:
-        raise WebhookRejected(403, "SENDDOCK_POSTMARK_WEBHOOK_AUTH is not set: Postmark "
-                                   "webhooks are off")
+        raise turned_off(Postmark.setting, Postmark.title)
     if not header or not header.lower().startswith("basic "):
         raise WebhookRejected(401, "basic authentication required")
     try:

@@ -20,9 +20,10 @@ from webapp.inbound_webhooks.base import (
     WebhookRejected,
     WebhookRequest,
     email_of,
-    fresh,
+    fresh_stamp,
     message_id_of,
     read_json,
+    turned_off,
 )
 from workers.after_acceptance.reports import Feedback, bounce_class
 
@@ -46,8 +47,7 @@ def verify_sendgrid(body: bytes, headers: Any, public_key: ec.EllipticCurvePubli
                     max_age: float) -> str:
     """Authenticate a SendGrid Signed Event Webhook POST; returns its replay key."""
     if public_key is None:
-        raise WebhookRejected(403, "SENDDOCK_SENDGRID_WEBHOOK_KEY is not set: SendGrid "
-                                   "webhooks are off")
+        raise turned_off(SendGrid.setting, SendGrid.title)
     signature = headers.get("X-Twilio-Email-Event-Webhook-Signature", "")
     stamp = headers.get("X-Twilio-Email-Event-Webhook-Timestamp", "")
     if not signature or not stamp:
@@ -57,10 +57,7 @@ def verify_sendgrid(body: bytes, headers: Any, public_key: ec.EllipticCurvePubli
                           ec.ECDSA(hashes.SHA256()))
     except (InvalidSignature, binascii.Error, ValueError):
         raise WebhookRejected(403, "the SendGrid signature does not match") from None
-    try:
-        fresh(float(stamp), max_age, "the SendGrid timestamp")
-    except ValueError:
-        raise WebhookRejected(400, "the SendGrid timestamp is not a number") from None
+    fresh_stamp(stamp, max_age, "the SendGrid timestamp")
     # The replay key is what the signature covers (timestamp and body), not the
     # signature's text: base64 with junk characters ("!", "*", which b64decode skips) and
     # ECDSA's mirror signature (r, n - s) verify too, and must not make a new request.

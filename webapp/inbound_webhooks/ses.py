@@ -34,6 +34,7 @@ from webapp.inbound_webhooks.base import (
     fresh,
     message_id_of,
     read_json,
+    turned_off,
 )
 from workers.after_acceptance.reports import Feedback, bounce_class
 from workers.core import outgoing
@@ -269,7 +270,7 @@ def verify_ses(body: bytes, certificates: SnsCertificates, topics: frozenset[str
     if not isinstance(message, dict):
         raise WebhookRejected(400, "an SNS message is a JSON object")
     if not topics:
-        raise WebhookRejected(403, "SENDDOCK_SES_TOPIC_ARNS is not set: SES webhooks are off")
+        raise turned_off(Ses.setting, Ses.title)
     # The cheap checks first: a malformed message, one for another topic, or an old one,
     # costs no certificate fetch.
     sns_string_to_sign(message)

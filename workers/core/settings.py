@@ -147,8 +147,9 @@ SETTINGS: list[Setting] = [
             "Largest request body accepted anywhere but the CSV import (10 MiB; above it "
             "413, as JSON on the API)."),
     Setting("MAX_IMPORT_BYTES", "536870912",
-            "Largest CSV upload accepted, on the import form only (512 MiB; 413 above it). "
-            "A reverse proxy in front needs a body limit at least this large."),
+            "Largest CSV upload accepted, on the import form only (512 MiB; above it a 413 "
+            "naming the limit, and nothing is read into the database, checked first or "
+            "not). A reverse proxy in front needs a body limit at least this large."),
     Setting("WEB_CONNECTION_LIMIT", "1000",
             "Open connections the web server keeps at most (waitress); more wait in the "
             "listen backlog until one closes."),

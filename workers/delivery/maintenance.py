@@ -2,7 +2,8 @@
 by chunk, each committed on its own, so the workers start sending after the first),
 complete finished ones; and at the first tick and then hourly, prune the per-minute
 counters (attempt_minutes, rate_minutes), which otherwise grow a few rows every minute
-forever, and the domain throttles that ended more than a day ago."""
+forever, and the domain throttles that ended more than a day ago; every minute, delete
+the CSV files checked first and never imported once they expired (docs/design.md §35)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from workers import queue
 from workers.core import pg
+from workers.delivery import retention
 from workers.delivery.services import DB_ERRORS, Service
 
 log = logging.getLogger("senddock.worker")
@@ -24,12 +26,14 @@ class Maintenance(Service):
     name = "maintenance"
     interval = 1.0
     prune_every = 3600.0  # seconds
+    forget_imports_every = 60.0  # seconds
 
     def __init__(self, engine: Engine, outage: pg.Outage, stopping: threading.Event) -> None:
         self.engine = engine
         self.outage = outage
         self.stopping = stopping
         self._prune_at = 0.0  # time.monotonic() of the next prune: the first tick prunes
+        self._imports_at = 0.0  # likewise for the expired import files
 
     def run(self) -> None:
         try:
@@ -44,6 +48,8 @@ class Maintenance(Service):
                     log.info("campaign %d finished", campaign_id)
             if time.monotonic() >= self._prune_at:
                 self._prune()
+            if time.monotonic() >= self._imports_at:
+                self._forget_imports()
             self.outage.ok()
         except DB_ERRORS as exc:
             self.outage.failed(exc)
@@ -59,6 +65,14 @@ class Maintenance(Service):
         self._prune_at = time.monotonic() + self.prune_every
         if pruned:
             log.info("pruned %d attempt counter row(s)", pruned)
+
+    def _forget_imports(self) -> None:
+        with self.engine.begin() as conn:
+            forgotten = retention.forget_expired_imports(conn)
+        self._imports_at = time.monotonic() + self.forget_imports_every
+        if forgotten:
+            log.info("deleted %d expired import file(s) checked and never imported",
+                     forgotten)
 
     def _enqueue(self, broadcast_id: int) -> None:
         """Enqueue the broadcast chunk by chunk, each committed on its own (the workers

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from workers.core.states import Campaign, sql_list
 from workers.queue import (  # noqa: F401 (KEPT, DROPPED, roll_up_chunk: callers)
@@ -140,3 +140,10 @@ class Retention:
                 break
 
 
+
+
+def forget_expired_imports(conn: Connection) -> int:
+    """Delete the CSV files checked first and never imported, once they expired (their
+    chunks go with them): docs/design.md §35."""
+    return int(conn.execute(sa.text(
+        "DELETE FROM import_uploads WHERE expires_at <= now()")).rowcount)
