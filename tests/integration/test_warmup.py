@@ -54,7 +54,7 @@ def _next_day(engine: sa.Engine) -> None:
         conn.execute(sa.text("""
             UPDATE delivery_jobs SET available_at = available_at - interval '1 day'
              WHERE status = 'pending' AND available_at > now()"""))
-    warmup._seen = (float("-inf"), False)
+    warmup._seen.clear()
 
 
 def test_caps_for_the_ramp_and_a_table() -> None:
@@ -69,7 +69,7 @@ def test_beyond_the_cap_mail_waits_until_the_next_day(
         engine: sa.Engine, sink: Any, config_for: Callable[..., Config]) -> None:
     with engine.begin() as conn:
         warmup.start(conn, "warm.example", caps=[3, 5], hour_share=1.0)
-    warmup._seen = (float("-inf"), False)
+    warmup._seen.clear()
     campaign_id = _campaign(engine, 10)
     pool = Pool(engine, config_for(sink.port), node="warmup")
     pool.start()
@@ -164,7 +164,7 @@ def test_transactional_mail_is_counted_but_never_held(
         engine: sa.Engine, sink: Any, api: Any, config_for: Callable[..., Config]) -> None:
     with engine.begin() as conn:  # the tests' From address is tests@example.com
         warmup.start(conn, "example.com", caps=[1], hour_share=1.0)
-    warmup._seen = (float("-inf"), False)
+    warmup._seen.clear()
     for user in ("u1", "u2", "u3"):
         r = api.post("/messages", {"kind": "verification", "user_id": user,
                                    "email": f"{user}@example.org",

@@ -39,7 +39,8 @@ DEFAULT_HOUR_SHARE = 0.25
 #: How long a process trusts its last look at whether any domain is in warm-up: a warm-up
 #: started elsewhere holds this process's claims within this many seconds.
 CHECK_EVERY = 2.0
-_seen: tuple[float, bool] = (-math.inf, False)
+#: Per database (a process may reach several, as the tests do): when it looked, and what.
+_seen: dict[str, tuple[float, bool]] = {}
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,11 @@ ON CONFLICT ON CONSTRAINT warmup_sends_pkey DO UPDATE SET sent = s.sent + EXCLUD
 
 def any_warmup(conn: Connection) -> bool:
     """Whether any domain is in warm-up (looked up at most every CHECK_EVERY seconds)."""
-    global _seen
-    at, active = _seen
+    key = conn.engine.url.render_as_string(hide_password=True)
+    at, active = _seen.get(key, (-math.inf, False))
     if time.monotonic() - at > CHECK_EVERY:
-        active = conn.execute(sa.text("SELECT EXISTS (SELECT 1 FROM warmups)")).scalar_one()
-        _seen = (time.monotonic(), bool(active))
+        active = bool(conn.execute(sa.text("SELECT EXISTS (SELECT 1 FROM warmups)")).scalar_one())
+        _seen[key] = (time.monotonic(), active)
     return active
 
 
