@@ -108,3 +108,21 @@ def test_errors_name_their_field(api: Api) -> None:
     assert unknown.status_code == 404 and "user_id" in unknown.get_json()["error"]["fields"]
     assert api.get("/enrollments?email=nobody@example.org").status_code == 404
     assert api.get("/sequences/999").status_code == 404
+
+
+def test_tracking_flags_are_set_and_changed_through_the_api(api: Api) -> None:
+    """The two tracking flags the schema documents are accepted on create and on update."""
+    seq = _check(api.post("/sequences", {
+        "name": "Tracked", "trigger_type": "event", "trigger_event": "signed_up",
+        "track_opens": True, "track_clicks": False}), "/sequences", "post", 201)
+    assert (seq["track_opens"], seq["track_clicks"]) == (True, False)
+    changed = api.client.put(f"/api/v1/sequences/{seq['id']}",
+                             json={"track_opens": False, "track_clicks": True},
+                             headers=api.headers)
+    assert changed.status_code == 200, changed.get_json()
+    assert (changed.get_json()["track_opens"], changed.get_json()["track_clicks"]) == (
+        False, True)
+    refused = api.client.put(f"/api/v1/sequences/{seq['id']}", json={"track_opens": "yes"},
+                             headers=api.headers)
+    assert refused.status_code == 422
+    assert "track_opens" in refused.get_json()["error"]["fields"]

@@ -14,7 +14,7 @@ from webapp.domain.errors import Invalid
 from workers.core.i18n import N_
 
 SEQUENCE_FIELDS = ("name", "trigger_type", "list_id", "trigger_event", "goal_event",
-                   "reentry_days", "from_addr", "layout_id")
+                   "reentry_days", "from_addr", "layout_id", "track_opens", "track_clicks")
 STEP_FIELDS = ("type", "subject", "text_body", "html_body", "wait_seconds", "window_start",
                "window_end", "condition", "if_false", "skip")
 
