@@ -1,4 +1,4 @@
-"""The transactional API at SaaS speed (issue 27, docs/design.md §26): side by side in one run,
+"""The transactional API at SaaS speed (docs/design.md §26): side by side in one run,
 against the same PostgreSQL with the same client,
 
 1. a minimal queue endpoint (bench/minimal_queue.py: Flask + waitress + psycopg, one
@@ -305,7 +305,7 @@ class RssWatch:
 def _before(args: argparse.Namespace, url: str, smtp_port: int, token: str,
             workdir: Path) -> dict[str, Any] | None:
     """With ``--before DIR``: the same burst against ``senddock serve`` run from another
-    checkout (e.g. a worktree of the commit before issue 27), on the same database."""
+    checkout (e.g. a worktree of an older commit), on the same database."""
     if not args.before:
         return None
     old = os.environ.get("PYTHONPATH")

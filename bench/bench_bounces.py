@@ -1,4 +1,4 @@
-"""Agreement of the bounce reader with Sisimai on the shared bounce corpus (issue 26): one row
+"""Agreement of the bounce reader with Sisimai on the shared bounce corpus: one row
 per family (Sisimai's module name) and the totals the targets are about; the scoring is in
 harness/bounce_corpus.py (the corpus test asserts on the same figures).
 

@@ -8,7 +8,7 @@ the guard "still `sending`, under the same claim token" as a join condition: one
 primary-key lookup per outcome); the same without the id array, as it was until round 3,
 whose generic plan (100 outcomes guessed from jsonb_to_recordset) scans the whole table
 with a hash join while the table is small (a new install: a few thousand jobs); and a
-plain ``status = 'sending'`` restriction as it was until issue 12's last change, which
+plain ``status = 'sending'`` restriction (the older form of the guard), which
 lets the planner read delivery_jobs_sending_idx; that index keeps an entry for every job
 finished since the last vacuum, so that form grows slower with the drain.
 
@@ -56,7 +56,7 @@ def measure(jobs: int, rounds: int, group: int,
     without_array = finishing._FINISH.replace(ID_ARRAY, "WHERE ")
     forms = {"join on the primary key (now)": finishing._FINISH,
              "without the id array (until round 3)": without_array,
-             f"status = '{SENDING}' (until issue 12)": without_array.replace(NEW_GUARD,
+             f"status = '{SENDING}' (older form)": without_array.replace(NEW_GUARD,
                                                                            OLD_GUARD)}
     results: list[dict[str, Any]] = []
     for label, sql in forms.items():

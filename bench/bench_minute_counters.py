@@ -1,4 +1,4 @@
-"""Queue health's reads while a campaign drains (issue 28), before and after the per-minute
+"""Queue health's reads while a campaign drains, before and after the per-minute
 attempt counters (migration 0035_minute_counters), side by side on one database.
 
 Seeds ``--recipients`` subscribers, sends and enqueues one campaign, then drains it with

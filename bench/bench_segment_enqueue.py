@@ -1,4 +1,4 @@
-"""Segmented enqueue (issue 32, item 2): a campaign sent to a segment of a list, side by
+"""Segmented enqueue: a campaign sent to a segment of a list, side by
 side with the same list sent whole, in the same sitting (docs/design.md §27: ≥ 100,000
 recipients/s).
 

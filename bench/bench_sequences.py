@@ -1,4 +1,4 @@
-"""Sequences at size (issue 42): enrolment by a list add, the advancer's throughput and its
+"""Sequences at size: enrolment by a list add, the advancer's throughput and its
 due query, the person's timeline, and events through the API.
 
 A fresh database; ``--enrollments`` subscribers are added to a list in one statement (the

@@ -1,4 +1,4 @@
-"""Ten million recipients on one machine (issue 28), as a new user would try it: subscribers
+"""Ten million recipients on one machine, as a new user would try it: subscribers
 seeded set-based, one `senddock serve` with defaults (UI + API + worker pool) against
 Postfix's smtp-sink, the campaign sent through the API. Prints:
 

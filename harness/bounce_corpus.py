@@ -1,4 +1,4 @@
-"""Agreement of the bounce reader with Sisimai on the shared bounce corpus (issue 26): the
+"""Agreement of the bounce reader with Sisimai on the shared bounce corpus: the
 scoring that tests/unit/test_bounce_corpus.py asserts on and bench/bench_bounces.py prints.
 
     .venv/bin/python -m bench.bench_bounces [--corpus DIR] [--show-misses]

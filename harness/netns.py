@@ -1,4 +1,4 @@
-"""Worker hosts in network namespaces, for the multi-host fault tests (issue 24, docs/design.md
+"""Worker hosts in network namespaces, for the multi-host fault tests (docs/design.md
 §15).
 
 Each host is a network namespace ``sdf-fencing-<name>`` joined to this (the test's)

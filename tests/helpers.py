@@ -95,7 +95,7 @@ class Browser:
         r = client.post("/login", data={"email": user["email"], "password": user["password"],
                                         "csrf_token": self.token})
         assert r.status_code == 302, r.get_data(as_text=True)
-        # A login starts a new session with a new CSRF token (issue 30).
+        # A login starts a new session with a new CSRF token.
         found = re.search(r'name="csrf-token" content="([^"]+)"',
                           client.get("/account/").get_data(as_text=True))
         assert found

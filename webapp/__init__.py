@@ -21,7 +21,7 @@ class _SessionInterface(SecureCookieSessionInterface):
     """Flask's signed-cookie sessions, except that a request without the cookie (every API
     call with a token) gets a new empty session without building the cookie's signer:
     Flask's own ``open_session`` builds it first, about 3 % of a ``POST /messages``'s
-    Python (issue 27). With the cookie, or without a secret key, Flask's path as it is."""
+    Python. With the cookie, or without a secret key, Flask's path as it is."""
 
     def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
         if app.secret_key and not request.cookies.get(self.get_cookie_name(app)):

@@ -82,7 +82,7 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.upload_report": ADMIN, "api.list_reports": ADMIN,
     "ops.metrics": ADMIN,
     "health.retry_relay": ADMIN,
-    # Sequences (issue 42): marketers build, support reads a person's enrollments, the
+    # Sequences: marketers build, support reads a person's enrollments, the
     # team's app posts events with the token it sends messages with.
     "api.list_sequences": MARKETING, "api.create_sequence": MARKETING,
     "api.get_sequence": MARKETING, "api.update_sequence": MARKETING,

@@ -1,4 +1,4 @@
-"""A form refused after a redirect comes back as the person filled it in (issue 29: "add
+"""A form refused after a redirect comes back as the person filled it in ("add
 subscriber", "schedule", "add user", "add endpoint" and "generate key" came back empty).
 
 The view that refuses a form calls :func:`remember` before redirecting (POST/redirect/GET

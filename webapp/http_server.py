@@ -1,4 +1,4 @@
-"""waitress, set up to survive slow clients (issue 30; docs/deployment.md).
+"""waitress, set up to survive slow clients (docs/deployment.md).
 
 waitress reads every connection on one event loop and hands only complete requests to its
 threads, so a client trickling bytes never holds a thread — but it does hold one of the

@@ -353,7 +353,7 @@ broadcasts = Table(
     Column("last_job_id", BigInteger),
 )
 
-# Analytics and the public archive (migration 0030_tracking, issue 32 items 3 and 5):
+# Analytics and the public archive (migration 0030_tracking):
 # per campaign, off unless a marketer turns them on (no row: all off).
 campaign_tracking = Table(
     "campaign_tracking", metadata,
@@ -664,7 +664,7 @@ smtp_reply_counts = Table(
     PrimaryKeyConstraint("outcome", "code"),
 )
 
-# Sequences (issue 42, migration 0039_sequences; docs/sequences.md): welcome series and
+# Sequences (migration 0039_sequences; docs/sequences.md): welcome series and
 # drips. An enrollment is one person's way through one sequence, at a step due at a time
 # of the database's clock; the advancer (workers.delivery.sequences) reads the due ones
 # from sequence_enrollments_due_idx and makes one job per (enrollment, email step).

@@ -461,7 +461,7 @@ PATHS["/messages/resend"] = {"post": _op(
         "kind": KIND_NAME, "user_id": USER_ID}))}
 
 
-# Segments and layouts (issue 32, items 2 and 4): the conditions' table is
+# Segments and layouts: the conditions' table is
 # workers.queue.audience's; a value the schema allows is one the server takes.
 SCALAR = {"anyOf": [{"type": "string", "maxLength": segments.MAX_VALUE,
                      "pattern": rules.NOT_BLANK}, {"type": ["number", "boolean"]}]}
@@ -630,7 +630,7 @@ PATHS["/campaigns/{id}/send"]["post"]["requestBody"] = {
     **_json({"type": "object", "additionalProperties": False, "properties": {
         "at": {"type": ["string", "null"], "format": "date-time",
                "description": "ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z"}}})}
-# Sequences, their enrollments and events (issue 42, docs/sequences.md).
+# Sequences, their enrollments and events (docs/sequences.md).
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _NULLABLE_TEXT = {"type": ["string", "null"]}
 SEQUENCE_STEP = {"type": "object", "required": ["id", "position", "type"], "properties": {

@@ -124,7 +124,7 @@ def _plain_json_body() -> bool:
     ``\\u`` escape (JSON refuses raw control characters) or raw encoded surrogates
     (``json`` decodes with ``surrogatepass``: refused here by the strict decode), and a
     body with no NUL byte is not UTF-16 or UTF-32, so has no escape hidden from this
-    search. The API's bodies skip the walk (issue 27)."""
+    search. The API's bodies skip the walk."""
     data = request.get_data(cache=True)
     if b"\\u" in data or b"\x00" in data:
         return False

@@ -1,5 +1,5 @@
 """Server-side sessions: a row per login, so logout, a password change and disabling a
-user end every copy of a session cookie (issue 18).
+user end every copy of a session cookie.
 
 Revision ID: 0018
 Revises: 0014

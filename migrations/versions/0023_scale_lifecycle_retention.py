@@ -1,4 +1,4 @@
-"""Scale (issue 28): the campaign's status is the pause/cancel decision the claim reads
+"""Scale: the campaign's status is the pause/cancel decision the claim reads
 (broadcasts.paused goes), the enqueue keeps its place in the list (it runs in chunks),
 retention stamps rolled-up broadcasts, and the jobs browser's Retrying tab gets an index
 of its own.

@@ -1,6 +1,6 @@
 """webhook_endpoints.failing_since: when the endpoint's current run of failures began. An
 endpoint is disabled after failing continuously for SENDDOCK_EVENT_WEBHOOK_DISABLE_AFTER_
-SECONDS (3 days, as Stripe), not after a count of failures (issue 29: one campaign's
+SECONDS (3 days, as Stripe), not after a count of failures (one campaign's
 bounces disabled an endpoint within 90 s).
 
 Revision ID: 0021ui

@@ -1,4 +1,4 @@
-"""The jobs browser's Sent and Cancelled tabs (issue 29) page newest first on (finished_at,
+"""The jobs browser's Sent and Cancelled tabs page newest first on (finished_at,
 id): delivery_jobs_sent_at_idx (finished_at) becomes delivery_jobs_sent_idx (finished_at,
 id) -- it serves the sent-per-minute reads as before -- and cancelled jobs get their own.
 

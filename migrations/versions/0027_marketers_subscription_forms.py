@@ -1,4 +1,4 @@
-"""marketers: subscription forms with double opt-in (issue 32, item 1). Each list may have
+"""marketers: subscription forms with double opt-in. Each list may have
 a public form (``list_forms``: on/off, title, intro, accent colour); every request through
 it or the public API is a ``subscription_requests`` row (the consent: when, from which IP,
 through which form, and when it was confirmed). A pending request is not a membership, so

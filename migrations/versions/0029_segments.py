@@ -1,4 +1,4 @@
-"""marketers: segments and layouts (issue 32, items 2 and 4).
+"""marketers: segments and layouts.
 
 A ``segments`` row is a saved audience: a list narrowed by conditions on subscriber
 attributes, the date they joined the list and their activity (a JSON array, validated

@@ -1,4 +1,4 @@
-"""tracking: privacy-friendly analytics and the public archive (issue 32, items 3 and 5).
+"""tracking: privacy-friendly analytics and the public archive.
 
 - ``campaign_tracking``: per campaign, whether opens and clicks are tracked and whether a
   public web version (archive) exists. No row means all off (the default).

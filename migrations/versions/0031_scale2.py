@@ -1,4 +1,4 @@
-"""scale2 (issue 28): the address index also covers a campaign's retrying jobs, so the jobs
+"""scale2: the address index also covers a campaign's retrying jobs, so the jobs
 browser's address filter is an index lookup on every tab it searches (it read a campaign's
 whole waiting range at 10M)
 

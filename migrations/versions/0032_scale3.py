@@ -1,4 +1,4 @@
-"""scale3 (issue 28): a broadcast records the span of its jobs' ids (a cancel's settler
+"""scale3: a broadcast records the span of its jobs' ids (a cancel's settler
 walks it along the primary key), and delivery_jobs_broadcast_idx holds only a campaign's
 retrying and problem jobs (an entry on every job cost every enqueue, settle, send and
 transactional insert one more index write)

@@ -1,4 +1,4 @@
-"""trigger plans (issue 28): the two statement triggers that join a statement's new rows to
+"""trigger plans: the two statement triggers that join a statement's new rows to
 its old ones are planned without nested loops
 
 PL/pgSQL plans a trigger's statement once per session and keeps that plan (the statement

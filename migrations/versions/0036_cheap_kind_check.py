@@ -1,4 +1,4 @@
-"""the jobs' kind check in a form PostgreSQL evaluates in an eighth of the time (issue 28)
+"""the jobs' kind check in a form PostgreSQL evaluates in an eighth of the time
 
 `kind ~ '^[a-z][a-z0-9_-]{0,39}$'` cost 1.7 us a row in PostgreSQL's regex engine (its
 bounded repetition), about 1.4 s of each 1M-job enqueue chunk of 8-9 s; `kind ~

@@ -1,4 +1,4 @@
-"""imported mail keeps its class in /metrics (issue 27): a batch's items queue one step
+"""imported mail keeps its class in /metrics: a batch's items queue one step
 behind their class (``workers.core.states.BULK_STEP``), so the outcome counters derive
 the class from the priority's range, not from its exact value
 

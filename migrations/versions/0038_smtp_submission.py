@@ -1,4 +1,4 @@
-"""SMTP submission (issue 41): the raw messages clients submit, stored once per message and
+"""SMTP submission: the raw messages clients submit, stored once per message and
 referenced by its jobs (``payload.data.smtp_message_id``, signed), and a token's default kind.
 
 Revision ID: 0038_smtp_submission

@@ -1,4 +1,4 @@
-"""sequences: welcome series and drips (issue 42)
+"""sequences: welcome series and drips
 
 - ``sequences``: a trigger (a list's add or confirmation, or an event name), an optional
   goal event, re-entry (once ever, or again after N days) and a status

@@ -1,4 +1,4 @@
-"""accounts (issue 44): scoped API tokens, two-factor (TOTP)
+"""accounts: scoped API tokens, two-factor (TOTP)
 
 ``api_tokens.scopes`` (``webapp.access.SCOPES``) and ``last_used_addr``. A token that
 existed before keeps what it could do: every scope its owner's role may hold.

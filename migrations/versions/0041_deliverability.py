@@ -1,4 +1,4 @@
-"""Receiver reports (issue 45): DMARC aggregate and failure reports and SMTP TLS reports,
+"""Receiver reports: DMARC aggregate and failure reports and SMTP TLS reports,
 their records, and the files that could not be read (docs/deliverability.md).
 
 Revision ID: 0041_deliverability

@@ -1,4 +1,4 @@
-"""subscriber preferences (issue 43, item 4): leaving one list leaves the others
+"""subscriber preferences: leaving one list leaves the others
 
 ``list_unsubscribes`` keeps, per list and subscriber, that the person left the list (when,
 how, from which campaign's message). Leaving deletes the membership, so no campaign of that
@@ -6,7 +6,7 @@ list reaches them, and nothing adds it back but a new confirmed consent (double 
 which deletes the row. ``subscribers.locale`` is the language the person chose on their
 preference page (NULL: never chosen).
 
-Also (issue 43, item 3) ``senddock_send_guard(campaign, key)``: what a delivery thread calls
+Also ``senddock_send_guard(campaign, key)``: what a delivery thread calls
 at the relay's 354, just before a campaign message goes out. It takes the campaign's shared
 advisory lock without waiting (false while a pause or cancel holds or waits for the
 exclusive one) and then reads the campaign's status with a fresh snapshot (a VOLATILE

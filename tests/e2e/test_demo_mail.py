@@ -1,4 +1,4 @@
-"""The demo's mail viewer in Chromium (issue 43, item 11): in a running `senddock demo`, a
+"""The demo's mail viewer in Chromium: in a running `senddock demo`, a
 visitor subscribes through a double opt-in form, the admin opens the confirmation mail in
 Demo mail, clicks its link, and the subscription is confirmed."""
 

@@ -1,4 +1,4 @@
-"""The three journeys in a real browser, in English and in Spanish (issue 17): what a
+"""The three journeys in a real browser, in English and in Spanish: what a
 marketer, a support agent and an admin see, in the language their browser asks for."""
 
 from __future__ import annotations

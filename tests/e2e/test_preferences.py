@@ -1,4 +1,4 @@
-"""The preference page in a real browser, in English and Spanish (issue 43, item 4): a
+"""The preference page in a real browser, in English and Spanish: a
 campaign message reaches the test SMTP sink; its unsubscribe link opens the page listing
 the person's lists; leaving the campaign's list leaves the other one (the page says so);
 the language is chosen there; and the person joins again only through the public form's

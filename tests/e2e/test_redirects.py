@@ -1,4 +1,4 @@
-"""The one redirect check, in Chromium (issue 18): the probe's payloads in ``?back=``,
+"""The one redirect check, in Chromium: the probe's payloads in ``?back=``,
 ``?next=`` and the Dismiss form never send the browser off the site. Chromium drops tab,
 CR and LF from URLs and reads a backslash as a slash, so this is where those tricks work
 if they work at all; every request to the evil host is recorded (and refused)."""

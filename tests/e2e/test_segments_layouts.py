@@ -1,4 +1,4 @@
-"""Segments and layouts in a real browser, in English and Spanish (issue 32, items 2 and 4):
+"""Segments and layouts in a real browser, in English and Spanish:
 a marketer saves a layout (a bad one is refused, saying why, and the preview shows the good
 one), builds a segment with its live count (a bad date is answered while typing), composes
 a campaign to the segment in the layout with its text made from the HTML, previews it and

@@ -1,4 +1,4 @@
-"""Double opt-in in a real browser, in English and Spanish (issue 32, item 1): a marketer
+"""Double opt-in in a real browser, in English and Spanish: a marketer
 turns the list's form on and sees its link and embed snippet; a visitor subscribes; the
 confirmation email reaches the test SMTP sink; its link is followed and confirmed; the
 address is then on the list, active."""

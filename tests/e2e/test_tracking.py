@@ -1,5 +1,5 @@
-"""Analytics and the web version in a real browser, in English and Spanish (issue 32,
-items 3 and 5): a marketer composes a campaign with opens and clicks tracked and a web
+"""Analytics and the web version in a real browser, in English and Spanish: a
+marketer composes a campaign with opens and clicks tracked and a web
 version, sends it; the delivered message (from the test SMTP sink) is opened in a browser
 as a recipient would, its image loads and its link is clicked; the campaign page then
 shows the open and the click, and the web version shows no recipient's data."""

@@ -1,4 +1,4 @@
-"""What issue 29's walk saw, walked again in a real browser, in English and in Spanish: a
+"""What an earlier walk saw, walked again in a real browser, in English and in Spanish: a
 cancelled campaign reads how far it got (never "100 %"), the campaigns list has its
 Cancelled column and fits the window, the jobs browser's Sent and Cancelled tabs and its
 "choose all" + bulk action (app.js), and inbox rows that keep an address on one line."""

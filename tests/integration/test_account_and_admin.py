@@ -1,4 +1,4 @@
-"""Users look after themselves and admins after them (issue 17): an own password change, an
+"""Users look after themselves and admins after them: an own password change, an
 admin reset, token expiry and a copy button, logins and failed logins in a readable audit
 log, support search by part of an address, and pages of jobs on their way that refresh."""
 

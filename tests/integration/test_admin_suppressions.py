@@ -151,7 +151,7 @@ def test_paste_form_keeps_the_rejected_lines(client: Any, engine: sa.Engine,
 
 def test_a_bad_line_is_one_error_and_goes_back_to_the_box_as_typed(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 43 #10: "not an email" was three errors (one per word) and came back as three
+    """"not an email" was three errors (one per word) and came back as three
     lines. One error per bad line, the line kept as typed; a line mixing an address and
     something else names the bad part (the address on it is saved)."""
     browser = Browser(client, make_user("admin"))

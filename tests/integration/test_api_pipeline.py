@@ -1,4 +1,4 @@
-"""The one request pipeline (issues 27, 29, 31): ``POST /messages``, ``POST /messages/batch``
+"""The one request pipeline: ``POST /messages``, ``POST /messages/batch``
 and ``POST /verifications`` keep every promise through the same statement — parallel
 requests make one message, the verification cooldown holds whichever endpoint is asked,
 another address replaces a waiting job, a batch answers per item, a kind edited between two

@@ -1,4 +1,4 @@
-"""The public web version of a sent campaign (issue 32, item 5): opt-in per campaign, at a
+"""The public web version of a sent campaign: opt-in per campaign, at a
 signed address that the messages carry as {{ archive_url }}, rendered for a neutral
 stand-in (no recipient's data), answering only once the campaign is sent; anything else
 is a clear 404."""
@@ -37,8 +37,8 @@ def _campaign(engine: sa.Engine, *, archive: bool, text_only: bool = False,
              "attributes": {"plan": "platinum"}}])
         body = {"text": "Hi {{ name }}, read it on the web: {{ archive_url }}"} if text_only \
             else {"html": HTML}
-        campaign = campaigns.create(conn, {"name": "Issue 7", "list_id": lst["id"],
-                                           "subject": "Issue 7 for {{ name }}", **body},
+        campaign = campaigns.create(conn, {"name": "Edition 7", "list_id": lst["id"],
+                                           "subject": "Edition 7 for {{ name }}", **body},
                                     default_from="news@example.com")
         tracking.save_settings(conn, campaign["id"], {"archive": archive,
                                                       "track_clicks": clicks}, actor="t")
@@ -82,7 +82,7 @@ def test_web_version_is_linked_from_the_email_and_shows_no_personal_data(
     body = r.get_data(as_text=True)
     assert r.status_code == 200 and r.mimetype == "text/html"
     assert "Hello Subscriber (subscriber@example.com), plan </p>" in body
-    assert "<title>Issue 7 for Subscriber</title>" in body
+    assert "<title>Edition 7 for Subscriber</title>" in body
     assert "Secret Person" not in body and "secret.person" not in body
     assert "platinum" not in body
     assert 'href="https://shop.example/"' in body  # the campaign's own links, untracked
@@ -117,7 +117,7 @@ def test_text_only_campaign_is_shown_as_text(client: Any, engine: sa.Engine, sin
     r = client.get(f"/archive/{signing.archive_token(SECRET, campaign_id)}")
     body = r.get_data(as_text=True)
     assert r.status_code == 200
-    assert "<h1>Issue 7 for Subscriber</h1>" in body, body
+    assert "<h1>Edition 7 for Subscriber</h1>" in body, body
     assert "Secret Person" not in body and 'class="web-version-text"' in body
 
 
@@ -147,7 +147,7 @@ def test_list_archive_page_lists_published_campaigns_only(
     body = r.get_data(as_text=True)
     assert r.status_code == 200 and "<h1>Archive list</h1>" in body
     web_version = signing.archive_url("http://127.0.0.1:5000", SECRET, published)
-    assert f'<a href="{web_version}">Issue 7 for</a>' in body  # subject, no name in it
+    assert f'<a href="{web_version}">Edition 7 for</a>' in body  # subject, no name in it
     assert "Secret" not in body
     assert "Not on the web" not in body and "Draft on the web" not in body
     assert "Private" not in body  # a campaign's name is internal

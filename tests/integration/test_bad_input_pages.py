@@ -1,5 +1,5 @@
-"""Bad input on pages gets a clear answer, never a 500 nor a busy thread (issue 30,
-findings 2 and 6; P9). Each case is the probe's request, made as the role that can make it.
+"""Bad input on pages gets a clear answer, never a 500 nor a busy thread
+(P9). Each case is the probe's request, made as the role that can make it.
 The walk over every page with hostile values is tests/integration/test_fuzz_api.py
 (``test_pages_survive_bad_query_values_and_form_fields``)."""
 
@@ -114,7 +114,7 @@ def test_whole_numbers_are_ascii_digits_within_a_bigint() -> None:
 
 def test_head_of_a_campaigns_edit_page_without_a_body_is_not_500(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 47: ``HEAD /campaigns/N/edit`` with no body ran the save path (500)."""
+    """``HEAD /campaigns/N/edit`` with no body ran the save path (500)."""
     from tests.helpers import make_campaign
 
     campaign = make_campaign(engine, ["head-edit@example.org"])
@@ -133,7 +133,7 @@ def test_head_of_a_campaigns_edit_page_without_a_body_is_not_500(
 @pytest.mark.parametrize("prefix", ["/r/", "/o/"])
 def test_tracking_links_with_a_non_ascii_signature_are_not_500(
         client: Any, prefix: str, token: str) -> None:
-    """Issue 47: anonymous clicks and opens with a non-ASCII signature (500 before)."""
+    """Anonymous clicks and opens with a non-ASCII signature (500 before)."""
     answer = client.get(prefix + token)
     assert answer.status_code in (400, 404, 422), (prefix, token, answer.status_code)
 
@@ -141,7 +141,7 @@ def test_tracking_links_with_a_non_ascii_signature_are_not_500(
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
 def test_json_non_finite_numbers_are_422_naming_the_field(api: Any, engine: sa.Engine,
                                                           number: str) -> None:
-    """Issue 47: ``NaN``, ``Infinity`` and ``1e400`` answered 400 without naming the field
+    """``NaN``, ``Infinity`` and ``1e400`` answered 400 without naming the field
     (and ``1e400`` as a segment value was stored as "inf")."""
     list_id = _list(engine)
     body = ('{"name": "nf", "list_id": ' + str(list_id)

@@ -1,4 +1,4 @@
-"""Bounce reasons end to end (issue 26, docs/design.md §17): what each reason does to the job, the
+"""Bounce reasons end to end (docs/design.md §17): what each reason does to the job, the
 suppression list and the alarms; a poison message in a real Dovecot mailbox goes to the
 "could not read" folder and the poll goes on; the reason is shown to people in English and
 Spanish (support, inbox, suppression list, Queue health)."""

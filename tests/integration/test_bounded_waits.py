@@ -1,4 +1,4 @@
-"""Every database wait of the engine is bounded (issue 24, deliver 3): a claim that cannot
+"""Every database wait of the engine is bounded: a claim that cannot
 get its locks ends with the statement timeout instead of waiting for good, and a worker
 whose liveness session was lost ends the zombie backend it left on the server when it
 reconnects (and no peer's)."""

@@ -1,4 +1,4 @@
-"""Issue 43, item 3: after a cancel (or a pause) commits, no campaign message may start;
+"""After a cancel (or a pause) commits, no campaign message may start;
 only those inside an SMTP transaction at that instant finish (at most one per drain
 thread), and the cancel says how many. Real PostgreSQL, the real pool, a real SMTP sink
 that takes 20 ms per message and records when each message's MAIL FROM arrived."""

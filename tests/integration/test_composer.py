@@ -1,4 +1,4 @@
-"""The composer tells the whole truth before sending (issue 17): every template error of
+"""The composer tells the whole truth before sending: every template error of
 every field at once, variables no recipient has (checked against the list's real attribute
 keys) at save and on the review page, wording that says "schedule" when scheduling, a
 preview picker over the whole list that previews what it shows, a remembered test address,
@@ -147,7 +147,7 @@ def test_a_sent_campaign_is_read_only_with_duplicate(
 
 def test_the_unknown_variable_warning_shows_whenever_it_applies(
         client: Any, engine: sa.Engine, make_user: Any) -> None:
-    """Issue 29: the warning showed once after saving (a flash) and never again except on
+    """The warning showed once after saving (a flash) and never again except on
     Review. It is on the draft's page, in the composer and on Review as long as it applies,
     in the page's language."""
 

@@ -1,4 +1,4 @@
-"""Each role's dashboard shows what that role acts on (issue 17), and the campaigns list
+"""Each role's dashboard shows what that role acts on, and the campaigns list
 names the list, the times, and can be searched and duplicated from."""
 
 from __future__ import annotations

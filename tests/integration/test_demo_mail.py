@@ -1,4 +1,4 @@
-"""The demo's mail viewer (issue 43, item 11): the demo's sink keeps each message whole
+"""The demo's mail viewer: the demo's sink keeps each message whole
 (bounded), and /demo/mail, only in `senddock demo` and only for admins, shows them as the
 recipient would see them, links clickable, content escaped."""
 

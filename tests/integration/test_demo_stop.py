@@ -1,4 +1,4 @@
-"""``senddock demo`` stops its own PostgreSQL when it stops (issue 17): nothing is left
+"""``senddock demo`` stops its own PostgreSQL when it stops: nothing is left
 running behind the user's back, and the output says so."""
 
 from __future__ import annotations

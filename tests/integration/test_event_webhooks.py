@@ -119,7 +119,7 @@ def test_down_then_disabled_then_back_delivers_everything(engine: sa.Engine,
     deliverer = EventDeliverer(engine, "test-worker", schedule=(0,) * 40,
                                disable_after=3600, guard=RECEIVERS)
     # The receiver is down: connection refused, over and over within seconds -> not
-    # disabled (issue 29: a count of failures is no measure of an endpoint that is gone).
+    # disabled (a count of failures is no measure of an endpoint that is gone).
     for _ in range(12):
         deliverer.run_once()
     with engine.connect() as conn:
@@ -226,7 +226,7 @@ def test_a_claim_left_by_a_dead_deliverer_is_delivered_after_its_lease(
 
 def test_the_alarm_is_for_admins_and_never_shows_credentials_or_query(
         engine: sa.Engine, app: Any, make_user: Any) -> None:
-    """Issue 29: the banner showed on every page, for marketers too, with the endpoint's
+    """The banner showed on every page, for marketers too, with the endpoint's
     full URL (credentials and query string included)."""
     from tests.helpers import Browser
     from webapp.domain import health

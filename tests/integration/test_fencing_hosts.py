@@ -1,4 +1,4 @@
-"""P2/P4 across hosts (docs/design.md §15, issue 24): three `senddock worker` hosts in network
+"""P2/P4 across hosts (docs/design.md §15): three `senddock worker` hosts in network
 namespaces drain one campaign from a private PostgreSQL through a recording relay, and one
 host (wA) meets a fault mid-drain: it vanishes, is cut off from PostgreSQL or from
 everything, or freezes -- each longer than its lease. Measured through the relay's own

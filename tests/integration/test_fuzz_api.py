@@ -415,7 +415,7 @@ def test_oversized_bodies_answer_413(app: Any, engine: sa.Engine, sink: Any,
 
 BAD_VALUES = ["\x00", "a\x00b", "-1", "0", "abc", "99999999999999999999999", "1.5",
               "2026-13-45", "2026-02-30T25:61", "<script>", "%", "😀" * 3, " ", "x" * 5000,
-              # issue 30: an unknown kind (KeyError), a valid address (the suppression form's
+              # An unknown kind (KeyError), a valid address (the suppression form's
               # TypeError), digits int() refuses ("²", 5,000 of them), a huge count.
               "zzz", "walk@example.com", "²", "9" * 5000, "5000000"]
 FORM_FIELDS = ("name", "email", "emails", "role", "active", "q", "note", "reason", "list_id",

@@ -1,4 +1,4 @@
-"""HEAD never writes (issue 47): every route in ``app.url_map`` is asked with HEAD, as an
+"""HEAD never writes: every route in ``app.url_map`` is asked with HEAD, as an
 admin, carrying a form body and then a multipart CSV upload, with no CSRF token; the
 database is the same afterwards, row for row, and nothing answers 5xx. A HEAD answers
 as the GET would, without a body.

@@ -180,7 +180,7 @@ def _inbox_text(browser: Browser, query: str = "", lang: str = "en") -> str:
 def test_retry_all_is_not_offered_for_addresses_it_cannot_retry(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]],
         lang: str) -> None:
-    """Issue 29: "Retry all 59" was offered for 59 suppressed addresses (it could only
+    """"Retry all 59" was offered for 59 suppressed addresses (it could only
     refuse them all); and the failed tab said 121 above a filtered list of 59."""
     with engine.begin() as conn:
         for i in range(3):

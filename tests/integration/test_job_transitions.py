@@ -1,4 +1,4 @@
-"""PostgreSQL itself refuses an illegal job move (issue 31.3): the trigger of migration
+"""PostgreSQL itself refuses an illegal job move: the trigger of migration
 0021_arch is workers/core/states.py TRANSITIONS, tried here for every pair of states."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The jobs browser (issue 17): an admin sees the queue by state with filters and exact
+"""The jobs browser: an admin sees the queue by state with filters and exact
 counts (waiting in claim order, retrying with its next run, in flight, held, scheduled,
 failed = the inbox), retry and dismiss keep the filtered list, "retry all" says how many,
 and the queue health numbers link into it."""
@@ -102,7 +102,7 @@ def test_the_browser_is_for_admins(client: Any, make_user: Callable[..., dict[st
         assert Browser(client, make_user(role)).get("/jobs/").status_code == 403
 
 
-# --- issue 29: Sent and Cancelled tabs, bulk actions -------------------------------------
+# --- Sent and Cancelled tabs, bulk actions -------------------------------------
 
 def _finished(engine: sa.Engine, campaign_id: int, n: int, status: str) -> list[int]:
     """``n`` of the campaign's pending jobs finished as ``status``, one second apart."""
@@ -257,7 +257,7 @@ def test_a_kind_that_does_not_exist_is_said_not_shown_as_all_kinds(
 
 def test_a_dismissed_failure_is_counted_alike_on_the_campaign_page_the_inbox_and_the_tabs(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 43 #6: after one dismiss the campaign page said 3 failed, the inbox and the
+    """After one dismiss the campaign page said 3 failed, the inbox and the
     Failed tab 2, and the tabs added to 496 of 497. Each says what it counts, and the
     numbers add up."""
     campaign = make_campaign(engine, [f"d{i:02d}@example.org" for i in range(10)],
@@ -294,7 +294,7 @@ def test_a_dismissed_failure_is_counted_alike_on_the_campaign_page_the_inbox_and
 
 def test_part_of_an_address_keeps_the_input_and_says_why_it_is_not_searched(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 43 #10: a partial address in the inbox or jobs search answered a bare 422
+    """A partial address in the inbox or jobs search answered a bare 422
     page with the input gone, while support search accepts partials. The page answers
     with its other filters, the input as typed, why, and a link to support search."""
     _queue(engine)

@@ -87,7 +87,7 @@ def test_kind_input_answers_name_the_field(api: Api) -> None:
         r = put_kind(api, name, body)
         assert r.status_code == 422, (name, body, r.get_json())
         assert field in r.get_json()["error"]["fields"], (name, r.get_json())
-    # A well-formed body the built-in kind cannot take: 409 naming the field (issue 30).
+    # A well-formed body the built-in kind cannot take: 409 naming the field.
     for name, body, field in (("verification", {"class": "lifecycle"}, "class"),
                               ("verification", {"active": False}, "active"),
                               ("churn", {**ONBOARDING, "text": None, "html": None}, "text")):
@@ -162,7 +162,7 @@ def test_bad_message_input_names_the_field(api: Api) -> None:
 
 
 def test_a_send_at_in_the_past_sends_at_once(api: Api) -> None:
-    """As the OpenAPI document says (issue 30: Schemathesis sent year 0471 and was refused
+    """As the OpenAPI document says (Schemathesis sent year 0471 and was refused
     a schema-valid request): a time in the past is now; far ahead is a schedule."""
     put_kind(api, "onboarding", ONBOARDING)
     now = datetime.now(UTC)
@@ -323,7 +323,7 @@ def test_who_may_define_and_send(client: Any, make_user: Callable[..., dict[str,
 
 
 def test_a_class_change_takes_the_new_class_defaults_and_says_so(api: Api) -> None:
-    """Issue 43, item 2: a lifecycle kind switched to critical does not keep lifecycle
+    """A lifecycle kind switched to critical does not keep lifecycle
     timings, whether the body leaves them out or sends the stored ones back; a timing
     given a new value keeps it; the answer names what changed."""
     lifecycle = {**ONBOARDING, "retry_schedule": None, "resend_cooldown": None,

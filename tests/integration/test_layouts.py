@@ -1,4 +1,4 @@
-"""Layouts (issue 32, item 4), against real PostgreSQL and the engine's own message
+"""Layouts, against real PostgreSQL and the engine's own message
 builder: a layout must carry the unsubscribe placeholder and the content one; what the
 worker builds for a campaign in a layout has the header, the body, the recipient's own
 unsubscribe link and the postal address (escaped, never template code) in its HTML and in

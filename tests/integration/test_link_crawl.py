@@ -1,4 +1,4 @@
-"""No page links to a page its viewer may not open (issue 17).
+"""No page links to a page its viewer may not open.
 
 Each role logs in and crawls the UI from the dashboard, following every same-site link
 (``href``) of every page it reaches, over a database seeded with one of everything plus a

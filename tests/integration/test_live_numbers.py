@@ -1,4 +1,4 @@
-"""The live campaign page tells the truth (issue 17): the rate is over a real recent window,
+"""The live campaign page tells the truth: the rate is over a real recent window,
 a stall is said as a stall, messages on retry backoff are stated with their next run
 instead of being folded into an ETA, the percentage never reads 100 % before the end, and
 a banner about the campaign's state goes once the state has changed."""
@@ -181,7 +181,7 @@ def test_finish_time_is_the_first_completion_and_retries_are_shown_apart(
     assert 'id="campaign-retried-finished">Messages retried later finished at' in page
 
 
-# --- issue 29: the first and last seconds, and a cancelled campaign ----------------------
+# --- The first and last seconds, and a cancelled campaign ----------------------
 
 SPANISH = {"Accept-Language": "es"}
 

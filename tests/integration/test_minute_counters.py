@@ -1,4 +1,4 @@
-"""Per-minute attempt counters (issue 28, migration 0035_minute_counters): the statement
+"""Per-minute attempt counters (migration 0035_minute_counters): the statement
 trigger on job_attempts keeps attempt_minutes equal to a row-by-row count, whatever mix of
 finishes wrote the attempts; Queue health reads them and shows what the row count says;
 the counters are pruned in bounded batches, and Maintenance prunes them and rate_minutes."""

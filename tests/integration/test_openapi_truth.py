@@ -1,4 +1,4 @@
-"""The OpenAPI document says what the server checks (issue 30, finding 7): each case
+"""The OpenAPI document says what the server checks: each case
 Schemathesis's default checks found, through the document's own schema and the server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SSRF guard (issue 30, finding 1): every URL SendDock fetches goes through
+"""The SSRF guard: every URL SendDock fetches goes through
 ``workers.core.outgoing`` — event webhooks, SNS signing certificates and subscription
 confirmations. Asserted against real HTTP servers on loopback: what they received (or
 not), and what SendDock stored and shows."""

@@ -1,4 +1,4 @@
-"""Pages ahead of campaign mail in serve (workers.delivery.foreground, issue 28): while a
+"""Pages ahead of campaign mail in serve (workers.delivery.foreground): while a
 page is being answered, a delivery thread waits before its next campaign message (at most
 LONGEST_WAIT each time); transactional mail never waits; the API, tracking, webhooks,
 health probes and static files are not pages."""

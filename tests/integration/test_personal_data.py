@@ -1,4 +1,4 @@
-"""A person's data on request (issue 44, item 5 / brief item 4): export everything about an
+"""A person's data on request: export everything about an
 address (API and page, JSON) and erase it; the suppression survives as a hash and comes
 back when the address does."""
 

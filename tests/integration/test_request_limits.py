@@ -1,4 +1,4 @@
-"""Request size limits as docs/configuration.md prints them (issue 18), on a real waitress:
+"""Request size limits as docs/configuration.md prints them, on a real waitress:
 SENDDOCK_MAX_REQUEST_BYTES everywhere but the CSV import, with a JSON 413 on the API;
 SENDDOCK_MAX_IMPORT_BYTES, larger, reachable by the import form (and only by it)."""
 

@@ -1,4 +1,4 @@
-"""Schemathesis, the third-party OpenAPI fuzzer, agrees with the API (issue 18, P9).
+"""Schemathesis, the third-party OpenAPI fuzzer, agrees with the API (P9).
 
 A real ``senddock web`` (waitress) serves a fresh database; the ``st`` command runs every
 check (server errors, status codes, content types, response schemas, schema-valid bodies

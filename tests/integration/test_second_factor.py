@@ -1,4 +1,4 @@
-"""Two-factor authentication (issue 44, item 1) through the real pages: enrol with the QR
+"""Two-factor authentication through the real pages: enrol with the QR
 code's secret and a code computed here with pyotp, log in with a code, replay refused,
 recovery codes single-use, attempts limited, roles that require it, an admin's reset
 (audited) and the step-up before sensitive actions."""

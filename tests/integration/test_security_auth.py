@@ -234,7 +234,7 @@ def _failures(engine: sa.Engine, **where: str) -> int:
 def test_simultaneous_wrong_passwords_are_each_counted_and_the_account_limit_holds(
         sent: int, app: Any, engine: sa.Engine,
         make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 30, finding 5: 16-40 wrong passwords at once recorded 7-22 failures and
+    """16-40 wrong passwords at once recorded 7-22 failures and
     checked more passwords than the limit allows (the count was read before any insert)."""
     user = make_user("admin")
     statuses = _simultaneous_logins(app, [(user["email"], "wrong password!", f"10.0.{i}.1")
@@ -258,7 +258,7 @@ def test_simultaneous_wrong_passwords_from_one_address_hold_its_limit(
 
 def test_the_current_password_check_on_the_account_page_is_limited(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 30, finding 5: a stolen session guessed the current password 42 times, then
+    """A stolen session guessed the current password 42 times, then
     changed it with the right one."""
     user = make_user("marketer")
     csrf = login(client, user)
@@ -293,7 +293,7 @@ def test_a_right_current_password_is_not_counted_as_a_failure(
 
 def test_login_gives_a_new_csrf_token(app: Any,
                                       make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 30, finding 5: the CSRF token was the same before and after login, so a token
+    """The CSRF token was the same before and after login, so a token
     planted or read before the login stayed good for the logged-in session."""
     user = make_user("admin")
     client = app.test_client()

@@ -1,4 +1,4 @@
-"""Security and bad input, second pass (issue 18; P9, P10): who reads a job, the one
+"""Security and bad input, second pass (P9, P10): who reads a job, the one
 redirect check, deep JSON, CSV formula cells (header cells too), the /metrics type."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Segments (issue 32, item 2), against real PostgreSQL: conditions checked with clear
+"""Segments, against real PostgreSQL: conditions checked with clear
 answers and never turned into SQL text, the live count equal to what the enqueue creates
 (set-based, through the same chunked statement as a whole list), saved segments reused by
 campaigns and frozen on the broadcast, the API and the pages in both languages, roles."""

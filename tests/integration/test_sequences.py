@@ -1,4 +1,4 @@
-"""Sequences (issue 42) against a real PostgreSQL: enrolment by list add, confirmation and
+"""Sequences against a real PostgreSQL: enrolment by list add, confirmation and
 event; the advancer's steps, exits and the database clock; at most one job per
 (enrollment, step) with two advancers at once; the due query's plan."""
 

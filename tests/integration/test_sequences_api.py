@@ -1,4 +1,4 @@
-"""The sequences API (issue 42): build, edit live, post events, read a person's
+"""The sequences API: build, edit live, post events, read a person's
 enrollments; each role as the role table says; errors name their field."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sequences under SIGKILL (issue 42): real `senddock worker` processes killed between and
+"""Sequences under SIGKILL: real `senddock worker` processes killed between and
 during steps, a real SMTP sink and PostgreSQL. Each (enrollment, step) gets exactly one
 job; every step reaches the sink; a second copy only for a message in flight at a kill
 (the engine's honest window, P3)."""

@@ -1,4 +1,4 @@
-"""The sequences pages (issue 42): the builder, the funnel, a person's enrollments; each
+"""The sequences pages: the builder, the funnel, a person's enrollments; each
 role as the role table says; errors keep what was typed; both languages."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Slowloris against a real ``senddock web`` (waitress, the same server ``serve`` runs):
-connections trickling one header byte every 2 s must not keep anyone else out (issue 30,
-finding 3). Before the fix, 110 such connections filled waitress's 100 connection slots and
+connections trickling one header byte every 2 s must not keep anyone else out.
+Before the fix, 110 such connections filled waitress's 100 connection slots and
 every new request waited until they stopped; waitress's inactivity timeout never fired.
 
 Bounded by counts: the connections trickle in rounds, and the timings are taken after the

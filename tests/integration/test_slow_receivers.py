@@ -1,4 +1,4 @@
-"""One slow event-webhook receiver must not stall the others (issue 47).
+"""One slow event-webhook receiver must not stall the others.
 
 Real HTTP receivers on loopback: fast ones that answer at once, and a slow one that
 dribbles its answer one byte at a time (headers or body), a fixed number of bytes. The

@@ -1,4 +1,4 @@
-"""No English inside Spanish pages (issue 29), found by reading the pages, not the code.
+"""No English inside Spanish pages, found by reading the pages, not the code.
 
 The English side of the catalog is the list of what must not be seen: every message that
 has a Spanish translation different from itself is cut at its placeholders, and each piece
@@ -84,7 +84,7 @@ def test_the_fragment_list_finds_english() -> None:
 
 @pytest.fixture()
 def everything(app: Any, engine: sa.Engine) -> dict[str, Any]:
-    """One of everything, plus what issue 29 found untranslated: a cancelled campaign, a
+    """One of everything, plus what was once found untranslated: a cancelled campaign, a
     failing and a disabled event webhook, retrying and failed jobs of each class."""
     from tests.helpers import make_campaign
     from webapp.domain import campaigns

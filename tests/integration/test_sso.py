@@ -1,4 +1,4 @@
-"""Single sign-on (issue 44, item 2) against a real OpenID provider: the certified npm
+"""Single sign-on against a real OpenID provider: the certified npm
 package ``oidc-provider`` (harness/oidc/server.mjs), started here on a free port. Its own
 sign-in form is driven over HTTP; its token endpoint answers SendDock's Authlib client.
 

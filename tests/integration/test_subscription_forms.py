@@ -1,4 +1,4 @@
-"""Subscription forms with double opt-in (issue 32, item 1), against real PostgreSQL: the
+"""Subscription forms with double opt-in, against real PostgreSQL: the
 form per list (marketers turn it on), the public form and API (anyone), the confirmation
 email as a critical transactional kind, the signed confirmation link, consent kept and
 exported, honeypot and per-IP rate limit, and answers that do not tell who is subscribed."""
@@ -298,7 +298,7 @@ def test_only_the_public_form_may_be_framed(client: Any, engine: sa.Engine) -> N
 
 def test_someone_who_left_joins_again_only_by_confirming(client: Any, app: Any,
                                                          engine: sa.Engine) -> None:
-    """Issue 43, item 4: leaving a list through the message's link, then the public form
+    """Leaving a list through the message's link, then the public form
     sends a new confirmation email; the person is back on the list only once it is
     confirmed (a new consent kept), never silently."""
     from workers.building.links import make_token

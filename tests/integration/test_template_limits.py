@@ -1,4 +1,4 @@
-"""Template limits (issue 18, P9/P10): the bombs the probe found are refused or bounded —
+"""Template limits (P9/P10): the bombs the probe found are refused or bounded —
 at save (size, nodes, nesting), at compose by a trial render (operations, output size),
 at render for one recipient (that message fails readably, the rest of the mail flows) —
 and the process's memory stays flat while they are tried."""

@@ -1,4 +1,4 @@
-"""Bounded stored text (issue 47): every free-text field has one documented limit
+"""Bounded stored text: every free-text field has one documented limit
 (``webapp/domain/text_limits.py``), refused the same way through the API (422 naming the
 field; 413 for a body over the request limit), the CSV import (the row's error names the
 field, nothing of it written) and the forms (the message in English and Spanish); the

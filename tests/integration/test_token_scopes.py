@@ -1,4 +1,4 @@
-"""Scoped API tokens (issue 44, item 3): every API route walked with a token of each
+"""Scoped API tokens: every API route walked with a token of each
 scope, as the role matrix walk does (tests/integration/test_access.py); a token is never
 wider than its owner's role; revoking, expiry and last use (time and address)."""
 

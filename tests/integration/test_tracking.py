@@ -1,4 +1,4 @@
-"""Analytics, private by default (issue 32, item 3), against real PostgreSQL, the real
+"""Analytics, private by default, against real PostgreSQL, the real
 worker pool and the test SMTP sink: tracking is off unless turned on; when on, the
 delivered messages carry signed tracking links and an open pixel; following them records
 the events and redirects to the stored URL only; forged, altered and unknown URLs are a

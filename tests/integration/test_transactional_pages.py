@@ -135,7 +135,7 @@ def test_a_kinds_test_send_is_built_from_the_kind(api: Api, engine: sa.Engine,
 def test_a_critical_kind_from_the_new_form_gets_critical_defaults(
         client: Any, api: Api, engine: sa.Engine,
         make_user: Callable[..., dict[str, Any]]) -> None:
-    # Issue 29: the form came pre-filled with a lifecycle kind's values (retries up to 6 h,
+    # The form came pre-filled with a lifecycle kind's values (retries up to 6 h,
     # a 1 h cooldown, a 24 h dedupe window), so a password reset asked again with a new
     # link answered the old one for a day.
     admin = Browser(client, make_user("admin"))
@@ -162,7 +162,7 @@ def test_a_critical_kind_from_the_new_form_gets_critical_defaults(
 
 def test_switching_the_class_in_the_form_applies_its_defaults_and_says_which(
         client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
-    """Issue 43, item 2: the editor re-posts the stored timings; switched from lifecycle
+    """The editor re-posts the stored timings; switched from lifecycle
     to critical, the kind takes critical's defaults and the page names each change, in
     English and Spanish."""
     user = make_user("admin")

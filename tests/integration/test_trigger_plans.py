@@ -1,5 +1,5 @@
 """The statement triggers that join a statement's new rows to its old ones stay linear in a
-long-lived session (migration 0034_trigger_plans, issue 28).
+long-lived session (migration 0034_trigger_plans).
 
 PL/pgSQL plans a trigger's statement on the session's first call and keeps the plan. A
 worker's first update is a finish of a few jobs; if that plan is a nested loop, a later

@@ -1,4 +1,4 @@
-"""Unsubscribe links and the preference page (issue 43, item 4): signed per-recipient links
+"""Unsubscribe links and the preference page: signed per-recipient links
 that cannot be forged, a GET that never unsubscribes by itself, a CSRF-protected button that
 leaves the message's list and only that one, RFC 8058 one-click without a session leaving
 the list the message came from, leaving one or all lists and choosing the language on the

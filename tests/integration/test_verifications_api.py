@@ -52,7 +52,7 @@ def test_same_user_while_live_returns_that_job(api: Api, engine: sa.Engine) -> N
     assert again.status_code == 202
     assert again.get_json()["id"] == first["id"] and again.get_json()["existing"] is True
     assert len(jobs(engine)) == 1
-    # Sent moments ago: the resend cooldown holds for a new request too (issue 29).
+    # Sent moments ago: the resend cooldown holds for a new request too.
     with engine.begin() as conn:
         place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', finished_at = now()"))
     refused = api.post("/verifications", GOOD)

@@ -343,7 +343,7 @@ def _sendgrid_variants(signature_b64: str) -> list[str]:
 
 def test_a_sendgrid_request_replayed_with_another_signature_text_is_a_replay(
         hc: Any, engine: sa.Engine, signers: dict[str, Any]) -> None:
-    """Issue 30, finding 4: three replays of one soft bounce (signature plus "!", "*", or
+    """Three replays of one soft bounce (signature plus "!", "*", or
     the mirror) were each applied and suppressed the address (soft-bounce limit 3)."""
     campaign = sent_campaign(engine, ["soft@example.com"])
     job = jobs(engine, campaign["broadcast_id"])["soft@example.com"]
@@ -366,7 +366,7 @@ def test_a_sendgrid_request_replayed_with_another_signature_text_is_a_replay(
 
 
 def test_a_refused_mailgun_request_consumes_its_token(hc: Any, engine: sa.Engine) -> None:
-    """Issue 30, finding 4: Mailgun signs only timestamp + token, so the signature of a
+    """Mailgun signs only timestamp + token, so the signature of a
     refused request (here: about a message that is not ours, and one with a broken body)
     must not be usable again with another body."""
     campaign = sent_campaign(engine, ["mg2@example.com"])

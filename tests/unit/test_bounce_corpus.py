@@ -1,4 +1,4 @@
-"""The bounce reader against real bounce mail (issue 26): the shared corpus of 582 bounces and
+"""The bounce reader against real bounce mail: the shared corpus of 582 bounces and
 complaints from ~75 kinds of mail software, with the result Sisimai expects for each
 recipient (``../shared/corpora/bounces``; its README defines the classes). The per-family
 table is printed (``pytest -s`` shows it; a failure shows it too).

@@ -1,4 +1,4 @@
-"""No input makes the bounce reader raise (issue 26): random bytes, every corpus message cut
+"""No input makes the bounce reader raise: random bytes, every corpus message cut
 short, charsets Python does not know, broken MIME, a huge part, deep nesting. ``read`` is
 called directly (not ``read_safely``), so an exception fails the test instead of becoming
 ``kind='unreadable'``. Seeded: every run reads the same inputs."""
@@ -71,7 +71,7 @@ def test_corpus_messages_with_mangled_charsets_and_encodings() -> None:
 
 
 def test_the_charset_that_stalled_the_mailbox_is_read() -> None:
-    """Issue 26: a DSN whose text part is in ``ANSI_X3.110-1983`` raised LookupError and
+    """A DSN whose text part is in ``ANSI_X3.110-1983`` raised LookupError and
     stopped every poll at that message."""
     raw = (b"From: MAILER-DAEMON@mx.example.org\r\nTo: bounces@senddock.test\r\n"
            b"Subject: Undelivered Mail Returned to Sender\r\nMIME-Version: 1.0\r\n"

@@ -1,5 +1,5 @@
 """Dependency floors that exclude known-vulnerable releases, and a check that what is
-installed honours every floor pyproject.toml declares (issue 18).
+installed honours every floor pyproject.toml declares.
 
 Jinja2 < 3.1.6 has published sandbox escapes (CVE-2024-56201, CVE-2024-56326,
 CVE-2025-27516); the sandbox is the trust boundary for marketers' templates. Werkzeug and

@@ -2,7 +2,8 @@
 
 Code, templates, docs and tests cite the design document as ``docs/design.md §N``; a cited
 section must exist. Nothing cites a document outside the repository: no product brief by
-name or section, no path into a sibling directory. (The bounce corpus's default location,
+name or section, no path into a sibling directory, no issue number (the tracker is not in
+the clone; say what the code does, or cite the section that does). (The bounce corpus's default location,
 ``../shared/corpora/``, is data the tests read, not a document cited; it can be moved with
 ``SENDDOCK_BOUNCE_CORPUS``.)
 """
@@ -20,6 +21,8 @@ _BRIEF = "SP" + "EC"
 OUTSIDE = [
     (re.compile(r"\b" + _BRIEF + r"\b"), "cites the outside product brief"),
     (re.compile(r"\.\./shared/(?!corpora/)"), "cites a file outside the repository"),
+    (re.compile(r"(?i)\b" + "iss" + r"ues? #?\d+|\b" + "find" + r"ings? \d+"),
+     "cites the issue tracker, which is outside the repository (cite a section instead)"),
 ]
 CITED = re.compile(r"design\.md((?:\s*(?:,|and|\u2013|-|to)?\s*§\s*\d+)+)")
 SECTION = re.compile(r"§\s*(\d+)")

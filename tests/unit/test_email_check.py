@@ -1,6 +1,6 @@
 """check_email's fast path for common addresses answers exactly what email-validator's full
 path answers: the same addresses accepted, normalized the same way, the same refused with
-the same wording (issue 27)."""
+the same wording."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def test_send_at_refusals(raw: Any, field: str) -> None:
 def test_send_at_accepted() -> None:
     assert messages.check_send_at(None, T0) is None
     assert messages.check_send_at((T0 - timedelta(seconds=30)).isoformat(), T0) is None
-    # In the past: at once (issue 30: the OpenAPI document says so, Schemathesis checks it).
+    # In the past: at once (the OpenAPI document says so, Schemathesis checks it).
     assert messages.check_send_at((T0 - timedelta(days=9999)).isoformat(), T0) is None
     far = messages.check_send_at("2999-12-31T23:00:00-10:00", T0)
     assert far is not None and far.year == 3000

@@ -1,4 +1,4 @@
-"""The state vocabulary is spelled once (issue 31, part 3): code compares job and campaign
+"""The state vocabulary is spelled once (part 3): code compares job and campaign
 states, indexes counters by them and writes them into SQL through the constants of
 ``workers.core.states``, never as quoted words. A quoted ``'sent'`` is a second copy that
 a renamed or added state leaves behind.

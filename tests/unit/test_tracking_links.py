@@ -1,4 +1,4 @@
-"""Tracking URLs and link rewriting (issue 32, item 3), without a database: tokens that
+"""Tracking URLs and link rewriting, without a database: tokens that
 cannot be forged or altered, only links written out in full are tracked, the pixel goes
 inside the body."""
 

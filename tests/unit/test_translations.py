@@ -1,4 +1,4 @@
-"""No UI text is left untranslated in Spanish (docs/design.md §25, issue 17).
+"""No UI text is left untranslated in Spanish (docs/design.md §25).
 
 1. Every template's literal text — text between tags, and the text attributes
    (placeholder, title, aria-label, alt, data-confirm, data-copied) — is inside ``_()``;
@@ -242,7 +242,7 @@ def _literal(node: ast.AST) -> bool:
 
 
 def test_no_server_message_reaches_a_page_unmarked() -> None:
-    """Issue 29: "schedule in the past" and others were plain English strings raised or
+    """"schedule in the past" and others were plain English strings raised or
     flashed by the web app, so they stayed English on Spanish pages. Every flash() and every
     domain error raised where pages can show it is marked (_(), N_(), ngettext...), so the
     catalog check above sees it."""

@@ -49,7 +49,7 @@ def _validate(url: str, events: list[str], kinds: list[str], known: list[str]) -
 def index() -> str:
     with engine().connect() as conn:
         endpoints = event_queue.endpoints(conn)
-        kinds = job_kinds(conn)  # the admins' kinds too (issue 29), not only the built-in
+        kinds = job_kinds(conn)  # the admins' kinds too, not only the built-in
     return render_template("event_webhooks/index.html", endpoints=endpoints,
                            events=event_queue.EVENTS, kinds=kinds,
                            new_secret=request.args.get("secret_for"))

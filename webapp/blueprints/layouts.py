@@ -1,4 +1,4 @@
-"""Layouts in the browser (issue 32, item 4): the list of layouts, the editor with its
+"""Layouts in the browser: the list of layouts, the editor with its
 preview, and the composer's "text from HTML" (the plain-text part the marketer edits)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Segments in the browser (issue 32, item 2): a list's saved segments, the builder with
+"""Segments in the browser: a list's saved segments, the builder with
 its live count (one partial serves the page and the HTMX fragment), and the composer's
 audience count."""
 

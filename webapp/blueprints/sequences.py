@@ -1,4 +1,4 @@
-"""Sequences in the browser (issue 42, docs/sequences.md): the list, the builder with its
+"""Sequences in the browser (docs/sequences.md): the list, the builder with its
 live per-step funnel (HTMX), and a person's enrollments for support ("why did they get step
 3 and not step 4")."""
 

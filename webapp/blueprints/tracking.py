@@ -1,4 +1,4 @@
-"""Public endpoints of the analytics and the archive (issue 32, items 3 and 5), reachable
+"""Public endpoints of the analytics and the archive, reachable
 without logging in; the signed token in each URL is the proof:
 
 - ``/r/<token>``: a tracked link. Records the click, redirects to the link's stored URL.

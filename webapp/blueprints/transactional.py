@@ -121,7 +121,7 @@ def _editor(values: dict[str, Any], *, name: str | None, error: DomainError | No
 def new() -> tuple[str, int]:
     # Retry schedule, cooldown and dedupe window start empty: saved empty, they take the
     # chosen class's defaults (a critical kind must not get a lifecycle kind's day-long
-    # dedupe window because the form was filled for another class; issue 29).
+    # dedupe window because the form was filled for another class).
     return _editor({"class": "lifecycle", "active": True, "builtin": False,
                     "retry_schedule": "", "resend_cooldown": "", "dedupe_window": "",
                     "sample_event": json.dumps(kinds.SAMPLE_EVENT, indent=2),

@@ -1,4 +1,4 @@
-"""The public web version of a sent campaign (issue 32, item 5).
+"""The public web version of a sent campaign.
 
 Opt-in per campaign (``campaign_tracking.archive``, off by default). Its address is signed
 (:func:`workers.building.tracking.archive_url`), so it cannot be guessed from a campaign

@@ -162,7 +162,7 @@ def update(conn: Connection, campaign_id: int, data: dict[str, Any], *, default_
 def _audience_and_layout(conn: Connection, list_id: int, data: dict[str, Any],
                         values: dict[str, Any]) -> dict[str, Any]:
     """The segment (of the campaign's list) and layout it picks, both checked; the
-    templates are compiled again inside the layout (issue 32, items 2 and 4)."""
+    templates are compiled again inside the layout."""
     segment_id = segments.check_for_campaign(conn, list_id, data.get("segment_id"))
     layout = layouts.check_for_campaign(conn, data.get("layout_id"))
     if layout is not None:

@@ -1,4 +1,4 @@
-"""What the composer tells a marketer before anything is sent (P9, issue 17):
+"""What the composer tells a marketer before anything is sent (P9):
 
 - every template error of every field at once (subject, text and HTML each compiled on
   their own, so an error in the HTML does not hide one in the text);
@@ -30,7 +30,7 @@ FIELD_NAMES = {"subject": N_("subject"), "html": N_("html"), "text": N_("text")}
 KNOWN_NAMES = frozenset({"subscriber", "email", "name", "attributes", "unsubscribe_url",
                          "campaign", "range", "dict", "cycler", "joiner", "namespace",
                          "loop", "self", "varargs", "kwargs", "caller",
-                         "archive_url"})  # the web version (issue 32): "" unless it is on
+                         "archive_url"})  # the web version: "" unless it is on
 KEY_SAMPLE = 50_000  # subscribers read for the list's attribute keys (bounded at any size)
 
 

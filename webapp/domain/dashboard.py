@@ -1,4 +1,4 @@
-"""What each role's dashboard shows first (issue 17): an admin the queue's state, the
+"""What each role's dashboard shows first: an admin the queue's state, the
 last hour's failures and the relay; support the verification mail that failed or is held;
 a marketer the campaigns. Every number comes from counters or an index (no full count)."""
 

@@ -65,7 +65,7 @@ class Alarm:
     name: str
     message: str
     severity: str = "error"  # error | warn
-    # Who is shown it: everyone, or only the roles that can act on it (issue 29: a
+    # Who is shown it: everyone, or only the roles that can act on it (a
     # marketer cannot enable an event webhook, so its alarm is not theirs).
     roles: tuple[str, ...] | None = None
 

@@ -1,4 +1,4 @@
-"""The jobs browser (issue 17): an admin sees the queue by state, the way Sidekiq's or Oban
+"""The jobs browser: an admin sees the queue by state, the way Sidekiq's or Oban
 Web's users do — waiting (in the order they will be sent), retrying (with their next run),
 in flight, held, scheduled campaigns, sent, failed (the inbox), cancelled — with filters,
 exact counts and keyset pages; and, as Oban Web, bulk actions on the jobs chosen on a page

@@ -212,7 +212,7 @@ class KindInput:
     sample_data: dict[str, Any]
     sample_event: dict[str, Any]
     # A class change: {field: {"from": old, "to": the new class's default}} for each timing
-    # the new class's default replaced (issue 43, item 2).
+    # the new class's default replaced.
     class_changes: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 

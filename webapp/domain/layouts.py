@@ -1,4 +1,4 @@
-"""Layouts (docs/design.md §20, issue 32 item 4): reusable HTML around a campaign's body.
+"""Layouts (docs/design.md §20): reusable HTML around a campaign's body.
 
 A layout is a sandboxed HTML template like a campaign's, with three placeholders:
 ``{{ content }}`` (where the campaign's HTML goes, exactly once), ``{{ unsubscribe_url }}``

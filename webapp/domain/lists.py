@@ -22,7 +22,7 @@ MAX_NAME = text_limits.LIST_NAME
 
 
 # email-validator's answers that a person typing an address meets, in the page's language
-# (issue 29); a message that names characters keeps its tail ("…: ñ, ü"). Others stay as
+#; a message that names characters keeps its tail ("…: ñ, ü"). Others stay as
 # the library words them.
 EMAIL_PROBLEMS = {
     "An email address must have an @-sign.": N_("An email address must have an @-sign."),
@@ -67,7 +67,7 @@ def email_problem(message: str) -> str:
 
 
 # The common address, checked without walking email-validator's whole path (0.36 ms an
-# address, most of a 500-message batch's Python, issue 27): a plain ASCII dot-atom local
+# address, most of a 500-message batch's Python): a plain ASCII dot-atom local
 # part (RFC 5322 atext, which email-validator accepts as it is) and a domain whose answer is
 # email-validator's own, cached per domain. Anything else (quoted or non-ASCII local parts,
 # too long, odd shapes) takes email-validator's full path, so the accepted addresses, their

@@ -1,4 +1,4 @@
-"""What the live campaign page tells a marketer, and only what is true (issue 17):
+"""What the live campaign page tells a marketer, and only what is true:
 
 - the rate is the finishes of the last :data:`RATE_WINDOW` seconds (never reaching back
   before the jobs existed or the campaign was last resumed), and "nothing finished for N s"
@@ -9,7 +9,7 @@
 - the percentage is floored, so it reads 100 % only when every recipient has a final state;
 - an ETA is given only while the rate is steady: the last :data:`STEADY_WINDOW` seconds
   rate within :data:`STEADY_TOLERANCE` of the whole window's. While the pool ramps up (or
-  slows down) the page says it is estimating (issue 29: "about 3 min 51 s left" at 21 s
+  slows down) the page says it is estimating ("about 3 min 51 s left" at 21 s
   for a campaign done at 96 s, whose rate was still climbing);
 - once nothing is left to send (the queue emptied, or only retries on backoff remain) no
   rate is shown at all (it said "164 messages/s" of a queue already empty);

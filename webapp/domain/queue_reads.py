@@ -723,7 +723,7 @@ SELECT count(*) FROM (
 def count_retryable(conn: Connection, where: ProblemFilter, as_of: datetime,
                     cap: int = 1_000_000) -> int:
     """Of the problems :func:`count_problems` counts, those "retry all" can put back: not
-    on the suppression list, not of a cancelled campaign (issue 29: "Retry all 59" was
+    on the suppression list, not of a cancelled campaign ("Retry all 59" was
     offered for 59 suppressed addresses, and could only refuse them all)."""
     sql, params = where.where()
     return int(conn.execute(sa.text(_COUNT_RETRYABLE.format(where=sql)),

@@ -1,4 +1,4 @@
-"""Segments (docs/design.md §20, issue 32 item 2): a list narrowed by conditions, saved and reused.
+"""Segments (docs/design.md §20): a list narrowed by conditions, saved and reused.
 
 A condition is ``{"field", "op", "key"?, "value"?}``; all of a segment's conditions must
 hold. The fields and operators are a fixed table (``workers.queue.audience``):

@@ -1,4 +1,4 @@
-"""Sequences (issue 42; docs/sequences.md): building them, editing them live, events that
+"""Sequences (docs/sequences.md): building them, editing them live, events that
 enrol or end enrollments, and what support and the funnel read.
 
 Guarantees kept here:

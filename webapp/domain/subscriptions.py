@@ -1,4 +1,4 @@
-"""Subscription forms with double opt-in (docs/design.md §20, issue 32 item 1).
+"""Subscription forms with double opt-in (docs/design.md §20).
 
 A list's public form (off until a marketer turns it on) and the public API both create a
 *subscription request*: the consent asked (when, from which IP, through which form) and a

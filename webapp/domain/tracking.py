@@ -1,4 +1,4 @@
-"""Privacy-friendly analytics (issue 32, item 3): a campaign's tracking settings, the
+"""Privacy-friendly analytics: a campaign's tracking settings, the
 opens and clicks its recipients make, and its figures.
 
 Off by default: a campaign tracks nothing until a marketer turns opens or clicks on

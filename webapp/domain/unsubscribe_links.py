@@ -1,5 +1,5 @@
 """Following the unsubscribe link of a message: who it names, and their preference page
-(issue 43, item 4). The links themselves are signed by the engine
+. The links themselves are signed by the engine
 (:mod:`workers.building.links`).
 
 Leaving a list is per list: the membership is deleted and a ``list_unsubscribes`` row

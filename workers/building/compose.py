@@ -50,7 +50,7 @@ class PreparedCampaign:
     template: CampaignTemplate
     list_id: int = 0
     list_name: str = ""
-    # Analytics and the web version (issue 32): off unless turned on for the campaign.
+    # Analytics and the web version: off unless turned on for the campaign.
     analytics: tracking.Settings = field(default_factory=tracking.Settings)
     links: tracking.Links = field(default_factory=tracking.Links)
 

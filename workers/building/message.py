@@ -33,7 +33,7 @@ from workers.core.i18n import N_, Text, message_of
 CRLF = "\r\n"
 MAX_REPEAT = 100_000  # longest string/list a template may build with `*`
 MAX_EXPONENT = 64  # largest exponent a template may use with `**`
-# Template limits (P10, issue 18). At save: the source's size and its node count (a
+# Template limits (P10). At save: the source's size and its node count (a
 # 250 KB template of `{{ name }}` takes 3.4 s to compile, so both are checked before the
 # compiler runs). At render, per message (subject, text and HTML together): operations
 # (calls, filters, attribute reads, loop steps, output pieces; one more per KiB a step
@@ -552,7 +552,7 @@ class CampaignTemplate:
         return RenderedMessage(subject=subject, text=text, html=html)
 
 
-# Layouts (issue 32, item 4): reusable HTML around a campaign's body.
+# Layouts: reusable HTML around a campaign's body.
 CONTENT_PLACEHOLDER = re.compile(r"\{\{\s*content\s*\}\}")
 UNSUBSCRIBE_PLACEHOLDER = re.compile(r"\{\{\s*unsubscribe_url\s*\}\}")
 POSTAL_PLACEHOLDER = re.compile(r"\{\{\s*postal_address\s*\}\}")

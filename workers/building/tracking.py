@@ -1,4 +1,4 @@
-"""Open and click tracking, and the web version's address (issue 32, items 3 and 5).
+"""Open and click tracking, and the web version's address.
 
 Off unless a marketer turns it on for a campaign. When on, the engine rewrites a
 campaign's links to signed tracking URLs and adds an open pixel; the web app reads the

@@ -1,4 +1,4 @@
-"""JSON on the hot paths (issue 27) through orjson, with the standard library's answer
+"""JSON on the hot paths through orjson, with the standard library's answer
 whenever orjson would answer differently or not at all.
 
 orjson refuses what ``json`` takes (integers beyond 64 bits, keys that are not strings,

@@ -253,7 +253,7 @@ def _ping_when_idle(engine: Engine) -> None:
     gets a fresh connection instead of a driver error (tests/integration/test_faults.py).
     A connection in steady use (an API burst hands each one out again within
     milliseconds) skips the round trip, which was one in three of a ``POST /messages``
-    and a sixth of its Python CPU (issue 27)."""
+    and a sixth of its Python CPU."""
 
     @event.listens_for(engine, "checkin")
     def _checked_in(dbapi_conn: Any, record: Any) -> None:

@@ -132,7 +132,7 @@ class Campaign:
 
 
 class Sequence:
-    """The sequences vocabulary (issue 42, docs/sequences.md): a sequence is active, paused
+    """The sequences vocabulary (docs/sequences.md): a sequence is active, paused
     or archived; an enrollment (one person's way through one) is active, paused (its
     sequence is), done or exited (with a reason). Beside the jobs' and campaigns' words,
     some of which it shares."""

@@ -3,7 +3,7 @@
 ``serve`` answers pages and delivers mail in one process, and its threads share one
 interpreter lock. While a campaign drains, every delivery thread wants that lock many
 times per message, and a page's thread gets about its share of it among them: a page that
-needs a few milliseconds of Python waited several times that for its turns (issue 28: the
+needs a few milliseconds of Python waited several times that for its turns (the
 campaign counter fragment, 4 ms of SQL, answered in 113 ms at p95 while 10M drained).
 
 Someone is waiting for a page; nobody waits for one campaign message to leave a few

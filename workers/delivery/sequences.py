@@ -1,4 +1,4 @@
-"""The sequence advancer (issue 42; docs/sequences.md): moves due enrollments through their
+"""The sequence advancer (docs/sequences.md): moves due enrollments through their
 steps, making one delivery job per (enrollment, email step).
 
 An enrollment is at a step (``step_id``) due at ``due_at``. Each tick, in one transaction:

@@ -1,5 +1,5 @@
 """A segment's conditions as a SQL predicate: the one place a marketer's audience rules
-become SQL (issue 32, item 2).
+become SQL.
 
 Conditions are data (a JSON array, all of them must hold), never SQL: each one picks a
 fragment from a fixed table by its field and operator, and every value the marketer typed
@@ -35,7 +35,7 @@ SUBSCRIBED_OPS: dict[str, str] = {
     "before": "m.created_at < CAST({v} AS date)",
 }
 # Opened or clicked (any campaign) in the last N days. The events come from open/click
-# tracking (issue 32, item 3): a table campaign_events(subscriber_id, kind, at) whose kind is
+# tracking: a table campaign_events(subscriber_id, kind, at) whose kind is
 # 'open' or 'click' (webapp.domain.tracking records them); this is the only SQL that reads it.
 ACTIVITY_KINDS = {"opened": "open", "clicked": "click"}
 ACTIVITY_SQL = ("EXISTS (SELECT 1 FROM campaign_events e WHERE e.subscriber_id = s.id "

@@ -183,7 +183,7 @@ SELECT coalesce((SELECT sum(bc.n) FROM broadcasts b
 # from the per-kind counters the jobs table's statement triggers keep (exact, committed
 # with the rows they count: kind_counts holds jobs without a broadcast only). Counting the
 # claim index instead cost O(backlog) per request: 0.8 ms of PostgreSQL CPU with 2,000
-# waiting, on every POST (issue 27).
+# waiting, on every POST.
 TRANSACTIONAL_BACKLOG_COUNT = f"""
 SELECT coalesce(sum(n), 0)::bigint FROM kind_counts
  WHERE status IN {sql_list(CLAIMABLE)}"""

@@ -1,4 +1,4 @@
-"""API: segments of a list and layouts (issue 32, items 2 and 4). A campaign picks them by
+"""API: segments of a list and layouts. A campaign picks them by
 ``segment_id`` and ``layout_id`` in ``POST /campaigns``; ``POST /campaigns/{id}/send``
 then sends to the segment."""
 

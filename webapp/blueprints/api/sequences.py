@@ -1,4 +1,4 @@
-"""API: sequences, their steps and enrollments, and events (issue 42, docs/sequences.md).
+"""API: sequences, their steps and enrollments, and events (docs/sequences.md).
 Marketers build sequences; support reads a person's enrollments; the team's app posts
 events (with the token it sends messages with)."""
 

@@ -1,5 +1,5 @@
 """``GET /api/v1/campaigns/{id}/stats``: a campaign's opens and clicks (total, unique, per
-link, per hour or day) beside its unsubscribes, bounces and complaints (issue 32, item 3)."""
+link, per hour or day) beside its unsubscribes, bounces and complaints."""
 
 from __future__ import annotations
 
