@@ -3,9 +3,9 @@
 Code, templates, docs and tests cite the design document as ``docs/design.md §N``; a cited
 section must exist. Nothing cites a document outside the repository: no product brief by
 name or section, no path into a sibling directory, no issue number (the tracker is not in
-the clone; say what the code does, or cite the section that does). (The bounce corpus's default location,
-``../shared/corpora/``, is data the tests read, not a document cited; it can be moved with
-``SENDDOCK_BOUNCE_CORPUS``.)
+the clone; say what the code does, or cite the section that does). (The bounce corpus's
+default location, ``../shared/corpora/``, is data the tests read, not a document cited; it
+can be moved with ``SENDDOCK_BOUNCE_CORPUS``.)
 """
 from __future__ import annotations
 
