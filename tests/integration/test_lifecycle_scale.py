@@ -1,7 +1,7 @@
 """The lifecycle at scale, at small sizes: the campaign lifecycle's decisions are one row
 (pause, resume, cancel never touch a job), the claim honours them at once, the engine
-settles a cancelled campaign's jobs in bounded chunks with exact counts while the page counts down, and
-retention rolls finished campaigns and old transactional jobs up without moving a
+settles a cancelled campaign's jobs in bounded chunks with exact counts while the page
+counts down, and retention rolls finished campaigns and old transactional jobs up without moving a
 counter."""
 
 from __future__ import annotations
