@@ -80,6 +80,9 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.list_suppressions": ADMIN, "api.add_suppression": ADMIN,
     "api.delete_suppression": ADMIN,
     "api.upload_report": ADMIN, "api.list_reports": ADMIN,
+    "api.domain_deliverability": ADMIN, "api.provider_figures": ADMIN,
+    "api.list_warmups": ADMIN, "api.get_warmup": ADMIN, "api.put_warmup": ADMIN,
+    "api.delete_warmup": ADMIN,
     "ops.metrics": ADMIN,
     "health.retry_relay": ADMIN,
     # Sequences: marketers build, support reads a person's enrollments, the
@@ -188,6 +191,9 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "api.remove_sequence_step": CAMPAIGNS, "api.reorder_sequence_steps": CAMPAIGNS,
     "api.person_enrollments": READ_JOBS, "api.post_event": SEND,
     "api.upload_report": ADMIN_SCOPE, "api.list_reports": ADMIN_SCOPE,
+    "api.domain_deliverability": ADMIN_SCOPE, "api.provider_figures": ADMIN_SCOPE,
+    "api.list_warmups": ADMIN_SCOPE, "api.get_warmup": ADMIN_SCOPE,
+    "api.put_warmup": ADMIN_SCOPE, "api.delete_warmup": ADMIN_SCOPE,
 }
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webapp.domain import fields as rules
-from webapp.domain import kinds as kinds_input
 from webapp.domain import (
+    deliverability,
     layouts,
     lists,
     messages,
@@ -17,7 +16,10 @@ from webapp.domain import (
     text_limits,
     tracking,
     verifications,
+    warmups,
 )
+from webapp.domain import fields as rules
+from webapp.domain import kinds as kinds_input
 from webapp.models import SUPPRESSION_REASONS
 from workers.building import kinds
 from workers.building.message import (
@@ -26,6 +28,7 @@ from workers.building.message import (
     UNSUBSCRIBE_PLACEHOLDER,
 )
 from workers.core import states
+from workers.delivery import warmup
 from workers.queue import audience
 
 BIGINT_MAX = 2**63 - 1
@@ -947,6 +950,98 @@ REQUEST_PATHS["/reports"] = {
          "properties": {"reports": {"type": "array"}, "rejects": {"type": "array"}}})),
 }
 
+
+# The deliverability console (docs/deliverability.md) and warm-up (docs/design.md §33).
+_RATE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+_INT = {"type": "integer", "minimum": 0}
+_DAYS = [{"name": "days", "in": "query", "required": False,
+          "schema": {"type": "integer", "minimum": 1, "maximum": deliverability.MAX_SPAN},
+          "description": "the period, in days back from today (another value: the default)"}]
+_DOMAIN_PARAM = [{"name": "domain", "in": "path", "required": True,
+                  "schema": {"type": "string", "pattern": rules.NO_NUL},
+                  "description": "a sending domain (a name that is no domain: 404)"}]
+_SOURCE = {"type": "object", "required": ["ip", "ours", "messages", "pass_rate"],
+           "properties": {"ip": {"type": "string"}, "ours": {"type": "boolean"},
+                          "messages": _INT, "dmarc_pass": _INT, "spf_aligned": _INT,
+                          "dkim_aligned": _INT, "pass_rate": _RATE,
+                          "reporters": {"type": "array", "items": {"type": "string"}},
+                          "dispositions": {"type": "object",
+                                           "additionalProperties": _INT}}}
+_DOMAIN_VIEW = {"type": "object", "required": [
+    "domain", "days", "since", "messages", "rates", "ours", "not_ours", "per_day", "tls"],
+    "properties": {
+        "domain": {"type": "string"}, "days": _INT, "since": {"type": "string",
+                                                               "format": "date"},
+        "messages": _INT, "ours_messages": _INT, "not_ours_count": _INT,
+        "rates": {"type": "object", "properties": {
+            k: _RATE for k in ("spf", "dkim", "dmarc", "ours_dmarc")}},
+        "networks": {"type": "array", "items": {"type": "string"}},
+        "ours": {"type": "array", "items": _SOURCE},
+        "not_ours": {"type": "array", "items": _SOURCE},
+        "per_day": {"type": "array", "items": {"type": "object"}},
+        "by_day_source": {"type": "array", "items": {"type": "object"}},
+        "reporters": {"type": "array", "items": {"type": "object"}},
+        "policy": {"type": "array", "items": {"type": "object"}},
+        "tls": {"type": "array", "items": {"type": "object"}},
+        "tls_ok": _INT, "tls_failed": _INT, "failure_reports": _INT,
+        "threshold": {"type": "number"}}}
+_PROVIDER_CELL = {"type": "object", "required": ["group", "accepted", "deferred", "bounced",
+                                                 "complained", "complaint_rate"],
+                  "properties": {"group": {"type": "string"}, "day": {"type": "string"},
+                                 "accepted": _INT, "deferred": _INT, "bounced": _INT,
+                                 "complained": _INT, "complaint_rate": _RATE}}
+_PROVIDERS = {"type": "object", "required": ["days", "groups", "totals", "per_day"],
+              "properties": {"days": _INT,
+                             "groups": {"type": "array", "items": {"type": "string"}},
+                             "names": {"type": "object"}, "thresholds": {"type": "object"},
+                             "totals": {"type": "array", "items": _PROVIDER_CELL},
+                             "per_day": {"type": "array", "items": _PROVIDER_CELL}}}
+_NULLABLE_COUNT = {"type": ["integer", "null"], "minimum": 0}
+_WARMUP = {"type": "object", "required": [
+    "domain", "started_on", "day", "daily_cap", "hourly_cap", "sent_today", "sent_this_hour",
+    "allowed_now", "custom_schedule", "finished"], "properties": {
+        "domain": {"type": "string"}, "started_on": {"type": "string", "format": "date"},
+        "day": {"type": "integer"}, "daily_cap": _NULLABLE_COUNT,
+        "hourly_cap": _NULLABLE_COUNT, "sent_today": _INT, "sent_this_hour": _INT,
+        "allowed_now": _NULLABLE_COUNT, "custom_schedule": {"type": "boolean"},
+        "finished": {"type": "boolean", "description": "past the schedule's last day: no cap"}}}
+_WARMUP_BODY = _request([], {
+    "caps": {"type": ["array", "null"], "minItems": 1, "maxItems": warmup.MAX_DAYS,
+             "items": {"type": "integer", "minimum": 1, "maximum": warmups.MAX_CAP},
+             "description": "daily caps for days 1, 2, ... (null or absent: the built-in "
+                            "ramp)"},
+    "hour_share_percent": {"type": "integer", "minimum": 1, "maximum": 100,
+                           "description": "the hourly cap as a share of the day's (25)"}})
+REQUEST_PATHS["/domains/{domain}/deliverability"] = {
+    "parameters": _DOMAIN_PARAM,
+    "get": _id("getDomainDeliverability", {**_op(
+        "What receivers reported about mail sent as the domain: DMARC pass and alignment "
+        "rates, sources (ours and not ours), reporters, policies applied, TLS failures",
+        200, _DOMAIN_VIEW, 404), "parameters": _DAYS})}
+REQUEST_PATHS["/providers"] = {
+    "get": _id("getProviderFigures", {**_op(
+        "SendDock's own attempts per receiving provider group and day: accepted, deferred, "
+        "bounced, complained, with the complaint rate", 200, _PROVIDERS),
+        "parameters": _DAYS})}
+REQUEST_PATHS["/warmups"] = {
+    "get": _id("listWarmups", _op("Every sending domain in warm-up, with today's caps and "
+                                   "sends", 200, {"type": "object", "required": ["warmups"],
+                                                 "properties": {"warmups": {
+                                                     "type": "array", "items": _WARMUP}}}))}
+REQUEST_PATHS["/domains/{domain}/warmup"] = {
+    "parameters": _DOMAIN_PARAM,
+    "get": _id("getWarmup", _op("The domain's warm-up today (404: not in warm-up)", 200,
+                                _WARMUP, 404)),
+    "put": _id("putWarmup", _op(
+        "Start the domain's warm-up today (a running one restarts from day 1); mail beyond "
+        "the day's or the hour's cap waits, never fails", 200, _WARMUP, 400, 404, 422,
+        request=_WARMUP_BODY)),
+    "delete": _id("deleteWarmup", _op(
+        "End the domain's warm-up: its mail is no longer capped", 200,
+        {"type": "object", "required": ["domain", "stopped"],
+         "properties": {"domain": {"type": "string"}, "stopped": {"type": "boolean"}}},
+        404)),
+}
 
 def document() -> dict[str, Any]:
     return {

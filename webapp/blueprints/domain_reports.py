@@ -10,8 +10,8 @@ from flask_babel import gettext as _
 from werkzeug.wrappers import Response
 
 from webapp.blueprints.domains import bp
-from webapp.context import config, engine
-from webapp.domain import deliverability
+from webapp.context import actor, config, engine
+from webapp.domain import deliverability, warmups
 from webapp.i18n import localize
 from workers.after_acceptance.receiver_reports.store import ingest
 from workers.building import dkim
@@ -72,9 +72,7 @@ def deliverability_page(domain: str) -> str | Response:
     if name is None:
         return redirect(url_for("domains.index"))
     domain = name
-    days = request.args.get("days", "")
-    span = int(days) if days.isascii() and days.isdigit() and len(days) <= 3 \
-        and 1 <= int(days) <= 400 else deliverability.PAGE_DAYS
+    span = deliverability.span(request.args.get("days", ""), deliverability.PAGE_DAYS)
     with engine().connect() as conn:
         view = deliverability.domain_view(conn, config(), domain, span)
         warm = warmup.status(conn, domain)
@@ -97,7 +95,7 @@ def start_warmup(domain: str) -> Response:
         flash(localize(message_of(exc)), "error")
         return back
     with engine().begin() as conn:
-        warmup.start(conn, domain, caps, share)
+        warmups.start(conn, domain, caps, share, actor())
     flash(_("Warm-up of %(domain)s started: day 1 today.", domain=domain), "success")
     return back
 
@@ -109,7 +107,7 @@ def stop_warmup(domain: str) -> Response:
         return redirect(url_for("domains.index"))
     domain = name
     with engine().begin() as conn:
-        stopped = warmup.stop(conn, domain)
+        stopped = warmups.stop(conn, domain, actor())
     if stopped:
         flash(_("Warm-up of %(domain)s stopped: its mail is no longer capped.",
                 domain=domain), "success")
@@ -120,9 +118,7 @@ def stop_warmup(domain: str) -> Response:
 def providers_page() -> str:
     from webapp.domain import providers
 
-    days = request.args.get("days", "")
-    span = int(days) if days.isascii() and days.isdigit() and len(days) <= 3 \
-        and 1 <= int(days) <= 400 else 30
+    span = deliverability.span(request.args.get("days", ""), 30)
     with engine().connect() as conn:
         view = providers.provider_view(conn, config(), span)
     return render_template("domains/providers.html", v=view)

@@ -38,6 +38,17 @@ def is_ours(ip: str, networks: list[Any]) -> bool:
     return any(address.version == n.version and address in n for n in networks)
 
 
+MAX_SPAN = 400
+
+
+def span(text: str, default: int) -> int:
+    """The period a page or the API asks for (``?days=``, 1 to :data:`MAX_SPAN`); anything
+    else is the default."""
+    if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_SPAN:
+        return int(text)
+    return default
+
+
 def _rate(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
