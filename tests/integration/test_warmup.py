@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
+from datetime import date, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 from tests.conftest import wait_for
 from tests.helpers import Browser, campaign_status
 from webapp.domain import campaigns, lists
+from workers import queue
 from workers.core.settings import Config
 from workers.delivery import warmup
 from workers.delivery.pool import Pool
@@ -198,3 +200,43 @@ def test_transactional_mail_is_counted_but_never_held(
         assert _jobs(engine, campaign["id"]).get("sent", 0) <= 1
     finally:
         pool.stop()
+
+
+def test_the_campaign_page_says_when_the_caps_let_the_rest_go(
+        app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    """120 recipients under caps of 50, 50, 100: 50 today, 50 tomorrow, the last 20 on day
+    3 — the page says so instead of a rate-based ETA; under the cap it says nothing."""
+    campaign_id = _campaign(engine, 120)
+    with engine.begin() as conn:  # the jobs made, as a worker makes them
+        queue.enqueue_broadcast(conn, conn.execute(sa.text(
+            "SELECT broadcast_id FROM campaigns WHERE id = :c"), {"c": campaign_id}).scalar())
+    marketer = Browser(app.test_client(), make_user("marketer"))
+    page = f"/campaigns/{campaign_id}"
+    assert 'id="campaign-warmup"' not in text(marketer.get(page))
+    with engine.begin() as conn:
+        warmup.start(conn, "warm.example", [50, 50, 100])
+        started = warmup.status(conn, "warm.example")
+    assert started is not None
+    shown = text(marketer.get(page))
+    day3 = (started.started_on + timedelta(days=2)).isoformat()
+    assert ("Warm-up of warm.example, day 1: at most 50 a day (0 sent today). The 120 left "
+            f"go out as the schedule allows, by about {day3} (day 3)") in shown
+    spanish = text(marketer.get(page, headers={"Accept-Language": "es"}))
+    assert "Calentamiento de warm.example, día 1: como máximo 50 al día" in spanish
+    assert f"hacia el {day3} (día 3)" in spanish
+    with engine.begin() as conn:  # today's 50 went out: still day 3
+        conn.execute(sa.text("INSERT INTO warmup_sends VALUES "
+                             "('warm.example', date_trunc('hour', now()), 50)"))
+    assert f"(50 sent today). The 120 left go out as the schedule allows, by about {day3}" \
+        in text(marketer.get(page))
+    with engine.begin() as conn:  # a bigger table: all 120 fit today
+        warmup.start(conn, "warm.example", [500])
+        conn.execute(sa.text("DELETE FROM warmup_sends"))
+    assert 'id="campaign-warmup"' not in text(marketer.get(page))
+
+
+def test_the_outlook_past_the_schedule() -> None:
+    """Past the schedule's last day there is no cap: whatever is left goes that day."""
+    today = warmup.Today("d.example", date(2026, 1, 1), 1, 10, 3, 0, 0, True)
+    assert warmup.Outlook(today, 5, 1, date(2026, 1, 1)).held is False
+    assert warmup.Outlook(today, 50, 2, date(2026, 1, 2)).held is True

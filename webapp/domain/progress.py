@@ -6,6 +6,9 @@
 - the ETA covers only the messages that can be sent now; messages waiting on their retry
   backoff are stated apart ("60 waiting to retry, next at 07:51:05"), since no rate makes
   them go sooner;
+- a campaign whose From domain is in warm-up and has more left than today's cap lets go
+  says so, with the day (and date) by which the schedule's caps let the rest go out, and
+  gives no rate-based ETA (docs/design.md §33);
 - the percentage is floored, so it reads 100 % only when every recipient has a final state;
 - an ETA is given only while the rate is steady: the last :data:`STEADY_WINDOW` seconds
   rate within :data:`STEADY_TOLERANCE` of the whole window's. While the pool ramps up (or
@@ -30,6 +33,7 @@ from sqlalchemy.engine import Connection
 
 from webapp.domain import campaigns, queue_reads
 from workers import queue
+from workers.core.addresses import domain_of
 from workers.core.states import (
     BOUNCED,
     CANCELLED,
@@ -40,6 +44,7 @@ from workers.core.states import (
     SENDING,
     Campaign,
 )
+from workers.delivery import warmup
 
 RATE_WINDOW = 30.0  # seconds of finishes the rate is taken over
 RATE_SAMPLE = 5000  # at most this many finishes are read (bounded cost at any speed)
@@ -142,4 +147,11 @@ def live(conn: Connection, campaign_id: int) -> dict[str, Any]:
         campaign["stalled_for"] = rate["stalled_for"]
         if campaign["rate"] and rate["steady"]:
             campaign["eta_seconds"] = campaign["due"] / campaign["rate"]
+    campaign["warmup"] = None
+    left = campaign["total"] - campaign["done"]  # jobs not yet made count too
+    if campaign["status"] in Campaign.STARTED and left > 0:
+        ahead = warmup.outlook(conn, domain_of(campaign["from_addr"]), left)
+        if ahead is not None and ahead.held:
+            # The caps, not the rate, decide when it ends: no rate-based ETA.
+            campaign["warmup"], campaign["eta_seconds"] = ahead, None
     return campaign

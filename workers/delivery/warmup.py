@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -106,6 +106,43 @@ def all_today(conn: Connection) -> list[Today]:
     if not domains:
         return []
     return [_today(row) for row in conn.execute(_TODAY, {"domains": list(domains)})]
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """How a domain's warm-up paces ``count`` more messages: today's state, and the day of
+    the warm-up (and its date) by which the schedule's caps let them all go out."""
+    today: Today
+    count: int
+    finish_day: int
+    finish_on: date
+
+    @property
+    def held(self) -> bool:
+        """Some of them wait for a later day."""
+        return self.finish_day > self.today.day
+
+
+def outlook(conn: Connection, domain: str, count: int) -> Outlook | None:
+    """When ``count`` more messages of ``domain`` can have gone out under its warm-up, at
+    the schedule's daily caps and counting nothing else the domain sends (None: the domain
+    is not in warm-up or its schedule is over). An estimate for the campaign page: the
+    caps decide the days, not the sending rate."""
+    row = conn.execute(_TODAY, {"domains": [domain]}).first()
+    if row is None:
+        return None
+    today = _today(row)
+    if today.daily_cap is None:
+        return None
+    left = count - max(0, today.daily_cap - today.sent_today)
+    day = today.day
+    while left > 0:
+        day += 1
+        daily, _hourly = caps_for(day, row.caps, float(row.hour_share))
+        if daily is None:
+            break  # past the schedule: no cap, the rest go that day
+        left -= daily
+    return Outlook(today, count, day, today.started_on + timedelta(days=day - 1))
 
 
 def start(conn: Connection, domain: str, caps: Sequence[int] | None = None,
