@@ -956,7 +956,7 @@ _RATE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
 _INT = {"type": "integer", "minimum": 0}
 _DAYS = [{"name": "days", "in": "query", "required": False,
           "schema": {"type": "integer", "minimum": 1, "maximum": deliverability.MAX_SPAN},
-          "description": "the period, in days back from today (another value: the default)"}]
+          "description": "the period, in days back from today (default: 30)"}]
 _DOMAIN_PARAM = [{"name": "domain", "in": "path", "required": True,
                   "schema": {"type": "string", "pattern": rules.NO_NUL},
                   "description": "a sending domain (a name that is no domain: 404)"}]

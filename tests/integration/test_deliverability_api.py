@@ -55,9 +55,10 @@ def test_domain_figures_and_providers(admin: Api) -> None:
     same = admin.get("/domains/SendDock.Test./deliverability?days=7").get_json()
     assert same["messages"] == view["messages"]
     assert admin.get("/domains/not%20a%20domain/deliverability").status_code == 404
-    # Out of range: the default period.
-    assert admin.get("/domains/senddock.test/deliverability?days=9999").get_json()[
-        "days"] == 30
+    assert admin.get("/domains/senddock.test/deliverability").get_json()["days"] == 30
+    for days in ("9999", "0", "null", "7&days=8"):
+        refused = admin.get(f"/domains/senddock.test/deliverability?days={days}")
+        assert refused.status_code == 422 and "days" in refused.get_json()["error"]["fields"]
     figures = _check(admin.get("/providers?days=3"), "/providers", "get", 200)
     assert figures["days"] == 3 and [t["group"] for t in figures["totals"]] == figures[
         "groups"]

@@ -13,11 +13,21 @@ from werkzeug.wrappers import Response
 from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, config, engine
 from webapp.domain import deliverability, providers, warmups
+from webapp.domain.errors import Invalid
+from workers.core.i18n import N_
 from workers.delivery import warmup
 
 
 def _days(default: int) -> int:
-    return deliverability.span(request.args.get("days", ""), default)
+    """``?days=`` (1 to 400; absent: ``default``); anything else is a 422 naming it."""
+    if "days" not in request.args:
+        return default
+    values = request.args.getlist("days")
+    days = deliverability.span(values[0], 0) if len(values) == 1 else 0
+    if not days:
+        raise Invalid(N_("days is a whole number from 1 to %(max)s",
+                         max=deliverability.MAX_SPAN), fields={"days": N_("invalid")})
+    return days
 
 
 def _plain(value: Any) -> Any:
