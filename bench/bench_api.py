@@ -59,10 +59,22 @@ INTAKE_ALONE = "the same, intake alone (senddock web)"
 PROCESSES = 2  # client processes (the clients' threads spread over them: no GIL ceiling)
 
 
-def _client(args: tuple[str, int, str, str, float, int, int, str]
+def _body(kind: str, user: str) -> str:
+    """A request body: a verification message, or an event (``POST /events``) that
+    enrols a new person in an event-triggered sequence."""
+    if kind == "event":
+        return json.dumps({"email": f"{user}@example.net", "name": "trial",
+                           "data": {"plan": "pro"}})
+    return json.dumps({"kind": "verification", "user_id": user,
+                       "email": f"{user}@example.net",
+                       "data": {"verify_url": f"https://app.example/v?u={user}"},
+                       "event": {"name": "signup", "id": f"evt-{user}"}})
+
+
+def _client(args: tuple[str, int, str, str, float, int, int, str, str]
             ) -> tuple[list[tuple[float, int]], float]:
     """One client process: ``threads`` keep-alive clients posting for ``seconds``."""
-    host, port, path, token, seconds, threads, proc, prefix = args
+    host, port, path, token, seconds, threads, proc, prefix, kind = args
     results: list[list[tuple[float, int]]] = [[] for _ in range(threads)]
     start = time.time() + 0.5
 
@@ -75,10 +87,7 @@ def _client(args: tuple[str, int, str, str, float, int, int, str]
         i = 0
         while time.time() < start + seconds:
             user = f"{prefix}-{proc}-{t}-{i}"
-            body = json.dumps({"kind": "verification", "user_id": user,
-                               "email": f"{user}@example.net",
-                               "data": {"verify_url": f"https://app.example/v?u={user}"},
-                               "event": {"name": "signup", "id": f"evt-{user}"}})
+            body = _body(kind, user)
             t0 = time.perf_counter()
             conn.request("POST", path, body, headers)
             response = conn.getresponse()
@@ -131,15 +140,16 @@ class CpuSplit:
 
 
 def burst(base: str, path: str, token: str, clients: int, seconds: float,
-          prefix: str = "burst", cpu: CpuSplit | None = None) -> dict[str, Any]:
+          prefix: str = "burst", cpu: CpuSplit | None = None, kind: str = "message",
+          ok: int = 202) -> dict[str, Any]:
     host, port = base.removeprefix("http://").split(":")
     per = [clients // PROCESSES + (1 if p < clients % PROCESSES else 0)
            for p in range(PROCESSES)]
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
         if cpu is not None:
             cpu.start()
-        parts = pool.map(_client, [(host, int(port), path, token, seconds, n, p, prefix)
-                                   for p, n in enumerate(per)])
+        parts = pool.map(_client, [(host, int(port), path, token, seconds, n, p, prefix,
+                                    kind) for p, n in enumerate(per)])
         split = cpu.stop() if cpu is not None else {}
     results = [r for part, _ in parts for r in part]
     latencies = [ms for ms, _ in results]
@@ -147,7 +157,7 @@ def burst(base: str, path: str, token: str, clients: int, seconds: float,
             "requests": len(results), "seconds": seconds,
             "rps": len(results) / seconds, "p50": percentile(latencies, 50),
             "p95": percentile(latencies, 95), "p99": percentile(latencies, 99),
-            "non_202": sum(1 for _, status in results if status != 202)}
+            "non_202": sum(1 for _, status in results if status != ok)}
 
 
 def start_minimal(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:

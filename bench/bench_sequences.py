@@ -7,7 +7,8 @@ add with no sequence; then the advancer (``workers.delivery.sequences.tick``, as
 runs it) makes the first email step's jobs of ``--advance`` of them; the due query is
 timed with every enrollment waiting a day; a person's timeline is read; and ``--events``
 events are posted through the API (Flask's test client, one process), one a request and
-then ``--batch`` a request.
+then ``--batch`` a request; last, single events from ``--http-clients`` keep-alive
+clients against a real ``senddock web``, as the team's app would post them.
 
     python -m bench.bench_sequences --enrollments 1000000
 """
@@ -15,12 +16,16 @@ then ``--batch`` a request.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from bench.common import fresh_database, machine, save, table
+from bench.bench_api import burst
+from bench.bench_p7_latency import start_server
+from bench.common import free_port, fresh_database, machine, save, table
 from webapp import create_app, db
 from webapp.domain import sequences, users
 from workers.core.settings import load
@@ -53,7 +58,21 @@ def _add(engine: sa.Engine, n: int, name: str, with_sequence: bool) -> float:
     return time.perf_counter() - t0
 
 
-def measure(n: int, advance: int, events: int, batch: int = 100) -> dict[str, Any]:
+def _http_events(url: str, token: str, clients: int, seconds: float) -> dict[str, Any]:
+    """Events, one a request, from ``clients`` keep-alive HTTP clients (two processes) for
+    ``seconds`` against a real ``senddock web`` (waitress): every one a new person enrolled."""
+    with tempfile.TemporaryDirectory() as tmp:
+        server, base = start_server(url, free_port(), Path(tmp) / "web.log", command="web")
+        try:
+            return burst(base, "/api/v1/events", token, clients, seconds, prefix="evt",
+                         kind="event", ok=201)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def measure(n: int, advance: int, events: int, batch: int = 100, http_clients: int = 0,
+            http_seconds: float = 10) -> dict[str, Any]:
     with fresh_database() as url:
         engine = db.make_engine(url)
         plain_s = _add(engine, n, "plain", with_sequence=False)
@@ -112,13 +131,14 @@ def measure(n: int, advance: int, events: int, batch: int = 100) -> dict[str, An
                 for i in range(start, min(start + batch, events))]})
             assert r.status_code == 201, r.get_json()
         batched_s = time.perf_counter() - t0
+        http = _http_events(url, token, http_clients, http_seconds) if http_clients else {}
         engine.dispose()
     return {"enrollments": n, "add_plain_s": plain_s, "add_enrol_s": enrol_s,
             "enrolled_per_s": n / enrol_s, "advanced": moved, "advance_s": advance_s,
             "advanced_per_s": moved / advance_s, "due_query_ms": due_ms,
             "due_plan": plan, "person_ms": person_ms, "funnel_ms": funnel_ms,
             "events": events, "events_per_s": events / events_s, "batch": batch,
-            "batched_per_s": events / batched_s}
+            "batched_per_s": events / batched_s, "http": http}
 
 
 def main() -> None:
@@ -128,8 +148,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=100, help="events per request, for "
                         "the batched figure")
+    parser.add_argument("--http-clients", type=int, default=16,
+                        help="keep-alive clients posting single events to `senddock web` "
+                        "(0: skip)")
+    parser.add_argument("--http-seconds", type=float, default=10)
     args = parser.parse_args()
-    r = measure(args.enrollments, args.advance, args.events, args.batch)
+    r = measure(args.enrollments, args.advance, args.events, args.batch, args.http_clients,
+                args.http_seconds)
     info = machine()
     print(table(f"Sequences ({info['cpus']} cores, PostgreSQL {info['postgres']}, "
                 f"load {info['load_1m']})",
@@ -143,6 +168,15 @@ def main() -> None:
                   f"{r['due_query_ms']:.2f}", f"{r['person_ms']:.1f}",
                   f"{r['funnel_ms']:.1f}", f"{r['events_per_s']:,.0f}",
                   f"{r['batched_per_s']:,.0f}"]]))
+    if r["http"]:
+        h = r["http"]
+        print("\n" + table(f"Single events through `senddock web`, {args.http_clients} "
+                           "keep-alive clients (one enrolment each)",
+                           ["requests", "events/s", "p50 ms", "p95 ms", "p99 ms", "not 201",
+                            "clients CPU s"],
+                           [[f"{h['requests']:,}", f"{h['rps']:,.0f}", f"{h['p50']:.1f}",
+                             f"{h['p95']:.1f}", f"{h['p99']:.1f}", h["non_202"],
+                             f"{h['client_cpu_s']:.1f}"]]))
     print("\nThe due query with every enrollment waiting:\n" + r["due_plan"])
     print(f"\nsaved {save('sequences', {'machine': info, 'results': [r]})}")
 

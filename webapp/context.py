@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flask import current_app, g, request
+from flask import current_app, g, has_request_context, request
 from flask_login import current_user
 from sqlalchemy.engine import Connection, Engine
 
@@ -15,6 +15,14 @@ from workers.core.settings import Config
 
 
 def engine() -> Engine:
+    """The process's engine. A view that takes its own connection from it first gives
+    back the request's connection (the token check's, :func:`request_connection`) when
+    nothing is using it: a request holds at most one pooled connection, so as many
+    requests as there are pooled connections never wait on each other's (a request
+    thread holding one while waiting for a second, with every other thread doing the
+    same, waits out the pool's timeout)."""
+    if has_request_context() and not g.get("_autocommit_busy"):
+        close_request_connection()
     eng: Engine = current_app.extensions["senddock"].engine
     return eng
 
@@ -28,9 +36,15 @@ def request_connection() -> Iterator[Connection]:
     A path that needs several statements to be atomic uses ``engine().begin()``."""
     conn = g.get("_autocommit_conn")
     if conn is None:
-        conn = engine().connect().execution_options(isolation_level="AUTOCOMMIT")
+        eng: Engine = current_app.extensions["senddock"].engine
+        conn = eng.connect().execution_options(isolation_level="AUTOCOMMIT")
         g._autocommit_conn = conn
-    yield conn
+    busy = g.get("_autocommit_busy", False)
+    g._autocommit_busy = True
+    try:
+        yield conn
+    finally:
+        g._autocommit_busy = busy
 
 
 # Seconds an API request that queues new mail waits while this process's delivery threads

@@ -1017,11 +1017,11 @@ REQUEST_PATHS["/domains/{domain}/deliverability"] = {
     "get": _id("getDomainDeliverability", {**_op(
         "What receivers reported about mail sent as the domain: DMARC pass and alignment "
         "rates, sources (ours and not ours), reporters, policies applied, TLS failures",
-        200, _DOMAIN_VIEW, 404), "parameters": _DAYS})}
+        200, _DOMAIN_VIEW, 404, 422), "parameters": _DAYS})}
 REQUEST_PATHS["/providers"] = {
     "get": _id("getProviderFigures", {**_op(
         "SendDock's own attempts per receiving provider group and day: accepted, deferred, "
-        "bounced, complained, with the complaint rate", 200, _PROVIDERS),
+        "bounced, complained, with the complaint rate", 200, _PROVIDERS, 422),
         "parameters": _DAYS})}
 REQUEST_PATHS["/warmups"] = {
     "get": _id("listWarmups", _op("Every sending domain in warm-up, with today's caps and "
@@ -1031,7 +1031,7 @@ REQUEST_PATHS["/warmups"] = {
 REQUEST_PATHS["/domains/{domain}/warmup"] = {
     "parameters": _DOMAIN_PARAM,
     "get": _id("getWarmup", _op("The domain's warm-up today (404: not in warm-up)", 200,
-                                _WARMUP, 404)),
+                                _WARMUP, 404, 422)),
     "put": _id("putWarmup", _op(
         "Start the domain's warm-up today (a running one restarts from day 1); mail beyond "
         "the day's or the hour's cap waits, never fails", 200, _WARMUP, 400, 404, 422,
@@ -1040,7 +1040,7 @@ REQUEST_PATHS["/domains/{domain}/warmup"] = {
         "End the domain's warm-up: its mail is no longer capped", 200,
         {"type": "object", "required": ["domain", "stopped"],
          "properties": {"domain": {"type": "string"}, "stopped": {"type": "boolean"}}},
-        404)),
+        404, 422)),
 }
 
 def document() -> dict[str, Any]:
