@@ -98,4 +98,39 @@
       nav.scrollLeft = current.offsetLeft - (nav.clientWidth - current.offsetWidth) / 2;
     }
   });
+  // Wide tables scroll inside their own box (a narrow window must not scroll the page
+  // sideways). A table wider than its box says so: shadows on the side with more to see
+  // (CSS, .table-scroll), and the box is a labelled region that takes keyboard focus, so
+  // arrow keys scroll it. The label comes from <body data-scroll-label>, translated.
+  function markWideTables() {
+    var label = document.body.getAttribute("data-scroll-label") || "";
+    document.querySelectorAll("main table").forEach(function (table) {
+      var box = table.parentElement;
+      if (!box.classList.contains("table-scroll")) {
+        box = document.createElement("div");
+        box.className = "table-scroll";
+        table.parentElement.insertBefore(box, table);
+        box.appendChild(table);
+      }
+      if (box.scrollWidth > box.clientWidth + 1) {
+        box.classList.add("is-wide");
+        box.setAttribute("role", "region");
+        box.setAttribute("tabindex", "0");
+        var caption = table.querySelector("caption");
+        box.setAttribute("aria-label", caption ? caption.textContent.trim() + " — " + label : label);
+      } else if (box.classList.contains("is-wide")) {
+        box.classList.remove("is-wide");
+        box.removeAttribute("role");
+        box.removeAttribute("tabindex");
+        box.removeAttribute("aria-label");
+      }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", markWideTables);
+  document.addEventListener("htmx:afterSwap", markWideTables);
+  var resizing = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizing);
+    resizing = setTimeout(markWideTables, 150);
+  });
 })();
