@@ -61,7 +61,7 @@ def test_wide_tables_scroll_in_their_box_with_a_hint(browser: Any, live_server: 
             before = region.evaluate("b => b.scrollLeft")
             page.keyboard.press("ArrowRight")
             page.wait_for_function(
-                "b => b.scrollLeft > %d" % before, arg=region.element_handle())
+                f"b => b.scrollLeft > {before}", arg=region.element_handle())
     assert marked >= 2, "the narrow window found fewer than two wide tables"
     narrow.close()
     wide = browser.new_context(viewport={"width": 1280, "height": 900})
