@@ -51,8 +51,10 @@ def load_user(user_key: str) -> User | None:
                                                                                       None)
     if user_id is None or version is None:
         return None  # includes cookies from before server-side sessions: log in again
-    with engine().connect() as conn:
+    with engine().begin() as conn:
         row = users.session_user(conn, user_id, version, parts[2])
+        if row is not None:
+            users.seen(conn, parts[2], request.remote_addr or "")
     return User(row, parts[2]) if row is not None else None
 
 
@@ -71,7 +73,9 @@ def start_session(user: dict[str, Any], *, second_factor: bool = False) -> None:
     """Log ``user`` in with a new server-side session (login, and after a password change,
     which ended the old ones); ``second_factor``: the login passed it."""
     with engine().begin() as conn:
-        token = users.start_session(conn, int(user["id"]), second_factor=second_factor)
+        token = users.start_session(conn, int(user["id"]), second_factor=second_factor,
+                                    user_agent=request.headers.get("User-Agent", ""),
+                                    address=request.remote_addr or "")
     # A new cookie session too: nothing from before the login survives in it, the CSRF
     # token included (a token an attacker planted or read before the login is worthless).
     session.clear()

@@ -92,6 +92,11 @@ web_sessions = Table(
     Index("web_sessions_user_idx", "user_id"),
     # When this session last passed the second factor (step-up before sensitive actions).
     Column("second_factor_at", DateTime(timezone=True)),
+    # Who sees it on "Your sessions": the browser, the address last seen from, and when.
+    Column("user_agent", Text, nullable=False, server_default=text("''")),
+    Column("address", Text, nullable=False, server_default=text("''")),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False,
+           server_default=text("now()")),
 )
 
 # Single-use two-factor recovery codes (SHA-256 of each; used_at once spent).

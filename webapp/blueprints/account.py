@@ -3,9 +3,12 @@ ends) and, once translations exist, the UI language."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from cryptography.exceptions import InvalidTag
 from flask import Blueprint, flash, g, redirect, render_template, request, session, url_for
 from flask_babel import gettext as _
+from flask_babel import ngettext
 from flask_login import current_user
 from werkzeug.wrappers import Response
 
@@ -20,9 +23,39 @@ from workers.core.i18n import message_of
 bp = Blueprint("account", __name__, url_prefix="/account")
 
 
+def _sessions() -> list[dict[str, Any]]:
+    with engine().connect() as conn:
+        return users.list_sessions(conn, int(current_user.id),
+                                   getattr(current_user, "session_token", None))
+
+
 @bp.get("/")
 def index() -> str:
-    return render_template("account/index.html")
+    return render_template("account/index.html", sessions=_sessions())
+
+
+@bp.post("/sessions/<handle>/end")
+def end_session(handle: str) -> Response:
+    """End one of your sessions (the one in use: a log out)."""
+    mine = getattr(current_user, "session_token", None)
+    with engine().begin() as conn:
+        ended = users.end_session_by_handle(conn, int(current_user.id), handle, actor())
+    if ended and mine and users.session_handle(mine) == handle:
+        return redirect(url_for("auth.login"), 303)
+    flash(_("That session has ended: its browser is signed out.") if ended
+          else _("That session had already ended."), "success" if ended else "error")
+    return redirect(url_for("account.index") + "#sessions", 303)
+
+
+@bp.post("/sessions/end-others")
+def end_other_sessions() -> Response:
+    with engine().begin() as conn:
+        ended = users.end_other_sessions(conn, int(current_user.id),
+                                         getattr(current_user, "session_token", None),
+                                         actor())
+    flash(ngettext("%(num)s other session ended.", "%(num)s other sessions ended.", ended),
+          "success")
+    return redirect(url_for("account.index") + "#sessions", 303)
 
 
 @bp.post("/password")
@@ -36,7 +69,7 @@ def change_password() -> Response | tuple[str, int]:
     # the same per-account and per-address limits (a stolen session cannot guess on).
     attempt, refused = count_password_attempt(me["email"])
     if refused is not None:
-        return render_template("account/index.html",
+        return render_template("account/index.html", sessions=_sessions(),
                                error=i18n.localize(message_of(refused))), 429
     with engine().begin() as conn:
         right = users.verify_password(me["password_hash"], current)
@@ -53,7 +86,7 @@ def change_password() -> Response | tuple[str, int]:
                 error = _("Not changed: %(why)s.", why=i18n.localize(exc.message))
         fresh = users.get_user(conn, me["id"])
     if error:
-        return render_template("account/index.html", error=error), 422
+        return render_template("account/index.html", error=error, sessions=_sessions()), 422
     # set_password ended every session of this user; this one goes on with the new version.
     start_session(fresh)
     flash(_("Password changed. Your other sessions have ended."), "success")

@@ -195,10 +195,12 @@ def users_page() -> str:
     with engine().connect() as conn:
         people = users.list_users(conn)
         tokens = users.list_tokens(conn)
+        sessions = {int(u["id"]): users.list_sessions(conn, int(u["id"])) for u in people}
         required = second_factor.required_roles(conn)
     if new_token:
         g.no_store = True  # the one page that shows a token must not be cached
     return render_template("admin/users.html", people=people, tokens=tokens, roles=ROLES,
+                           sessions=sessions,
                            new_token=new_token, token_owner=token_owner,
                            scopes=access.SCOPES, role_scopes=access.ROLE_SCOPES,
                            second_factor_roles=required)
@@ -295,6 +297,13 @@ def reset_second_factor(user_id: int) -> Response:
     their sessions end); audited."""
     return _act(_("Second factor reset: their sessions ended; they set it up again at their "
                   "next login."), second_factor.reset, user_id, actor=actor())
+
+
+@bp.post("/users/<int:user_id>/sessions/end")
+def end_user_sessions(user_id: int) -> Response:
+    """Sign a user out of every browser (their tokens keep working); audited."""
+    return _act(_("Their sessions ended: every browser of theirs is signed out."),
+                users.end_other_sessions, user_id, None, actor())
 
 
 @bp.post("/users/second-factor-roles")

@@ -268,14 +268,87 @@ def _session_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def start_session(conn: Connection, user_id: int, *, second_factor: bool = False) -> str:
+USER_AGENT_MAX = 300
+HANDLE = 16  # hex characters of a session's key that name it on the pages
+
+
+def start_session(conn: Connection, user_id: int, *, second_factor: bool = False,
+                  user_agent: str = "", address: str = "") -> str:
     """A new session for the user; returns the random token the cookie carries (only its
-    SHA-256 is stored). ``second_factor``: the login passed it (now)."""
+    SHA-256 is stored). ``second_factor``: the login passed it (now). The browser's
+    User-Agent and address are kept for "Your sessions"."""
     token = secrets.token_urlsafe(32)
-    conn.execute(sa.text("INSERT INTO web_sessions (id, user_id, second_factor_at) VALUES "
-                         "(:id, :u, CASE WHEN :f THEN now() END)"),
-                 {"id": _session_key(token), "u": user_id, "f": second_factor})
+    conn.execute(sa.text("""
+        INSERT INTO web_sessions (id, user_id, second_factor_at, user_agent, address)
+        VALUES (:id, :u, CASE WHEN :f THEN now() END, :ua, :addr)"""),
+                 {"id": _session_key(token), "u": user_id, "f": second_factor,
+                  "ua": user_agent[:USER_AGENT_MAX], "addr": address[:100]})
     return token
+
+
+def session_handle(token: str) -> str:
+    """The name a session goes by on the pages (never the token, nor its whole key)."""
+    return _session_key(token)[:HANDLE]
+
+
+def browser_of(user_agent: str) -> str:
+    """A person's reading of a User-Agent: the browser and the system ("Firefox on
+    Linux"); the raw text cut short when neither is known."""
+    ua = user_agent
+    browser = next((name for token, name in (
+        ("Edg/", "Edge"), ("OPR/", "Opera"), ("Firefox/", "Firefox"),
+        ("Chromium/", "Chromium"), ("Chrome/", "Chrome"), ("Safari/", "Safari"),
+        ("curl/", "curl"), ("python-requests", "Python requests")) if token in ua), "")
+    system = next((name for token, name in (
+        ("Android", "Android"), ("iPhone", "iOS"), ("iPad", "iPadOS"), ("Windows", "Windows"),
+        ("Mac OS X", "macOS"), ("CrOS", "ChromeOS"), ("Linux", "Linux")) if token in ua), "")
+    if browser and system:
+        return f"{browser} · {system}"
+    return browser or system or ua[:60]
+
+
+def list_sessions(conn: Connection, user_id: int,
+                  current_token: str | None = None) -> list[dict[str, Any]]:
+    """The user's live sessions, most recently seen first: the browser, the address, when
+    it started and was last seen, a handle to end it, and which one is ``current``."""
+    current = _session_key(current_token) if current_token else ""
+    rows = conn.execute(sa.text("""
+        SELECT s.id, s.user_agent, s.address, s.created_at, s.last_seen_at
+          FROM web_sessions s JOIN users u ON u.id = s.user_id
+         WHERE s.user_id = :u AND u.active
+           AND s.created_at > now() - make_interval(days => :days)
+         ORDER BY s.id = :current DESC, s.last_seen_at DESC, s.created_at DESC"""),
+        {"u": user_id, "days": SESSION_DAYS, "current": current}).mappings()
+    return [{"handle": str(r["id"])[:HANDLE], "browser": browser_of(r["user_agent"]),
+             "user_agent": r["user_agent"], "address": r["address"],
+             "created_at": r["created_at"], "last_seen_at": r["last_seen_at"],
+             "current": r["id"] == current} for r in rows]
+
+
+def end_session_by_handle(conn: Connection, user_id: int, handle: str, actor: str) -> bool:
+    """End the user's session named by ``handle`` (from :func:`list_sessions`)."""
+    if len(handle) != HANDLE or not all(c in "0123456789abcdef" for c in handle):
+        return False
+    ended = conn.execute(sa.text(
+        "DELETE FROM web_sessions WHERE user_id = :u AND left(id, :n) = :h"),
+        {"u": user_id, "n": HANDLE, "h": handle}).rowcount
+    if ended:
+        audit.record(conn, actor, "session.end", f"user:{user_id}", session=handle)
+    return bool(ended)
+
+
+def end_other_sessions(conn: Connection, user_id: int, current_token: str | None,
+                       actor: str) -> int:
+    """End every session of the user but the one ``current_token`` names (None: all of
+    them); returns how many ended."""
+    ended = conn.execute(sa.text(
+        "DELETE FROM web_sessions WHERE user_id = :u AND id <> :current"),
+        {"u": user_id, "current": _session_key(current_token) if current_token else ""}
+    ).rowcount
+    if ended:
+        audit.record(conn, actor, "session.end_others" if current_token else "session.end_all",
+                     f"user:{user_id}", sessions=ended)
+    return int(ended)
 
 
 def second_factor_passed(conn: Connection, token: str) -> None:
@@ -300,6 +373,15 @@ def session_user(conn: Connection, user_id: int, version: int,
         {"id": _session_key(token), "u": user_id, "v": version, "days": SESSION_DAYS}
     ).mappings().first()
     return dict(row) if row else None
+
+
+def seen(conn: Connection, token: str, address: str) -> None:
+    """The session was used now from ``address``: kept at most once a minute (one cheap
+    statement that usually changes nothing)."""
+    conn.execute(sa.text("""
+        UPDATE web_sessions SET last_seen_at = now(), address = :a
+         WHERE id = :id AND last_seen_at < now() - interval '1 minute'"""),
+        {"id": _session_key(token), "a": address[:100]})
 
 
 def end_session(conn: Connection, token: str) -> None:
