@@ -260,6 +260,8 @@ subscribers = Table(
     Column("status", Text, nullable=False, server_default="active"),
     _now(),
     Column("locale", Text),  # chosen on the preference page (migration 0042_preferences)
+    # Consent to open and click tracking (migration 0045_tracking_consent).
+    Column("tracking", Boolean, nullable=False, server_default=text("true")),
     CheckConstraint("status IN ('active', 'unsubscribed', 'blocklisted')",
                     name="subscribers_status_check"),
     # One subscriber per address however it is cased.

@@ -117,7 +117,10 @@ SUBSCRIBER = {"type": "object", "required": ["email"], "additionalProperties": F
                   "attributes": {"type": ["object", "null"],
                                  "propertyNames": {"pattern": rules.NO_NUL, "maxLength":
                                                    text_limits.ATTRIBUTE_NAME},
-                                 "additionalProperties": {"$ref": STORABLE_REF}}}}
+                                 "additionalProperties": {"$ref": STORABLE_REF}},
+                  "tracking": {"type": ["boolean", "null"], "description": (
+                      "consent to open and click tracking (absent or null: as stored; a "
+                      "new subscriber allows it)")}}}
 
 
 def _request(required: list[str], properties: dict[str, Any], **more: Any

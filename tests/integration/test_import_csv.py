@@ -300,3 +300,22 @@ def test_an_unclosed_quote_that_reaches_the_field_size_limit_is_refused_alike(
         csv.field_size_limit(limit)
     assert [(r.line, r.reason) for r in report.rejected] == [(2, "unclosed quote")]
     assert report.added == 100
+
+
+def test_a_tracking_column_is_the_consent_not_an_attribute(engine: sa.Engine) -> None:
+    list_id = _setup(engine)
+    report = _import(engine, list_id, (
+        "email,name,tracking,plan\nada@example.org,Ada,no,pro\n"
+        "bob@example.org,Bob,yes,\ncy@example.org,Cy,,team\nd@example.org,D,maybe,\n"
+        "existing@example.org,,0,\n").encode())
+    assert [r.line for r in report.rejected] == [5]
+    assert "tracking must be yes or no" in str(report.rejected[0].detail)
+    with engine.connect() as conn:
+        rows = {r.email: r for r in conn.execute(sa.text(
+            "SELECT email, tracking, attributes FROM subscribers"))}
+    assert rows["ada@example.org"].tracking is False
+    assert rows["ada@example.org"].attributes == {"plan": "pro"}
+    assert rows["bob@example.org"].tracking is True
+    assert rows["cy@example.org"].tracking is True  # blank: the default
+    assert rows["existing@example.org"].tracking is False
+    assert "d@example.org" not in rows

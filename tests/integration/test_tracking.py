@@ -327,3 +327,38 @@ def test_a_duplicate_keeps_the_choices(client: Any, engine: sa.Engine,
             "track_opens": False, "track_clicks": True, "archive": True}
     edit = marketer.get(f"/campaigns/{copy_id}/edit").get_data(as_text=True)
     assert 'name="track_clicks" checked' in edit and 'name="track_opens" checked' not in edit
+
+
+def test_a_subscriber_who_refuses_tracking_gets_the_mail_as_written(
+        engine: sa.Engine, sink: Any, config_for: Callable[..., Config], api: Api) -> None:
+    """Consent per subscriber (docs/privacy.md): set through the API, honoured by a
+    campaign that tracks opens and clicks; the others are tracked as before; the consent
+    can be given again (an update without the field keeps what is stored)."""
+    campaign_id = _campaign(engine, ["ann@example.org", "bob@example.org"], opens=True,
+                            clicks=True)
+    with engine.connect() as conn:
+        list_id = conn.execute(sa.text("SELECT list_id FROM campaigns WHERE id = :c"),
+                               {"c": campaign_id}).scalar()
+    answer = api.post(f"/lists/{list_id}/subscribers",
+                      {"subscribers": [{"email": "bob@example.org", "tracking": False}]})
+    assert answer.status_code in (200, 201), answer.get_json()
+    bad = api.post(f"/lists/{list_id}/subscribers",
+                   {"subscribers": [{"email": "cy@example.org", "tracking": "no"}]})
+    assert bad.get_json()["errors"][0]["field"] == "tracking"
+    _deliver(engine, config_for(sink.port), campaign_id)
+    messages = _messages(sink)
+    tracked, plain = _part(messages["ann@example.org"], "html"), _part(
+        messages["bob@example.org"], "html")
+    assert "/r/" in tracked and "/o/" in tracked
+    assert 'href="https://shop.example/sale?a=1&amp;b=2"' in plain
+    assert "/r/" not in plain and "/o/" not in plain and "<img" not in plain
+    assert "https://shop.example/sale?a=1&b=2" in _part(messages["bob@example.org"], "plain")
+    with engine.begin() as conn:
+        lists.add_subscribers(conn, int(list_id), [{"email": "bob@example.org",
+                                                    "name": "Bob"}])
+        assert conn.execute(sa.text("SELECT tracking FROM subscribers WHERE email = "
+                                    "'bob@example.org'")).scalar() is False
+        lists.add_subscribers(conn, int(list_id), [{"email": "BOB@example.org",
+                                                    "tracking": True}])
+        assert conn.execute(sa.text("SELECT tracking FROM subscribers WHERE email = "
+                                    "'bob@example.org'")).scalar() is True

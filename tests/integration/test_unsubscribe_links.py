@@ -206,3 +206,26 @@ def test_the_unsubscribe_page_names_the_sender_and_the_list(client: Any,
     page = client.get(f"/u/{token}").get_data(as_text=True)
     assert "from <strong>news@example.com</strong>" in page
     assert "on their list “Weekly list”" in page
+
+
+def test_the_preference_page_sets_the_tracking_consent(client: Any, engine: sa.Engine) -> None:
+    campaign, _offers, sid = _two_lists(engine, "Tracked@Example.org")
+    token = make_token(SECRET, sid, campaign["id"])
+    page = client.get(f"/u/{token}").get_data(as_text=True)
+    box = page.split('id="tracking-consent"', 1)[1].split("</label>", 1)[0]
+    assert "checked" in box and "Allow open and click tracking" in box
+    client.post(f"/u/{token}/preferences", data={"csrf_token": _csrf(page),
+                                                 "tracking_shown": "1"})
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT tracking FROM subscribers WHERE id = :s"),
+                            {"s": sid}).scalar_one() is False
+        assert conn.execute(sa.text("SELECT count(*) FROM audit_log WHERE action = "
+                                    "'subscriber.tracking'")).scalar() == 1
+    page = client.get(f"/u/{token}", headers={"Accept-Language": "es"}).get_data(as_text=True)
+    box = page.split('id="tracking-consent"', 1)[1].split("</label>", 1)[0]
+    assert "checked" not in box and "Permitir el seguimiento" in box
+    client.post(f"/u/{token}/preferences", data={"csrf_token": _csrf(page),
+                                                 "tracking_shown": "1", "tracking": "1"})
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT tracking FROM subscribers WHERE id = :s"),
+                            {"s": sid}).scalar_one() is True

@@ -70,7 +70,8 @@ def preferences_save(token: str) -> str | tuple[str, int]:
         with engine().begin() as conn:
             recipient = unsubscribe_links.update(
                 conn, config().secret_key, token, leave_ids=leave_ids,
-                leave_all=form.get("leave_all") == "1", locale=locale)
+                leave_all=form.get("leave_all") == "1", locale=locale,
+                tracking=form.get("tracking") == "1" if form.get("tracking_shown") else None)
     except NotFound:
         return _invalid(token)
     except Invalid as exc:

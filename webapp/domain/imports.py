@@ -148,6 +148,13 @@ def _mapped_columns(header: list[str], roles: list[str]) -> _Columns:
     return _Columns(emails[0], names[0] if names else None, attributes)
 
 
+#: A ``tracking`` column is the subscriber's consent to open and click tracking, not an
+#: attribute; blank keeps what is stored.
+TRACKING_HEADER = "tracking"
+TRACKING_VALUES = {"yes": True, "true": True, "1": True, "y": True, "sí": True, "si": True,
+                   "no": False, "false": False, "0": False, "n": False}
+
+
 def _columns(header: list[str]) -> _Columns:
     names = [h.strip().lower() for h in header]
     email = next((i for i, h in enumerate(names) if h in EMAIL_HEADERS), None)
@@ -186,9 +193,16 @@ def _parse(row: list[str], columns: _Columns) -> SubscriberInput:
     email = check_email(cell(columns.email))
     name = cell(columns.name)
     text_limits.check("name", name, text_limits.SUBSCRIBER_NAME)
-    attributes = {key: cell(i) for i, key in columns.attributes if cell(i)}
+    attributes = {key: cell(i) for i, key in columns.attributes
+                  if cell(i) and key.lower() != TRACKING_HEADER}
     text_limits.check_attributes(attributes)
-    return SubscriberInput(email, name, attributes)
+    tracking = next((cell(i) for i, key in columns.attributes
+                     if key.lower() == TRACKING_HEADER), "")
+    consent = TRACKING_VALUES.get(tracking.lower()) if tracking else None
+    if tracking and consent is None:
+        raise Invalid(N_("tracking must be yes or no (or true/false, 1/0), not “%(value)s”",
+                         value=tracking[:40]), fields={"tracking": N_("invalid")})
+    return SubscriberInput(email, name, attributes, consent)
 
 
 _CLASSIFY = sa.text("""

@@ -199,6 +199,8 @@ class SubscriberInput:
     email: str
     name: str
     attributes: dict[str, Any]
+    # Consent to tracking opens and clicks (None: as it is; a new subscriber allows it).
+    tracking: bool | None = None
 
 
 def validate_subscribers(items: Iterable[Any]) -> tuple[list[tuple[int, SubscriberInput]],
@@ -225,6 +227,10 @@ def validate_subscribers(items: Iterable[Any]) -> tuple[list[tuple[int, Subscrib
                 raise Invalid(N_("attributes must be an object"),
                               fields={"attributes": N_("must be an object")})
             text_limits.check_attributes(attributes)
+            tracking = item.get("tracking")
+            if tracking is not None and not isinstance(tracking, bool):
+                raise Invalid(N_("tracking must be true or false"),
+                              fields={"tracking": N_("must be true or false")})
         except Invalid as exc:
             error: dict[str, Any] = {"index": index, "email": raw_email
                                      if isinstance(raw_email, str) else None,
@@ -237,7 +243,7 @@ def validate_subscribers(items: Iterable[Any]) -> tuple[list[tuple[int, Subscrib
             errors.append({"index": index, "email": email, "error": "duplicate address"})
             continue
         seen.add(email.lower())
-        valid.append((index, SubscriberInput(email, name.strip(), attributes)))
+        valid.append((index, SubscriberInput(email, name.strip(), attributes, tracking)))
     return valid, errors
 
 
@@ -247,10 +253,11 @@ def validate_subscribers(items: Iterable[Any]) -> tuple[list[tuple[int, Subscrib
 _UPSERT = sa.text("""
 WITH input AS (
     SELECT * FROM unnest(CAST(:emails AS text[]), CAST(:names AS text[]),
-                         CAST(:attrs AS jsonb[])) AS i(email, name, attributes)
+                         CAST(:attrs AS jsonb[]), CAST(:tracking AS boolean[]))
+           AS i(email, name, attributes, tracking)
 ), up AS (
-    INSERT INTO subscribers AS s (email, name, attributes)
-    SELECT email, name, attributes FROM input
+    INSERT INTO subscribers AS s (email, name, attributes, tracking)
+    SELECT email, name, attributes, coalesce(tracking, true) FROM input
     ON CONFLICT (lower(email)) DO UPDATE
        SET name = CASE WHEN EXCLUDED.name <> '' THEN EXCLUDED.name ELSE s.name END,
            attributes = s.attributes || EXCLUDED.attributes
@@ -284,7 +291,16 @@ def upsert_subscribers(conn: Connection, list_id: int,
     row = conn.execute(_UPSERT, {
         "list_id": list_id, "emails": [s.email for s in batch],
         "names": [s.name for s in batch],
-        "attrs": [json.dumps(s.attributes) for s in batch]}).one()
+        "attrs": [json.dumps(s.attributes) for s in batch],
+        "tracking": [s.tracking for s in batch]}).one()
+    given = [s for s in batch if s.tracking is not None]
+    if given:  # an existing subscriber's consent changes only when it is given
+        conn.execute(sa.text("""
+            UPDATE subscribers s SET tracking = i.tracking
+              FROM unnest(CAST(:emails AS text[]), CAST(:tracking AS boolean[]))
+                   AS i(email, tracking)
+             WHERE lower(s.email) = lower(i.email) AND s.tracking <> i.tracking"""),
+            {"emails": [s.email for s in given], "tracking": [s.tracking for s in given]})
     return int(row.added), int(row.updated)
 
 

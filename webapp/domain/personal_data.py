@@ -35,7 +35,7 @@ def _rows(conn: Connection, sql: str, **params: Any) -> list[dict[str, Any]]:
 def export(conn: Connection, email: str, *, actor: str) -> dict[str, Any]:
     """Everything held about ``email`` (audited)."""
     address = check_email(email).lower()
-    subscriber = _rows(conn, "SELECT id, email, name, attributes, status, created_at "
+    subscriber = _rows(conn, "SELECT id, email, name, attributes, status, tracking, created_at "
                              "FROM subscribers WHERE lower(email) = :e", e=address)
     sub_id = subscriber[0]["id"] if subscriber else None
     jobs = _rows(conn, """

@@ -35,7 +35,7 @@ def recipient_for(conn: Connection, secret_key: str, token: str) -> dict[str, An
     if read is None:
         return None
     row = conn.execute(sa.text("""
-        SELECT s.id, s.email, s.status, s.locale,
+        SELECT s.id, s.email, s.status, s.locale, s.tracking,
                EXISTS (SELECT 1 FROM suppressions x WHERE x.email = lower(s.email))
                    AS suppressed,
                c.name AS campaign_name, c.from_addr AS sender, l.id AS list_id,
@@ -128,9 +128,11 @@ def unsubscribe(conn: Connection, secret_key: str, token: str, *, via: str) -> d
 
 
 def update(conn: Connection, secret_key: str, token: str, *, leave_ids: Sequence[int],
-           leave_all: bool, locale: str | None) -> dict[str, Any]:
-    """The preference page's form: leave the chosen lists (or all), set the language.
-    ``left_now`` names the lists left, ``locale_changed`` says whether the language did."""
+           leave_all: bool, locale: str | None,
+           tracking: bool | None = None) -> dict[str, Any]:
+    """The preference page's form: leave the chosen lists (or all), set the language and
+    the consent to open and click tracking (None: unchanged). ``left_now`` names the lists
+    left, ``locale_changed`` says whether the language did."""
     recipient = _genuine(conn, secret_key, token)
     if locale is not None and locale not in LOCALES:
         raise Invalid(N_("choose English or Spanish"), fields={"locale": N_("unknown")})
@@ -147,6 +149,12 @@ def update(conn: Connection, secret_key: str, token: str, *, leave_ids: Sequence
                      {"loc": locale, "id": recipient["id"]})
         audit.record(conn, "recipient (preference page)", "subscriber.locale",
                      f"subscriber:{recipient['id']}", locale=locale)
+    if tracking is not None and tracking != recipient["tracking"]:
+        conn.execute(sa.text("UPDATE subscribers SET tracking = :t WHERE id = :id"),
+                     {"t": tracking, "id": recipient["id"]})
+        audit.record(conn, "recipient (preference page)", "subscriber.tracking",
+                     f"subscriber:{recipient['id']}", tracking=tracking)
+        recipient = {**recipient, "tracking": tracking}
     return {**recipient, "left_now": names, "locale_changed": changed,
             "locale": locale if changed else recipient["locale"],
             "lists": lists_of(conn, recipient["id"]), "left": left_lists(conn, recipient["id"])}

@@ -225,8 +225,8 @@ class Composer:
     def _tracked(self, prepared: PreparedCampaign, campaign_id: int, job: ClaimedJob,
                  text: str | None, html: str | None) -> tuple[str | None, str | None]:
         """A campaign's text and HTML parts, tracked when the campaign tracks them (its
-        recipients only; test sends are never tracked)."""
-        if job.kind != "broadcast" or job.subscriber_id is None:
+        recipients only, and those who allow it; test sends are never tracked)."""
+        if job.kind != "broadcast" or job.subscriber_id is None or not job.tracking:
             return with_tracking(prepared, text, html, None, None)
         config, subscriber_id = self.config, job.subscriber_id
 
@@ -331,7 +331,7 @@ class Composer:
         headers["Auto-Submitted"] = "auto-generated"
         click: Callable[[int], str] | None = None
         pixel = None
-        if job.subscriber_id is not None:
+        if job.subscriber_id is not None and job.tracking:
             config, subscriber_id = self.config, job.subscriber_id
 
             def tracked_link(link_id: int) -> str:

@@ -27,6 +27,8 @@ class ClaimedJob:
     suppressed: bool
     name: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    # The subscriber's consent to open and click tracking (docs/privacy.md).
+    tracking: bool = True
     priority: int = 0  # from the kind's class at enqueue (workers.core.states.CLASS_PRIORITY)
     # The campaign's updated_at at the claim: compiled templates are cached under it.
     campaign_version: str | None = None

@@ -88,6 +88,8 @@ WITH relay_up AS (
                   AS name,
               coalesce((SELECT s.attributes FROM subscribers s WHERE s.id = j.subscriber_id),
                        '{{}}'::jsonb) AS attributes,
+              coalesce((SELECT s.tracking FROM subscribers s WHERE s.id = j.subscriber_id),
+                       true) AS tracking,
               (SELECT c.updated_at::text FROM campaigns c
                 WHERE c.id = coalesce(j.campaign_id, (j.payload ->> 'campaign_id')::bigint))
                   AS campaign_version,
