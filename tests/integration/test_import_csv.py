@@ -305,9 +305,9 @@ def test_an_unclosed_quote_that_reaches_the_field_size_limit_is_refused_alike(
 def test_a_tracking_column_is_the_consent_not_an_attribute(engine: sa.Engine) -> None:
     list_id = _setup(engine)
     report = _import(engine, list_id, (
-        "email,name,tracking,plan\nada@example.org,Ada,no,pro\n"
-        "bob@example.org,Bob,yes,\ncy@example.org,Cy,,team\nd@example.org,D,maybe,\n"
-        "existing@example.org,,0,\n").encode())
+        b"email,name,tracking,plan\nada@example.org,Ada,no,pro\n"
+        b"bob@example.org,Bob,yes,\ncy@example.org,Cy,,team\nd@example.org,D,maybe,\n"
+        b"existing@example.org,,0,\n"))
     assert [r.line for r in report.rejected] == [5]
     assert "tracking must be yes or no" in str(report.rejected[0].detail)
     with engine.connect() as conn:
