@@ -24,7 +24,7 @@ PASSWORD = "accounts-journey-1"
 WORDS = {
     "en": {"enrol": "Turn on two-factor", "sessions": "Your sessions", "this": "this session",
            "refused": "code", "ended": "That session has ended"},
-    "es": {"enrol": "Activar", "sessions": "Sus sesiones", "this": "esta sesión",
+    "es": {"enrol": "Activar", "sessions": "Tus sesiones", "this": "esta sesión",
            "refused": "código", "ended": "Esa sesión se ha cerrado"},
 }
 

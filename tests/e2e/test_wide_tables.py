@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PASSWORD = "wide-tables-walk-1"
 PAGES = ("/jobs/", "/admin/users", "/admin/suppressions", "/admin/audit", "/campaigns/")
 LABEL = {"en": "Table wider than the window: scroll sideways to see the rest",
-         "es": "Tabla más ancha que la ventana: desplácese de lado para ver el resto"}
+         "es": "Tabla más ancha que la ventana: desplázate de lado para ver el resto"}
 
 _WIDE = """() => Array.from(document.querySelectorAll('main .table-scroll.is-wide')).map(b => ({
     role: b.getAttribute('role'), tabindex: b.getAttribute('tabindex'),

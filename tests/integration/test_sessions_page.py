@@ -46,7 +46,7 @@ def test_sessions_listed_and_ended(app: Any, engine: sa.Engine,
     assert len(handles) == 3
     spanish = html.unescape(laptop.get("/account/", headers={"Accept-Language": "es"})
                             .get_data(as_text=True))
-    assert "Sus sesiones" in spanish and "esta sesión" in spanish
+    assert "Tus sesiones" in spanish and "esta sesión" in spanish
     # End the phone's session: the phone is signed out at its next request.
     phone_handle = _handles(html.unescape(phone.get("/account/").get_data(as_text=True)))[0]
     assert phone_handle in handles
