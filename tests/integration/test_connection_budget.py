@@ -63,14 +63,22 @@ def test_serve_and_worker_on_defaults_fit_max_connections_20(
 
     peak: Counter[str] = Counter()
     stop = threading.Event()
+    # The sampler's own (superuser) session counts against max_connections too, and a
+    # non-superuser is refused while fewer than superuser_reserved_connections slots are
+    # free: it holds none while the psql and the test's last checks connect.
+    sampling = threading.Lock()
 
     def sample() -> None:
         while not stop.is_set():
-            now = _sessions(cluster)
-            for process, n in now.items():
-                peak[process] = max(peak[process], n)
-            peak["both"] = max(peak["both"], now["serve"] + now["worker"])
+            with sampling:
+                _one_sample()
             time.sleep(0.05)
+
+    def _one_sample() -> None:
+        now = _sessions(cluster)
+        for process, n in now.items():
+            peak[process] = max(peak[process], n)
+        peak["both"] = max(peak["both"], now["serve"] + now["worker"])
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -87,17 +95,17 @@ def test_serve_and_worker_on_defaults_fit_max_connections_20(
         codes = Counter(code for answers in clients.map(client, range(CLIENTS))
                         for code in answers)
         # A psql at the busiest moment: there is a slot for it.
-        with psycopg.connect(cluster.url(), connect_timeout=5,
-                             application_name="psql") as psql:
+        with sampling, psycopg.connect(cluster.url(), connect_timeout=5,
+                                       application_name="psql") as psql:
             assert psql.execute("SELECT 1").fetchone() == (1,)
     wait_for(lambda: len(sink.records()) >= RECIPIENTS + codes[202], timeout=120,
              message="the campaign and the verifications to be delivered")
+    stop.set()
+    sampler.join()
     check = db.make_engine(pg.conninfo(cluster.url()), pool_size=1, process="tests")
     wait_for(lambda: campaign_status(check, campaign["id"]) == "sent", timeout=30,
              message="the campaign to finish")
     check.dispose()
-    stop.set()
-    sampler.join()
     print(f"\nmax_connections=20: {dict(codes)} of {CLIENTS * POSTS} verification POSTs; "
           f"peak sessions {dict(peak)}; budget serve {budget.total('serve')} + worker "
           f"{budget.total('worker')}")
