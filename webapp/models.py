@@ -481,6 +481,25 @@ FEEDBACK_TYPES = ("bounce", "complaint")
 EVENT_WEBHOOK_EVENTS = event_queue.EVENTS
 DELIVERY_STATUSES = event_queue.DELIVERY_STATUSES
 
+# An admin's correction of a bounce's reading, kept as a rule: a bounce whose reply text
+# holds ``pattern`` (lower case, spaces collapsed) gets ``reason`` (Sisimai's vocabulary),
+# whatever the reader said; the longest pattern wins (docs/design.md §36).
+bounce_rules = Table(
+    "bounce_rules", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("pattern", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("note", Text, nullable=False, server_default=""),
+    Column("created_by", Text, nullable=False, server_default=""),
+    Column("from_event_id", BigInteger),
+    Column("hits", BigInteger, nullable=False, server_default=text("0")),
+    Column("last_hit_at", DateTime(timezone=True)),
+    _now(),
+    UniqueConstraint("pattern", name="bounce_rules_pattern_key"),
+    CheckConstraint("char_length(pattern) BETWEEN 3 AND 500",
+                    name="bounce_rules_pattern_check"),
+)
+
 # Every bounce or complaint reported after acceptance, with its raw source, on its job
 # (job_id is NULL for one no job matched). (source, event_id) is unique: a provider's event
 # delivered twice is stored, and acted on, once.
@@ -499,6 +518,11 @@ job_events = Table(
     Column("effect", Text, nullable=False),
     Column("raw", Text, nullable=False, server_default=""),
     Column("reason_code", Text),  # the bounce's reason (after_acceptance/bounces/reasons.py)
+    # The rule that decided the reason (bounce_rules), the reader's own reason when a rule
+    # or an admin's correction changed it, and when an admin corrected it.
+    Column("rule_id", BigInteger, ForeignKey("bounce_rules.id", ondelete="SET NULL")),
+    Column("read_as", Text),
+    Column("corrected_at", DateTime(timezone=True)),
     _now(),
     CheckConstraint(_in("source", FEEDBACK_SOURCES), name="job_events_source_check"),
     CheckConstraint(_in("type", FEEDBACK_TYPES), name="job_events_type_check"),

@@ -22,6 +22,7 @@ ITEMS = [
     ("jobs.index", _l("Jobs")),
     ("inbox.index", _l("Failed jobs")),
     ("admin.suppressions", _l("Suppressions")),
+    ("admin.bounces", _l("Bounce review")),
     ("domains.index", _l("Sending domains")),
     ("health.index", _l("Queue health")),
     ("event_webhooks.index", _l("Event webhooks")),

@@ -1,4 +1,5 @@
-"""Admin pages (docs/design.md §22, §23): the suppression list, the audit log, users and API tokens.
+"""Admin pages (docs/design.md §22, §23, §36): the suppression list, bounce review and its
+rules, the audit log, users and API tokens.
 Views parse the form, call one domain function and render; the domain writes the audit
 log in the same transaction as the change."""
 
@@ -19,6 +20,7 @@ from webapp.blueprints.api import answer
 from webapp.context import actor, engine
 from webapp.domain import (
     audit,
+    bounce_review,
     personal_data,
     second_factor,
     submissions,
@@ -29,6 +31,7 @@ from webapp.domain.csv_export import SafeWriter
 from webapp.domain.errors import DomainError, Invalid
 from webapp.domain.fields import whole_number
 from webapp.form_memory import remember, show_once, take_shown
+from webapp.i18n import bounce_reason as label_bounce
 from webapp.i18n import label, localize, num
 from webapp.models import ROLES, SUPPRESSION_REASONS
 from workers.core.i18n import N_
@@ -144,6 +147,89 @@ def clear_suppressions() -> Response:
     else:
         flash(_("Nothing to clear: those addresses were not on the list any more."), "error")
     return redirect(back)
+
+
+# --- bounce review (docs/design.md §36) ---------------------------------------------------
+
+def _review_args() -> dict[str, Any]:
+    return {k: v for k in ("show", "reason", "q") if (v := request.values.get(k, "").strip())}
+
+
+def bounces_page() -> str | tuple[str, int]:
+    args = _review_args()
+    try:
+        with engine().connect() as conn:
+            page = bounce_review.events(conn, shown=args.get("show"), reason=args.get("reason"),
+                                        query=args.get("q"), after=request.args.get("after"))
+            rules = bounce_review.rules(conn)
+    except Invalid as exc:
+        flash(localize(exc.message), "error")
+        with engine().connect() as conn:
+            page, rules = bounce_review.events(conn), bounce_review.rules(conn)
+        args = {}
+    return render_template("admin/bounces.html", page=page, rules=rules, args=args,
+                           shown=bounce_review.SHOWN, reasons=bounce_review.VOCABULARY,
+                           first_page=not request.args.get("after"))
+
+
+bp.add_url_rule("/bounces", endpoint="bounces", view_func=bounces_page, methods=["GET"])
+
+
+@bp.post("/bounces/<int:event_id>/correct")
+def correct_bounce(event_id: int) -> Response:
+    back = url_for("admin.bounces", **_review_args())
+    try:
+        with engine().begin() as conn:
+            done = bounce_review.correct(conn, event_id, request.form.get("reason", ""),
+                                         request.form.get("pattern", ""),
+                                         request.form.get("note", ""), actor())
+    except DomainError as exc:
+        flash(localize(exc.message), "error")
+        return redirect(back)
+    message = _("Corrected: this bounce now reads “%(reason)s”, and so will every later "
+                "bounce whose reply holds the pattern.", reason=label_bounce(done.reason))
+    if done.suppression == "lifted":
+        message += " " + _("Its suppression was lifted.")
+    elif done.suppression == "added":
+        message += " " + _("The address is suppressed now.")
+    flash(message, "success")
+    return redirect(back + f"#event-{event_id}")
+
+
+@bp.post("/bounce-rules/add")
+def add_bounce_rule() -> Response:
+    try:
+        with engine().begin() as conn:
+            bounce_review.add_rule(conn, request.form.get("pattern", ""),
+                                   request.form.get("reason", ""),
+                                   request.form.get("note", ""), actor())
+    except DomainError as exc:
+        flash(localize(exc.message), "error")
+        return redirect(url_for("admin.bounces") + "#bounce-rules")
+    flash(_("Rule kept: later bounces whose reply holds the pattern read as it says."),
+          "success")
+    return redirect(url_for("admin.bounces") + "#bounce-rules")
+
+
+@bp.post("/bounce-rules/<int:rule_id>/delete")
+def delete_bounce_rule(rule_id: int) -> Response:
+    try:
+        with engine().begin() as conn:
+            bounce_review.delete_rule(conn, rule_id, actor())
+    except DomainError as exc:
+        flash(localize(exc.message), "error")
+    else:
+        flash(_("Rule deleted: later bounces are read by the reader alone again."), "success")
+    return redirect(url_for("admin.bounces") + "#bounce-rules")
+
+
+@bp.get("/bounce-rules/export.json")
+def export_bounce_rules() -> Response:
+    with engine().connect() as conn:
+        rules = bounce_review.export(conn)
+    response = answer({"rules": rules})
+    response.headers["Content-Disposition"] = 'attachment; filename="bounce-rules.json"'
+    return response
 
 
 # --- audit log ---------------------------------------------------------------------------

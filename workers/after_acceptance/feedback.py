@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from workers import queue
+from workers.after_acceptance import bounce_rules
 from workers.after_acceptance.bounces.reasons import find_reason
 from workers.after_acceptance.reports import Feedback
 from workers.core.states import BOUNCED, SENT, Campaign, sql_list
@@ -124,9 +125,9 @@ def find_job(conn: Connection, *, verp_job_ids: Sequence[int] = (),
 # Stored once: (source, event_id) is unique, so the same provider event twice is a no-op.
 _RECORD = sa.text("""
 INSERT INTO job_events (job_id, source, type, bounce, email, reason, status, event_id,
-                        message_id, raw, effect, reason_code)
+                        message_id, raw, effect, reason_code, rule_id, read_as)
 VALUES (:job_id, :source, :type, :bounce, :email, :reason, :status, :event_id, :message_id,
-        :raw, 'recorded', :code)
+        :raw, 'recorded', :code, :rule_id, :read_as)
 ON CONFLICT (source, event_id) WHERE event_id IS NOT NULL DO NOTHING
 RETURNING id
 """)
@@ -163,8 +164,11 @@ UPDATE broadcasts SET complaints = complaints + 1 WHERE id = :id RETURNING compl
 
 
 def record_event(conn: Connection, source: str, feedback: Feedback, job_id: int | None,
-                 raw: str | bytes | dict[str, Any] | list[Any]) -> int | None:
-    """Store the event (None: this source's event id was stored before)."""
+                 raw: str | bytes | dict[str, Any] | list[Any], *,
+                 rule: bounce_rules.Rule | None = None, read_as: str | None = None
+                 ) -> int | None:
+    """Store the event (None: this source's event id was stored before); ``rule`` decided
+    its reason, which the reader had read as ``read_as``."""
     if isinstance(raw, bytes):
         text = raw[:RAW_LIMIT].decode("utf-8", "replace")
     elif isinstance(raw, str):
@@ -177,7 +181,8 @@ def record_event(conn: Connection, source: str, feedback: Feedback, job_id: int 
         "reason": feedback.reason[:1000].replace("\x00", ""),
         "status": feedback.status.replace("\x00", "") if feedback.status else None,
         "event_id": feedback.event_id, "message_id": feedback.message_id,
-        "raw": text.replace("\x00", ""), "code": feedback.code}).first()
+        "raw": text.replace("\x00", ""), "code": feedback.code,
+        "rule_id": rule.id if rule else None, "read_as": read_as}).first()
     return None if row is None else int(row.id)
 
 
@@ -194,13 +199,21 @@ def apply_event(conn: Connection, source: str, feedback: Feedback, job_id: int |
     if feedback.code is None:  # a provider's event: its reason, read from its text
         feedback = replace(feedback, code="feedback" if feedback.type == "complaint"
                            else find_reason(feedback.reason, feedback.status))
-    event_id = record_event(conn, source, feedback, job_id, raw)
+    read_as, rule = feedback.code, bounce_rules.find(conn, feedback.reason)
+    if rule is not None:  # an admin's correction decides (docs/design.md §36)
+        feedback = bounce_rules.decided(feedback, rule.reason)
+    event_id = record_event(conn, source, feedback, job_id, raw, rule=rule,
+                            read_as=read_as if rule is not None else None)
     if event_id is None:
         return Applied(None, job_id, "duplicate")
+    if rule is not None:
+        bounce_rules.count_hit(conn, rule)
     email = str(job["email"]) if job is not None else feedback.email
     by = f"system:{source}"
     effect, paused = "recorded", None
-    if feedback.type == "bounce" and feedback.bounce == "hard":
+    if feedback.type == "bounce" and feedback.bounce is None:
+        effect = "ignored"  # a rule says it is an auto-reply or a delivery notice
+    elif feedback.type == "bounce" and feedback.bounce == "hard":
         moved = job is not None and job_id is not None \
             and queue.bounce_sent(conn, job_id, feedback.reason[:1000])
         conn.execute(_SUPPRESS, {"email": email, "reason": "bounced", "job_id": job_id,

@@ -39,8 +39,8 @@ from imap_tools import MailBox, MailBoxUnencrypted
 from imap_tools.errors import MailboxFolderCreateError, MailboxMoveError
 from sqlalchemy.engine import Engine
 
-from workers.after_acceptance import feedback
-from workers.after_acceptance.reports import MailReport, parse_report
+from workers.after_acceptance import bounce_rules, feedback
+from workers.after_acceptance.reports import Feedback, MailReport, parse_report
 from workers.building.links import job_from_bounce_address
 from workers.core import pg
 
@@ -137,11 +137,12 @@ class BouncePoller:
                 self._record_unreadable(conn, digest, raw, report.subject, report.error)
                 result.unreadable += 1
                 return "unreadable"
-            if not report.events:
+            events = report.events + self._ruled(conn, report)
+            if not events:
                 result.ignored += 1
                 return "processed"
             job_id = self._job_for(conn, report)
-            for event in report.events:
+            for event in events:
                 if job_id is None:
                     outcome = feedback.record_unmatched(conn, "mailbox", event, raw)
                     result.unmatched += 1
@@ -151,6 +152,19 @@ class BouncePoller:
                     result.applied += 1
                 result.effects[outcome.effect] = result.effects.get(outcome.effect, 0) + 1
         return "processed"
+
+    @staticmethod
+    def _ruled(conn: Any, report: MailReport) -> list[Feedback]:
+        """What the reader set aside (auto-replies, delays, delivery notices) that an admin's
+        bounce rule says is a bounce or a complaint (docs/design.md §36)."""
+        found = []
+        for failure in report.ignored:
+            rule = bounce_rules.find(conn, failure.diagnostic or failure.label)
+            event = rule and bounce_rules.from_ignored(failure, report.original_message_id,
+                                                       rule)
+            if event:
+                found.append(event)
+        return found
 
     def _record_unreadable(self, conn: Any, digest: str, raw: bytes, subject: str,
                            error: str) -> None:
