@@ -83,6 +83,8 @@ ENDPOINTS: dict[str, frozenset[str]] = {
     "api.domain_deliverability": ADMIN, "api.provider_figures": ADMIN,
     "api.list_warmups": ADMIN, "api.get_warmup": ADMIN, "api.put_warmup": ADMIN,
     "api.delete_warmup": ADMIN,
+    "api.list_bounce_rules": ADMIN, "api.add_bounce_rule": ADMIN,
+    "api.delete_bounce_rule": ADMIN,
     "ops.metrics": ADMIN,
     "health.retry_relay": ADMIN,
     # Sequences: marketers build, support reads a person's enrollments, the
@@ -194,6 +196,8 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "api.domain_deliverability": ADMIN_SCOPE, "api.provider_figures": ADMIN_SCOPE,
     "api.list_warmups": ADMIN_SCOPE, "api.get_warmup": ADMIN_SCOPE,
     "api.put_warmup": ADMIN_SCOPE, "api.delete_warmup": ADMIN_SCOPE,
+    "api.list_bounce_rules": ADMIN_SCOPE, "api.add_bounce_rule": ADMIN_SCOPE,
+    "api.delete_bounce_rule": ADMIN_SCOPE,
 }
 
 

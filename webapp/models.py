@@ -482,7 +482,7 @@ EVENT_WEBHOOK_EVENTS = event_queue.EVENTS
 DELIVERY_STATUSES = event_queue.DELIVERY_STATUSES
 
 # An admin's correction of a bounce's reading, kept as a rule: a bounce whose reply text
-# holds ``pattern`` (lower case, spaces collapsed) gets ``reason`` (Sisimai's vocabulary),
+# holds ``pattern`` (spaces collapsed, case ignored) gets ``reason`` (Sisimai's vocabulary),
 # whatever the reader said; the longest pattern wins (docs/design.md §36).
 bounce_rules = Table(
     "bounce_rules", metadata,
@@ -495,7 +495,7 @@ bounce_rules = Table(
     Column("hits", BigInteger, nullable=False, server_default=text("0")),
     Column("last_hit_at", DateTime(timezone=True)),
     _now(),
-    UniqueConstraint("pattern", name="bounce_rules_pattern_key"),
+    Index("bounce_rules_pattern_key", text("lower(pattern)"), unique=True),
     CheckConstraint("char_length(pattern) BETWEEN 3 AND 500",
                     name="bounce_rules_pattern_check"),
 )

@@ -21,6 +21,8 @@ from webapp.domain import (
 from webapp.domain import fields as rules
 from webapp.domain import kinds as kinds_input
 from webapp.models import SUPPRESSION_REASONS
+from workers.after_acceptance import bounce_rules
+from workers.after_acceptance.bounces import VOCABULARY
 from workers.building import kinds
 from workers.building.message import (
     CONTENT_PLACEHOLDER,
@@ -1045,6 +1047,40 @@ REQUEST_PATHS["/domains/{domain}/warmup"] = {
          "properties": {"domain": {"type": "string"}, "stopped": {"type": "boolean"}}},
         404, 422)),
 }
+
+_BOUNCE_RULE = {"type": "object", "required": ["id", "pattern", "reason", "hits"],
+                "properties": {
+                    "id": _INT, "pattern": {"type": "string"},
+                    "reason": {"type": "string", "enum": list(VOCABULARY)},
+                    "note": {"type": "string"}, "created_by": {"type": "string"},
+                    "created_at": {"type": "string", "format": "date-time"},
+                    "hits": _INT,
+                    "last_hit_at": {"type": ["string", "null"], "format": "date-time"}}}
+REQUEST_PATHS["/bounce-rules"] = {
+    "get": _id("listBounceRules", _op(
+        "The corrections that decide how later bounces are read, longest pattern first "
+        "(the order they are tried in)", 200,
+        {"type": "object", "required": ["rules"],
+         "properties": {"rules": {"type": "array", "items": _BOUNCE_RULE}}})),
+    "post": _id("addBounceRule", _op(
+        "Keep a rule: every later bounce or complaint whose text holds the pattern (case "
+        "and spacing ignored) is read as the reason; one with the same pattern is "
+        "replaced; audited", 201, _BOUNCE_RULE, 400, 413, 422, request=_request(
+            ["pattern", "reason"], {
+                "pattern": {"type": "string", "maxLength": bounce_rules.MAX_PATTERN,
+                            "pattern": bounce_rules.VALID,
+                            "description": "plain text, not a regular expression, with at "
+                                           "least 3 characters other than white space"},
+                "reason": {"type": "string", "enum": list(VOCABULARY)},
+                "note": NOTE}))),
+}
+REQUEST_PATHS["/bounce-rules/{id}"] = {
+    "parameters": ID_PARAM,
+    "delete": {"operationId": "deleteBounceRule",
+               "summary": "Delete a rule: later bounces are read by the reader alone",
+               "responses": {"204": {"description": "deleted"},
+                             **_errors(400, 401, 403, 404)}}}
+
 
 def document() -> dict[str, Any]:
     return {

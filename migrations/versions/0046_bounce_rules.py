@@ -28,10 +28,10 @@ def upgrade() -> None:
             hits bigint NOT NULL DEFAULT 0,
             last_hit_at timestamptz,
             created_at timestamptz NOT NULL DEFAULT now(),
-            CONSTRAINT bounce_rules_pattern_key UNIQUE (pattern),
             CONSTRAINT bounce_rules_pattern_check
                 CHECK (char_length(pattern) BETWEEN 3 AND 500)
         )""")
+    op.execute("CREATE UNIQUE INDEX bounce_rules_pattern_key ON bounce_rules (lower(pattern))")
     op.execute("ALTER TABLE job_events ADD COLUMN rule_id bigint "
                "REFERENCES bounce_rules (id) ON DELETE SET NULL")
     op.execute("ALTER TABLE job_events ADD COLUMN corrected_at timestamptz")

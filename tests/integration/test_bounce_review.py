@@ -117,7 +117,7 @@ def test_rules_are_exported_and_deleted_and_the_reader_decides_again(
     assert exported.status_code == 200
     assert "attachment" in exported.headers["Content-Disposition"]
     [rule] = exported.get_json()["rules"]
-    assert (rule["pattern"], rule["reason"]) == ("over its storage allowance", "mailboxfull")
+    assert (rule["pattern"], rule["reason"]) == ("Over Its STORAGE allowance", "mailboxfull")
 
     assert _bounce(engine, "c@example.com", ids["c@example.com"]).effect == "soft"
     with engine.connect() as conn:
@@ -231,3 +231,28 @@ def test_only_admins_review_bounces(client: Any, make_user: Callable[..., Any]) 
         assert browser.post("/admin/bounce-rules/add", {
             "pattern": "abc", "reason": "mailboxfull"}).status_code == 403
         client.get("/logout")
+
+
+def test_rules_through_the_api(api: Any, engine: sa.Engine) -> None:
+    made = api.post("/bounce-rules", {"pattern": "quota  exceeded", "reason": "mailboxfull",
+                                      "note": "a provider's words"})
+    assert made.status_code == 201, made.get_json()
+    rule = made.get_json()
+    assert (rule["pattern"], rule["reason"], rule["hits"]) == ("quota exceeded",
+                                                               "mailboxfull", 0)
+    # The same pattern in other capitals replaces it.
+    again = api.post("/bounce-rules", {"pattern": "QUOTA exceeded", "reason": "systemfull"})
+    assert again.status_code == 201 and again.get_json()["id"] == rule["id"]
+    [listed] = api.get("/bounce-rules").get_json()["rules"]
+    assert (listed["pattern"], listed["reason"]) == ("QUOTA exceeded", "systemfull")
+    for bad, field in (({"pattern": "a b", "reason": "mailboxfull"}, "pattern"),
+                       ({"pattern": "abc", "reason": "nonsense"}, "reason"),
+                       ({"pattern": 5, "reason": "mailboxfull"}, "pattern"),
+                       ({"pattern": "abc", "reason": "mailboxfull", "x": 1}, "x")):
+        answer = api.post("/bounce-rules", bad)
+        assert answer.status_code == 422 and field in answer.get_json()["error"]["fields"], bad
+    assert api.delete(f"/bounce-rules/{rule['id']}").status_code == 204
+    assert api.delete(f"/bounce-rules/{rule['id']}").status_code == 404
+    assert api.get("/bounce-rules").get_json()["rules"] == []
+    assert [a["action"] for a in _audit(engine, "bounce_rule.")] == [
+        "bounce_rule.add", "bounce_rule.change", "bounce_rule.delete"]

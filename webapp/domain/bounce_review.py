@@ -54,11 +54,10 @@ _IDS = re.compile(r"\b(?=[\w-]*\d)[\w-]{12,}\b")  # queue ids, tracking tokens
 def suggest_pattern(reply: str) -> str:
     """A pattern for a correction: the longest stretch of the reply that names no address,
     IP or queue id, so that it matches the same reply about someone else."""
-    pieces = [" ".join(p.split()) for p in _IDS.split(_ADDRESS.sub("\n", reply))
-              for p in p.split("\n")]
-    pieces = [p.strip(" :;,.()'\"") for p in pieces]
-    best = max(pieces, key=len, default="")
-    return best[:200] if len(best) >= bounce_rules.MIN_PATTERN else ""
+    pieces = [bounce_rules.normalize(p).strip(" :;,.()'\"")
+              for part in _IDS.split(_ADDRESS.sub("\n", reply)) for p in part.split("\n")]
+    best = max(pieces, key=len, default="")[:200].strip(" ")
+    return best if bounce_rules.substantial(best) else ""
 
 
 def check_reason(reason: str) -> str:
@@ -69,8 +68,10 @@ def check_reason(reason: str) -> str:
 
 
 def check_pattern(pattern: str) -> str:
+    """The pattern as stored (white space collapsed); Invalid when it has fewer than
+    MIN_PATTERN characters other than white space, more than MAX_PATTERN, or a NUL."""
     wanted = bounce_rules.normalize(pattern)
-    if len(wanted) < bounce_rules.MIN_PATTERN:
+    if not bounce_rules.substantial(wanted) or "\x00" in wanted:
         raise Invalid(N_("a pattern needs at least %(min)s characters",
                          min=str(bounce_rules.MIN_PATTERN)),
                       fields={"pattern": N_("too short")})
@@ -151,9 +152,9 @@ def export(conn: Connection) -> list[dict[str, Any]]:
 _UPSERT_RULE = sa.text("""
 INSERT INTO bounce_rules (pattern, reason, note, created_by, from_event_id)
 VALUES (:pattern, :reason, :note, :actor, :event_id)
-ON CONFLICT (pattern) DO UPDATE
-   SET reason = EXCLUDED.reason, note = EXCLUDED.note, created_by = EXCLUDED.created_by,
-       from_event_id = EXCLUDED.from_event_id, created_at = now()
+ON CONFLICT ((lower(pattern))) DO UPDATE
+   SET pattern = EXCLUDED.pattern, reason = EXCLUDED.reason, note = EXCLUDED.note,
+       created_by = EXCLUDED.created_by, from_event_id = EXCLUDED.from_event_id, created_at = now()
 RETURNING id, (xmax = 0) AS created
 """)
 
@@ -236,7 +237,7 @@ def correct(conn: Connection, event_id: int, reason: str, pattern: str, note: st
     if event is None:
         raise NotFound(N_("That bounce does not exist (any more)."))
     wanted, reason = check_pattern(pattern), check_reason(reason)
-    if wanted not in bounce_rules.normalize(event["reason"] or ""):
+    if wanted.lower() not in bounce_rules.normalize(event["reason"] or "").lower():
         raise Invalid(N_("the pattern must be part of this bounce's reply, so that the rule "
                          "matches it"), fields={"pattern": N_("not in the reply")})
     rule_id = add_rule(conn, wanted, reason, note, actor, event_id=event_id)

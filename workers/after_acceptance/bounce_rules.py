@@ -2,18 +2,20 @@
 a reply pattern → a reason, deciding every later bounce or complaint whose text holds the
 pattern, from every source (the bounce mailbox and each provider's webhook).
 
-A pattern is plain text, matched case-insensitively with each run of white space read as
-one space. No regular expressions: a rule can never be slow, and an admin can see at a
-glance what it matches. When several rules match, the longest pattern wins (the most
-specific), then the newest. What a rule's reason does is what the reader's would have done
-(:func:`~workers.after_acceptance.bounces.reasons.effect_of`): a hard reason suppresses,
-a soft one counts toward the soft-bounce limit, a sender reason raises the sender alarm, a
+A pattern is plain text, matched case-insensitively with each run of white space (ASCII:
+space, tab, line breaks) read as one space. No regular expressions: a rule can never be
+slow, and an admin can see at a glance what it matches. When several rules match, the
+longest pattern wins (the most specific), then the newest. What a rule's reason does is
+what the reader's would have done
+(:func:`~workers.after_acceptance.bounces.reasons.effect_of`): a hard reason suppresses, a
+soft one counts toward the soft-bounce limit, a sender reason raises the sender alarm, a
 complaint suppresses and counts toward the campaign's complaint rate, and an ignored one
 (``vacation``, ``delivered``) is kept on the job and does nothing.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
@@ -23,12 +25,22 @@ from workers.after_acceptance.bounces import reasons as rs
 from workers.after_acceptance.bounces.read import Failure
 from workers.after_acceptance.reports import Feedback
 
-MIN_PATTERN, MAX_PATTERN = 3, 500
+MIN_PATTERN, MAX_PATTERN = 3, 500  # characters other than white space; all characters
+_SPACE = re.compile(r"[ \t\r\n\f\v]+")
+#: What a pattern must be (the API's schema says the same): no NUL, and at least
+#: MIN_PATTERN characters that are not white space.
+VALID = "^(?:[ \\t\\r\\n\\f\\v]*[^ \\t\\r\\n\\f\\v\\x00]){" + str(MIN_PATTERN) + "}[^\\x00]*$"
 
 
 def normalize(text: str) -> str:
-    """The form patterns are stored and matched in: lower case, white space collapsed."""
-    return " ".join(text.lower().split())
+    """The form patterns are stored and matched in: each run of white space one space, none
+    at either end (case is ignored by the match itself)."""
+    return _SPACE.sub(" ", text).strip(" ")
+
+
+def substantial(pattern: str) -> bool:
+    """At least MIN_PATTERN characters other than white space."""
+    return len(_SPACE.sub("", pattern)) >= MIN_PATTERN
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,7 @@ class Rule:
 # The longest matching pattern, then the newest (bounce_rules is small: an admin's list).
 _MATCH = sa.text("""
 SELECT id, pattern, reason FROM bounce_rules
- WHERE strpos(:text, pattern) > 0
+ WHERE strpos(lower(:text), lower(pattern)) > 0
  ORDER BY char_length(pattern) DESC, id DESC
  LIMIT 1
 """)

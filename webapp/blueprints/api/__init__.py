@@ -79,4 +79,5 @@ from webapp.blueprints.api import tracking  # noqa: E402, F401
 from webapp.blueprints.api import sequences  # noqa: E402, F401
 from webapp.blueprints.api import reports  # noqa: E402, F401
 from webapp.blueprints.api import deliverability  # noqa: E402, F401
+from webapp.blueprints.api import bounce_rules  # noqa: E402, F401
 from webapp.blueprints.api import personal_data  # noqa: E402, F401
