@@ -48,6 +48,8 @@ VOCABULARY = {
     "invalid address": _l("invalid address"), "invalid line": _l("invalid line"),
     "unclosed quote": _l("unclosed quote"),
     "problem": _l("problem"), "warning": _l("warning"),
+    # where a bounce or complaint came from (job_events.source; providers keep their names)
+    "mailbox": _l("bounce mailbox"), "generic": _l("generic webhook"),
     "critical": _l("critical"), "lifecycle": _l("lifecycle"), "complained": _l("complained"),
     "delivered": _l("delivered"), "relay_throttle": _l("relay throttle"),
     "domain_throttle": _l("domain throttle"), "sender": _l("sender refused"),
