@@ -161,17 +161,24 @@ def sending_domains(conn: Connection) -> list[str]:
                 .scalars())
 
 
-def check_from(conn: Connection, raw: bytes) -> None:
-    """A From header is required; when sending domains are configured its domain must be
-    one of them (the reply names them)."""
+def from_domain(raw: bytes) -> str:
+    """The domain of the message's From address; :class:`Refused` when there is none."""
     address = submitted.from_address(raw)
     if not address or "@" not in address:
         raise Refused("550 5.6.0 The message has no From address; add a From header")
-    domains = sending_domains(conn)
-    domain = address.rsplit("@", 1)[1].lower()
-    if domains and domain not in domains:
-        raise Refused(f"550 5.7.1 SendDock does not send for {domain}; it sends for: "
-                      f"{', '.join(domains)}")
+    return address.rsplit("@", 1)[1].lower()
+
+
+def refuse_domain(conn: Connection, domain: str) -> Refused:
+    """The refusal of a From domain that is not one of the sending domains (it names them)."""
+    return Refused(f"550 5.7.1 SendDock does not send for {domain}; it sends for: "
+                   f"{', '.join(sending_domains(conn))}")
+
+
+# When sending domains are configured, the From domain must be one of them: checked by the
+# statement that stores the message, so the check costs no round trip of its own.
+_SENDS_FOR = """(NOT EXISTS (SELECT 1 FROM sending_domains)
+                 OR EXISTS (SELECT 1 FROM sending_domains WHERE domain = :domain))"""
 
 
 def _kind_name(raw: bytes, submitter: Submitter) -> str:
@@ -237,20 +244,27 @@ def _copy_text(value: str) -> str:
 
 
 def store(conn: Connection, submitter: Submitter, *, message_id: str, mail_from: str,
-          client: str, body: IO[bytes]) -> int:
-    """Store a message once (``smtp_messages``) in ``conn``'s transaction. One larger than
+          client: str, body: IO[bytes], domain: str) -> int:
+    """Store a message once (``smtp_messages``) in ``conn``'s transaction, when SendDock
+    sends for ``domain`` (its From domain; else :class:`Refused`). One larger than
     :data:`CHUNK` is streamed from ``body`` in :data:`CHUNK` pieces through COPY, so it is
     never in memory whole (docs/design.md §28); a smaller one is one INSERT."""
     size = body.seek(0, 2)
     body.seek(0)
     if size <= CHUNK:
-        return int(conn.execute(sa.text("""
+        stored = conn.execute(sa.text(f"""
             INSERT INTO smtp_messages (token_id, message_id, mail_from, client, size, raw)
-            VALUES (:t, :m, :f, :c, :s, :raw) RETURNING id"""), {
+            SELECT :t, :m, :f, :c, :s, :raw WHERE {_SENDS_FOR} RETURNING id"""), {
             "t": submitter.token_id, "m": message_id, "f": mail_from, "c": client,
-            "s": size, "raw": body.read()}).scalar_one())
-    stored = int(conn.execute(sa.text(
-        "SELECT nextval(pg_get_serial_sequence('smtp_messages', 'id'))")).scalar_one())
+            "s": size, "raw": body.read(), "domain": domain}).scalar()
+        if stored is None:
+            raise refuse_domain(conn, domain)
+        return int(stored)
+    stored = conn.execute(sa.text(
+        f"SELECT nextval(pg_get_serial_sequence('smtp_messages', 'id')) WHERE {_SENDS_FOR}"),
+        {"domain": domain}).scalar()
+    if stored is None:
+        raise refuse_domain(conn, domain)
     fields = [str(stored), str(submitter.token_id), _copy_text(message_id),
               _copy_text(mail_from), _copy_text(client), str(size)]
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
@@ -260,7 +274,7 @@ def store(conn: Connection, submitter: Submitter, *, message_id: str, mail_from:
         while chunk := body.read(CHUNK):
             copy.write(chunk.hex())
         copy.write("\n")
-    return stored
+    return int(stored)
 
 
 @dataclass(frozen=True)
@@ -288,8 +302,8 @@ def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: s
     per recipient, committed before it returns; :class:`Refused` (nothing stored)
     otherwise. Only the header block is read into memory."""
     raw = read_head(body)
+    domain = from_domain(raw)
     with engine.begin() as conn:
-        check_from(conn, raw)
         try:
             spec = kinds.active(conn, _kind_name(raw, submitter))
         except DomainError as exc:
@@ -300,7 +314,7 @@ def accept(engine: Engine, config: Config, submitter: Submitter, *, mail_from: s
         message_ids = submitted.header_values(raw, "Message-ID")
         message_id = message_ids[0] if message_ids else ""
         stored = store(conn, submitter, message_id=message_id, mail_from=mail_from,
-                       client=client, body=body)
+                       client=client, body=body, domain=domain)
         data = {"smtp_message_id": stored,
                 "smtp_signature": submitted.signature(config.secret_key, stored),
                 "source": {"via": "smtp", "client": client, "token": submitter.token_name,
