@@ -16,7 +16,10 @@ clients against a real ``senddock web``, as the team's app would post them.
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ import sqlalchemy as sa
 
 from bench.bench_api import burst
 from bench.bench_p7_latency import start_server
-from bench.common import free_port, fresh_database, machine, save, table
+from bench.common import free_port, fresh_database, machine, percentile, save, table
 from webapp import create_app, db
 from webapp.domain import sequences, users
 from workers.core.settings import load
@@ -58,21 +61,62 @@ def _add(engine: sa.Engine, n: int, name: str, with_sequence: bool) -> float:
     return time.perf_counter() - t0
 
 
-def _http_events(url: str, token: str, clients: int, seconds: float) -> dict[str, Any]:
+def _batched_http(base: str, token: str, calls: int, batch: int,
+                  clients: int = 4) -> dict[str, Any]:
+    """``calls`` requests of ``batch`` events each (every one a new person enrolled) from
+    ``clients`` threads with a connection each, against a running ``senddock web``."""
+    host, port = base.removeprefix("http://").split(":")
+    latencies: list[float] = []
+    created: list[int] = []
+    lock = threading.Lock()
+
+    def run(c: int) -> None:
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        for n in range(c, calls, clients):
+            body = json.dumps({"events": [
+                {"email": f"hb{n}-{i}@example.org", "name": "trial", "data": {"i": i}}
+                for i in range(batch)]})
+            t0 = time.perf_counter()
+            connection.request("POST", "/api/v1/events", body=body, headers={
+                "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+            with lock:
+                latencies.append((time.perf_counter() - t0) * 1000)
+                created.append(len(answer.get("events", [])) if response.status == 201 else 0)
+        connection.close()
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    return {"calls": calls, "batch": batch, "clients": clients, "events": sum(created),
+            "events_per_s": sum(created) / seconds, "p50": percentile(latencies, 50),
+            "p95": percentile(latencies, 95),
+            "not_201": sum(1 for n in created if n != batch)}
+
+
+def _http_events(url: str, token: str, clients: int, seconds: float, batch: int,
+                 batch_calls: int) -> dict[str, Any]:
     """Events, one a request, from ``clients`` keep-alive HTTP clients (two processes) for
-    ``seconds`` against a real ``senddock web`` (waitress): every one a new person enrolled."""
+    ``seconds`` against a real ``senddock web`` (waitress): every one a new person enrolled;
+    then ``batch_calls`` requests of ``batch`` events from four clients."""
     with tempfile.TemporaryDirectory() as tmp:
         server, base = start_server(url, free_port(), Path(tmp) / "web.log", command="web")
         try:
-            return burst(base, "/api/v1/events", token, clients, seconds, prefix="evt",
-                         kind="event", ok=201)
+            single = burst(base, "/api/v1/events", token, clients, seconds, prefix="evt",
+                           kind="event", ok=201)
+            return {**single, "batched": _batched_http(base, token, batch_calls, batch)}
         finally:
             server.terminate()
             server.wait(timeout=30)
 
 
 def measure(n: int, advance: int, events: int, batch: int = 100, http_clients: int = 0,
-            http_seconds: float = 10) -> dict[str, Any]:
+            http_seconds: float = 10, batch_calls: int = 200) -> dict[str, Any]:
     with fresh_database() as url:
         engine = db.make_engine(url)
         plain_s = _add(engine, n, "plain", with_sequence=False)
@@ -131,7 +175,8 @@ def measure(n: int, advance: int, events: int, batch: int = 100, http_clients: i
                 for i in range(start, min(start + batch, events))]})
             assert r.status_code == 201, r.get_json()
         batched_s = time.perf_counter() - t0
-        http = _http_events(url, token, http_clients, http_seconds) if http_clients else {}
+        http = _http_events(url, token, http_clients, http_seconds, batch,
+                            batch_calls) if http_clients else {}
         engine.dispose()
     return {"enrollments": n, "add_plain_s": plain_s, "add_enrol_s": enrol_s,
             "enrolled_per_s": n / enrol_s, "advanced": moved, "advance_s": advance_s,
@@ -152,9 +197,11 @@ def main() -> None:
                         help="keep-alive clients posting single events to `senddock web` "
                         "(0: skip)")
     parser.add_argument("--http-seconds", type=float, default=10)
+    parser.add_argument("--http-batches", type=int, default=200,
+                        help="requests of --batch events each, from 4 HTTP clients")
     args = parser.parse_args()
     r = measure(args.enrollments, args.advance, args.events, args.batch, args.http_clients,
-                args.http_seconds)
+                args.http_seconds, args.http_batches)
     info = machine()
     print(table(f"Sequences ({info['cpus']} cores, PostgreSQL {info['postgres']}, "
                 f"load {info['load_1m']})",
@@ -177,6 +224,14 @@ def main() -> None:
                            [[f"{h['requests']:,}", f"{h['rps']:,.0f}", f"{h['p50']:.1f}",
                              f"{h['p95']:.1f}", f"{h['p99']:.1f}", h["non_202"],
                              f"{h['client_cpu_s']:.1f}"]]))
+        b = h["batched"]
+        print("\n" + table(f"Events through `senddock web`, {b['batch']} a request, "
+                           f"{b['clients']} clients (one enrolment each)",
+                           ["requests", "events", "events/s", "p50 ms", "p95 ms",
+                            "requests not 201"],
+                           [[f"{b['calls']:,}", f"{b['events']:,}",
+                             f"{b['events_per_s']:,.0f}", f"{b['p50']:.1f}",
+                             f"{b['p95']:.1f}", b["not_201"]]]))
     print("\nThe due query with every enrollment waiting:\n" + r["due_plan"])
     print(f"\nsaved {save('sequences', {'machine': info, 'results': [r]})}")
 
