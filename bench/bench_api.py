@@ -44,6 +44,7 @@ from bench.common import (
     add_settings_option,
     free_port,
     fresh_database,
+    in_threads,
     machine,
     percentile,
     save,
@@ -203,13 +204,7 @@ def batch_rate(base: str, token: str, calls: int, clients: int = 4,
 
     if cpu is not None:
         cpu.start()
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed = in_threads(clients, run)
     split = cpu.stop() if cpu is not None else {}
     return {**split, "calls": calls, "accepted": sum(accepted), "seconds": elapsed,
             "msgs_per_s": sum(accepted) / elapsed, "call_p50": percentile(latencies, 50),

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from bench.bench_api import burst
 from bench.bench_p7_latency import start_server
-from bench.common import free_port, fresh_database, machine, percentile, save, table
+from bench.common import free_port, fresh_database, in_threads, machine, percentile, save, table
 from webapp import create_app, db
 from webapp.domain import sequences, users
 from workers.core.settings import load
@@ -86,13 +86,7 @@ def _batched_http(base: str, token: str, calls: int, batch: int,
                 created.append(len(answer.get("events", [])) if response.status == 201 else 0)
         connection.close()
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - t0
+    seconds = in_threads(clients, run)
     return {"calls": calls, "batch": batch, "clients": clients, "events": sum(created),
             "events_per_s": sum(created) / seconds, "p50": percentile(latencies, 50),
             "p95": percentile(latencies, 95),

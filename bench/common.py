@@ -10,9 +10,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,15 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def in_threads(clients: int, run: Callable[[int], None]) -> float:
+    """``run(0)`` … ``run(clients - 1)`` each in a thread of its own; the seconds until the
+    last has returned."""
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
