@@ -231,30 +231,25 @@ def import_too_large(exc: RequestEntityTooLarge) -> tuple[str, int] | Response:
 
 def _run_import(the_list: dict[str, Any], kept: import_uploads.KeptUpload,
                 roles: list[str] | None, *, dry_run: bool) -> str | tuple[str, int]:
-    """Import the kept file with ``roles`` (or check it: a dry run rolls everything back).
-    A real import deletes the kept file in its own transaction: imported once only."""
+    """Import the kept file with ``roles``, or check it (``dry_run``: read-only look-ups,
+    nothing written). A real import deletes the kept file in its transaction: imported once
+    only."""
     list_id = the_list["id"]
     try:
         with engine().connect() as conn:
-            transaction = conn.begin()
-            try:
+            with conn.begin() as transaction:
                 report = imports.import_csv(conn, list_id,
                                             import_uploads.lines(conn, kept.token),
-                                            actor=actor(), roles=roles)
+                                            actor=actor(), roles=roles, dry_run=dry_run)
                 if dry_run:
-                    transaction.rollback()
+                    transaction.rollback()  # drops the temporary table; nothing else to undo
                 else:
                     import_uploads.drop(conn, kept.token)
-                    transaction.commit()
-            finally:
-                if transaction.is_active:
-                    transaction.rollback()
             the_list = lists.get_list(conn, list_id)
     except Invalid as exc:
         return render_template("lists/import.html", the_list=the_list,
                                error=localize(exc.message), filename=kept.filename), 422
     if dry_run:
-        report.dry_run = True
         return render_template("lists/import_check.html", the_list=the_list, report=report,
                                filename=kept.filename, token=kept.token, roles=imports.ROLES,
                                max_reported=imports.MAX_REPORTED)

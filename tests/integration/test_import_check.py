@@ -1,0 +1,107 @@
+"""Checking a CSV file first (the import's dry run, docs/design.md §35): the check writes no
+subscriber row, not even one rolled back (a rolled-back insert still leaves a dead row and
+a table that grows); a user keeps at most one checked file per list, replaced by the next
+check and deleted after the import, on "Choose another file" and when it cannot be read;
+another user's file is left alone; a file over SENDDOCK_MAX_IMPORT_BYTES is refused with a
+413 naming the limit before the view does any work, whether the request states its length
+or streams it."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.helpers import Browser
+from webapp.domain import lists
+
+
+def _csv(rows: int, *, start: int = 0) -> bytes:
+    return ("email,name\n" + "".join(f"p{i:06d}@example.org,Person {i}\n"
+                                     for i in range(start, start + rows))).encode()
+
+
+def _new_list(engine: sa.Engine, name: str = "Imported") -> int:
+    with engine.begin() as conn:
+        return int(lists.create_list(conn, name)["id"])
+
+
+def _check(browser: Browser, list_id: int, data: bytes) -> Any:
+    return browser.client.post(f"/lists/{list_id}/import", data={
+        "csrf_token": browser.token, "action": "check",
+        "file": (io.BytesIO(data), "people.csv")}, content_type="multipart/form-data")
+
+
+def _action(page: Any) -> str:
+    text = page.get_data(as_text=True)
+    assert page.status_code == 200 and "Dry run: nothing was saved" in text, text[:2000]
+    return str(re.search(r'action="(/lists/\d+/import/[^"]+)"', text)[1])
+
+
+def _uploads(engine: sa.Engine) -> list[tuple[int, int, str]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(
+            "SELECT owner_id, list_id, token FROM import_uploads ORDER BY owner_id, list_id"))]
+
+
+def _orphan_chunks(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(
+            "SELECT count(*) FROM import_upload_chunks c WHERE NOT EXISTS "
+            "(SELECT 1 FROM import_uploads u WHERE u.token = c.token)")).scalar_one())
+
+
+def _inserted_into_subscribers(engine: sa.Engine) -> int:
+    """pg_stat_user_tables.n_tup_ins for subscribers once every other session of the test's
+    database has ended (a backend reports its counts when it exits): counts every insert,
+    committed or rolled back."""
+    engine.dispose()
+    with engine.connect() as conn:
+        deadline = time.monotonic() + 20
+        while conn.execute(sa.text("""
+                SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND backend_type = 'client backend'""")).scalar_one():
+            assert time.monotonic() < deadline, "other sessions did not end"
+            time.sleep(0.05)
+        conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+        return int(conn.execute(sa.text(
+            "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'subscribers'"))
+            .scalar_one())
+
+
+def test_a_check_writes_no_subscriber_row_and_reports_what_the_import_would_do(
+        client: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    list_id = _new_list(engine)
+    with engine.begin() as conn:  # two addresses already stored (one on another list)
+        other = int(lists.create_list(conn, "Other")["id"])
+        lists.add_subscribers(conn, other, [{"email": "P000001@example.org", "name": "Old"}])
+        lists.add_subscribers(conn, list_id, [{"email": "p000002@example.org"}])
+    browser = Browser(client, make_user("marketer"))
+    data = _csv(300) + b"p000003@example.org,again\nnot an address,x\n"
+    with engine.connect() as conn:
+        sequence = conn.execute(sa.text("SELECT last_value FROM subscribers_id_seq")).scalar()
+    inserted = _inserted_into_subscribers(engine)
+    page = _check(browser, list_id, data)
+    action = _action(page)
+    text = page.get_data(as_text=True)
+    assert 'id="import-added">298<' in text and 'id="import-updated">2<' in text, text
+    assert 'id="import-rejected">2<' in text and 'id="import-lines">302<' in text
+    # Nothing written to subscribers: no row, no number drawn, no insert rolled back.
+    assert _inserted_into_subscribers(engine) == inserted
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM subscribers")).scalar() == 2
+        assert conn.execute(sa.text("SELECT last_value FROM subscribers_id_seq")).scalar() \
+            == sequence
+        assert conn.execute(sa.text("SELECT count(*) FROM audit_log WHERE action = "
+                                    "'list.import'")).scalar() == 0
+    # The import does what the check said.
+    done = client.post(action, data={"csrf_token": browser.token, "action": "import",
+                                     "columns": "2", "role_0": "email", "role_1": "name"})
+    report = done.get_data(as_text=True)
+    assert 'id="import-added">298<' in report and 'id="import-updated">2<' in report, report
+    assert _inserted_into_subscribers(engine) > inserted
