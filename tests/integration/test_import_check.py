@@ -105,3 +105,57 @@ def test_a_check_writes_no_subscriber_row_and_reports_what_the_import_would_do(
     report = done.get_data(as_text=True)
     assert 'id="import-added">298<' in report and 'id="import-updated">2<' in report, report
     assert _inserted_into_subscribers(engine) > inserted
+
+
+def test_one_kept_file_per_user_and_list_and_another_users_is_untouched(
+        app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    list_id, other_list = _new_list(engine), _new_list(engine, "Other")
+    mine = make_user("marketer")
+    me, them = Browser(app.test_client(), mine), Browser(app.test_client(),
+                                                         make_user("marketer"))
+    _action(_check(them, list_id, _csv(50)))
+    _action(_check(me, other_list, _csv(50)))
+    first = _action(_check(me, list_id, _csv(2000)))
+    second = _action(_check(me, list_id, _csv(2000, start=5000)))
+    kept = _uploads(engine)
+    assert len(kept) == 3, kept
+    mine_here = [token for owner, lst, token in kept if owner == mine["id"] and lst == list_id]
+    assert len(mine_here) == 1 and second.endswith("/" + mine_here[0])
+    assert {(owner == mine["id"], lst) for owner, lst, _ in kept} == {
+        (False, list_id), (True, other_list), (True, list_id)}
+    assert _orphan_chunks(engine) == 0  # the replaced file's chunks went with it
+    # The replaced check cannot be imported any more.
+    gone = me.client.post(first, data={"csrf_token": me.token, "action": "import",
+                                       "columns": "2", "role_0": "email"},
+                          follow_redirects=True)
+    assert "no longer kept" in gone.get_data(as_text=True)
+    # Another user cannot import my file, even with its address.
+    stolen = them.client.post(second, data={"csrf_token": them.token, "action": "import",
+                                            "columns": "2", "role_0": "email"},
+                              follow_redirects=True)
+    assert "no longer kept" in stolen.get_data(as_text=True)
+    assert len(_uploads(engine)) == 3
+
+
+def test_the_kept_file_is_deleted_after_the_import_on_start_over_and_when_unreadable(
+        app: Any, engine: sa.Engine, make_user: Callable[..., dict[str, Any]]) -> None:
+    list_id = _new_list(engine)
+    me, them = Browser(app.test_client(), make_user("marketer")), \
+        Browser(app.test_client(), make_user("marketer"))
+    _action(_check(them, list_id, _csv(10)))  # stays through all of mine
+    action = _action(_check(me, list_id, _csv(100)))
+    done = me.client.post(action, data={"csrf_token": me.token, "action": "import",
+                                        "columns": "2", "role_0": "email", "role_1": "name"})
+    assert 'id="import-added">100<' in done.get_data(as_text=True)
+    assert len(_uploads(engine)) == 1  # theirs
+    # "Choose another file" starts over: the file is deleted, back on the upload form.
+    action = _action(_check(me, list_id, _csv(100)))
+    assert len(_uploads(engine)) == 2
+    page = me.client.post(action, data={"csrf_token": me.token, "action": "discard"},
+                          follow_redirects=True)
+    assert page.status_code == 200 and 'name="file"' in page.get_data(as_text=True)
+    assert len(_uploads(engine)) == 1
+    # A file that turns out unreadable is not kept either.
+    bad = _check(me, list_id, b"email\nok@example.org\nbad\xff@example.org\n")
+    assert bad.status_code == 422 and "not valid UTF-8" in bad.get_data(as_text=True)
+    assert [lst for _, lst, _ in _uploads(engine)] == [list_id] and _orphan_chunks(engine) == 0
