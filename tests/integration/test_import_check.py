@@ -14,10 +14,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from tests.helpers import Browser
-from webapp.domain import lists
+from webapp import create_app
+from webapp.domain import import_uploads, lists
+from workers.core.settings import Config
+
+LIMIT = 64 * 1024  # bytes: the oversize test's SENDDOCK_MAX_IMPORT_BYTES
 
 
 def _csv(rows: int, *, start: int = 0) -> bytes:
@@ -159,3 +164,40 @@ def test_the_kept_file_is_deleted_after_the_import_on_start_over_and_when_unread
     bad = _check(me, list_id, b"email\nok@example.org\nbad\xff@example.org\n")
     assert bad.status_code == 422 and "not valid UTF-8" in bad.get_data(as_text=True)
     assert [lst for _, lst, _ in _uploads(engine)] == [list_id] and _orphan_chunks(engine) == 0
+
+
+@pytest.mark.parametrize("length", ["stated", "streamed"])
+def test_a_file_over_the_limit_gets_413_naming_it_before_any_work(
+        engine: sa.Engine, config_for: Callable[..., Config], sink: Any,
+        make_user: Callable[..., dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+        length: str) -> None:
+    app = create_app(config_for(sink.port, MAX_IMPORT_BYTES=str(LIMIT)), engine=engine)
+    app.config["TESTING"] = True
+    browser = Browser(app.test_client(), make_user("marketer"))
+    list_id = _new_list(engine)
+
+    def no_work(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the view kept a file over the limit")
+
+    monkeypatch.setattr(import_uploads, "keep", no_work)
+    boundary = "senddock-test-boundary"
+    body = "".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+                   f"{value}\r\n" for name, value in (("csrf_token", browser.token),
+                                                     ("action", "check"))).encode() + (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+        f'filename="people.csv"\r\nContent-Type: text/csv\r\n\r\n').encode() + \
+        _csv(3000) + f"\r\n--{boundary}--\r\n".encode()
+    assert len(body) > LIMIT
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    if length == "stated":
+        r = browser.client.post(f"/lists/{list_id}/import", data=body, headers=headers)
+    else:  # chunked: no Content-Length, the body is counted as it is read
+        r = browser.client.post(f"/lists/{list_id}/import", input_stream=io.BytesIO(body),
+                                headers={**headers, "Transfer-Encoding": "chunked"},
+                                environ_overrides={"wsgi.input_terminated": True})
+        assert r.request.content_length is None  # what the server knows: no length
+    page = r.get_data(as_text=True)
+    assert r.status_code == 413, page[:2000]
+    assert "larger than the import" in page and "limit of 64 KiB" in page and \
+        "SENDDOCK_MAX_IMPORT_BYTES" in page, page
+    assert _uploads(engine) == []
