@@ -25,6 +25,7 @@ FULL = [
     ["bench.bench_drain", "--recipients", "100000", "--sink", "postfix", "--dkim", "rsa"],
     ["bench.bench_job_moves", "--jobs", "2000", "--rounds", "3", "--cancel", "20000"],
     ["bench.bench_bounces"],
+    ["bench.bench_import_check", "--mib", "50"],
 ]
 
 QUICK = [
@@ -39,6 +40,7 @@ QUICK = [
     ["bench.bench_dkim", "--messages", "500", "--dkimpy-messages", "50"],
     ["bench.bench_job_moves", "--jobs", "500", "--rounds", "2", "--cancel", "5000"],
     ["bench.bench_bounces"],
+    ["bench.bench_import_check", "--mib", "5"],
 ]
 
 

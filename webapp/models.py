@@ -239,7 +239,11 @@ import_uploads = Table(
     Column("size", BigInteger, nullable=False, server_default=text("0")),
     _now(),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+    # Who checked the file (migration 0047_import_check): one kept file per user and list.
+    Column("owner_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"),
+           nullable=False),
     Index("import_uploads_expires_idx", "expires_at"),
+    Index("import_uploads_owner_list_key", "owner_id", "list_id", unique=True),
 )
 
 import_upload_chunks = Table(

@@ -88,8 +88,10 @@ def test_maintenance_deletes_checked_files_that_expired(
         engine: sa.Engine, config_for: Callable[..., Config], sink: Any,
         make_user: Callable[..., dict[str, Any]]) -> None:
     client, browser, list_id = _marketer(engine, config_for, sink, make_user)
-    for _ in range(3):
-        assert _upload(client, browser, list_id, _csv(500), "check").status_code == 200
+    with engine.begin() as conn:  # one kept file per user and list: three lists
+        others = [int(lists.create_list(conn, f"Imported {n}")["id"]) for n in (2, 3)]
+    for each in (list_id, *others):
+        assert _upload(client, browser, each, _csv(500), "check").status_code == 200
     with engine.begin() as conn:  # two were checked more than an hour ago, never imported
         conn.execute(sa.text("""
             UPDATE import_uploads SET expires_at = now() - interval '1 s'

@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, session, url_for
 from flask_babel import gettext as _
+from flask_login import current_user
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Response
 
@@ -176,8 +177,10 @@ def import_csv(list_id: int) -> str | tuple[str, int]:
         return render_template("lists/import.html", the_list=the_list,
                                error=_("Choose a CSV file to import.")), 422
     if request.form.get("action") == "check":
+        _forget_upload(list_id)  # the file checked before is replaced: its space first
         with engine().begin() as conn:
-            kept = import_uploads.keep(conn, list_id, upload.filename, upload.stream)
+            kept = import_uploads.keep(conn, _owner(), list_id, upload.filename,
+                                       upload.stream)
         session["import_upload"] = {"token": kept.token, "list_id": list_id}
         return _run_import(the_list, kept, None, dry_run=True)
     try:
@@ -229,35 +232,46 @@ def import_too_large(exc: RequestEntityTooLarge) -> tuple[str, int] | Response:
         "an administrator to raise the limit.", limit=limit)), 413
 
 
+def _owner() -> int:
+    return int(current_user.id)
+
+
+def _forget_upload(list_id: int) -> None:
+    """Delete the file the user keeps for the list, if any, and reclaim its space."""
+    with engine().begin() as conn:
+        forgotten = import_uploads.forget(conn, _owner(), list_id)
+    if forgotten:
+        import_uploads.reclaim(engine())
+
+
 def _run_import(the_list: dict[str, Any], kept: import_uploads.KeptUpload,
                 roles: list[str] | None, *, dry_run: bool) -> str | tuple[str, int]:
-    """Import the kept file with ``roles`` (or check it: a dry run rolls everything back).
-    A real import deletes the kept file in its own transaction: imported once only."""
+    """Import the kept file with ``roles``, or check it (``dry_run``: read-only look-ups,
+    nothing written). A real import deletes the kept file in its transaction: imported once
+    only. A file that cannot be read is deleted too (a mapping that does not fit keeps it)."""
     list_id = the_list["id"]
     try:
         with engine().connect() as conn:
-            transaction = conn.begin()
-            try:
+            with conn.begin() as transaction:
                 report = imports.import_csv(conn, list_id,
                                             import_uploads.lines(conn, kept.token),
-                                            actor=actor(), roles=roles)
+                                            actor=actor(), roles=roles, dry_run=dry_run)
                 if dry_run:
-                    transaction.rollback()
+                    transaction.rollback()  # drops the temporary table; nothing else to undo
                 else:
                     import_uploads.drop(conn, kept.token)
-                    transaction.commit()
-            finally:
-                if transaction.is_active:
-                    transaction.rollback()
             the_list = lists.get_list(conn, list_id)
     except Invalid as exc:
+        if "mapping" not in exc.fields:  # the file itself cannot be read: not kept
+            _forget_upload(list_id)
+            session.pop("import_upload", None)
         return render_template("lists/import.html", the_list=the_list,
                                error=localize(exc.message), filename=kept.filename), 422
     if dry_run:
-        report.dry_run = True
         return render_template("lists/import_check.html", the_list=the_list, report=report,
                                filename=kept.filename, token=kept.token, roles=imports.ROLES,
                                max_reported=imports.MAX_REPORTED)
+    import_uploads.reclaim(engine())  # the imported file's chunks were deleted
     session.pop("import_upload", None)
     return render_template("lists/import_report.html", the_list=the_list, report=report,
                            filename=kept.filename, max_reported=imports.MAX_REPORTED)
@@ -270,8 +284,12 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
     with engine().connect() as conn:
         the_list = lists.get_list(conn, list_id)
     mine = session.get("import_upload") or {}
+    if request.form.get("action") == "discard":  # "Choose another file": start over
+        _forget_upload(list_id)
+        session.pop("import_upload", None)
+        return redirect(url_for("lists.import_csv", list_id=list_id), 303)
     with engine().begin() as conn:
-        kept = import_uploads.kept(conn, token, list_id) \
+        kept = import_uploads.kept(conn, token, _owner(), list_id) \
             if mine.get("token") == token and mine.get("list_id") == list_id else None
     if kept is None:
         flash(_("The checked file is no longer kept (a file checked first waits %(minutes)s "
@@ -284,6 +302,8 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
         with engine().connect() as conn:
             header_size = imports.header_size(import_uploads.lines(conn, kept.token))
     except Invalid as exc:
+        _forget_upload(list_id)
+        session.pop("import_upload", None)
         return render_template("lists/import.html", the_list=the_list, filename=kept.filename,
                                error=localize(exc.message)), 422
     if whole_number(request.form.get("columns")) != header_size:

@@ -24,6 +24,7 @@ from webapp.domain.lists import (
     check_email,
     get_list,
     upsert_subscribers,
+    would_upsert,
 )
 from workers.core.i18n import N_, Text
 
@@ -217,12 +218,14 @@ SELECT i.n, s.line AS first_line,
 class _Importer:
     """Accumulates parsed lines into batches and writes each batch set-based."""
 
-    def __init__(self, conn: Connection, list_id: int) -> None:
+    def __init__(self, conn: Connection, list_id: int, *, dry_run: bool = False) -> None:
         self.conn = conn
         self.list_id = list_id
-        self.report = ImportReport()
+        self.dry_run = dry_run
+        self.report = ImportReport(dry_run=dry_run)
         self.batch: dict[str, tuple[int, SubscriberInput]] = {}
-        # Addresses already imported by this run (earlier batches), for duplicate reports.
+        # Addresses already imported by this run (earlier batches), for duplicate reports;
+        # a temporary table (a dry run's too: the file may hold millions of addresses).
         conn.execute(sa.text("CREATE TEMP TABLE import_seen (email text PRIMARY KEY, "
                              "line int NOT NULL) ON COMMIT DROP"))
 
@@ -255,14 +258,17 @@ class _Importer:
             SELECT * FROM unnest(CAST(:emails AS text[]), CAST(:lines AS int[]))"""),
             {"emails": [s.email.lower() for _, s in accepted],
              "lines": [line for line, _ in accepted]})
-        added, updated = upsert_subscribers(self.conn, self.list_id, [s for _, s in accepted])
+        batch = [s for _, s in accepted]
+        added, updated = would_upsert(self.conn, batch) if self.dry_run else \
+            upsert_subscribers(self.conn, self.list_id, batch)
         self.report.added += added
         self.report.updated += updated
         self.batch = {}
 
 
 def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
-               actor: str = "system", roles: list[str] | None = None) -> ImportReport:
+               actor: str = "system", roles: list[str] | None = None,
+               dry_run: bool = False) -> ImportReport:
     """Import a CSV file (an iterable of byte lines, e.g. an uploaded file) into the list.
 
     Lines with an invalid address, an address seen earlier in the file, or a suppressed
@@ -274,8 +280,12 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
     Lines with more or fewer fields than the header are imported and counted in the
     report; a line whose quote is never closed, or whose address or name runs over lines, is
     rejected ("unclosed quote") and the lines after it are read on their own
-    (:func:`_read_rows`). A dry run is this
-    call in a transaction the caller rolls back."""
+    (:func:`_read_rows`).
+
+    ``dry_run`` reports what the import would do without doing it: the same report, from
+    read-only look-ups (:func:`webapp.domain.lists.would_upsert`); no subscriber, membership
+    or audit row is written, not even one rolled back later. Its only write is the
+    temporary table of addresses seen, dropped with the caller's transaction."""
     get_list(conn, list_id)
     lines = _decoded_lines(stream)
     header_line = next(lines, None)
@@ -285,13 +295,15 @@ def import_csv(conn: Connection, list_id: int, stream: Iterable[bytes], *,
     reader, source = _reader(header_line, lines)
     header = _header(reader)
     columns = _mapped_columns(header, roles) if roles is not None else _columns(header)
-    importer = _Importer(conn, list_id)
+    importer = _Importer(conn, list_id, dry_run=dry_run)
     importer.report.header = [h.strip() for h in header]
     importer.report.roles = roles if roles is not None else default_roles(header)
     _read_rows(reader, source, columns, importer)
     importer.flush()
     report = importer.report
     report.rejected.sort(key=lambda r: r.line)  # batch checks report after per-line ones
+    if dry_run:
+        return report
     audit.record(conn, actor, "list.import", f"list:{list_id}", lines=report.lines,
                  added=report.added, updated=report.updated, rejected=dict(report.reasons))
     return report

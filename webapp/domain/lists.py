@@ -304,6 +304,20 @@ def upsert_subscribers(conn: Connection, list_id: int,
     return int(row.added), int(row.updated)
 
 
+def would_upsert(conn: Connection, batch: list[SubscriberInput]) -> tuple[int, int]:
+    """What :func:`upsert_subscribers` would answer for ``batch`` (validated, one entry per
+    address), read only: (added, updated), where an address already stored is an update and
+    any other an addition. One indexed look-up (``lower(email)``) per batch; it writes
+    nothing, so a dry run leaves no dead rows in ``subscribers`` or ``memberships``."""
+    if not batch:
+        return 0, 0
+    existing = int(conn.execute(sa.text("""
+        SELECT count(*) FROM subscribers
+         WHERE lower(email) = ANY (CAST(:emails AS text[]))"""),
+        {"emails": [s.email.lower() for s in batch]}).scalar_one())
+    return len(batch) - existing, existing
+
+
 # --- one subscriber ----------------------------------------------------------------------
 
 SUBSCRIBER_STATUSES = ("active", "unsubscribed", "blocklisted")
