@@ -86,3 +86,20 @@ def login(page: Any, server: LiveServer, user: dict[str, Any]) -> None:
     page.fill("input[name=password]", user["password"])
     page.click("button[type=submit]")
     page.wait_for_url(re.compile(r"^(?!.*/login).*$"))
+
+
+def demo_user(engine: Any, role: str, language: str, password: str,
+              subscribers: int = 50) -> str:
+    """The demo's data (webapp.demo.seed) and the address of its user of ``role``, who
+    reads the UI in ``language``."""
+    from webapp import demo
+    from webapp.domain import users
+    from webapp.i18n import LANGUAGES
+
+    with engine.begin() as conn:
+        demo.seed(conn, subscribers, password)
+        email = next(e for e, r in demo.DEMO_USERS.items() if r == role)
+        found = users.find_user(conn, email)
+        assert found is not None
+        users.set_locale(conn, int(found["id"]), language, allowed=LANGUAGES, actor="test")
+    return email
