@@ -91,3 +91,27 @@ def test_dkim_algorithm_choice_is_shown_whole(browser: Any, live_server: LiveSer
     scroll, window = page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
     assert scroll <= window
     context.close()
+
+
+@pytest.mark.parametrize("language", ["en", "es"])
+def test_token_form_fields_sit_under_their_heading(browser: Any, live_server: LiveServer,
+                                                   engine: sa.Engine, language: str) -> None:
+    """The scopes fieldset was a narrow column beside the fields, and the row's bottom
+    alignment pushed "Acts as", "Name" and "Expires" some 200 px under their heading."""
+    email = demo_user(engine, "admin", language, PASSWORD, subscribers=5)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale=language)
+    page = context.new_page()
+    login(page, live_server, {"email": email, "password": PASSWORD})
+    page.goto(live_server.url + "/admin/users")
+    form = page.locator("main form:has(fieldset.scopes)")
+    top = form.bounding_box()
+    acts_as = form.locator("select[name=user_id]")
+    field = acts_as.bounding_box()
+    scopes = form.locator("fieldset.scopes").bounding_box()
+    assert top and field and scopes
+    assert field["y"] - top["y"] < 60, (top, field)  # the fields lead the form
+    assert scopes["y"] >= field["y"] + field["height"], (field, scopes)  # scopes below
+    assert scopes["width"] > 0.9 * top["width"], (top, scopes)  # a row of its own
+    text, room = acts_as.evaluate(_SELECT_ROOM)
+    assert text <= room, (text, room)  # "admin@example.com (administrador)" whole
+    context.close()
