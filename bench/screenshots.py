@@ -81,8 +81,11 @@ def demo_server(subscribers: int) -> Iterator[tuple[str, str, str]]:
 
 
 def seed_more(url: str) -> None:
-    """What the demo lacks for the detail pages: a sequence with a step."""
+    """What the demo lacks for the detail pages: a sequence with steps, and verification
+    mail for a user of the app (the support pages)."""
     from webapp.domain import sequences
+    from workers import queue
+    from workers.core.states import PRIORITY
 
     engine = sa.create_engine(url)
     with engine.begin() as conn:
@@ -93,6 +96,10 @@ def seed_more(url: str) -> None:
                       {"type": "email", "subject": "Welcome, {{ name }}",
                        "text_body": "Hello {{ name }}.\n\n{{ unsubscribe_url }}"}]},
             actor="screenshots")
+        for n in range(3):
+            queue.enqueue_one(conn, queue.Ask("verification", f"new-user{n}@example.org",
+                                              PRIORITY["verification"], {},
+                                              user_ref=f"user-{1000 + n}"), actor=None)
     engine.dispose()
 
 
