@@ -38,6 +38,7 @@ VOCABULARY = {
     "skipped": _l("skipped"), "cancelled": _l("cancelled"), "held": _l("held"),
     "draft": _l("draft"), "scheduled": _l("scheduled"), "paused": _l("paused"),
     "broadcast": _l("broadcast"), "verification": _l("verification"), "test": _l("test"),
+    "sequence": _l("sequence"), "subscription_confirmation": _l("subscription confirmation"),
     "unsubscribed": _l("unsubscribed"), "complaint": _l("complaint"), "manual": _l("manual"),
     "admin": _l("admin"), "marketer": _l("marketer"), "support": _l("support"),
     "hard_bounce": _l("hard bounce"), "rejected": _l("rejected"), "transient": _l("transient"),

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from babel.messages.pofile import read_po
 
+from webapp.domain import subscriptions
 from webapp.i18n import VOCABULARY
-from workers.core.states import STATES
+from workers.core.states import KINDS, STATES
 from workers.delivery.classify import ReplyClass
 
 CATALOG = Path(__file__).resolve().parents[2] / "translations" / "es" / "LC_MESSAGES" / \
@@ -19,8 +20,11 @@ CATALOG = Path(__file__).resolve().parents[2] / "translations" / "es" / "LC_MESS
 # Error classes SendDock writes itself besides the reply classes (workers/queue/).
 ENGINE_CLASSES = ("orphan", "dropped", "relay", "cancelled", "build", "unknown")
 SUBSCRIBER_STATUSES = ("active", "unsubscribed", "blocklisted")
+# Kinds: the engine's and the built-in transactional ones (queue health's table, the event
+# webhooks' form; "sequence" and "subscription_confirmation" showed as stored in Spanish).
+BUILT_IN_KINDS = (*KINDS, subscriptions.KIND)
 WORDS = sorted({*STATES, *(c.value for c in ReplyClass), *ENGINE_CLASSES,
-                *SUBSCRIBER_STATUSES})
+                *SUBSCRIBER_STATUSES, *BUILT_IN_KINDS})
 
 
 def _spanish() -> dict[str, str]:
