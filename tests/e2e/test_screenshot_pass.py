@@ -115,3 +115,36 @@ def test_token_form_fields_sit_under_their_heading(browser: Any, live_server: Li
     text, room = acts_as.evaluate(_SELECT_ROOM)
     assert text <= room, (text, room)  # "admin@example.com (administrador)" whole
     context.close()
+
+
+@pytest.mark.parametrize("language", ["en", "es"])
+def test_sequence_tables_are_laid_out_as_the_others(browser: Any, live_server: LiveServer,
+                                                    engine: sa.Engine, language: str) -> None:
+    """The sequences' tables (the list, a sequence's funnel) had no class: bold centred
+    headings, numbers on the left, columns jammed together at the table's content width."""
+    from webapp.domain import sequences
+
+    email = demo_user(engine, "marketer", language, PASSWORD, subscribers=5)
+    with engine.begin() as conn:
+        list_id = conn.execute(sa.text("SELECT min(id) FROM lists")).scalar_one()
+        seq = sequences.create_sequence(conn, {
+            "name": "Welcome series", "trigger_type": "list_add", "list_id": list_id,
+            "steps": [{"type": "wait", "wait_seconds": 3600},
+                      {"type": "email", "subject": "Welcome", "text_body": "Hi"}]},
+            actor="test")
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale=language)
+    page = context.new_page()
+    login(page, live_server, {"email": email, "password": PASSWORD})
+    for path, table in ((f"/sequences/{seq['id']}", "#sequence-funnel table"),
+                        ("/sequences/", "#sequence-list")):
+        page.goto(live_server.url + path)
+        shape = page.locator(table).evaluate("""t => ({
+            table: t.getBoundingClientRect().width,
+            box: t.parentElement.getBoundingClientRect().width,
+            numbers: Array.from(t.querySelectorAll('tbody td:last-child'))
+                .map(td => getComputedStyle(td).textAlign),
+            heading: getComputedStyle(t.querySelector('th')).textTransform})""")
+        assert shape["table"] >= shape["box"] - 1, (path, shape)  # the card's width
+        assert shape["numbers"] and set(shape["numbers"]) == {"right"}, (path, shape)
+        assert shape["heading"] == "uppercase", (path, shape)
+    context.close()
