@@ -148,3 +148,18 @@ def test_sequence_tables_are_laid_out_as_the_others(browser: Any, live_server: L
         assert shape["numbers"] and set(shape["numbers"]) == {"right"}, (path, shape)
         assert shape["heading"] == "uppercase", (path, shape)
     context.close()
+
+
+def test_built_in_kinds_are_described_in_spanish(browser: Any, live_server: LiveServer,
+                                                 engine: sa.Engine) -> None:
+    """The transactional page showed the built-in kinds' stored English descriptions."""
+    email = demo_user(engine, "admin", "es", PASSWORD, subscribers=5)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="es")
+    page = context.new_page()
+    login(page, live_server, {"email": email, "password": PASSWORD})
+    page.goto(live_server.url + "/transactional/")
+    text = page.locator("main").inner_text()
+    assert "Verificación de registro (incorporado)" in text
+    assert "Doble confirmación: confirmar una suscripción" in text
+    assert "Signup verification" not in text and "Double opt-in" not in text
+    context.close()
