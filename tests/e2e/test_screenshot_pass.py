@@ -163,3 +163,23 @@ def test_built_in_kinds_are_described_in_spanish(browser: Any, live_server: Live
     assert "Doble confirmación: confirmar una suscripción" in text
     assert "Signup verification" not in text and "Double opt-in" not in text
     context.close()
+
+
+def test_subscriber_status_choices_are_in_spanish(browser: Any, live_server: LiveServer,
+                                                  engine: sa.Engine) -> None:
+    """A subscriber's page offered its status as stored: "active", "unsubscribed"."""
+    email = demo_user(engine, "marketer", "es", PASSWORD, subscribers=5)
+    with engine.connect() as conn:
+        list_id, subscriber_id = conn.execute(sa.text(
+            "SELECT list_id, subscriber_id FROM memberships ORDER BY 1, 2 LIMIT 1")).one()
+    context = browser.new_context(viewport={"width": 390, "height": 844}, locale="es")
+    page = context.new_page()
+    login(page, live_server, {"email": email, "password": PASSWORD})
+    page.goto(f"{live_server.url}/lists/{list_id}/subscribers/{subscriber_id}")
+    choices = page.locator("main select[name=status] option").all_inner_texts()
+    values = page.locator("main select[name=status] option").evaluate_all(
+        "os => os.map(o => o.value)")
+    assert len(choices) == 3 and "active" in values, (choices, values)
+    assert [c.strip() for c in choices][values.index("active")] == "activo", choices
+    assert not set(values) & {c.strip() for c in choices}, (choices, values)
+    context.close()
