@@ -3,28 +3,17 @@ in Chromium (Debian's /usr/bin/chromium when present, else Playwright's own)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.pages import chromium_path
 from tests.conftest import Proc, free_port, settings, wait_for
 
 ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"
-
-
-def chromium_path() -> str | None:
-    explicit = os.environ.get("SENDDOCK_CHROMIUM")
-    if explicit:
-        return explicit
-    for candidate in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
-        if Path(candidate).exists():
-            return candidate
-    return shutil.which("chromium")
 
 
 @pytest.fixture(scope="session")
