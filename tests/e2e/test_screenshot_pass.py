@@ -183,3 +183,21 @@ def test_subscriber_status_choices_are_in_spanish(browser: Any, live_server: Liv
     assert [c.strip() for c in choices][values.index("active")] == "activo", choices
     assert not set(values) & {c.strip() for c in choices}, (choices, values)
     context.close()
+
+
+def test_support_user_page_names_the_kind_in_spanish(browser: Any, live_server: LiveServer,
+                                                     engine: sa.Engine) -> None:
+    """A user's page headed its verification mail with the stored kind, "verification",
+    beside "Reenviar el correo de verificación"."""
+    from tests.helpers import enqueue_verification
+
+    email = demo_user(engine, "support", "es", PASSWORD, subscribers=5)
+    with engine.begin() as conn:
+        enqueue_verification(conn, "new-user@example.org", "user-4242")
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="es")
+    page = context.new_page()
+    login(page, live_server, {"email": email, "password": PASSWORD})
+    page.goto(live_server.url + "/support/users/user-4242")
+    heading = page.locator("#kind-verification h2").inner_text()
+    assert heading.startswith("verificación"), heading
+    context.close()
