@@ -147,6 +147,9 @@ def test_sequence_tables_are_laid_out_as_the_others(browser: Any, live_server: L
         assert shape["table"] >= shape["box"] - 1, (path, shape)  # the card's width
         assert shape["numbers"] and set(shape["numbers"]) == {"right"}, (path, shape)
         assert shape["heading"] == "uppercase", (path, shape)
+        # A sequence is feminine in Spanish: "activa", as a DKIM key is (it said "activo").
+        badge = page.locator("main .badge-active").first.inner_text()
+        assert badge == {"en": "active", "es": "activa"}[language], (path, badge)
     context.close()
 
 
