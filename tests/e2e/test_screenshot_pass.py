@@ -97,7 +97,8 @@ def test_dkim_algorithm_choice_is_shown_whole(browser: Any, live_server: LiveSer
 def test_token_form_fields_sit_under_their_heading(browser: Any, live_server: LiveServer,
                                                    engine: sa.Engine, language: str) -> None:
     """The scopes fieldset was a narrow column beside the fields, and the row's bottom
-    alignment pushed "Acts as", "Name" and "Expires" some 200 px under their heading."""
+    alignment pushed "Acts as", "Name" and "Expires" some 200 px under their heading; a
+    user who never signed in was "never" on the Spanish page."""
     email = demo_user(engine, "admin", language, PASSWORD, subscribers=5)
     context = browser.new_context(viewport={"width": 1280, "height": 900}, locale=language)
     page = context.new_page()
@@ -114,6 +115,10 @@ def test_token_form_fields_sit_under_their_heading(browser: Any, live_server: Li
     assert scopes["width"] > 0.9 * top["width"], (top, scopes)  # a row of its own
     text, room = acts_as.evaluate(_SELECT_ROOM)
     assert text <= room, (text, room)  # "admin@example.com (administrador)" whole
+    # The marketer and support never signed in: their last login says so in the page's
+    # language (it said "never" on Spanish pages).
+    cells = page.locator("main table.grid").first.locator("td.nowrap").all_inner_texts()
+    assert cells.count({"en": "never", "es": "nunca"}[language]) == 2, cells
     context.close()
 
 
