@@ -38,6 +38,7 @@ VOCABULARY = {
     "skipped": _l("skipped"), "cancelled": _l("cancelled"), "held": _l("held"),
     "draft": _l("draft"), "scheduled": _l("scheduled"), "paused": _l("paused"),
     "broadcast": _l("broadcast"), "verification": _l("verification"), "test": _l("test"),
+    "sequence": _l("sequence"), "subscription_confirmation": _l("subscription confirmation"),
     "unsubscribed": _l("unsubscribed"), "complaint": _l("complaint"), "manual": _l("manual"),
     "admin": _l("admin"), "marketer": _l("marketer"), "support": _l("support"),
     "hard_bounce": _l("hard bounce"), "rejected": _l("rejected"), "transient": _l("transient"),
@@ -90,6 +91,13 @@ CAMPAIGN_STATES = {
 KEY_STATES = {"active": lazy_pgettext("DKIM key", "active"),
               "next": lazy_pgettext("DKIM key", "next"),
               "retired": lazy_pgettext("DKIM key", "retired")}
+# The built-in kinds' descriptions as the migrations store them (0014_kinds,
+# 0027_marketers_subscription_forms): shown in the page's language until someone edits them.
+BUILT_IN_DESCRIPTIONS = {
+    "Signup verification (built in)": _l("Signup verification (built in)"),
+    "Double opt-in: confirm a subscription made through a list form":
+        _l("Double opt-in: confirm a subscription made through a list form"),
+}
 # How each language writes a day (the rest of a strftime format is kept).
 _DAY = {"en": "%Y-%m-%d", "es": "%d/%m/%Y"}
 
@@ -135,6 +143,14 @@ def label(value: Any) -> str:
     """A stored vocabulary word in the page's language (unknown words as they are)."""
     text = VOCABULARY.get(str(value))
     return str(text) if text is not None else str(value)
+
+
+def kind_description(value: Any) -> str:
+    """A kind's stored description: a built-in one in the page's language, any other as
+    its author wrote it."""
+    text = "" if value is None else str(value)
+    built_in = BUILT_IN_DESCRIPTIONS.get(text)
+    return str(built_in) if built_in is not None else text
 
 
 _CANCELLED_BY = re.compile(r"cancelled by (?P<actor>.+)", re.S)
@@ -240,7 +256,8 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
                                  campaign_state=campaign_state, key_state=key_state,
                                  audit_key=audit_key, bounce_reason=bounce_reason,
-                                 job_note=job_note, submission_source=submitted.source)
+                                 job_note=job_note, kind_description=kind_description,
+                                 submission_source=submitted.source)
     # Every {{ value }} a template prints passes here: a domain message (an error, a
     # field's problem, a check's verdict) shows in the page's language wherever it goes.
     app.jinja_env.finalize = localize

@@ -3,28 +3,17 @@ in Chromium (Debian's /usr/bin/chromium when present, else Playwright's own)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.pages import chromium_path
 from tests.conftest import Proc, free_port, settings, wait_for
 
 ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"
-
-
-def chromium_path() -> str | None:
-    explicit = os.environ.get("SENDDOCK_CHROMIUM")
-    if explicit:
-        return explicit
-    for candidate in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
-        if Path(candidate).exists():
-            return candidate
-    return shutil.which("chromium")
 
 
 @pytest.fixture(scope="session")
@@ -86,3 +75,20 @@ def login(page: Any, server: LiveServer, user: dict[str, Any]) -> None:
     page.fill("input[name=password]", user["password"])
     page.click("button[type=submit]")
     page.wait_for_url(re.compile(r"^(?!.*/login).*$"))
+
+
+def demo_user(engine: Any, role: str, language: str, password: str,
+              subscribers: int = 50) -> str:
+    """The demo's data (webapp.demo.seed) and the address of its user of ``role``, who
+    reads the UI in ``language``."""
+    from webapp import demo
+    from webapp.domain import users
+    from webapp.i18n import LANGUAGES
+
+    with engine.begin() as conn:
+        demo.seed(conn, subscribers, password)
+        email = next(e for e, r in demo.DEMO_USERS.items() if r == role)
+        found = users.find_user(conn, email)
+        assert found is not None
+        users.set_locale(conn, int(found["id"]), language, allowed=LANGUAGES, actor="test")
+    return email

@@ -46,7 +46,7 @@ def test_marketer_builds_and_support_reads_a_person(
     assert wait == 2 * 86400
     funnel = marketer.get(f"/sequences/{sequence_id}?fragment=funnel").get_data(as_text=True)
     assert 'hx-trigger="every 5s"' in funnel
-    assert '<td class="entered">1</td>' in funnel
+    assert '<td class="entered num">1</td>' in funnel
     es = marketer.get(f"/sequences/{sequence_id}", headers={"Accept-Language": "es"})
     assert "Embudo" in es.get_data(as_text=True)
     paused = marketer.post(f"/sequences/{sequence_id}/pause")

@@ -1,79 +1,33 @@
 """No English inside Spanish pages, found by reading the pages, not the code.
 
-The English side of the catalog is the list of what must not be seen: every message that
-has a Spanish translation different from itself is cut at its placeholders, and each piece
-of three words or more is an English fragment. Each role crawls the UI in Spanish over a
-database with one of everything (a campaign with bounces, a cancelled one, a failing event
-webhook, a retrying job, a held one...), and every page's visible text and text attributes
-(title, placeholder, aria-label, data-confirm) must contain none of them. Server messages
-shown after a form (flashes, errors) are checked the same way in the form tests
-(tests/integration/test_forms_keep_input.py).
+The English side of the catalog is the list of what must not be seen (harness/pages.py):
+every message that has a Spanish translation different from itself is cut at its
+placeholders, and each piece of three words or more is an English fragment. Each role
+crawls the UI in Spanish over a database with one of everything (a campaign with bounces,
+a cancelled one, a failing event webhook, a retrying job, a held one...), and every page's
+visible text and text attributes (title, placeholder, aria-label, data-confirm) must
+contain none of them. Server messages shown after a form (flashes, errors) are checked the
+same way in the form tests (tests/integration/test_forms_keep_input.py).
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
-from functools import cache
-from html import unescape
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from babel.messages.pofile import read_po
 
+from harness.pages import english_fragments, english_in
 from tests.helpers import Browser, place_jobs
 from tests.integration.security_fixtures import ROLES, failed_job, seed
 from tests.integration.test_link_crawl import _links
 from workers.after_acceptance import event_queue
 from workers.after_acceptance.event_webhooks import new_secret
 
-CATALOG = Path(__file__).resolve().parent.parent.parent / "translations" / "es" / \
-    "LC_MESSAGES" / "messages.po"
 MAX_PAGES = 250
-PLACEHOLDER = re.compile(r"%\(\w+\)s|%%|%s|\{\w*\}")
-ATTRIBUTES = re.compile(r'\b(?:title|placeholder|aria-label|alt|data-confirm)="([^"]*)"')
 # Words that are the same in both languages or are data, not UI (kept short on purpose).
 SAME_IN_BOTH = {"SendDock", "DKIM", "SPF", "DMARC", "HTML", "CSV", "API", "SMTP", "URL"}
-
-
-@cache
-def english_fragments() -> frozenset[str]:
-    """Pieces of three words or more of every message whose Spanish differs."""
-    with CATALOG.open("rb") as f:
-        catalog = read_po(f, locale="es")
-    spanish = []
-    found: set[str] = set()
-    for m in catalog:
-        if not m.id or not m.string:
-            continue
-        ids = m.id if isinstance(m.id, tuple) else (m.id,)
-        strings = m.string if isinstance(m.string, tuple) else (m.string,)
-        spanish.extend(str(s) for s in strings)
-        for one in ids:
-            if str(one) in strings:
-                continue
-            for piece in PLACEHOLDER.split(str(one)):
-                piece = " ".join(piece.split()).strip(" .,:;()—-…“”\"'")
-                if len(re.findall(r"[A-Za-z]{2,}", piece)) >= 3 and len(piece) >= 14:
-                    found.add(piece)
-    everything_spanish = "\n".join(spanish)
-    # A fragment that a Spanish translation itself contains is not English-only.
-    return frozenset(f for f in found if f not in everything_spanish)
-
-
-def visible_text(html: str) -> str:
-    html = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", html)
-    attributes = " ".join(ATTRIBUTES.findall(html))
-    html = re.sub(r"(?is)<(code|pre|textarea|iframe)\b.*?</\1>", " ", html)  # data
-    text = re.sub(r"<[^>]+>", " ", html)
-    return " ".join(unescape(f"{text} {attributes}").split())
-
-
-def english_in(html: str) -> list[str]:
-    text = visible_text(html)
-    return sorted(f for f in english_fragments() if f in text)
 
 
 def test_the_fragment_list_finds_english() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_babel import gettext as _
+from flask_babel import pgettext
 from werkzeug.wrappers import Response
 
 from webapp.context import actor, engine
@@ -23,7 +24,8 @@ bp = Blueprint("sequences", __name__, url_prefix="/sequences")
 def sequence_reason(word: str | None) -> str:
     """A status, exit reason or step outcome of a sequence, in the reader's language."""
     words = {
-        "active": _("active"), "paused": _("paused"), "archived": _("archived"),
+        # A sequence and an enrollment (una inscripción) are feminine in Spanish: activa.
+        "active": pgettext("sequence", "active"), "paused": _("paused"), "archived": _("archived"),
         "done": _("done"), "exited": _("exited"), "goal": _("reached the goal"),
         "unsubscribed": _("unsubscribed"), "hard_bounce": _("hard bounce"),
         "suppressed": _("suppressed"), "left_list": _("left the list"),
