@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from bench.chaos import Fleet, Kill, make_sink, process_env
 from bench.common import DEFAULT_SERVER, fresh_database, machine, table
+from workers.core.states import SENT
 
 STEPS = [{"type": "email", "subject": f"Step {k} for {{{{ email }}}}", "text_body": str(k)}
          for k in (1, 2, 3)]
@@ -41,10 +42,10 @@ EMAIL_STEPS = 3
 def _progress(engine: sa.Engine) -> tuple[int, int]:
     """(enrollments done, sequence jobs not yet sent)."""
     with engine.connect() as conn:
-        row = conn.execute(sa.text("""
+        row = conn.execute(sa.text(f"""
             SELECT (SELECT count(*) FROM sequence_enrollments WHERE status = 'done'),
                    (SELECT count(*) FROM delivery_jobs
-                     WHERE kind = 'sequence' AND status <> 'sent')""")).one()
+                     WHERE kind = 'sequence' AND status <> '{SENT}')""")).one()
     return int(row[0]), int(row[1])
 
 
