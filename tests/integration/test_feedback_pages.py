@@ -36,6 +36,11 @@ def test_bounce_shows_on_the_inbox_job_and_the_api(client: Any, engine: sa.Engin
     page = browser.get(f"/inbox/{ids['x@example.com']}").get_data(as_text=True)
     assert 'id="job-events"' in page and "hard bounce" in page and "mailbox" in page
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+    spanish = browser.get(f"/inbox/{ids['x@example.com']}",
+                          headers={"Accept-Language": "es"}).get_data(as_text=True)
+    assert "rebote definitivo" in spanish and "hard rebote" not in spanish
+    assert "buzón de rebotes" in spanish
+    assert "trabajo rebotado, dirección suprimida" in spanish
     job = api.get(f"/jobs/{ids['x@example.com']}").get_json()
     [event] = job["events"]
     assert (event["source"], event["type"], event["effect"]) == ("mailbox", "bounce",
