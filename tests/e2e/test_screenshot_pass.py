@@ -7,6 +7,7 @@ todos)")."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -208,4 +209,27 @@ def test_support_user_page_names_the_kind_in_spanish(browser: Any, live_server: 
     page.goto(live_server.url + "/support/users/user-4242")
     heading = page.locator("#kind-verification h2").inner_text()
     assert heading.startswith("verificación"), heading
+    context.close()
+
+
+_CHART = """() => {
+  const svg = document.querySelector('#sent-chart svg.chart');
+  const label = svg.querySelector('text.chart-label');
+  return [svg.getBoundingClientRect().height, label.getBoundingClientRect().height];
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_hours_chart_is_readable_at_every_width(
+        browser: Any, live_server: LiveServer, width: int,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 900}, locale="es")
+    page = context.new_page()
+    login(page, live_server, make_user("admin"))
+    page.goto(live_server.url + "/health/")
+    chart_height, label_height = page.evaluate(_CHART)
+    assert chart_height >= 100, chart_height  # it was 30 px at 390
+    assert label_height >= 9, label_height  # and its labels 3 px
+    scroll, window = page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
+    assert scroll <= window  # the chart scrolls inside its box, not the page
     context.close()
