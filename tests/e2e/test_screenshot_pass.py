@@ -233,3 +233,25 @@ def test_the_hours_chart_is_readable_at_every_width(
     scroll, window = page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
     assert scroll <= window  # the chart scrolls inside its box, not the page
     context.close()
+
+
+def test_the_hours_chart_opens_on_the_latest_minutes_on_a_phone(
+        browser: Any, live_server: LiveServer,
+        make_user: Callable[..., dict[str, Any]]) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 900}, locale="en")
+    page = context.new_page()
+    login(page, live_server, make_user("admin"))
+    page.goto(live_server.url + "/health/")
+    box = page.locator("#sent-chart")
+    scrolled, room, visible = box.evaluate(
+        "b => [Math.abs(b.scrollLeft), b.scrollWidth - b.clientWidth, b.clientWidth]")
+    assert room > 0 and visible > 0
+    # The newest minute is drawn at the right: the box opens scrolled to that end.
+    right = box.evaluate("""b => {
+        const r = b.getBoundingClientRect();
+        const labels = b.querySelectorAll('text.chart-label');
+        const last = labels[1].getBoundingClientRect();
+        return [last.right <= r.right + 1, last.left >= r.left - 1];
+    }""")
+    assert right == [True, True], (scrolled, room, right)
+    context.close()
