@@ -255,3 +255,16 @@ def test_the_hours_chart_opens_on_the_latest_minutes_on_a_phone(
     }""")
     assert right == [True, True], (scrolled, room, right)
     context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_date_filters_take_a_dates_room(browser: Any, live_server: LiveServer, width: int,
+                                        make_user: Callable[..., dict[str, Any]]) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 900}, locale="es")
+    page = context.new_page()
+    login(page, live_server, make_user("support"))
+    page.goto(live_server.url + "/inbox/")
+    for name in ("from", "to"):
+        box = page.locator(f"main input[name={name}][type=date]").bounding_box()
+        assert box is not None and 120 <= box["width"] <= 200, (name, box)  # was 1,100 px
+    context.close()
