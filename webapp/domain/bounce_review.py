@@ -132,12 +132,14 @@ def events(conn: Connection, *, shown: str | None = None, reason: str | None = N
     return Page(rows, str(rows[-1]["id"]) if more and rows else None)
 
 
-def rules(conn: Connection) -> list[dict[str, Any]]:
-    """Every rule, the most specific (longest) first: the order they are tried in."""
+def rules(conn: Connection, rule_id: int | None = None) -> list[dict[str, Any]]:
+    """Every rule (or the one ``rule_id`` names), the most specific (longest) first: the
+    order they are tried in."""
     return [dict(r) for r in conn.execute(sa.text("""
         SELECT id, pattern, reason, note, created_by, from_event_id, hits, last_hit_at,
                created_at
-          FROM bounce_rules ORDER BY char_length(pattern) DESC, id DESC""")).mappings()]
+          FROM bounce_rules WHERE CAST(:id AS bigint) IS NULL OR id = :id
+         ORDER BY char_length(pattern) DESC, id DESC"""), {"id": rule_id}).mappings()]
 
 
 def export(conn: Connection) -> list[dict[str, Any]]:
@@ -161,7 +163,12 @@ RETURNING id, (xmax = 0) AS created
 
 def add_rule(conn: Connection, pattern: str, reason: str, note: str, actor: str, *,
              event_id: int | None = None) -> int:
-    """Keep a rule (one with the same pattern is replaced); returns its id."""
+    """Keep a rule (one with the same pattern is replaced); returns its id. The three
+    fields must be text (a JSON body may carry anything)."""
+    for name, value in (("pattern", pattern), ("reason", reason), ("note", note)):
+        if not isinstance(value, str):
+            raise Invalid(N_("%(field)s must be a string", field=name),
+                          fields={name: N_("must be a string")})
     wanted, reason = check_pattern(pattern), check_reason(reason)
     text_limits.check("note", note, text_limits.SUPPRESSION_NOTE)
     row = conn.execute(_UPSERT_RULE, {"pattern": wanted, "reason": reason,

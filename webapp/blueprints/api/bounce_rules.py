@@ -10,7 +10,6 @@ from werkzeug.wrappers import Response
 from webapp.blueprints.api import answer, body, bp
 from webapp.context import actor, engine
 from webapp.domain import bounce_review
-from webapp.domain.errors import Invalid
 
 FIELDS = ("id", "pattern", "reason", "note", "created_by", "created_at", "hits",
           "last_hit_at")
@@ -29,13 +28,10 @@ def list_bounce_rules() -> Response:
 @bp.post("/bounce-rules")
 def add_bounce_rule() -> Response:
     data = body("pattern", "reason", "note")
-    for name in ("pattern", "reason", "note"):
-        if not isinstance(data.get(name, ""), str):
-            raise Invalid(f"{name} must be a string", fields={name: "must be a string"})
     with engine().begin() as conn:
         rule_id = bounce_review.add_rule(conn, data.get("pattern", ""), data.get("reason", ""),
                                          data.get("note", ""), actor())
-        [row] = [r for r in bounce_review.rules(conn) if r["id"] == rule_id]
+        [row] = bounce_review.rules(conn, rule_id)
     return answer(_rule(row), 201)
 
 
