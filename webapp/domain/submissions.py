@@ -30,6 +30,7 @@ from webapp.domain import kinds, messages, users
 from webapp.domain.errors import DomainError, NotFound, Overloaded, TooMany
 from webapp.domain.intake import Ask
 from workers.building import submitted
+from workers.core.addresses import domain_of
 from workers.core.i18n import N_
 from workers.core.settings import Config
 
@@ -166,7 +167,7 @@ def from_domain(raw: bytes) -> str:
     address = submitted.from_address(raw)
     if not address or "@" not in address:
         raise Refused("550 5.6.0 The message has no From address; add a From header")
-    return address.rsplit("@", 1)[1].lower()
+    return domain_of(address)
 
 
 def refuse_domain(conn: Connection, domain: str) -> Refused:
