@@ -98,6 +98,15 @@ BUILT_IN_DESCRIPTIONS = {
     "Double opt-in: confirm a subscription made through a list form":
         _l("Double opt-in: confirm a subscription made through a list form"),
 }
+# What a bounce or complaint did (job_events.effect, written by the feedback intake).
+FEEDBACK_EFFECTS = {
+    "bounced": _l("job bounced, address suppressed"), "suppressed": _l("address suppressed"),
+    "sender_alarm": _l("sender alarm raised"), "soft": _l("counted as a soft bounce"),
+    "soft_suppressed": _l("suppressed after repeated soft bounces"),
+    "complaint": _l("address suppressed as a complaint"), "ignored": _l("ignored"),
+    "recorded": _l("recorded"), "duplicate": _l("already recorded"),
+    "unmatched": _l("no job matched"),
+}
 # How each language writes a day (the rest of a strftime format is kept).
 _DAY = {"en": "%Y-%m-%d", "es": "%d/%m/%Y"}
 
@@ -216,6 +225,12 @@ def campaign_state(value: Any) -> str:
     return str(text) if text is not None else label(value)
 
 
+def feedback_effect(value: Any) -> str:
+    """What a bounce or complaint did, in the page's language."""
+    text = FEEDBACK_EFFECTS.get(str(value))
+    return str(text) if text is not None else str(value)
+
+
 def key_state(value: Any) -> str:
     """A DKIM key's stored state in the page's language."""
     text = KEY_STATES.get(str(value))
@@ -255,6 +270,7 @@ def init_app(app: Flask) -> None:
         npgettext=lambda c, s, p, n: _request_translations().unpgettext(c, s, p, n))
     app.jinja_env.filters.update(num=num, dt=dt, label=label, localize=localize,
                                  campaign_state=campaign_state, key_state=key_state,
+                                 feedback_effect=feedback_effect,
                                  audit_key=audit_key, bounce_reason=bounce_reason,
                                  job_note=job_note, kind_description=kind_description,
                                  submission_source=submitted.source)
