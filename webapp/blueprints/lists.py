@@ -237,7 +237,9 @@ def _owner() -> int:
 
 
 def _forget_upload(list_id: int) -> None:
-    """Delete the file the user keeps for the list, if any, and reclaim its space."""
+    """Delete the file the user keeps for the list, if any, and reclaim its space; the
+    session no longer names it."""
+    session.pop("import_upload", None)
     with engine().begin() as conn:
         forgotten = import_uploads.forget(conn, _owner(), list_id)
     if forgotten:
@@ -264,7 +266,6 @@ def _run_import(the_list: dict[str, Any], kept: import_uploads.KeptUpload,
     except Invalid as exc:
         if "mapping" not in exc.fields:  # the file itself cannot be read: not kept
             _forget_upload(list_id)
-            session.pop("import_upload", None)
         return render_template("lists/import.html", the_list=the_list,
                                error=localize(exc.message), filename=kept.filename), 422
     if dry_run:
@@ -286,7 +287,6 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
     mine = session.get("import_upload") or {}
     if request.form.get("action") == "discard":  # "Choose another file": start over
         _forget_upload(list_id)
-        session.pop("import_upload", None)
         return redirect(url_for("lists.import_csv", list_id=list_id), 303)
     with engine().begin() as conn:
         kept = import_uploads.kept(conn, token, _owner(), list_id) \
@@ -303,7 +303,6 @@ def import_checked(list_id: int, token: str) -> str | tuple[str, int] | Response
             header_size = imports.header_size(import_uploads.lines(conn, kept.token))
     except Invalid as exc:
         _forget_upload(list_id)
-        session.pop("import_upload", None)
         return render_template("lists/import.html", the_list=the_list, filename=kept.filename,
                                error=localize(exc.message)), 422
     if whole_number(request.form.get("columns")) != header_size:
