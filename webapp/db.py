@@ -82,7 +82,7 @@ def web_engine(url: str, config: Any, process: str) -> Engine:
 
 def delivery_engine(url: str, config: Any, process: str) -> Engine:
     """The delivery pool's engine: DB_DELIVERY_POOL connections less the send guard's
-    session (opened apart, :class:`workers.delivery.lifecycle.SendGuard`) for the drain
+    session (opened apart, :class:`workers.delivery.send_guard.SendGuard`) for the drain
     threads, the finisher, maintenance and the rescuer, plus the one the liveness session
     holds for good.
     No request timeouts (claims and finishes must complete), no pre-ping. A transaction

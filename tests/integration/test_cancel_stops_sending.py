@@ -5,8 +5,10 @@ that takes 20 ms per message and records when each message's MAIL FROM arrived."
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +18,7 @@ from tests.conftest import wait_for
 from tests.helpers import make_campaign
 from webapp.domain import campaigns
 from workers.core.settings import Config
-from workers.delivery import lifecycle
+from workers.delivery import lifecycle, send_guard
 from workers.delivery.pool import Pool
 
 N = 400
@@ -77,14 +79,14 @@ def test_the_guard_says_no_once_stopped_and_counts_who_is_in_flight(
 
     campaign = make_campaign(engine, ["a@example.org"])
     info = pg.engine_conninfo(engine)
-    first = lifecycle.SendGuard(info, "test-guard-1")
-    second = lifecycle.SendGuard(info, "test-guard-2")
+    first = send_guard.SendGuard(info, "test-guard-1")
+    second = send_guard.SendGuard(info, "test-guard-2")
     try:
         assert first.enter(campaign["id"]) and second.enter(campaign["id"])
         with engine.connect() as conn:
             count = conn.execute(lifecycle._IN_FLIGHT, {
-                "high": lifecycle.guard_key(campaign["id"]) >> 32,
-                "low": lifecycle.guard_key(campaign["id"]) & 0xFFFFFFFF}).scalar_one()
+                "high": send_guard.guard_key(campaign["id"]) >> 32,
+                "low": send_guard.guard_key(campaign["id"]) & 0xFFFFFFFF}).scalar_one()
         assert count == 2  # one per drain thread's session
         first.leave()
         second.leave()
@@ -119,49 +121,124 @@ def test_the_page_says_how_many_were_in_flight(client: Any, engine: sa.Engine,
         assert words in page, page
 
 
-def test_one_guard_session_shared_by_threads_lets_a_waiting_cancel_through(
-        engine: sa.Engine) -> None:
-    """The drain threads of a process share one guard session, and a session's own lock
-    requests are granted at once while it holds the lock: the guard must still say no
-    while a cancel waits, or a busy drain would keep the cancel waiting for ever."""
-    import threading
-    import time
+def _waiting_locks(engine: sa.Engine) -> int:
+    """Advisory lock requests waiting in the test's database."""
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())")).scalar_one())
 
-    from workers.core import pg
 
-    campaign = make_campaign(engine, ["c@example.org"], name="Shared")
-    guard = lifecycle.SendGuard(pg.engine_conninfo(engine), "test-guard-shared")
+@contextmanager
+def _cancel_waiting(engine: sa.Engine, guard: send_guard.SendGuard,
+                    campaign_id: int) -> Iterator[list[Any]]:
+    """One drain thread inside its SMTP transaction (the guard entered) and a cancel
+    waiting for it; the thread leaves on the way out. Yields the answers so far: the
+    thread's enter, then (once the cancel went through) its count of messages in flight."""
     entered, release, answers = threading.Event(), threading.Event(), []
 
-    def in_flight() -> None:  # a drain thread inside its SMTP transaction
-        answers.append(guard.enter(campaign["id"]))
+    def in_flight() -> None:
+        answers.append(guard.enter(campaign_id))
         entered.set()
         release.wait(30)
         guard.leave()
 
     def cancel() -> None:
         with engine.begin() as conn:
-            answers.append(campaigns.cancel(conn, campaign["id"], actor="t")["in_flight"])
+            answers.append(campaigns.cancel(conn, campaign_id, actor="t")["in_flight"])
 
     holder = threading.Thread(target=in_flight)
     holder.start()
     assert entered.wait(30) and answers == [True]
     canceller = threading.Thread(target=cancel)
     canceller.start()
-    for _ in range(600):  # until the cancel waits for the lock (bounded by count)
-        with engine.connect() as conn:
-            if conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE locktype = "
-                                    "'advisory' AND NOT granted")).scalar_one():
+    try:
+        for _ in range(600):  # until the cancel waits for the lock (bounded by count)
+            if _waiting_locks(engine):
                 break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the cancel never waited for the lock")
-    other = threading.Thread(target=lambda: answers.append(guard.enter(campaign["id"])))
-    other.start()
-    other.join(30)
-    assert answers[-1] is False  # the same session, another thread: no new message
-    release.set()
-    holder.join(30)
-    canceller.join(30)
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the cancel never waited for the lock")
+        yield answers
+    finally:
+        release.set()
+        holder.join(30)
+        canceller.join(30)
+
+
+def test_one_guard_session_shared_by_threads_lets_a_waiting_cancel_through(
+        engine: sa.Engine) -> None:
+    """The drain threads of a process share one guard session, and a session's own lock
+    requests are granted at once while it holds the lock: the guard must still say no
+    while a cancel waits, or a busy drain would keep the cancel waiting for ever."""
+    from workers.core import pg
+
+    campaign = make_campaign(engine, ["c@example.org"], name="Shared")
+    guard = send_guard.SendGuard(pg.engine_conninfo(engine), "test-guard-shared")
+    with _cancel_waiting(engine, guard, campaign["id"]) as answers:
+        other = threading.Thread(target=lambda: answers.append(guard.enter(campaign["id"])))
+        other.start()
+        other.join(30)
+        assert answers[-1] is False  # the same session, another thread: no new message
     assert answers[-1] == 1  # the cancel went through, counting the one in flight
+    guard.close()
+
+
+def test_a_pause_waiting_in_another_database_stops_nothing_here(engine: sa.Engine) -> None:
+    """Advisory locks are per database, but pg_locks lists every database's: another
+    SendDock database on the same server, pausing its campaign of the same id, must
+    neither stop this one's messages nor be counted among them."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from workers.core import pg
+
+    campaign = make_campaign(engine, ["d@example.org"], name="Here")
+    key = send_guard.guard_key(campaign["id"])
+    elsewhere = make_conninfo(pg.engine_conninfo(engine), dbname="postgres")
+    guard = send_guard.SendGuard(pg.engine_conninfo(engine), "test-guard-here")
+    with psycopg.connect(elsewhere, autocommit=True) as holder, \
+            psycopg.connect(elsewhere, autocommit=True) as pauser:
+        holder.execute("SELECT pg_advisory_lock_shared(%s)", (key,))  # one in flight there
+        waiting = threading.Thread(target=lambda: pauser.execute(
+            "SELECT pg_advisory_lock(%s)", (key,)))  # and a pause waiting there
+        waiting.start()
+        try:
+            for _ in range(600):  # until the pause there waits (bounded by count)
+                if holder.execute("SELECT count(*) FROM pg_locks WHERE locktype = "
+                                  "'advisory' AND NOT granted").fetchone() == (1,):
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError("the pause elsewhere never waited")
+            assert guard.enter(campaign["id"])  # here the campaign is sending
+            guard.leave()
+            with engine.begin() as conn:
+                assert campaigns.pause(conn, campaign["id"], actor="t")["in_flight"] == 0
+        finally:
+            holder.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
+            waiting.join(30)
+            pauser.execute("SELECT pg_advisory_unlock_all()")
+            guard.close()
+
+
+def test_a_check_never_answered_releases_only_what_it_took(engine: sa.Engine) -> None:
+    """A message whose SMTP transaction ends before the relay's 354 (a refused RCPT, a lost
+    connection) never reads its check's answer. Its release must not give up the lock the
+    shared session holds for another thread's message in flight: the cancel waiting for
+    that message would go through while it is still being sent."""
+    from workers.core import pg
+
+    campaign = make_campaign(engine, ["e@example.org"], name="Unanswered")
+    guard = send_guard.SendGuard(pg.engine_conninfo(engine), "test-guard-unanswered")
+    with _cancel_waiting(engine, guard, campaign["id"]) as answers:
+        # Another thread: its check is written (and refused: the cancel waits), its
+        # message ends before the 354, and it leaves without having read the answer.
+        other = threading.Thread(target=lambda: (guard.ask(campaign["id"]), guard.leave()))
+        other.start()
+        other.join(30)
+        time.sleep(0.2)
+        assert _waiting_locks(engine) == 1 and len(answers) == 1  # the cancel still waits
+    assert answers[-1] == 1
     guard.close()

@@ -156,7 +156,7 @@ class Budget:
 
     (The LISTEN of a process is on its liveness session: workers/delivery/listener.py. One
     of the delivery connections is the send guard's session, which the drain threads share
-    to check a campaign message at the relay's 354: workers/delivery/lifecycle.py.)
+    to check a campaign message at the relay's 354: workers/delivery/send_guard.py.)
     """
 
     web: int

@@ -110,13 +110,15 @@ class Sender:
 
         def go_ahead() -> None:
             before_send()
-            # Last: nothing may wait between the campaign's check and the message going
-            # out, and its lock is held until the relay has answered (lifecycle).
-            if campaign is not None and not guard.enter(campaign):
+            # The campaign's check, asked when the SMTP transaction started: its lock is
+            # held from then until the relay has answered (workers/delivery/send_guard.py).
+            if campaign is not None and not guard.granted():
                 fence.stopped.add(campaign)
                 raise NotSent
 
         try:
+            if campaign is not None:
+                guard.ask(campaign)
             result = transport.send(envelope.mail_from, job.email, envelope.message,
                                     before_data=go_ahead)
         except NotSent:

@@ -13,10 +13,11 @@ from them until N is 0.
 
 What the claim cannot stop are the jobs a worker claimed before the commit: a batch's
 later messages. So a campaign message is also checked at the relay's 354, just before it
-goes out (:class:`SendGuard`): the drain thread's own session takes the campaign's shared
-advisory lock and reads its status; a pause or a cancel takes the exclusive lock before it
-moves the row (:func:`stop_sending`), so it waits for the messages then inside an SMTP
-transaction (at most one per drain thread) and every later check sees the new status. From
+goes out (workers/delivery/send_guard.py): the process's guard session takes the
+campaign's shared advisory lock and reads its status; a pause or a cancel takes the
+exclusive lock before it moves the row (:func:`stop_sending`), so it waits for the
+messages then inside an SMTP transaction (at most one per drain thread) and every later
+check sees the new status. From
 the commit on no campaign message starts; the ones in flight finish and are counted.
 """
 
@@ -28,14 +29,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from workers.core import pg
 from workers.core.states import CLAIMABLE, Campaign, sql_list
+from workers.delivery.send_guard import guard_key
 from workers.queue import custom_plan, settle_window  # noqa: F401 (settle_window: callers)
 
 log = logging.getLogger("senddock.lifecycle")
@@ -72,20 +71,12 @@ def _move(conn: Connection, campaign_id: int, *, to: str, action: str, actor: st
 
 # --- the send guard ---------------------------------------------------------------------
 
-#: ``pg_locks.classid`` of the send guard's advisory locks (their objid is the campaign's).
-GUARD_CLASS = 0x5D0C
-
-
-def guard_key(campaign_id: int) -> int:
-    """The campaign's advisory lock key (one bigint: GUARD_CLASS, then the id's low 32
-    bits; two campaigns sharing a key only wait for each other's messages)."""
-    return (GUARD_CLASS << 32) | (campaign_id & 0xFFFFFFFF)
-
-
+# (Advisory locks are per database; pg_locks lists every database's.)
 _IN_FLIGHT = sa.text("""
 SELECT count(*) FROM pg_locks
  WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND mode = 'ShareLock'
-   AND classid = CAST(:high AS oid) AND objid = CAST(:low AS oid)""")
+   AND classid = CAST(:high AS oid) AND objid = CAST(:low AS oid)
+   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())""")
 
 
 def stop_sending(conn: Connection, campaign_id: int) -> int:
@@ -98,72 +89,6 @@ def stop_sending(conn: Connection, campaign_id: int) -> int:
                                               "low": key & 0xFFFFFFFF}).scalar_one())
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
     return in_flight
-
-
-class SendGuard:
-    """The drain threads' check, at the relay's 354, that a campaign message may go out
-    (migration 0042's ``senddock_send_guard``). One session per process, shared by its
-    drain threads one call at a time (so the guard costs one connection of the budget,
-    docs/scale-out.md), opened when first used: the campaign's shared lock is held by that
-    session from a thread's :meth:`enter` to its :meth:`leave`, across the SMTP
-    transaction. A session's own lock requests are granted at once while it holds the
-    lock, so the function first says no while a pause or cancel waits for the exclusive
-    lock: the messages in flight finish, no new one starts, and the pause commits. One
-    round trip to enter, one to leave; a database error says no (the message is not sent,
-    it goes back to wait)."""
-
-    def __init__(self, info: str, application_name: str) -> None:
-        self.info = info
-        self.application_name = application_name
-        self.conn: psycopg.Connection[Any] | None = None
-        self.lock = threading.Lock()
-        self.local = threading.local()
-
-    def enter(self, campaign_id: int) -> bool:
-        """True if the campaign is sending: its shared lock is then held until this
-        thread's :meth:`leave`. False if it is not, or a pause or cancel is waiting."""
-        key = guard_key(campaign_id)
-        with self.lock:
-            try:
-                if self.conn is None or self.conn.closed:
-                    self.conn = pg.connect(self.info, application_name=self.application_name,
-                                           autocommit=True)
-                row = self.conn.execute("SELECT senddock_send_guard(%s, %s)",
-                                        (campaign_id, key)).fetchone()
-            except psycopg.Error as exc:
-                log.warning("send guard: %s; the message is not sent now", pg.first_line(exc))
-                self._close()
-                return False
-        if row is None or not row[0]:
-            return False
-        self.local.held = key
-        return True
-
-    def leave(self) -> None:
-        """Release the lock this thread's :meth:`enter` took (if any): the message has been
-        answered."""
-        key = getattr(self.local, "held", None)
-        if key is None:
-            return
-        self.local.held = None
-        with self.lock:
-            try:
-                if self.conn is not None and not self.conn.closed:
-                    self.conn.execute("SELECT pg_advisory_unlock_shared(%s)", (key,))
-            except psycopg.Error:
-                self._close()  # the session's end releases its locks
-
-    def close(self) -> None:
-        with self.lock:
-            self._close()
-
-    def _close(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except psycopg.Error:
-                pass
-            self.conn = None
 
 
 def pause_campaign(conn: Connection, campaign_id: int, reason: str | None,

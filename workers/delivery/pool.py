@@ -62,6 +62,7 @@ from workers.delivery import (
     reply_policy,
     rescuer,
     retention,
+    send_guard,
     sequences,
     services,
     warmup,
@@ -139,7 +140,7 @@ class Pool:
         self.process = str(config.extra.get("process", "worker"))
         # The check at 354 that a campaign message may go out (pause, cancel): one
         # session for the process, shared by its drain threads.
-        self.send_guard = lifecycle.SendGuard(pg.engine_conninfo(engine),
+        self.send_guard = send_guard.SendGuard(pg.engine_conninfo(engine),
                                               pg.application_name(self.process, "send-guard"))
         # One line when the database becomes unusable, one when it is back (workers.core.pg).
         self.outage = pg.Outage(f"delivery {self.worker_id}", log)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from workers import queue
 from workers.core.jobs import ClaimedJob
 from workers.core.settings import Config
-from workers.delivery import lifecycle, outcomes
+from workers.delivery import outcomes, send_guard
 from workers.delivery.classify import ReplyClass
 from workers.delivery.smtp import LoginGate, RelaySpec, SmtpTransport, parse_relays, route
 
@@ -119,7 +119,7 @@ class Transports:
     """A drain thread's connections: one per relay, opened when first used
     (docs/design.md §17)."""
 
-    def __init__(self, board: RelayBoard, guard: lifecycle.SendGuard) -> None:
+    def __init__(self, board: RelayBoard, guard: send_guard.SendGuard) -> None:
         self.board = board
         self.open: dict[int, SmtpTransport] = {}
         # The check at 354 that a campaign message may go out (pause, cancel): the
