@@ -24,7 +24,7 @@ from datetime import date, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from workers import queue
 from workers.building import kinds
@@ -175,12 +175,22 @@ ON CONFLICT ON CONSTRAINT warmup_sends_pkey DO UPDATE SET sent = s.sent + EXCLUD
 
 def any_warmup(conn: Connection) -> bool:
     """Whether any domain is in warm-up (looked up at most every CHECK_EVERY seconds)."""
-    key = conn.engine.url.render_as_string(hide_password=True)
-    at, active = _seen.get(key, (-math.inf, False))
-    if time.monotonic() - at > CHECK_EVERY:
+    key = _key(conn.engine)
+    active = _known(key)
+    if active is None:
         active = bool(conn.execute(sa.text("SELECT EXISTS (SELECT 1 FROM warmups)")).scalar_one())
         _seen[key] = (time.monotonic(), active)
     return active
+
+
+def _key(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+def _known(key: str) -> bool | None:
+    """What was last looked up for the database, if it was within CHECK_EVERY seconds."""
+    at, active = _seen.get(key, (-math.inf, False))
+    return active if time.monotonic() - at <= CHECK_EVERY else None
 
 
 def hold_over_cap(conn: Connection, jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
@@ -252,8 +262,8 @@ def within_caps(db: StatementDb, jobs: list[ClaimedJob], slots: list[float],
                 timeout: float) -> tuple[list[ClaimedJob], list[float]]:
     """The claimed jobs that sending domains in warm-up may send now, with their slots; the
     rest wait, handed back unsent (docs/design.md §33)."""
-    if not jobs:
-        return jobs, slots
+    if not jobs or _known(_key(db.engine)) is False:
+        return jobs, slots  # (no transaction for nothing: it cost each claim 4 round trips)
     with db.transaction(timeout) as conn:
         if not any_warmup(conn):
             return jobs, slots
