@@ -280,10 +280,25 @@ def find_rule(code: int | None, text: str, stage: str) -> Rule:
     if stage not in STAGES:
         raise ValueError(f"unknown SMTP stage {stage!r}")
     enhanced = parse_enhanced(text) if code is not None else None
-    for rule in RULES:
+    for rule in _candidates(code, stage):
         if rule.matches(code, enhanced, text, stage):
             return rule
     return _FALLBACK
+
+
+# The rows that may match a reply code at a stage, in the table's order: every message's
+# "250" reads a few rows instead of the whole table. Bounded: codes are three digits.
+_CANDIDATES: dict[tuple[int | None, str], tuple[Rule, ...]] = {}
+
+
+def _candidates(code: int | None, stage: str) -> tuple[Rule, ...]:
+    rules = _CANDIDATES.get((code, stage))
+    if rules is None:
+        rules = tuple(rule for rule in RULES if stage in rule.stages
+                      and (not rule.codes or _code_in(code, rule.codes)))
+        if code is None or 100 <= code <= 999:
+            _CANDIDATES[(code, stage)] = rules
+    return rules
 
 
 def classify_reply(code: int | None, text: str, stage: str) -> ReplyClass:
