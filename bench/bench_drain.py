@@ -124,10 +124,13 @@ def drain(engine: sa.Engine, url: str, broadcast_id: int, recipients: int, port:
             "processes": processes}
 
 
-def _call(base: str, token: str, method: str, path: str) -> dict[str, Any]:
-    request = urllib.request.Request(f"{base}/api/v1{path}", method=method,
-                                     headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=30) as response:
+def _call(base: str, token: str, method: str, path: str,
+          body: dict[str, Any] | None = None) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{base}/api/v1{path}", method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
         answer: dict[str, Any] = json.loads(response.read())
         return answer
 
@@ -169,6 +172,65 @@ def drain_serve(engine: sa.Engine, url: str, campaign_id: int, recipients: int, 
             "processes": 1}
 
 
+def drain_serve_tree(tree: Path, recipients: int, port: int,
+                     settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """`senddock serve` of the checkout ``tree``, as a new user runs it: that tree's own
+    migrations and CLI (an admin and a token), then only its HTTP API -- a list, its
+    subscribers 10,000 a call, the campaign of :func:`harness.seed.make_campaign`, its
+    send, and its counts polled once a second until every recipient is sent. Any two
+    trees whose API has these calls compare side by side (``--serve-tree``)."""
+    from bench.bench_p7_latency import start_server
+    from harness.seed import CAMPAIGN
+
+    with fresh_database(migrate=False) as url, \
+            tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp:
+        env = env_for(url, port, **(settings or {}))
+
+        def cli(*args: str, stdin: str | None = None) -> str:
+            done = subprocess.run([sys.executable, "-m", "webapp", *args], cwd=tree, env=env,
+                                  input=stdin, capture_output=True, text=True, check=False)
+            if done.returncode:
+                raise RuntimeError(f"senddock {' '.join(args)} in {tree}: {done.stderr}")
+            return done.stdout
+
+        cli("db", "upgrade")
+        cli("user", "create", "drain@example.com", "--role", "admin", "--password-stdin",
+            stdin="benchmark-password\n")
+        token = cli("token", "create", "--user", "drain@example.com", "--name", "bench").strip()
+        server, base = start_server(url, port, Path(tmp) / "serve.log", tree=tree,
+                                    **(settings or {}))
+        watched = psutil.Process(server.pid)
+        peak_rss, sent = 0, 0
+        try:
+            list_id = _call(base, token, "POST", "/lists", {"name": "Bench"})["id"]
+            for start in range(0, recipients, 10_000):
+                _call(base, token, "POST", f"/lists/{list_id}/subscribers", {"subscribers": [
+                    {"email": f"user{i}@example.com", "name": f"User {i}"}
+                    for i in range(start, min(start + 10_000, recipients))]})
+            campaign_id = _call(base, token, "POST", "/campaigns",
+                                {**CAMPAIGN, "list_id": list_id})["id"]
+            cpu_before = sum(watched.cpu_times()[:2])
+            _call(base, token, "POST", f"/campaigns/{campaign_id}/send")
+            started = time.perf_counter()
+            while sent < recipients:
+                time.sleep(1.0)
+                peak_rss = max(peak_rss, watched.memory_info().rss)
+                sent = int(_call(base, token, "GET", f"/campaigns/{campaign_id}")
+                           ["counts"].get(SENT, 0))
+                if server.poll() is not None:
+                    raise RuntimeError((Path(tmp) / "serve.log").read_text())
+                if time.perf_counter() - started > 1800:
+                    raise RuntimeError("drain took more than 30 minutes")
+            elapsed = time.perf_counter() - started
+            cpu_s = sum(watched.cpu_times()[:2]) - cpu_before
+        finally:
+            server.terminate()
+            server.wait(60)
+    return {"recipients": recipients, "seconds": elapsed, "msgs_per_s": recipients / elapsed,
+            "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak_rss / 2**20,
+            "processes": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--recipients", type=int, default=100_000)
@@ -186,8 +248,16 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true",
                         help="also drain through `senddock serve` on defaults (the API's "
                              "send, counts polled once a second)")
+    parser.add_argument("--serve-tree", action="append", default=[], metavar="PATH",
+                        help="instead: `senddock serve` of each checkout PATH (repeatable; "
+                             "e.g. a `git worktree` of an earlier commit, and .), "
+                             "everything through its CLI and API, alternated --rounds times")
+    parser.add_argument("--rounds", type=int, default=1, help="with --serve-tree")
     add_settings_option(parser)
     args = parser.parse_args()
+    if args.serve_tree:
+        serve_trees(args)
+        return
     settings = settings_from(args.setting)
     dkim_algorithms = {"none": [], "rsa": ["rsa"], "ed25519": ["ed25519"],
                        "both": ["rsa", "ed25519"]}[args.dkim]
@@ -224,6 +294,41 @@ def main() -> None:
                 ["sink", "mode", "recipients", "msgs/s", "CPU ms/msg", "peak RSS MB", "enqueue/s",
                  "send request ms"], rows))
     print(f"\nsaved {save('drain', {'machine': info, 'args': vars(args), 'results': results})}")
+
+
+def serve_trees(args: argparse.Namespace) -> None:
+    """``--serve-tree``: each checkout's `serve` in turn, round after round, each run with
+    the machine's speed just before it."""
+    from bench.alternate import loop_seconds
+
+    settings = settings_from(args.setting)
+    rows, results = [], []
+    for round_ in range(1, args.rounds + 1):
+        for tree in args.serve_tree:
+            path = Path(tree).resolve()
+            revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path,
+                                      capture_output=True, text=True,
+                                      check=False).stdout.strip() or "?"
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                   cwd=path, capture_output=True, text=True,
+                                   check=False).stdout.strip()
+            label = f"{path.name} ({revision}{'+changes' if dirty else ''})"
+            loop = loop_seconds()
+            port = free_port()
+            with sink_process(args.sink if args.sink != "both" else "postfix", port):
+                res = drain_serve_tree(path, args.recipients, port, settings)
+            results.append({"round": round_, "tree": label, "loop_s": loop, **res})
+            rows.append([round_, label, f"{loop:.2f}", f"{args.recipients:,}",
+                         f"{res['msgs_per_s']:,.0f}", f"{res['cpu_ms_per_msg']:.2f}",
+                         f"{res['peak_rss_mb']:.0f}"])
+            print(f"round {round_}, {label}: {res['msgs_per_s']:,.0f} msgs/s", file=sys.stderr)
+    info = machine()
+    print(table(f"`senddock serve` through its API, trees alternated ({info['cpus']} cores, "
+                f"{info['cpu_model']}, PostgreSQL {info['postgres']}, load {info['load_1m']}; "
+                "loop = seconds for 10M iterations before each run)",
+                ["round", "tree", "loop s", "recipients", "msgs/s", "CPU ms/msg",
+                 "peak RSS MB"], rows))
+    print(f"\nsaved {save('drain-trees', {'machine': info, 'args': vars(args), 'runs': results})}")
 
 
 if __name__ == "__main__":

@@ -58,13 +58,16 @@ class Client:
 
 
 def start_server(url: str, smtp_port: int, log: Path, command: str = "serve",
-                 **settings: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``senddock serve`` (or ``web``: no delivery) on a free port, once it answers."""
+                 tree: Path | None = None, **settings: str
+                 ) -> tuple[subprocess.Popen[bytes], str]:
+    """``senddock serve`` (or ``web``: no delivery) on a free port, once it answers; from
+    the checkout ``tree`` (default: this one)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = env_for(url, smtp_port, BASE_URL=base, **settings)
     proc = subprocess.Popen([sys.executable, "-m", "webapp", command, "--port", str(port)],
-                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            cwd=tree)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:

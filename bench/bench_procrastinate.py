@@ -28,12 +28,9 @@ from bench.common import (
     sink_process,
     table,
 )
+from harness.seed import CAMPAIGN
 
-SUBJECT = "Hello {{ name }}"
-TEXT = ("Hi {{ name }},\n\nThis is a benchmark message.\n" + "Lorem ipsum dolor sit amet. " * 40
-        + "\nUnsubscribe: {{ unsubscribe_url }}")
-HTML = ("<p>Hi {{ name }}</p>" + "<p>Lorem ipsum dolor sit amet.</p>" * 40
-        + '<p><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>')
+SUBJECT, TEXT, HTML = CAMPAIGN["subject"], CAMPAIGN["text"], CAMPAIGN["html"]
 
 
 def build_app(url: str, smtp_port: int) -> Any:

@@ -55,9 +55,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def fresh_database(server: str | None = None) -> Iterator[str]:
-    """A new migrated database on ``server``; dropped afterwards. ``BENCH_DATABASE_PREFIX``
-    names it (default ``senddock_bench``), so runs sharing a server tell theirs apart."""
+def fresh_database(server: str | None = None, *, migrate: bool = True) -> Iterator[str]:
+    """A new migrated database on ``server`` (empty with ``migrate=False``); dropped
+    afterwards. ``BENCH_DATABASE_PREFIX`` names it (default ``senddock_bench``), so runs
+    sharing a server tell theirs apart."""
     from webapp import db
 
     server = server or os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER)
@@ -67,7 +68,8 @@ def fresh_database(server: str | None = None) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
     url = str(sa.make_url(server).set(database=name).render_as_string(hide_password=False))
     try:
-        db.upgrade(url)
+        if migrate:
+            db.upgrade(url)
         yield url
     finally:
         with psycopg.connect(server, autocommit=True) as conn:

@@ -22,16 +22,19 @@ def seed_list(engine: sa.Engine, n: int, name: str = "bench") -> int:
     return int(list_id)
 
 
+#: The benchmarks' campaign (its list aside).
+CAMPAIGN = {
+    "name": "Bench", "subject": "Hello {{ name }}",
+    "text": "Hi {{ name }},\n\nThis is a benchmark message.\n"
+            + "Lorem ipsum dolor sit amet. " * 40 + "\nUnsubscribe: {{ unsubscribe_url }}",
+    "html": "<p>Hi {{ name }}</p>" + "<p>Lorem ipsum dolor sit amet.</p>" * 40
+            + '<p><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'}
+
+
 def make_campaign(engine: sa.Engine, list_id: int) -> int:
     from webapp.domain import campaigns
 
     with engine.begin() as conn:
-        c = campaigns.create(conn, {
-            "name": "Bench", "list_id": list_id, "subject": "Hello {{ name }}",
-            "text": "Hi {{ name }},\n\nThis is a benchmark message.\n"
-                    + "Lorem ipsum dolor sit amet. " * 40
-                    + "\nUnsubscribe: {{ unsubscribe_url }}",
-            "html": "<p>Hi {{ name }}</p>" + "<p>Lorem ipsum dolor sit amet.</p>" * 40
-                    + '<p><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'},
-            default_from="bench@example.com")
+        c = campaigns.create(conn, {**CAMPAIGN, "list_id": list_id},
+                             default_from="bench@example.com")
     return int(c["id"])
