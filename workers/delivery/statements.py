@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from workers.delivery import services
@@ -31,13 +30,17 @@ class StatementDb:
         (the session's setting is restored before it goes back to the pool)."""
         with self.engine.connect() as conn:
             try:
+                # On the driver's session itself: through SQLAlchemy, the two settings cost
+                # a third of a claim's interpreter time.
+                driver = conn.connection.driver_connection
+                assert isinstance(driver, psycopg.Connection)
                 if statement_timeout is not None:
-                    conn.execute(_SET_TIMEOUT, {"ms": str(int(statement_timeout * 1000))})
+                    driver.execute(_SET_TIMEOUT % int(statement_timeout * 1000))
                 try:
                     yield conn
                 finally:
                     if statement_timeout is not None and not conn.invalidated:
-                        conn.execute(sa.text("RESET statement_timeout"))
+                        driver.execute(_RESET_TIMEOUT)
             except DB_ERRORS:
                 # The driver may have raised past SQLAlchemy (a prepared statement):
                 # make sure the pool drops this session.
@@ -54,4 +57,5 @@ class StatementDb:
                 yield conn
 
 
-_SET_TIMEOUT = sa.text("SELECT set_config('statement_timeout', :ms, false)")
+_SET_TIMEOUT = "SET statement_timeout = %d"
+_RESET_TIMEOUT = "RESET statement_timeout"
