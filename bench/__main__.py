@@ -12,6 +12,8 @@ import sys
 
 FULL = [
     ["bench.bench_drain", "--recipients", "100000", "--sink", "both"],
+    ["bench.bench_drain", "--recipients", "100000", "--sink", "postfix", "--serve"],
+    ["bench.profile_drain", "--recipients", "30000"],
     ["bench.bench_procrastinate", "--recipients", "30000"],
     ["bench.bench_enqueue", "--sizes", "100000,1000000"],
     ["bench.bench_segment_enqueue", "--sizes", "1000000"],
@@ -30,6 +32,8 @@ FULL = [
 
 QUICK = [
     ["bench.bench_drain", "--recipients", "10000", "--sink", "both"],
+    ["bench.bench_drain", "--recipients", "5000", "--sink", "postfix", "--serve"],
+    ["bench.profile_drain", "--recipients", "8000", "--seconds", "3"],
     ["bench.bench_procrastinate", "--recipients", "3000"],
     ["bench.bench_enqueue", "--sizes", "20000"],
     ["bench.bench_segment_enqueue", "--sizes", "20000"],

@@ -39,7 +39,8 @@ def build_app(url: str, smtp_port: int) -> Any:
 
     from workers.building.links import unsubscribe_url
     from workers.building.message import build_mime, compile_campaign
-    from workers.delivery.smtp import SmtpTransport, parse_smtp_url
+    from workers.core.relays import parse_smtp_url
+    from workers.delivery.smtp import SmtpTransport
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
     template = compile_campaign(SUBJECT, TEXT, HTML)
