@@ -3,20 +3,22 @@ go out (docs/design.md §20; the other side, a pause's or a cancel's wait, is
 :func:`workers.delivery.lifecycle.stop_sending`).
 
 One session per process, shared by its drain threads (so the guard costs one connection
-of the budget, docs/scale-out.md), opened when first used. A thread's :meth:`SendGuard.enter`
-runs migration 0042's ``senddock_send_guard``: it takes the campaign's shared advisory lock
-and reads the campaign's status, and the lock is held by the session until the same
-thread's :meth:`SendGuard.leave`, across the SMTP transaction. A session's own lock
-requests are granted at once while it holds the lock, so the function first says no while
-a pause or cancel waits for the exclusive lock: the messages in flight finish, no new one
-starts, and the pause commits.
+of the budget, docs/scale-out.md), opened when first used. A thread's check
+(:meth:`SendGuard.ask` when the message's SMTP transaction starts, :meth:`SendGuard.granted`
+at the relay's 354) runs ``senddock_send_guard`` (migrations 0042 and 0048): it takes the
+campaign's shared advisory lock and reads the campaign's status, and the lock is held by
+the session until the same thread's :meth:`SendGuard.leave`, after the relay's answer. A
+session's own lock requests are granted at once while it holds the lock, so the function
+first says no while a pause or cancel waits for the exclusive lock: the messages in
+flight finish, no new one starts, and the pause commits.
 
 The session runs in libpq's pipeline mode, so the threads never queue behind each other's
 round trips: each writes its statement with its own sync point at once (the session's
-lock is held only while writing and reading, never across the wait), an enter waits for
-its own answer only, and a leave does not wait at all (its unlock runs as soon as
-PostgreSQL reads it, before any later statement of the session). With one round trip per
-check, taken in turns, five threads spent a third of the drain waiting for the session.
+lock is held only while writing and reading, never across the wait), a check's answer is
+read at the 354 (by then it has usually come), and a leave does not wait at all (its
+unlock runs as soon as PostgreSQL reads it, before any later statement of the session).
+With one round trip per check and one per leave, taken in turns, the worker drained at
+about 70 % of its rate without the guard (docs/performance.md, "The send guard").
 Whoever waits reads the results for everyone (one reader at a time); a database error, or
 no answer within :data:`ANSWER_TIMEOUT`, says no (the message is not sent, it goes back to
 wait) and ends the session, which releases every lock it held.
