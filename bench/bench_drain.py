@@ -145,28 +145,36 @@ def drain_serve(engine: sa.Engine, url: str, campaign_id: int, recipients: int, 
         user = users.create_user(conn, "drain@example.com", "benchmark-password", "admin")
         token = users.create_token(conn, user["id"])
     with tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp:
-        server, base = start_server(url, port, Path(tmp) / "serve.log", **(settings or {}))
-        watched = psutil.Process(server.pid)
-        peak_rss, sent, first_sent = 0, 0, None
-        try:
-            _call(base, token, "POST", f"/campaigns/{campaign_id}/send")
-            started = time.perf_counter()
-            while sent < recipients:
-                time.sleep(1.0)
-                peak_rss = max(peak_rss, watched.memory_info().rss)
-                sent = int(_call(base, token, "GET", f"/campaigns/{campaign_id}")
-                           ["counts"].get(SENT, 0))
-                if sent and first_sent is None:
-                    first_sent = time.perf_counter()
-                if server.poll() is not None:
-                    raise RuntimeError((Path(tmp) / "serve.log").read_text())
-                if time.perf_counter() - started > 1800:
-                    raise RuntimeError("drain took more than 30 minutes")
-            elapsed = time.perf_counter() - started
-            cpu_s = watched.cpu_times().user + watched.cpu_times().system
-        finally:
-            server.terminate()
-            server.wait(60)
+        log = Path(tmp) / "serve.log"
+        server, base = start_server(url, port, log, **(settings or {}))
+        return _send_and_poll(server, log, base, token, campaign_id, recipients,
+                              cpu_before=0.0)
+
+
+def _send_and_poll(server: subprocess.Popen[bytes], log: Path, base: str, token: str,
+                   campaign_id: int, recipients: int, cpu_before: float) -> dict[str, Any]:
+    """Send the campaign through ``server``'s API and poll its counts once a second until
+    every recipient is sent; then stop the server. ``cpu_before``: the server's CPU seconds
+    not to count."""
+    watched = psutil.Process(server.pid)
+    peak_rss, sent = 0, 0
+    try:
+        _call(base, token, "POST", f"/campaigns/{campaign_id}/send")
+        started = time.perf_counter()
+        while sent < recipients:
+            time.sleep(1.0)
+            peak_rss = max(peak_rss, watched.memory_info().rss)
+            sent = int(_call(base, token, "GET", f"/campaigns/{campaign_id}")
+                       ["counts"].get(SENT, 0))
+            if server.poll() is not None:
+                raise RuntimeError(log.read_text())
+            if time.perf_counter() - started > 1800:
+                raise RuntimeError("drain took more than 30 minutes")
+        elapsed = time.perf_counter() - started
+        cpu_s = sum(watched.cpu_times()[:2]) - cpu_before
+    finally:
+        server.terminate()
+        server.wait(60)
     return {"recipients": recipients, "seconds": elapsed, "msgs_per_s": recipients / elapsed,
             "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak_rss / 2**20,
             "processes": 1}
@@ -197,10 +205,8 @@ def drain_serve_tree(tree: Path, recipients: int, port: int,
         cli("user", "create", "drain@example.com", "--role", "admin", "--password-stdin",
             stdin="benchmark-password\n")
         token = cli("token", "create", "--user", "drain@example.com", "--name", "bench").strip()
-        server, base = start_server(url, port, Path(tmp) / "serve.log", tree=tree,
-                                    **(settings or {}))
-        watched = psutil.Process(server.pid)
-        peak_rss, sent = 0, 0
+        log = Path(tmp) / "serve.log"
+        server, base = start_server(url, port, log, tree=tree, **(settings or {}))
         try:
             list_id = _call(base, token, "POST", "/lists", {"name": "Bench"})["id"]
             for start in range(0, recipients, 10_000):
@@ -209,26 +215,12 @@ def drain_serve_tree(tree: Path, recipients: int, port: int,
                     for i in range(start, min(start + 10_000, recipients))]})
             campaign_id = _call(base, token, "POST", "/campaigns",
                                 {**CAMPAIGN, "list_id": list_id})["id"]
-            cpu_before = sum(watched.cpu_times()[:2])
-            _call(base, token, "POST", f"/campaigns/{campaign_id}/send")
-            started = time.perf_counter()
-            while sent < recipients:
-                time.sleep(1.0)
-                peak_rss = max(peak_rss, watched.memory_info().rss)
-                sent = int(_call(base, token, "GET", f"/campaigns/{campaign_id}")
-                           ["counts"].get(SENT, 0))
-                if server.poll() is not None:
-                    raise RuntimeError((Path(tmp) / "serve.log").read_text())
-                if time.perf_counter() - started > 1800:
-                    raise RuntimeError("drain took more than 30 minutes")
-            elapsed = time.perf_counter() - started
-            cpu_s = sum(watched.cpu_times()[:2]) - cpu_before
-        finally:
+        except BaseException:
             server.terminate()
             server.wait(60)
-    return {"recipients": recipients, "seconds": elapsed, "msgs_per_s": recipients / elapsed,
-            "cpu_ms_per_msg": cpu_s * 1000 / recipients, "peak_rss_mb": peak_rss / 2**20,
-            "processes": 1}
+            raise
+        return _send_and_poll(server, log, base, token, campaign_id, recipients,
+                              cpu_before=sum(psutil.Process(server.pid).cpu_times()[:2]))
 
 
 def main() -> None:
