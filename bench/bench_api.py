@@ -38,6 +38,7 @@ import psutil
 import psycopg
 import sqlalchemy as sa
 
+from bench.alternate import loop_seconds
 from bench.bench_p7_latency import start_server
 from bench.common import (
     DEFAULT_SERVER,
@@ -140,21 +141,78 @@ class CpuSplit:
                 "postgres_cpu_s": self._backends() - self.t0[1]}
 
 
+class Statements:
+    """What the bench's database was asked between :meth:`start` and :meth:`stop`: its
+    transactions (``pg_stat_database``, on any server) and, where the server preloads
+    ``pg_stat_statements``, its statements by text. A request's round trips to PostgreSQL
+    are at least its statements; the counts include whatever else the database served
+    meanwhile (a ``senddock web`` burst: nothing else)."""
+
+    TOP = 8
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.database = sa.make_url(url).database
+        self.statements = False
+        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+            try:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                conn.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
+                self.statements = True
+            except psycopg.Error:
+                pass
+
+    def _dsn(self) -> str:
+        return sa.make_url(self.url).render_as_string(hide_password=False).replace(
+            "postgresql+psycopg://", "postgresql://")
+
+    def _transactions(self, conn: psycopg.Connection[Any]) -> int:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                           "WHERE datname = %s", (self.database,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def start(self) -> None:
+        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+            if self.statements:
+                conn.execute("SELECT pg_stat_statements_reset()")
+            self.t0 = self._transactions(conn)
+
+    def stop(self) -> dict[str, Any]:
+        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+            transactions = self._transactions(conn) - self.t0 - 1  # the count's own
+            top: list[tuple[int, float, str]] = []
+            if self.statements:
+                top = [(int(calls), float(ms), " ".join(query.split())[:90])
+                       for calls, ms, query in conn.execute(
+                           """SELECT s.calls, s.mean_exec_time, s.query
+                                FROM pg_stat_statements s
+                                JOIN pg_database d ON d.oid = s.dbid
+                               WHERE d.datname = %s AND s.query NOT LIKE '%%pg_stat%%'
+                               ORDER BY s.calls DESC""", (self.database,))]
+        return {"transactions": transactions,
+                "statements": sum(c for c, _, _ in top) if self.statements else None,
+                "top_statements": top[:self.TOP]}
+
+
 def burst(base: str, path: str, token: str, clients: int, seconds: float,
           prefix: str = "burst", cpu: CpuSplit | None = None, kind: str = "message",
-          ok: int = 202) -> dict[str, Any]:
+          ok: int = 202, statements: Statements | None = None) -> dict[str, Any]:
     host, port = base.removeprefix("http://").split(":")
     per = [clients // PROCESSES + (1 if p < clients % PROCESSES else 0)
            for p in range(PROCESSES)]
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        if statements is not None:
+            statements.start()
         if cpu is not None:
             cpu.start()
         parts = pool.map(_client, [(host, int(port), path, token, seconds, n, p, prefix,
                                     kind) for p, n in enumerate(per)])
         split = cpu.stop() if cpu is not None else {}
+        counted = statements.stop() if statements is not None else {}
     results = [r for part, _ in parts for r in part]
     latencies = [ms for ms, _ in results]
-    return {**split, "client_cpu_s": sum(c for _, c in parts),
+    return {**split, **counted, "client_cpu_s": sum(c for _, c in parts),
             "requests": len(results), "seconds": seconds,
             "rps": len(results) / seconds, "p50": percentile(latencies, 50),
             "p95": percentile(latencies, 95), "p99": percentile(latencies, 99),
@@ -275,7 +333,9 @@ def intake_alone(args: argparse.Namespace, url: str, smtp_port: int, token: str,
     try:
         burst(base, "/api/v1/messages", token, args.clients, 2, "warm-web")
         single = burst(base, "/api/v1/messages", token, args.clients, args.seconds, "web",
-                       cpu=CpuSplit(server.pid, url))
+                       cpu=CpuSplit(server.pid, url), statements=Statements(url))
+        if args.intake_only:
+            return {"burst": single}
         batches = batch_rate(base, token, args.batches, cpu=CpuSplit(server.pid, url),
                              prefix="webbatch")
         return {"burst": single, "batch": batches}
@@ -384,6 +444,98 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                        "samples": rss.samples}}
 
 
+def _web_burst(args: argparse.Namespace, url: str, smtp_port: int, token: str,
+               workdir: Path, tree: Path | None, prefix: str) -> dict[str, Any]:
+    """A warm-up and the measured burst against ``senddock web`` run from ``tree``."""
+    server, base = start_server(url, smtp_port, workdir / f"{prefix}.log", "web", tree,
+                                **settings_from(args.setting))
+    try:
+        burst(base, "/api/v1/messages", token, args.clients, 2, f"warm-{prefix}")
+        return burst(base, "/api/v1/messages", token, args.clients, args.seconds, prefix,
+                     cpu=CpuSplit(server.pid, url), statements=Statements(url))
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def intake_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+    """``--intake-only``: per round, the minimal endpoint's burst, then ``senddock web``'s
+    (with ``--before DIR``, that checkout's first, then this one's), on one fresh
+    database, each with its CPU and what it asked PostgreSQL per request."""
+    smtp_port = free_port()
+    trees: list[tuple[str, Path | None]] = [("before", Path(args.before))] \
+        if args.before else []
+    trees.append(("now", None))
+    runs = []
+    with fresh_database() as url, sink_process("postfix", smtp_port):
+        engine, token = _admin_token(url)
+        minimal, minimal_base = start_minimal(url, workdir / "minimal.log")
+        try:
+            burst(minimal_base, "/jobs", "", args.clients, 2, "warm")
+            for r in range(args.rounds):
+                floor = burst(minimal_base, "/jobs", "", args.clients, args.seconds,
+                              cpu=CpuSplit(minimal.pid, url), statements=Statements(url))
+                for name, tree in trees:
+                    web = _web_burst(args, url, smtp_port, token, workdir, tree,
+                                     f"{name}{r}")
+                    runs.append({"round": r + 1, "tree": name, "floor": floor, "web": web,
+                                 "ratio": web["rps"] / floor["rps"]})
+        finally:
+            minimal.terminate()
+            minimal.wait(30)
+        engine.dispose()
+    return runs
+
+
+def _per(r: dict[str, Any], key: str, scale: float = 1.0) -> str:
+    value = r.get(key)
+    return "—" if value is None else f"{scale * value / r['requests']:.2f}"
+
+
+_PER_REQUEST = ["transactions / request", "statements / request", "server CPU ms / request",
+                "PostgreSQL CPU ms / request"]
+
+
+def _per_request(r: dict[str, Any]) -> list[str]:
+    return [_per(r, "transactions"), _per(r, "statements"), _per(r, "server_cpu_s", 1000),
+            _per(r, "postgres_cpu_s", 1000)]
+
+
+def _statements_table(title: str, web: dict[str, Any]) -> str:
+    return table(title, ["calls / request", "ms / call", "statement"],
+                 [[f"{calls / web['requests']:.3f}", f"{ms:.3f}", f"`{query}`"]
+                  for calls, ms, query in web.get("top_statements") or []])
+
+
+def _intake_tables(floor: dict[str, Any], web: dict[str, Any], title: str) -> str:
+    """The minimal endpoint beside ``senddock web``: rate, latency, CPU and what each
+    request asked PostgreSQL; then the statements ``web`` ran, per request."""
+    rows = [[name, f"{r['requests']:,}", f"{r['rps']:,.0f}", f"{r['p95']:.1f}",
+             f"{r['rps'] / floor['rps']:.2f}", *_per_request(r)]
+            for name, r in (("minimal queue (1 INSERT)", floor), (INTAKE_ALONE, web))]
+    out = table(title, ["endpoint", "requests", "req/s", "p95 ms", "ratio", *_PER_REQUEST],
+                rows)
+    if web.get("top_statements"):
+        out += "\n\n" + _statements_table(
+            "Statements senddock web ran, per request (pg_stat_statements)", web)
+    return out
+
+
+def _rounds_table(runs: list[dict[str, Any]], title: str) -> str:
+    out = table(title, ["round", "tree", "minimal req/s", "web req/s", "web p95 ms", "ratio",
+                        *_PER_REQUEST],
+                [[r["round"], r["tree"], f"{r['floor']['rps']:,.0f}",
+                  f"{r['web']['rps']:,.0f}", f"{r['web']['p95']:.1f}", f"{r['ratio']:.2f}",
+                  *_per_request(r["web"])] for r in runs])
+    for name in dict.fromkeys(r["tree"] for r in runs):
+        last = [r for r in runs if r["tree"] == name][-1]["web"]
+        if last.get("top_statements"):
+            out += "\n\n" + _statements_table(
+                f"Statements senddock web ran per request, {name} (pg_stat_statements, "
+                "last round)", last)
+    return out
+
+
 def batch_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     """``--batch-only``: a warm-up of 8 calls, then ``--repeat`` runs of the batch alone."""
     smtp_port = free_port()
@@ -422,8 +574,25 @@ def main() -> None:
     parser.add_argument("--batch-only", action="store_true",
                         help="only the batch: a warm-up, then --repeat runs of --batches calls")
     parser.add_argument("--repeat", type=int, default=3, help="runs with --batch-only")
+    parser.add_argument("--intake-only", action="store_true",
+                        help="only the minimal endpoint's burst and senddock web's "
+                             "(with --before DIR, that checkout's web too, alternated)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds with --intake-only")
     args = parser.parse_args()
     load_before = machine()["load_1m"]
+    if args.intake_only:
+        with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
+            runs = intake_only(args, Path(tmp))
+        info = machine()
+        print(_rounds_table(runs, f"POST /messages, {args.clients} clients x {args.seconds:g} "
+                                  f"s, senddock web alone beside the minimal endpoint "
+                                  f"({info['cpus']} cores, PostgreSQL {info['postgres']}, "
+                                  f"loop {loop_seconds():.2f} s, load {load_before} before / "
+                                  f"{info['load_1m']} after)"))
+        saved = save("api-intake", {"machine": info, "load_before": load_before,
+                                    "runs": runs})
+        print(f"\nsaved {saved}")
+        return
     if args.batch_only:
         with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
             runs = batch_only(args, Path(tmp))
@@ -451,6 +620,8 @@ def main() -> None:
                  if r is not None]))
     print(f"\nratio SendDock / minimal: {result['ratio']:.2f} (intake alone, no delivery "
           f"in the process: {result['ratio_intake_alone']:.2f})")
+    print(_intake_tables(floor, result["intake_alone"]["burst"],
+                         "The intake alone beside the minimal endpoint, per request"))
     print(table("CPU per request during the bursts (ms): where the 2 cores went",
                 ["endpoint", "server process", "PostgreSQL backends", "clients", "sum",
                  "all CPU of the burst / requests"],
