@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -144,19 +145,60 @@ WITH t AS (
                                          OR last_used_at < now() - interval '1 minute'
                                          OR last_used_addr IS DISTINCT FROM %(a)s)
 )
-SELECT id, email, role, token_id, scopes FROM t""")
+SELECT id, email, role, token_id, scopes,
+       extract(epoch FROM (SELECT expires_at FROM api_tokens WHERE id = t.token_id) - now())
+           AS expires_in
+  FROM t""")
+
+# How long a process answers a token it found live from memory (docs/design.md
+# §23): a burst from one client then costs one check a second, not one per request.
+# A token revoked, a user disabled or a role changed is refused by every process within
+# this time, by the process that made the change at once (:func:`forget_tokens`); a
+# token's own expiry is kept to the instant.
+TOKEN_MEMORY_SECONDS = 1.0
+_MEMORY_LIMIT = 1024  # remembered (token, address) pairs before the expired are swept
+_remembered: dict[tuple[str, str | None], tuple[float, dict[str, Any]]] = {}
 
 
 def user_for_token(conn: Connection, token: str,
                    remote_addr: str | None = None) -> dict[str, Any] | None:
     """The active user a live token belongs to, with the token's ``scopes`` (and note its
-    use from ``remote_addr``), or None."""
-    rows = pg.driver_rows(conn, _USER_FOR_TOKEN, {"h": _token_hash(token),
-                                                   "a": remote_addr})
-    return rows[0] if rows else None
+    use from ``remote_addr``), or None. A token found live is answered from memory for
+    :data:`TOKEN_MEMORY_SECONDS` (never past its expiry); a refused one is checked anew
+    every time."""
+    key = (_token_hash(token), remote_addr)
+    now = time.monotonic()
+    hit = _remembered.get(key)
+    if hit is not None and hit[0] > now:
+        return dict(hit[1])
+    rows = pg.driver_rows(conn, _USER_FOR_TOKEN, {"h": key[0], "a": remote_addr})
+    if not rows:
+        _remembered.pop(key, None)
+        return None
+    user = rows[0]
+    expires_in = user.pop("expires_in")
+    until = now + TOKEN_MEMORY_SECONDS
+    if expires_in is not None:
+        until = min(until, now + float(expires_in))
+    if len(_remembered) >= _MEMORY_LIMIT:
+        for stale in [k for k, (end, _) in list(_remembered.items()) if end <= now]:
+            _remembered.pop(stale, None)
+    if len(_remembered) < _MEMORY_LIMIT:
+        _remembered[key] = (until, user)
+    return dict(user)
+
+
+def forget_tokens(conn: Connection | None = None) -> None:
+    """Check every token against the database again: called by whatever in this process
+    revokes a token, disables a user or changes a role, with its connection (then again
+    when its transaction commits: a request in between would remember the old answer)."""
+    _remembered.clear()
+    if conn is not None:
+        sa.event.listen(conn, "commit", lambda _conn: _remembered.clear(), once=True)
 
 
 def revoke_token(conn: Connection, token_id: int, *, actor: str = "system") -> None:
+    forget_tokens(conn)
     n = conn.execute(sa.text("UPDATE api_tokens SET revoked_at = now() WHERE id = :id "
                              "AND revoked_at IS NULL"), {"id": token_id}).rowcount
     if not n:
@@ -451,6 +493,7 @@ def update_role(conn: Connection, user_id: int, role: str, *, actor: str) -> dic
         return user
     if user["role"] == "admin" and user["active"]:
         _keep_an_admin(conn, user_id)
+    forget_tokens(conn)
     conn.execute(sa.text("UPDATE users SET role = :r WHERE id = :id"),
                  {"r": role, "id": user_id})
     audit.record(conn, actor, "user.role", f"user:{user_id}", email=user["email"],
@@ -467,6 +510,7 @@ def set_active(conn: Connection, user_id: int, active: bool, *, actor: str) -> d
         return user
     if not active and user["role"] == "admin":
         _keep_an_admin(conn, user_id)
+    forget_tokens(conn)
     conn.execute(sa.text("""
         UPDATE users SET active = :a,
                session_version = session_version + CASE WHEN :a THEN 0 ELSE 1 END

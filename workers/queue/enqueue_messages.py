@@ -28,9 +28,10 @@ The per-message rules, all in the database so they hold across processes:
 - ``version``: the kind's row as the caller read it; changed since, the ask is ``stale``;
 - each new job's audit row (``audit``: its action) is written by the same statement;
 - idle workers are woken once per kind (``pg_notify``): at the caller's commit inside a
-  transaction, or by a statement of its own just after an autocommitted one (in the
-  insert's commit PostgreSQL's notify lock serialized every request's commit: 600-810
-  commits/s without it, 165-190 with it, pgbench on 2 cores).
+  transaction, or, after an autocommitted one, by the process's waker thread
+  (:mod:`workers.queue.wakes`) in a transaction of its own (in the insert's commit
+  PostgreSQL's notify lock serialized every request's commit: 600-810 commits/s without
+  it, 165-190 with it, pgbench on 2 cores).
 
 A lost race (a conflicting ask committed after this statement's snapshot) inserts nothing
 and answers ``busy``: the caller asks again and the next statement sees the winner
@@ -59,6 +60,7 @@ from workers.core.states import (
 )
 from workers.queue.campaigns import TRANSACTIONAL_BACKLOG_COUNT
 from workers.queue.common import JOB_COLUMNS, JOB_FIELDS, job_columns
+from workers.queue.wakes import WAKER
 
 
 @dataclass(frozen=True)
@@ -294,8 +296,6 @@ ENQUEUE_REPLACING = (
 
 # The wake of an autocommitted statement, in a transaction of its own (see the module's
 # docstring): a transaction that only notifies writes nothing and is not flushed.
-_WAKE = "SELECT pg_notify('senddock_jobs', k) FROM unnest(CAST(%(kinds)s AS text[])) k"
-
 _TIMES = ("created_at", "available_at", "finished_at")
 
 
@@ -349,8 +349,8 @@ def enqueue(conn: Connection, asks: list[Ask], *, actor: str | None,
             max_backlog: int | None = None) -> list[Result]:
     """Answer every ask, in order, in one statement (see the module's docstring). Runs in
     ``conn``'s transaction (its workers are woken at its commit) or, in autocommit, is
-    committed when it returns (and the workers are woken by one more statement, only when a
-    job is due now). ``actor`` is the jobs' ``requested_by`` and the audit rows' actor;
+    committed when it returns (and the process's waker wakes the workers, only when a job
+    is due now). ``actor`` is the jobs' ``requested_by`` and the audit rows' actor;
     ``max_backlog`` the transactional backlog limit (None: none)."""
     if not asks:
         return []
@@ -372,7 +372,7 @@ def enqueue(conn: Connection, asks: list[Ask], *, actor: str | None,
         "notify": not committed})
     woken = (rows[0]["woken"] or []) if rows else []
     if committed and woken:
-        pg.driver_rows(conn, _WAKE, {"kinds": woken})
+        WAKER.wake(conn.engine, woken)
     results = []
     for row in rows:
         ask = asks[row["i"]]

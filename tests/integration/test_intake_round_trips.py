@@ -1,0 +1,116 @@
+"""A ``POST /messages`` is one statement to PostgreSQL in the steady state (docs/design.md
+§13 and §23): the token check is remembered for a second, the
+wake is sent by the process's waker, and a token the process itself revokes is refused
+at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from tests.conftest import Api
+from webapp.domain import users
+from workers.core import pg
+from workers.queue.wakes import WAKE, WAKER
+
+
+def _message(n: int) -> dict[str, Any]:
+    return {"kind": "verification", "user_id": f"rt-{n}", "email": f"rt-{n}@example.org",
+            "data": {"verify_url": "https://app.example/v"}}
+
+
+@pytest.fixture()
+def statements(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement the process sends: through SQLAlchemy and straight to the driver."""
+    seen: list[str] = []
+    real = pg.driver_rows
+
+    def counted(conn: sa.Connection, statement: str, params: dict[str, Any]) -> Any:
+        seen.append(statement)
+        return real(conn, statement, params)
+
+    def executed(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    monkeypatch.setattr(pg, "driver_rows", counted)
+    event.listen(engine, "before_cursor_execute", executed)
+    yield seen
+    event.remove(engine, "before_cursor_execute", executed)
+
+
+@pytest.fixture()
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The token memory's clock, moved by hand."""
+    now = [1000.0]
+    monkeypatch.setattr(users.time, "monotonic", lambda: now[0])
+    users.forget_tokens()
+    return now
+
+
+def test_a_message_request_is_one_statement(api: Api, statements: list[str],
+                                            clock: list[float]) -> None:
+    assert api.post("/messages", _message(0)).status_code == 202  # the token is checked
+    assert WAKER.idle()
+    statements.clear()
+    sent_before = WAKER.sent
+    for n in range(1, 21):
+        assert api.post("/messages", _message(n)).status_code == 202
+    assert WAKER.idle()
+    wakes = [s for s in statements if s == WAKE]
+    assert len(statements) - len(wakes) == 20, statements
+    assert 1 <= len(wakes) == WAKER.sent - sent_before <= 20
+
+
+def test_a_token_is_checked_again_after_a_second(api: Api, engine: sa.Engine,
+                                                clock: list[float]) -> None:
+    assert api.get("/lists").status_code == 200
+    with engine.begin() as conn:  # as another process would revoke it
+        conn.execute(sa.text("UPDATE api_tokens SET revoked_at = now()"))
+    assert api.get("/lists").status_code == 200  # remembered
+    clock[0] += users.TOKEN_MEMORY_SECONDS
+    assert api.get("/lists").status_code == 401
+    assert api.get("/lists").status_code == 401  # a refused token is never remembered
+
+
+def test_a_token_revoked_here_is_refused_at_once(api: Api, engine: sa.Engine,
+                                                 clock: list[float]) -> None:
+    assert api.get("/lists").status_code == 200
+    with engine.begin() as conn:
+        token_id = conn.execute(sa.text("SELECT id FROM api_tokens")).scalar_one()
+        users.revoke_token(conn, token_id, actor="tests")
+        # A request between the revocation and its commit remembers the live token...
+        assert api.get("/lists").status_code == 200
+    # ...and the commit forgets it again.
+    assert api.get("/lists").status_code == 401
+
+
+def test_a_disabled_user_or_a_new_role_is_seen_at_once(
+        client: Any, engine: sa.Engine, make_user: Any, clock: list[float]) -> None:
+    marketer = make_user("marketer")
+    admin = make_user("admin")
+    as_marketer = Api(client, marketer["token"])
+    assert as_marketer.get("/lists").status_code == 200
+    with engine.begin() as conn:
+        users.update_role(conn, marketer["id"], "support", actor=admin["email"])
+    assert as_marketer.get("/lists").status_code == 403
+    with engine.begin() as conn:
+        users.set_active(conn, marketer["id"], False, actor=admin["email"])
+    assert as_marketer.get("/lists").status_code == 401
+
+
+def test_a_token_is_remembered_no_longer_than_it_lives(
+        api: Api, engine: sa.Engine, client: Any, make_user: Any) -> None:
+    user = make_user("admin")
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE api_tokens SET expires_at = now() + interval '0.2 s' "
+                             "WHERE user_id = :u"), {"u": user["id"]})
+    users.forget_tokens()
+    assert Api(client, user["token"]).get("/lists").status_code == 200
+    (until, _), = [v for k, v in users._remembered.items()
+                   if k[0] == users._token_hash(user["token"])]
+    assert until - time.monotonic() <= 0.2
