@@ -537,28 +537,40 @@ def _rounds_table(runs: list[dict[str, Any]], title: str) -> str:
 
 
 def batch_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
-    """``--batch-only``: a warm-up of 8 calls, then ``--repeat`` runs of the batch alone."""
+    """``--batch-only``: a warm-up of 8 calls, then ``--repeat`` runs of the batch alone;
+    with ``--before DIR``, that checkout's server and this one's in turns, each run
+    against both (on one database)."""
     smtp_port = free_port()
+    trees: list[tuple[str, Path | None]] = [("before", Path(args.before))] \
+        if args.before else []
+    trees.append(("now", None))
     with fresh_database() as url, sink_process("postfix", smtp_port):
         engine, token = _admin_token(url)
-        server, base = start_server(url, smtp_port, workdir / "serve.log",
-                                    **settings_from(args.setting))
-        try:
-            batch_rate(base, token, 8, prefix="warm")
-            return [batch_rate(base, token, args.batches, cpu=CpuSplit(server.pid, url),
-                               prefix=f"run{r}") for r in range(args.repeat)]
-        finally:
-            server.terminate()
-            server.wait(30)
-            engine.dispose()
+        runs = []
+        for r in range(args.repeat):
+            for name, tree in trees:
+                server, base = start_server(url, smtp_port, workdir / f"{name}{r}.log",
+                                            args.command, tree,
+                                            **settings_from(args.setting))
+                try:
+                    batch_rate(base, token, 8, prefix=f"warm-{name}{r}")
+                    runs.append({"tree": name, **batch_rate(
+                        base, token, args.batches, cpu=CpuSplit(server.pid, url),
+                        prefix=f"{name}{r}")})
+                finally:
+                    server.terminate()
+                    server.wait(30)
+        engine.dispose()
+        return runs
 
 
 def _batch_table(title: str, runs: list[dict[str, Any]]) -> str:
     return table(f"{title} (CPU: ms per 500 messages, the delivery pool's included)",
-                 ["calls", "accepted", "seconds", "messages/s", "call p50 ms", "call p95 ms",
-                  "server CPU", "PostgreSQL CPU"],
-                 [[b["calls"], f"{b['accepted']:,}", f"{b['seconds']:.1f}",
-                   f"{b['msgs_per_s']:,.0f}", f"{b['call_p50']:.0f}", f"{b['call_p95']:.0f}",
+                 ["tree", "calls", "accepted", "seconds", "messages/s", "call p50 ms",
+                  "call p95 ms", "server CPU", "PostgreSQL CPU"],
+                 [[b.get("tree", "now"), b["calls"], f"{b['accepted']:,}",
+                   f"{b['seconds']:.1f}", f"{b['msgs_per_s']:,.0f}", f"{b['call_p50']:.0f}",
+                   f"{b['call_p95']:.0f}",
                    *(f"{500_000 * b[k] / max(1, b['accepted']):.1f}"
                      for k in ("server_cpu_s", "postgres_cpu_s"))] for b in runs])
 
@@ -574,6 +586,9 @@ def main() -> None:
     parser.add_argument("--batch-only", action="store_true",
                         help="only the batch: a warm-up, then --repeat runs of --batches calls")
     parser.add_argument("--repeat", type=int, default=3, help="runs with --batch-only")
+    parser.add_argument("--command", choices=("serve", "web"), default="serve",
+                        help="with --batch-only: senddock serve (delivery in the process) or "
+                             "web (the intake alone)")
     parser.add_argument("--intake-only", action="store_true",
                         help="only the minimal endpoint's burst and senddock web's "
                              "(with --before DIR, that checkout's web too, alternated)")
@@ -597,7 +612,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
             runs = batch_only(args, Path(tmp))
         info = machine()
-        print(_batch_table(f"Batch: POST /messages/batch, 500 per call, 4 clients, load "
+        print(_batch_table(f"Batch: POST /messages/batch, 500 per call, 4 clients, senddock "
+                           f"{args.command}, loop {loop_seconds():.2f} s, load "
                            f"{load_before} before / {info['load_1m']} after", runs))
         saved = save("api-batch", {"machine": info, "load_before": load_before, "runs": runs})
         print(f"\nsaved {saved}")

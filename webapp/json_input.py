@@ -36,7 +36,9 @@ def depth_over(value: Any, limit: int) -> bool:
             continue
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        # Only containers go on the stack: a batch's scalars are most of its values.
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, dict | list))
     return False
 
 
@@ -81,15 +83,27 @@ class JSONProvider(DefaultJSONProvider):
     deeply instead of ``RecursionError`` or a value too deep to walk."""
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
-        kwargs.setdefault("parse_float", _number)
-        kwargs.setdefault("parse_constant", _constant)
+        found: list[_NonFinite] = []  # the body is walked for the field only when it has one
+
+        def number(text: str) -> float | int | _NonFinite:
+            value = _number(text)
+            if value is NON_FINITE:
+                found.append(NON_FINITE)
+            return value
+
+        def constant(name: str) -> _NonFinite:
+            found.append(NON_FINITE)
+            return _constant(name)
+
+        kwargs.setdefault("parse_float", number)
+        kwargs.setdefault("parse_constant", constant)
         try:
             value = super().loads(s, **kwargs)
         except RecursionError:
             raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
         if depth_over(value, MAX_JSON_DEPTH):
             raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-        field = non_finite_field(value)
+        field = non_finite_field(value) if found else None
         if field is not None:
             # A 422 naming the field (it is valid JSON to Python, not to the standard).
             raise Invalid(f"{field} must be a finite number (JSON has no NaN, Infinity "

@@ -28,16 +28,22 @@ def _message(n: int) -> dict[str, Any]:
 def statements(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every statement the process sends: through SQLAlchemy and straight to the driver."""
     seen: list[str] = []
-    real = pg.driver_rows
+    rows, tuples = pg.driver_rows, pg.driver_tuples
 
     def counted(conn: sa.Connection, statement: str, params: dict[str, Any]) -> Any:
         seen.append(statement)
-        return real(conn, statement, params)
+        return rows(conn, statement, params)
+
+    def counted_tuples(conn: sa.Connection, statement: pg.NativeStatement,
+                       params: dict[str, Any]) -> Any:
+        seen.append(statement.source)
+        return tuples(conn, statement, params)
 
     def executed(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         seen.append(statement)
 
     monkeypatch.setattr(pg, "driver_rows", counted)
+    monkeypatch.setattr(pg, "driver_tuples", counted_tuples)
     event.listen(engine, "before_cursor_execute", executed)
     yield seen
     event.remove(engine, "before_cursor_execute", executed)

@@ -28,10 +28,7 @@ The per-message rules, all in the database so they hold across processes:
 - ``version``: the kind's row as the caller read it; changed since, the ask is ``stale``;
 - each new job's audit row (``audit``: its action) is written by the same statement;
 - idle workers are woken once per kind (``pg_notify``): at the caller's commit inside a
-  transaction, or, after an autocommitted one, by the process's waker thread
-  (:mod:`workers.queue.wakes`) in a transaction of its own (in the insert's commit
-  PostgreSQL's notify lock serialized every request's commit: 600-810 commits/s without
-  it, 165-190 with it, pgbench on 2 cores).
+  transaction, else by :mod:`workers.queue.wakes` (why: see there).
 
 A lost race (a conflicting ask committed after this statement's snapshot) inserts nothing
 and answers ``busy``: the caller asks again and the next statement sees the winner
@@ -294,8 +291,8 @@ ENQUEUE_REPLACING = (
     f"{_inserted('a.replace_id IS NULL OR a.replace_id IN (SELECT id FROM replaced)')}, "
     f"{_AUDITED}, {_WOKEN}{_ANSWER}")
 
-# The wake of an autocommitted statement, in a transaction of its own (see the module's
-# docstring): a transaction that only notifies writes nothing and is not flushed.
+_NATIVE, _NATIVE_REPLACING = pg.NativeStatement(ENQUEUE), pg.NativeStatement(ENQUEUE_REPLACING)
+
 _TIMES = ("created_at", "available_at", "finished_at")
 
 
@@ -366,22 +363,25 @@ def enqueue(conn: Connection, asks: list[Ask], *, actor: str | None,
             kind_rows.append(_kind_row(ask, k))
         items.append(_item(ask, i, k))
     replacing = any(ask.replace_id is not None for ask in asks)
-    rows = pg.driver_rows(conn, ENQUEUE_REPLACING if replacing else ENQUEUE, {
+    names, rows = pg.driver_tuples(conn, _NATIVE_REPLACING if replacing else _NATIVE, {
         "items": fastjson.dumps(items, default=str) or json.dumps(items, default=str),
         "kinds": json.dumps(kind_rows), "actor": actor, "max_backlog": max_backlog,
         "notify": not committed})
-    woken = (rows[0]["woken"] or []) if rows else []
+    at = {name: n for n, name in enumerate(names)}
+    new_at = [(name, at[name]) for name in _NEW_NAMES]
+    woken = (rows[0][at["woken"]] or []) if rows else []
     if committed and woken:
         WAKER.wake(conn.engine, woken)
     results = []
     for row in rows:
-        ask = asks[row["i"]]
-        if row["outcome"] == "new":
-            results.append(Result("new", {**{c: row[c] for c in _NEW_NAMES},
-                                          "payload": ask.payload}, woken=woken))
-            continue
-        job, priority = _earlier(row["earlier"])
-        results.append(Result(row["outcome"], job, row["wait"], priority, woken))
+        outcome = row[at["outcome"]]
+        if outcome == "new":
+            job = {name: row[n] for name, n in new_at}
+            job["payload"] = asks[row[at["i"]]].payload
+            results.append(Result("new", job, woken=woken))
+        else:
+            earlier, priority = _earlier(row[at["earlier"]])
+            results.append(Result(outcome, earlier, row[at["wait"]], priority, woken))
     return results
 
 

@@ -2,9 +2,9 @@
 
 A job committed by its own statement (the transactional API, the SMTP submission) must
 wake the idle delivery threads of every process at once: that is P7's fast path. The
-wake is a ``pg_notify`` in a transaction of its own, never in the insert's commit (there
-PostgreSQL's database-wide notify lock is held through the WAL flush and serializes every
-request's commit: see :mod:`workers.queue.enqueue_messages`).
+wake is a ``pg_notify`` in a transaction of its own, never in the insert's commit: there
+PostgreSQL's database-wide notify lock is held through the WAL flush and serialized every
+request's commit (600-810 commits/s without it, 165-190 with it, pgbench on 2 cores).
 
 The request does not send it. It hands its kinds to this process's :class:`Waker` and
 returns; the waker's thread sends one statement for every kind handed over since its last
