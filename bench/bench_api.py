@@ -185,7 +185,9 @@ class Statements:
             if self.statements:
                 top = [(int(calls), float(ms), " ".join(query.split())[:90])
                        for calls, ms, query in conn.execute(
-                           """SELECT s.calls, s.mean_exec_time, s.query
+                           """SELECT s.calls,
+                                     (s.total_exec_time + s.total_plan_time) / s.calls,
+                                     s.query
                                 FROM pg_stat_statements s
                                 JOIN pg_database d ON d.oid = s.dbid
                                WHERE d.datname = %s AND s.query NOT LIKE '%%pg_stat%%'
@@ -502,7 +504,7 @@ def _per_request(r: dict[str, Any]) -> list[str]:
 
 
 def _statements_table(title: str, web: dict[str, Any]) -> str:
-    return table(title, ["calls / request", "ms / call", "statement"],
+    return table(title, ["calls / request", "ms / call (planning and execution)", "statement"],
                  [[f"{calls / web['requests']:.3f}", f"{ms:.3f}", f"`{query}`"]
                   for calls, ms, query in web.get("top_statements") or []])
 
