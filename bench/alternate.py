@@ -1,4 +1,4 @@
-"""Before and after in one sitting: run one benchmark against an earlier commit and against
+"""Before and after, side by side: run one benchmark against an earlier commit and against
 this checkout, alternating, and print every run's table rows side by side with the
 machine's speed measured just before it (a 10,000,000-iteration loop) and the load.
 

@@ -5,7 +5,7 @@ statement of each round.
 
 Three forms: the one in workers/queue/finishing.py (the ids as an array restriction, and
 the guard "still `sending`, under the same claim token" as a join condition: one
-primary-key lookup per outcome); the same without the id array, as it was until round 3,
+primary-key lookup per outcome); the same without the id array, as it was before the id array,
 whose generic plan (100 outcomes guessed from jsonb_to_recordset) scans the whole table
 with a hash join while the table is small (a new install: a few thousand jobs); and a
 plain ``status = 'sending'`` restriction (the older form of the guard), which
@@ -55,8 +55,8 @@ def measure(jobs: int, rounds: int, group: int,
     assert NEW_GUARD in finishing._FINISH and ID_ARRAY in finishing._FINISH
     without_array = finishing._FINISH.replace(ID_ARRAY, "WHERE ")
     forms = {"join on the primary key (now)": finishing._FINISH,
-             "without the id array (until round 3)": without_array,
-             f"status = '{SENDING}' (older form)": without_array.replace(NEW_GUARD,
+             "without the id array (older form)": without_array,
+             f"status = '{SENDING}' (oldest form)": without_array.replace(NEW_GUARD,
                                                                            OLD_GUARD)}
     results: list[dict[str, Any]] = []
     for label, sql in forms.items():

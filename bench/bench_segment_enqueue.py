@@ -1,5 +1,5 @@
 """Segmented enqueue: a campaign sent to a segment of a list, side by
-side with the same list sent whole, in the same sitting (docs/design.md §27: ≥ 100,000
+side with the same list sent whole, in the same run (docs/design.md §27: ≥ 100,000
 recipients/s).
 
 Each run is a fresh database with a list of ``size`` subscribers carrying attributes

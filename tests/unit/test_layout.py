@@ -105,7 +105,7 @@ def test_cli_loads_the_demo_and_the_sink_lazily() -> None:
 # The jobs table is written by one package: nothing outside workers/queue/ inserts, moves
 # or deletes a job (docs/design.md §11).
 QUEUE = "workers/queue/"
-#: No module of the package is longer than this: one concern each, read in one sitting.
+#: No module of the package is longer than this: one concern each, short enough to read at once.
 MAX_LINES = 400
 
 
