@@ -55,6 +55,7 @@ from bench.common import (
 )
 from webapp import db
 from webapp.domain import users
+from workers.core import pg
 from workers.core.states import CLAIMABLE, SENT, sql_list
 
 INTAKE_ALONE = "the same, intake alone (senddock web)"
@@ -154,17 +155,13 @@ class Statements:
         self.url = url
         self.database = sa.make_url(url).database
         self.statements = False
-        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+        with psycopg.connect(pg.conninfo(self.url), autocommit=True) as conn:
             try:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 conn.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
                 self.statements = True
             except psycopg.Error:
                 pass
-
-    def _dsn(self) -> str:
-        return sa.make_url(self.url).render_as_string(hide_password=False).replace(
-            "postgresql+psycopg://", "postgresql://")
 
     def _transactions(self, conn: psycopg.Connection[Any]) -> int:
         conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -173,13 +170,13 @@ class Statements:
         return int(row[0]) if row else 0
 
     def start(self) -> None:
-        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+        with psycopg.connect(pg.conninfo(self.url), autocommit=True) as conn:
             if self.statements:
                 conn.execute("SELECT pg_stat_statements_reset()")
             self.t0 = self._transactions(conn)
 
     def stop(self) -> dict[str, Any]:
-        with psycopg.connect(self._dsn(), autocommit=True) as conn:
+        with psycopg.connect(pg.conninfo(self.url), autocommit=True) as conn:
             transactions = self._transactions(conn) - self.t0 - 1  # the count's own
             top: list[tuple[int, float, str]] = []
             if self.statements:
@@ -446,6 +443,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                        "samples": rss.samples}}
 
 
+def _trees(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
+    """The checkouts to measure, in turns: ``--before DIR`` first, then this one."""
+    return [*([("before", Path(args.before))] if args.before else []), ("now", None)]
+
+
 def _web_burst(args: argparse.Namespace, url: str, smtp_port: int, token: str,
                workdir: Path, tree: Path | None, prefix: str) -> dict[str, Any]:
     """A warm-up and the measured burst against ``senddock web`` run from ``tree``."""
@@ -465,9 +467,7 @@ def intake_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]
     (with ``--before DIR``, that checkout's first, then this one's), on one fresh
     database, each with its CPU and what it asked PostgreSQL per request."""
     smtp_port = free_port()
-    trees: list[tuple[str, Path | None]] = [("before", Path(args.before))] \
-        if args.before else []
-    trees.append(("now", None))
+    trees = _trees(args)
     runs = []
     with fresh_database() as url, sink_process("postfix", smtp_port):
         engine, token = _admin_token(url)
@@ -543,9 +543,7 @@ def batch_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     with ``--before DIR``, that checkout's server and this one's in turns, each run
     against both (on one database)."""
     smtp_port = free_port()
-    trees: list[tuple[str, Path | None]] = [("before", Path(args.before))] \
-        if args.before else []
-    trees.append(("now", None))
+    trees = _trees(args)
     with fresh_database() as url, sink_process("postfix", smtp_port):
         engine, token = _admin_token(url)
         runs = []

@@ -134,7 +134,7 @@ def create_token(conn: Connection, user_id: int, name: str = "", *,
 # Run on the driver (every API request pays for it): workers.core.pg.driver_rows.
 _USER_FOR_TOKEN = ("""
 WITH t AS (
-    SELECT t.id AS token_id, t.last_used_at, t.last_used_addr, t.scopes,
+    SELECT t.id AS token_id, t.last_used_at, t.last_used_addr, t.scopes, t.expires_at,
            u.id, u.email, u.role
       FROM api_tokens t JOIN users u ON u.id = t.user_id
      WHERE t.token_hash = %(h)s AND t.revoked_at IS NULL AND u.active
@@ -145,9 +145,7 @@ WITH t AS (
                                          OR last_used_at < now() - interval '1 minute'
                                          OR last_used_addr IS DISTINCT FROM %(a)s)
 )
-SELECT id, email, role, token_id, scopes,
-       extract(epoch FROM (SELECT expires_at FROM api_tokens WHERE id = t.token_id) - now())
-           AS expires_in
+SELECT id, email, role, token_id, scopes, extract(epoch FROM expires_at - now()) AS expires_in
   FROM t""")
 
 # How long a process answers a token it found live from memory (docs/design.md

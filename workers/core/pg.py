@@ -639,25 +639,23 @@ class NativeStatement:
         return tuple(params[name] for name in self.names)
 
 
-def driver_tuples(conn: sa.Connection, statement: NativeStatement, params: dict[str, Any],
-                  *, generic_plan: bool = False) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """:func:`driver_rows` for a statement of many rows or columns: its column names and
-    its rows as tuples (a dict per row was an eighth of a 500-message batch's Python).
+def driver_tuples(conn: sa.Connection, statement: NativeStatement, params: dict[str, Any]
+                  ) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """:func:`driver_rows` for a hot statement of many rows or columns, planned once per
+    session: its column names and its rows as tuples (a dict per row was an eighth of a
+    500-message batch's Python).
 
-    ``generic_plan``: prepared on the session at its first run and planned once there.
-    Left to PostgreSQL's ``plan_cache_mode = auto``, the enqueue statement was planned
-    anew on four calls in five, 2 ms of planning to 1 ms of execution. The setting is
-    set and reset around it in the same round trip (libpq's pipeline), and a failure
-    rolls it back with the statement's transaction."""
+    The statement is prepared on the session at its first run and given one generic plan
+    there. Left to PostgreSQL's ``plan_cache_mode = auto``, the enqueue statement was
+    planned anew on four calls in five, 2 ms of planning to 1 ms of execution. The
+    setting is set and reset around it in the same round trip (libpq's pipeline), and a
+    failure rolls it back with the statement's transaction."""
     with _driver(conn, statement.source, params) as raw, \
             psycopg.RawCursor(raw, row_factory=tuple_row) as cur:
-        if generic_plan:
-            with raw.pipeline():
-                raw.execute("SET plan_cache_mode = force_generic_plan")
-                cur.execute(statement.text, statement.args(params), prepare=True)
-                raw.execute("RESET plan_cache_mode")
-        else:
-            cur.execute(statement.text, statement.args(params))
+        with raw.pipeline():
+            raw.execute("SET plan_cache_mode = force_generic_plan")
+            cur.execute(statement.text, statement.args(params), prepare=True)
+            raw.execute("RESET plan_cache_mode")
         if cur.description is None:
             return [], []
         return [c.name for c in cur.description], cur.fetchall()

@@ -366,7 +366,7 @@ def enqueue(conn: Connection, asks: list[Ask], *, actor: str | None,
     names, rows = pg.driver_tuples(conn, _NATIVE_REPLACING if replacing else _NATIVE, {
         "items": fastjson.dumps(items, default=str) or json.dumps(items, default=str),
         "kinds": json.dumps(kind_rows), "actor": actor, "max_backlog": max_backlog,
-        "notify": not committed}, generic_plan=True)
+        "notify": not committed})
     at = {name: n for n, name in enumerate(names)}
     new_at = [(name, at[name]) for name in _NEW_NAMES]
     woken = (rows[0][at["woken"]] or []) if rows else []
