@@ -89,7 +89,11 @@ def test_the_guard_says_no_once_stopped_and_counts_who_is_in_flight(
                 "low": send_guard.guard_key(campaign["id"]) & 0xFFFFFFFF}).scalar_one()
         assert count == 2  # one per drain thread's session
         first.leave()
-        second.leave()
+        second.leave()  # (the releases are written, not waited for)
+        for _ in range(600):
+            if not _locks_held(engine, campaign["id"]):
+                break
+            time.sleep(0.01)
         with engine.begin() as conn:
             assert campaigns.cancel(conn, campaign["id"], actor="t")["in_flight"] == 0
         assert not first.enter(campaign["id"])  # cancelled: no message starts
@@ -241,4 +245,96 @@ def test_a_check_never_answered_releases_only_what_it_took(engine: sa.Engine) ->
         time.sleep(0.2)
         assert _waiting_locks(engine) == 1 and len(answers) == 1  # the cancel still waits
     assert answers[-1] == 1
+    guard.close()
+
+
+def _locks_held(engine: sa.Engine, campaign_id: int) -> int:
+    key = send_guard.guard_key(campaign_id)
+    with engine.connect() as conn:
+        return int(conn.execute(lifecycle._IN_FLIGHT, {
+            "high": key >> 32, "low": key & 0xFFFFFFFF}).scalar_one())
+
+
+def test_a_held_lock_lets_the_next_messages_go_without_a_statement(
+        engine: sa.Engine) -> None:
+    """The pool's guard keeps a campaign's lock between its messages: only the first check
+    is a statement, and the lock is given back once no message has needed it for
+    ``hold`` seconds."""
+    from workers.core import pg
+
+    campaign = make_campaign(engine, ["f@example.org"], name="Held")
+    guard = send_guard.SendGuard(pg.engine_conninfo(engine), "test-guard-held", hold=0.3)
+    try:
+        assert guard.enter(campaign["id"])
+        written = guard.written
+        guard.leave()
+        for _ in range(20):  # twenty more messages, one after another
+            assert guard.enter(campaign["id"])
+            guard.leave()
+        assert guard.written == written  # none of them asked the database
+        assert _locks_held(engine, campaign["id"]) == 1  # kept between messages
+        for _ in range(600):  # given back after the hold (bounded by count)
+            if not _locks_held(engine, campaign["id"]):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the idle lock was never given back")
+        assert not guard._holds
+    finally:
+        guard.close()
+
+
+def test_a_pause_goes_through_a_lock_held_between_messages(engine: sa.Engine) -> None:
+    """No message in flight, the lock kept for the next one (a long hold): a pause waits
+    only until the keeper sees it, and from its commit no message starts."""
+    from workers.core import pg
+
+    campaign = make_campaign(engine, ["g@example.org"], name="Idle hold")
+    guard = send_guard.SendGuard(pg.engine_conninfo(engine), "test-guard-idle", hold=600)
+    try:
+        assert guard.enter(campaign["id"])
+        guard.leave()
+        assert _locks_held(engine, campaign["id"]) == 1
+        paused: list[dict[str, Any]] = []
+
+        def pause() -> None:
+            with engine.begin() as conn:
+                paused.append(campaigns.pause(conn, campaign["id"], actor="t"))
+
+        pauser = threading.Thread(target=pause)
+        pauser.start()
+        pauser.join(30)
+        assert paused and paused[0]["status"] == "paused"
+        assert paused[0]["in_flight"] == 1  # the session that held it
+        assert not guard.enter(campaign["id"])  # paused: no message starts
+        assert not _locks_held(engine, campaign["id"])
+    finally:
+        guard.close()
+
+
+def test_a_held_lock_stops_new_messages_once_a_cancel_waits(engine: sa.Engine) -> None:
+    """A message in flight under a held lock and a cancel waiting for it: once the keeper
+    has seen the cancel, the next message's check is a statement again and says no, and
+    the cancel goes through when the message in flight has been answered."""
+    from workers.core import pg
+
+    campaign = make_campaign(engine, ["h@example.org"], name="Busy hold")
+    guard = send_guard.SendGuard(pg.engine_conninfo(engine), "test-guard-busy", hold=600)
+    key = send_guard.guard_key(campaign["id"])
+    with _cancel_waiting(engine, guard, campaign["id"]) as answers:
+        for _ in range(600):  # until the keeper has seen it (bounded by count)
+            with guard.lock:
+                if guard._holds[key].waited:
+                    break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the keeper never saw the waiting cancel")
+        other = threading.Thread(target=lambda: answers.append(guard.enter(campaign["id"])))
+        other.start()
+        other.join(30)
+        assert answers[-1] is False
+        time.sleep(0.2)
+        assert _waiting_locks(engine) == 1  # the message in flight still holds it
+    assert answers[-1] == 1
+    assert not _locks_held(engine, campaign["id"])
     guard.close()

@@ -82,8 +82,9 @@ SELECT count(*) FROM pg_locks
 def stop_sending(conn: Connection, campaign_id: int) -> int:
     """In the caller's transaction: wait until no message of the campaign is inside an
     SMTP transaction, and keep any from starting until the transaction ends (a pause or a
-    cancel then commits its status, which every later check sees). Returns how many were
-    in flight when it was asked (they finish; at most one per drain thread)."""
+    cancel then commits its status, which every later check sees). Returns how many
+    processes were sending its messages when it was asked: their guard sessions held the
+    lock (those in flight finish; at most one per drain thread)."""
     key = guard_key(campaign_id)
     in_flight = int(conn.execute(_IN_FLIGHT, {"high": key >> 32,
                                               "low": key & 0xFFFFFFFF}).scalar_one())

@@ -139,9 +139,11 @@ class Pool:
         self.holdings = Holdings()
         self.process = str(config.extra.get("process", "worker"))
         # The check at 354 that a campaign message may go out (pause, cancel): one
-        # session for the process, shared by its drain threads.
+        # session for the process, shared by its drain threads, keeping a campaign's
+        # lock between its messages.
         self.send_guard = send_guard.SendGuard(pg.engine_conninfo(engine),
-                                              pg.application_name(self.process, "send-guard"))
+                                              pg.application_name(self.process, "send-guard"),
+                                              hold=send_guard.HOLD)
         # One line when the database becomes unusable, one when it is back (workers.core.pg).
         self.outage = pg.Outage(f"delivery {self.worker_id}", log)
         self.sender = Sender(self.composer, self.board, self.judge, config, self.outage,
