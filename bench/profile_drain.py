@@ -69,6 +69,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipients", type=int, default=30_000)
     parser.add_argument("--seconds", type=int, default=20, help="how long py-spy samples")
+    parser.add_argument("--stacks", type=Path, help="also keep py-spy's samples (one "
+                        "collapsed stack a line, with its count) in this file")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
@@ -102,6 +104,8 @@ def main() -> None:
             worker.terminate()
             worker.wait(60)
             engine.dispose()
+        if args.stacks:
+            shutil.copyfile(raw, args.stacks)
         parts: Counter[str] = Counter()
         for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
