@@ -47,6 +47,27 @@ def _jobs(engine: sa.Engine, campaign_id: int) -> dict[str, int]:
               FROM delivery_jobs WHERE campaign_id = :c GROUP BY 1"""), {"c": campaign_id})}
 
 
+def _wait_jobs(engine: sa.Engine, campaign_id: int, expected: dict[str, int],
+               message: str) -> None:
+    """Wait until the campaign's jobs are ``expected``; a timeout says what was seen last
+    and what the warm-up counted (so a failure explains itself)."""
+    seen: list[dict[str, int]] = []
+
+    def reached() -> bool:
+        seen[:] = [_jobs(engine, campaign_id)]
+        return seen[0] == expected
+
+    try:
+        wait_for(reached, timeout=60, message=message)
+    except AssertionError as exc:
+        with engine.connect() as conn:
+            sends = conn.execute(sa.text(
+                "SELECT hour, sent FROM warmup_sends ORDER BY hour")).all()
+            clock = conn.execute(sa.text("SELECT now()")).scalar_one()
+        raise AssertionError(f"{exc}; jobs last seen {seen}, warm-up sends {sends}, "
+                             f"database clock {clock}") from exc
+
+
 def _next_day(engine: sa.Engine) -> None:
     """Move the warm-up one day on: everything dated a day earlier, as if the database's
     clock had passed midnight (UTC)."""
@@ -76,8 +97,8 @@ def test_beyond_the_cap_mail_waits_until_the_next_day(
     pool = Pool(engine, config_for(sink.port), node="warmup")
     pool.start()
     try:
-        wait_for(lambda: _jobs(engine, campaign_id) == {"sent": 3, "waiting": 7},
-                 timeout=60, message="day 1: three sent, the rest waiting")
+        _wait_jobs(engine, campaign_id, {"sent": 3, "waiting": 7},
+                   "day 1: three sent, the rest waiting")
         assert len(sink.raw_messages()) == 3
         with engine.connect() as conn:
             today = warmup.status(conn, "warm.example")
@@ -96,8 +117,8 @@ def test_beyond_the_cap_mail_waits_until_the_next_day(
         assert campaign_status(engine, campaign_id) == "sending"
 
         _next_day(engine)
-        wait_for(lambda: _jobs(engine, campaign_id) == {"sent": 8, "waiting": 2},
-                 timeout=60, message="day 2: five more sent")
+        _wait_jobs(engine, campaign_id, {"sent": 8, "waiting": 2},
+                   "day 2: five more sent")
         with engine.connect() as conn:
             today = warmup.status(conn, "warm.example")
         assert today is not None and (today.day, today.sent_today) == (2, 5)
