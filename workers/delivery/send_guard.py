@@ -236,14 +236,14 @@ class SendGuard:
             self._keeper = None
 
     def _tend(self, now: float) -> None:
+        if not self._reading:
+            self._read_ready()  # the last look's answer, usually back by now
         for key, hold in list(self._holds.items()):
             if hold.users == 0 and (hold.waited or now - hold.idle_since >= self.hold):
                 self._release(key, hold)
         if self._holds and not self._looking:
             self._send(_WAITERS, GUARD_CLASS, None, _LOOK)
             self._looking = True
-        if not self._reading:
-            self._read_ready()
 
     # --- with the lock held ------------------------------------------------------------
 
