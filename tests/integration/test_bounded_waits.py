@@ -9,9 +9,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
+from workers import queue
 from workers.core.settings import Config
 from workers.delivery import pool as pool_module
 from workers.delivery.pool import Pool
@@ -53,8 +55,8 @@ def test_a_claim_waiting_for_a_lock_ends_with_the_statement_timeout(
     def claim() -> None:
         try:
             outcome["jobs"] = pool._claim(pool._db, "00000000-0000-0000-0000-000000000001")
-        except sa.exc.OperationalError as exc:
-            outcome["error"] = exc
+        except (sa.exc.OperationalError, psycopg.OperationalError) as exc:
+            outcome["error"] = getattr(exc, "orig", exc)
 
     with engine.connect() as locker:
         locker.execute(sa.text("LOCK TABLE delivery_jobs IN ACCESS EXCLUSIVE MODE"))
@@ -66,10 +68,44 @@ def test_a_claim_waiting_for_a_lock_ends_with_the_statement_timeout(
     thread.join()
     assert claimed_under_the_lock, "the claim waited for the lock"
     assert "error" in outcome, outcome
-    assert getattr(outcome["error"].orig, "sqlstate", None) == QUERY_CANCELED
+    assert getattr(outcome["error"], "sqlstate", None) == QUERY_CANCELED
     # The session's timeout was restored before it went back to the pool.
     with pool._db.connect() as conn:
         assert conn.execute(sa.text("SHOW statement_timeout")).scalar() == "0"
+
+
+def test_a_claim_leaves_its_session_timeout_as_it_found_it(
+        engine: sa.Engine, pools: Callable[[], Pool]) -> None:
+    """The claim sets its timeout, claims and resets it in one round trip: the session
+    goes back to the pool with the server's default, after a claim that found nothing
+    and after one that failed."""
+    pool = pools()
+    with pool._db.session() as session:
+        assert queue.claim_bounded(session, 0.3, "w", 10, "example.com",
+                                   "00000000-0000-0000-0000-000000000002") == []
+        assert session.execute("SHOW statement_timeout").fetchone() == ("0",)
+        with pytest.raises(psycopg.errors.UndefinedFunction):
+            with session.pipeline():  # a claim that fails in the same kind of round trip
+                session.execute("SET statement_timeout = 300")
+                session.execute("SELECT no_such_function()")
+        assert session.execute("SHOW statement_timeout").fetchone() == ("0",)
+
+
+def test_a_driver_session_goes_back_out_of_autocommit(engine: sa.Engine,
+                                                      pools: Callable[[], Pool]) -> None:
+    """The claim's driver session is in autocommit only while the claim has it: a
+    transaction on the pool's next checkout is a transaction, whatever ended the claim."""
+    pool = pools()
+    with pytest.raises(ValueError):
+        with pool._db.session() as session:
+            assert session.autocommit
+            raise ValueError("the caller failed")
+    with pool._db.session() as session:
+        pass
+    for _ in range(pool.engine.pool.size() + 1):
+        with engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            assert isinstance(driver, psycopg.Connection) and not driver.autocommit
 
 
 def test_a_reconnecting_worker_ends_its_own_zombie_session_and_no_other(

@@ -60,9 +60,9 @@ class Claimer:
         config = self.config
         n = config.claim_batch
         if not self.rate_limited(db):
-            with db.connect(self.timeout) as conn:
-                jobs = queue.claim_batch(conn, self.worker_id, n, self.domain, token,
-                                         self.relays)
+            with db.session() as session:
+                jobs = queue.claim_bounded(session, self.timeout, self.worker_id, n,
+                                           self.domain, token, self.relays)
             return jobs, [0.0] * len(jobs), 0.0
         with db.transaction(self.timeout) as conn:
             permits = queue.acquire_permits(conn, n, config.rate_limit,

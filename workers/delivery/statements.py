@@ -48,6 +48,30 @@ class StatementDb:
                 raise
 
     @contextmanager
+    def session(self) -> Iterator[psycopg.Connection]:
+        """The driver's session of a pooled connection, without SQLAlchemy's connection
+        around it, for a statement run every few messages (the claim): checking a
+        connection out and in through SQLAlchemy cost as much of the worker's interpreter
+        time as running the claim. The session is in autocommit; whatever else the caller
+        changes on it, it restores. A session that failed is dropped."""
+        fairy = self.engine.raw_connection()
+        driver = fairy.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        try:
+            driver.autocommit = True  # as the engine's connections (no round trip)
+            yield driver
+        except DB_ERRORS:
+            fairy.invalidate()
+            raise
+        finally:
+            if fairy.is_valid:
+                try:  # back as the pool hands its connections out
+                    driver.autocommit = False
+                except psycopg.Error:  # left in a transaction, or broken
+                    fairy.invalidate()
+            fairy.close()
+
+    @contextmanager
     def transaction(self, statement_timeout: float | None = None) -> Iterator[Connection]:
         """Several statements committed together (BEGIN … COMMIT on one session)."""
         with self.connect(statement_timeout) as conn:

@@ -27,6 +27,7 @@ from workers.queue.campaigns import (
 )
 from workers.queue.claim import (
     claim_batch,
+    claim_bounded,
     hold_claimed,
 )
 from workers.queue.common import (
@@ -154,6 +155,7 @@ __all__ = [
     "cancel_chosen",
     "cancel_waiting",
     "claim_batch",
+    "claim_bounded",
     "complete_finished_campaigns",
     "custom_plan",
     "delete_transactional_chunk",

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -30,15 +32,16 @@ from workers.core.states import (
 # campaign is `sending` (the lifecycle's one-row decision, workers.delivery.lifecycle) from its own
 # range of delivery_jobs_broadcast_due_idx, so a paused or cancelled backlog of any size is
 # never read, and a cancelled campaign's jobs not settled yet are never claimed. Nothing
-# is claimed while every relay (:relays of them, docs/design.md §17) is marked down (P6) or has
-# paused us (one relay up is enough: it carries the others' streams), nor for a recipient
-# domain that is throttling us (docs/design.md §16: the other domains keep flowing).
+# is claimed while every relay (``relays`` of them, docs/design.md §17) is marked down
+# (P6) or has paused us (one relay up is enough: it carries the others' streams), nor
+# for a recipient domain that is throttling us (docs/design.md §16: the other domains keep
+# flowing).
 # The Message-ID is fixed at the first claim and never changes (P3): random (it must not
 # reveal volume) on the campaign's From domain.
-_CLAIM = sa.text(rf"""
+_CLAIM = rf"""
 WITH relay_up AS (
     SELECT EXISTS (SELECT 1 FROM relay_state r
-                    WHERE r.id <= :relays AND r.status <> 'down'
+                    WHERE r.id <= %(relays)s AND r.status <> 'down'
                       AND NOT coalesce(r.throttled_until > now(), false)) AS ok
 ), transactional AS (
     SELECT j.id, j.priority, j.available_at FROM delivery_jobs j
@@ -48,7 +51,7 @@ WITH relay_up AS (
                         WHERE t.domain = lower(split_part(j.email, '@', 2))
                           AND t.until > now())
      ORDER BY j.priority, j.available_at, j.id
-     LIMIT :n
+     LIMIT %(n)s
        FOR UPDATE OF j SKIP LOCKED
 ), campaign AS (
     SELECT d.id, d.priority, d.available_at FROM broadcasts b
@@ -60,7 +63,7 @@ WITH relay_up AS (
                             WHERE t.domain = lower(split_part(j.email, '@', 2))
                               AND t.until > now())
          ORDER BY j.available_at, j.id
-         LIMIT :n
+         LIMIT %(n)s
            FOR UPDATE OF j SKIP LOCKED) d
      WHERE b.finished_at IS NULL
        AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = b.campaign_id
@@ -69,14 +72,14 @@ WITH relay_up AS (
 ), due AS (
     SELECT id FROM (SELECT * FROM transactional UNION ALL SELECT * FROM campaign) c
      ORDER BY priority, available_at, id
-     LIMIT :n
+     LIMIT %(n)s
 ), claimed AS (
     UPDATE delivery_jobs j
-       SET status = '{SENDING}', claimed_by = :worker, claim_token = CAST(:token AS uuid),
+       SET status = '{SENDING}', claimed_by = %(worker)s, claim_token = CAST(%(token)s AS uuid),
            claimed_at = clock_timestamp(),
            message_id = coalesce(j.message_id, '<' || replace(gen_random_uuid()::text, '-', '')
                || '@' || coalesce((SELECT lower(substring(c.from_addr FROM '@([^@>\s]+)>?\s*$'))
-                                     FROM campaigns c WHERE c.id = j.campaign_id), :domain)
+                                     FROM campaigns c WHERE c.id = j.campaign_id), %(domain)s)
                || '>')
       FROM due WHERE j.id = due.id
     RETURNING j.id, j.kind, j.priority, j.email, j.claim_token, j.attempts, j.retry_base,
@@ -97,7 +100,7 @@ WITH relay_up AS (
 )
 -- One JSON value for the whole batch: decoding it is far cheaper in Python than rows.
 SELECT coalesce(json_agg(claimed ORDER BY claimed.id), '[]'::json) AS jobs FROM claimed
-""")
+"""
 
 
 def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
@@ -105,9 +108,36 @@ def claim_batch(conn: Connection, worker_id: str, n: int, domain: str,
     """Claim up to ``n`` due jobs for ``worker_id`` under one claim ``token`` (a fresh one
     when None), while one of the first ``relays`` relays is usable. No two workers ever
     get the same job."""
-    rows = conn.execute(_CLAIM, {"worker": worker_id, "n": n, "domain": domain,
-                                 "token": token or str(uuid.uuid4()),
-                                 "relays": relays}).scalar_one()
+    params = _params(worker_id, n, domain, token, relays)
+    return _jobs(conn.exec_driver_sql(_CLAIM, params).scalar_one())
+
+
+def claim_bounded(session: psycopg.Connection, timeout: float, worker_id: str, n: int,
+                  domain: str, token: str, relays: int = 1) -> list[ClaimedJob]:
+    """:func:`claim_batch` on an autocommit driver session (the drain threads', one claim
+    every ten messages), the statement bounded by ``timeout`` seconds: the setting, the
+    claim and the reset go in one round trip (libpq's pipeline mode), one implicit
+    transaction, so a claim that fails or times out leaves the session's setting as it was.
+    """
+    with session.pipeline():
+        session.execute(_SET_TIMEOUT % int(timeout * 1000))
+        cursor = session.execute(_CLAIM, _params(worker_id, n, domain, token, relays))
+        session.execute(_RESET_TIMEOUT)
+    row = cursor.fetchone()
+    return _jobs(row[0] if row else [])
+
+
+_SET_TIMEOUT = "SET statement_timeout = %d"
+_RESET_TIMEOUT = "RESET statement_timeout"
+
+
+def _params(worker_id: str, n: int, domain: str, token: str | None,
+            relays: int) -> dict[str, object]:
+    return {"worker": worker_id, "n": n, "domain": domain,
+            "token": token or str(uuid.uuid4()), "relays": relays}
+
+
+def _jobs(rows: list[dict[str, Any]]) -> list[ClaimedJob]:
     jobs = [ClaimedJob(**row) for row in rows]
     jobs.sort(key=lambda j: (j.priority, j.id))
     return jobs
