@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from workers import queue
+from workers.core import pg
 from workers.core.settings import Config
 from workers.delivery import pool as pool_module
 from workers.delivery.pool import Pool
@@ -85,8 +86,7 @@ def test_a_claim_leaves_its_session_timeout_as_it_found_it(
                                    "00000000-0000-0000-0000-000000000002") == []
         assert session.execute("SHOW statement_timeout").fetchone() == ("0",)
         with pytest.raises(psycopg.errors.UndefinedFunction):
-            with session.pipeline():  # a claim that fails in the same kind of round trip
-                session.execute("SET statement_timeout = 300")
+            with pg.setting_around(session, "statement_timeout", "300"):  # as a claim
                 session.execute("SELECT no_such_function()")
         assert session.execute("SHOW statement_timeout").fetchone() == ("0",)
 

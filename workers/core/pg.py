@@ -652,13 +652,23 @@ def driver_tuples(conn: sa.Connection, statement: NativeStatement, params: dict[
     failure rolls it back with the statement's transaction."""
     with _driver(conn, statement.source, params) as raw, \
             psycopg.RawCursor(raw, row_factory=tuple_row) as cur:
-        with raw.pipeline():
-            raw.execute("SET plan_cache_mode = force_generic_plan")
+        with setting_around(raw, "plan_cache_mode", "force_generic_plan"):
             cur.execute(statement.text, statement.args(params), prepare=True)
-            raw.execute("RESET plan_cache_mode")
         if cur.description is None:
             return [], []
         return [c.name for c in cur.description], cur.fetchall()
+
+
+@contextlib.contextmanager
+def setting_around(raw: psycopg.Connection[Any], name: str, value: str) -> Iterator[None]:
+    """Set a session setting, run what the block sends, and reset it, all in one round
+    trip (libpq's pipeline mode: one implicit transaction on an autocommit session), so a
+    statement that fails leaves the setting as it was. ``name`` and ``value`` are ours,
+    never a user's."""
+    with raw.pipeline():
+        raw.execute(f"SET {name} = {value}")
+        yield
+        raw.execute(f"RESET {name}")
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from workers.core import pg
 from workers.core.jobs import ClaimedJob
 from workers.core.states import (
     CLAIMABLE,
@@ -116,19 +117,12 @@ def claim_bounded(session: psycopg.Connection, timeout: float, worker_id: str, n
                   domain: str, token: str, relays: int = 1) -> list[ClaimedJob]:
     """:func:`claim_batch` on an autocommit driver session (the drain threads', one claim
     every ten messages), the statement bounded by ``timeout`` seconds: the setting, the
-    claim and the reset go in one round trip (libpq's pipeline mode), one implicit
-    transaction, so a claim that fails or times out leaves the session's setting as it was.
-    """
-    with session.pipeline():
-        session.execute(_SET_TIMEOUT % int(timeout * 1000))
+    claim and the reset go in one round trip (:func:`workers.core.pg.setting_around`), so a
+    claim that fails or times out leaves the session's setting as it was."""
+    with pg.setting_around(session, "statement_timeout", str(int(timeout * 1000))):
         cursor = session.execute(_CLAIM, _params(worker_id, n, domain, token, relays))
-        session.execute(_RESET_TIMEOUT)
     row = cursor.fetchone()
     return _jobs(row[0] if row else [])
-
-
-_SET_TIMEOUT = "SET statement_timeout = %d"
-_RESET_TIMEOUT = "RESET statement_timeout"
 
 
 def _params(worker_id: str, n: int, domain: str, token: str | None,
