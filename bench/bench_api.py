@@ -397,9 +397,34 @@ def _admin_token(url: str) -> tuple[sa.Engine, str]:
         return engine, users.create_token(conn, user["id"])
 
 
+# --history: the verifications a deployment sent before the run, one a minute per user
+# over the last weeks, so the intake is measured against a jobs table of a real size
+# (its statements' estimated costs grow with the table: docs/performance.md, "JIT").
+_HISTORY = f"""
+INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, payload, attempts,
+                           created_at, available_at, finished_at)
+SELECT 'verification', 0, '{SENT}', 'past' || g || '@example.net', 'past-' || g,
+       jsonb_build_object('data', jsonb_build_object(
+           'verify_url', 'https://app.example/v?u=past-' || g)),
+       1, now() - g * interval '5 seconds', now() - g * interval '5 seconds',
+       now() - g * interval '5 seconds' + interval '1 second'
+  FROM generate_series(1, %(n)s) g
+"""
+
+
+def history(url: str, n: int) -> None:
+    """Give the fresh database ``n`` sent verifications (see :data:`_HISTORY`)."""
+    if n <= 0:
+        return
+    with psycopg.connect(pg.conninfo(url), autocommit=True) as conn:
+        conn.execute(_HISTORY, {"n": n})
+        conn.execute("VACUUM ANALYZE delivery_jobs")
+
+
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     smtp_port = free_port()
     with fresh_database() as url, sink_process("postfix", smtp_port):
+        history(url, args.history)
         engine, token = _admin_token(url)
         minimal, minimal_base = start_minimal(url, workdir / "minimal.log")
         try:
@@ -470,6 +495,7 @@ def intake_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]
     trees = _trees(args)
     runs = []
     with fresh_database() as url, sink_process("postfix", smtp_port):
+        history(url, args.history)
         engine, token = _admin_token(url)
         minimal, minimal_base = start_minimal(url, workdir / "minimal.log")
         try:
@@ -545,6 +571,7 @@ def batch_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     smtp_port = free_port()
     trees = _trees(args)
     with fresh_database() as url, sink_process("postfix", smtp_port):
+        history(url, args.history)
         engine, token = _admin_token(url)
         runs = []
         for r in range(args.repeat):
@@ -562,6 +589,10 @@ def batch_only(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
                     server.wait(30)
         engine.dispose()
         return runs
+
+
+def _earlier_jobs(args: argparse.Namespace) -> str:
+    return f", {args.history:,} earlier jobs (--history)" if args.history else ""
 
 
 def _batch_table(title: str, runs: list[dict[str, Any]]) -> str:
@@ -593,6 +624,9 @@ def main() -> None:
                         help="only the minimal endpoint's burst and senddock web's "
                              "(with --before DIR, that checkout's web too, alternated)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds with --intake-only")
+    parser.add_argument("--history", type=int, default=0, metavar="N",
+                        help="first give the database N sent verifications, as a "
+                             "deployment that has run for a while")
     args = parser.parse_args()
     load_before = machine()["load_1m"]
     if args.intake_only:
@@ -603,8 +637,8 @@ def main() -> None:
                                   f"s, senddock web alone beside the minimal endpoint "
                                   f"({info['cpus']} cores, PostgreSQL {info['postgres']}, "
                                   f"loop {loop_seconds():.2f} s, load {load_before} before / "
-                                  f"{info['load_1m']} after)"))
-        saved = save("api-intake", {"machine": info, "load_before": load_before,
+                                  f"{info['load_1m']} after{_earlier_jobs(args)})"))
+        saved = save("api-intake", {"machine": info, "load_before": load_before, "history": args.history,
                                     "runs": runs})
         print(f"\nsaved {saved}")
         return
@@ -614,8 +648,9 @@ def main() -> None:
         info = machine()
         print(_batch_table(f"Batch: POST /messages/batch, 500 per call, 4 clients, senddock "
                            f"{args.command}, loop {loop_seconds():.2f} s, load "
-                           f"{load_before} before / {info['load_1m']} after", runs))
-        saved = save("api-batch", {"machine": info, "load_before": load_before, "runs": runs})
+                           f"{load_before} before / {info['load_1m']} after"
+                           f"{_earlier_jobs(args)}", runs))
+        saved = save("api-batch", {"machine": info, "load_before": load_before, "history": args.history, "runs": runs})
         print(f"\nsaved {saved}")
         return
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:

@@ -5,17 +5,22 @@ at once."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import event
 
 from tests.conftest import Api
+from webapp import db
 from webapp.domain import intake, kinds, users
 from workers.core import pg
+from workers.queue.enqueue_messages import ENQUEUE
 from workers.queue.wakes import WAKE, WAKER
 
 
@@ -139,3 +144,43 @@ def test_a_token_is_remembered_no_longer_than_it_lives(
     (until, _), = [v for k, v in users._remembered.items()
                    if k[0] == users._token_hash(user["token"])]
     assert until - time.monotonic() <= 0.2
+
+
+def _jit_in_plan(conn: Any) -> bool:
+    """Whether PostgreSQL would JIT-compile a 500-ask enqueue statement on this session."""
+    items = json.dumps([{"i": i, "k": 0, "email": f"j{i}@example.org", "user_ref": f"j{i}",
+                         "payload": {}} for i in range(500)])
+    kinds_ = json.dumps([{"k": 0, "name": "verification", "priority": 10,
+                          "dedupe_window": 0, "one_live": True, "cooldown": 60}])
+    with conn.cursor() as cur:
+        cur.execute(f"EXPLAIN (FORMAT JSON) {ENQUEUE}", {
+            "items": items, "kinds": kinds_, "actor": "tests", "max_backlog": None,
+            "notify": False})
+        [[plan]] = cur.fetchall()
+    return "JIT" in plan[0]
+
+
+def test_no_session_of_ours_compiles_a_statement_with_jit(db_url: str, pg_server: str) -> None:
+    """PostgreSQL JIT-compiles a statement whose estimated cost passes ``jit_above_cost``,
+    and the estimate grows with the tables: at about 120,000 jobs every enqueue compiled
+    some 245 functions for 150-240 ms, to execute in 2 (docs/performance.md). Our sessions
+    run without JIT, even on a database that would compile everything."""
+    name = sa.make_url(db_url).database
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" SET jit_above_cost = 0')  # type: ignore[arg-type]
+        available = admin.execute("SELECT pg_jit_available()").fetchone()
+    with psycopg.connect(db_url) as bare:
+        # Where the server has JIT at all, a session left to the database's settings uses it.
+        assert _jit_in_plan(bare) == bool(available and available[0])
+    engine = db.make_engine(db_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            assert not _jit_in_plan(conn.connection.driver_connection)
+            assert conn.execute(sa.text("SHOW jit")).scalar_one() == "off"
+    finally:
+        engine.dispose()
+    # The URL's own options are kept beside ours.
+    url_options = make_conninfo(pg.conninfo(db_url), options="-c work_mem=7MB")
+    with pg.connect(url_options, application_name="tests") as raw:
+        assert not _jit_in_plan(raw)
+        assert raw.execute("SHOW work_mem").fetchone() == ("7MB",)

@@ -133,15 +133,25 @@ TCP_DEFAULTS: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5,
                                 "tcp_user_timeout": 10_000}
 
 
+# Every session of ours runs without PostgreSQL's JIT compiler. PostgreSQL compiles a
+# statement whose estimated cost passes `jit_above_cost`, and estimates grow with the
+# tables: at about 120,000 jobs the enqueue statement crossed it, and from then on every
+# call spent 150-240 ms compiling some 245 functions to execute in 2 ms
+# (docs/performance.md, "JIT"). Our statements are a queue's and a page's, short and many;
+# none gains what a compilation costs.
+SESSION_OPTIONS = "-c jit=off"
+
+
 def connect(info: str, *, application_name: str, connect_timeout: int = 5,
             options: str = "", **kwargs: Any) -> psycopg.Connection[Any]:
     """A raw psycopg connection (the health check) with the same URL
-    handling as the engines, and bounded waits (:data:`TCP_DEFAULTS`)."""
+    handling as the engines, bounded waits (:data:`TCP_DEFAULTS`) and our session
+    settings (:data:`SESSION_OPTIONS`, then the URL's own ``options``, then ``options``)."""
     given = conninfo_to_dict(info)
     extra: dict[str, Any] = {k: v for k, v in TCP_DEFAULTS.items() if k not in given}
     extra.update({"application_name": application_name, "connect_timeout": connect_timeout})
-    if options:
-        extra["options"] = options
+    extra["options"] = " ".join(str(o) for o in (SESSION_OPTIONS, given.get("options"),
+                                                 options) if o)
     return psycopg.connect(make_conninfo(info, **extra), **kwargs)
 
 
