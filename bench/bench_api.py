@@ -638,8 +638,8 @@ def main() -> None:
                                   f"({info['cpus']} cores, PostgreSQL {info['postgres']}, "
                                   f"loop {loop_seconds():.2f} s, load {load_before} before / "
                                   f"{info['load_1m']} after{_earlier_jobs(args)})"))
-        saved = save("api-intake", {"machine": info, "load_before": load_before, "history": args.history,
-                                    "runs": runs})
+        saved = save("api-intake", {"machine": info, "load_before": load_before,
+                                    "history": args.history, "runs": runs})
         print(f"\nsaved {saved}")
         return
     if args.batch_only:
@@ -650,7 +650,8 @@ def main() -> None:
                            f"{args.command}, loop {loop_seconds():.2f} s, load "
                            f"{load_before} before / {info['load_1m']} after"
                            f"{_earlier_jobs(args)}", runs))
-        saved = save("api-batch", {"machine": info, "load_before": load_before, "history": args.history, "runs": runs})
+        saved = save("api-batch", {"machine": info, "load_before": load_before,
+                                   "history": args.history, "runs": runs})
         print(f"\nsaved {saved}")
         return
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
