@@ -545,12 +545,24 @@ class Postfix:
             subprocess.run(["postsuper", "-c", str(self.config_dir), "-d", "ALL"],
                            capture_output=True, timeout=30)
 
+    def queue_ids(self) -> set[str]:
+        """The queue IDs in this instance's queue (incoming, active, deferred, hold). The
+        queue manager moves a message between those folders by renaming its file (same
+        name), so one walk may see it twice, or not at all; walks are repeated until two
+        agree."""
+        last: set[str] | None = None
+        for _ in range(50):
+            ids = {p.name for sub in ("incoming", "active", "deferred", "hold")
+                   for p in (self.root / "queue" / sub).rglob("*") if p.is_file()}
+            if ids == last:
+                break
+            last = ids
+            time.sleep(0.01)
+        return ids
+
     def queue_size(self) -> int:
-        """Messages in this instance's queue (incoming, active, deferred, hold)."""
-        n = 0
-        for sub in ("incoming", "active", "deferred", "hold"):
-            n += sum(1 for p in (self.root / "queue" / sub).rglob("*") if p.is_file())
-        return n
+        """Messages in this instance's queue (see :meth:`queue_ids`)."""
+        return len(self.queue_ids())
 
     def clear_mailbox(self) -> None:
         for p in (self.mailbox_dir / "new").iterdir():
