@@ -397,8 +397,8 @@ def _admin_token(url: str) -> tuple[sa.Engine, str]:
         return engine, users.create_token(conn, user["id"])
 
 
-# --history: the verifications a deployment sent before the run, one a minute per user
-# over the last weeks, so the intake is measured against a jobs table of a real size
+# --history: the verifications a deployment sent before the run, one every 5 seconds, each
+# to a new user, so the intake is measured against a jobs table of a real size
 # (its statements' estimated costs grow with the table: docs/performance.md, "JIT").
 _HISTORY = f"""
 INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, payload, attempts,
