@@ -14,18 +14,22 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 import sqlalchemy as sa
+from psycopg import generators, pq, waiting
+from psycopg.abc import Buffer
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import set_json_loads
@@ -644,6 +648,17 @@ class NativeStatement:
             return f"${self.names.index(match.group(1)) + 1}"
 
         self.text = self._PLACEHOLDER.sub(native, text)
+        self._names: dict[tuple[int, ...], bytes] = {}
+
+    def name(self, types: Sequence[int]) -> bytes:
+        """The name it is prepared under on a session with parameters of these types (an
+        integer's type follows its size): its text and the types hashed."""
+        key = tuple(types)
+        name = self._names.get(key)
+        if name is None:
+            digest = hashlib.sha1(f"{self.text}{key}".encode()).hexdigest()[:16]
+            name = self._names[key] = f"senddock_{digest}".encode()
+        return name
 
     def args(self, params: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(params[name] for name in self.names)
@@ -659,14 +674,108 @@ def driver_tuples(conn: sa.Connection, statement: NativeStatement, params: dict[
     there. Left to PostgreSQL's ``plan_cache_mode = auto``, the enqueue statement was
     planned anew on four calls in five, 2 ms of planning to 1 ms of execution. The
     setting is set and reset around it in the same round trip (libpq's pipeline), and a
-    failure rolls it back with the statement's transaction."""
-    with _driver(conn, statement.source, params) as raw, \
-            psycopg.RawCursor(raw, row_factory=tuple_row) as cur:
-        with setting_around(raw, "plan_cache_mode", "force_generic_plan"):
-            cur.execute(statement.text, statement.args(params), prepare=True)
-        if cur.description is None:
-            return [], []
-        return [c.name for c in cur.description], cur.fetchall()
+    failure rolls it back with the statement's transaction.
+
+    In autocommit (the API's requests) that round trip is written to libpq directly, the
+    setting and the reset prepared too (:func:`_generic_round_trip`): psycopg's own
+    pipeline costs 75 µs of this process's CPU a call more than a plain execute, and a
+    ``POST /messages`` took a sixth less of the server's CPU without it
+    (docs/performance.md, "One statement a request"). Inside a transaction it takes
+    psycopg's pipeline, which begins the transaction as psycopg would."""
+    args = statement.args(params)
+    with _driver(conn, statement.source, params) as raw:
+        if raw.autocommit:
+            try:
+                return _generic_round_trip(raw, statement, args)
+            except psycopg.errors.InvalidSqlStatementName:
+                # psycopg deallocates every statement of the session when it rolls back
+                # a transaction while it has statements of its own prepared: prepare ours
+                # again. Nothing of the failed round trip ran (one implicit transaction).
+                _PREPARED.pop(raw, None)
+                return _generic_round_trip(raw, statement, args)
+        with psycopg.RawCursor(raw, row_factory=tuple_row) as cur:
+            with setting_around(raw, "plan_cache_mode", "force_generic_plan"):
+                cur.execute(statement.text, args, prepare=True)
+            if cur.description is None:
+                return [], []
+            return [c.name for c in cur.description], cur.fetchall()
+
+
+# The statements each session has prepared under their own names (driver_tuples).
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = \
+    weakref.WeakKeyDictionary()
+# The setting and its reset, each prepared once per session too (a prepared statement is
+# not parsed again; pg_stat_statements counts it once, not at each call).
+_GENERIC = (b"senddock_generic_plans", b"SET plan_cache_mode = force_generic_plan")
+_AUTO = (b"senddock_auto_plans", b"RESET plan_cache_mode")
+_WAIT = 0.1  # seconds between two looks at the socket, as psycopg's own waits
+
+
+def _generic_round_trip(raw: psycopg.Connection[Any], statement: NativeStatement,
+                        args: tuple[Any, ...]) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The setting, the statement and the reset, each prepared first on a new session,
+    written to libpq in pipeline mode with one sync point: one round trip and, in
+    autocommit, one transaction; a failure anywhere is raised as psycopg raises it."""
+    tx = Transformer(raw)
+    values = tx.dump_sequence(args, [PyFormat.AUTO] * len(args))
+    name = statement.name(tx.types or ())
+    prepared = _PREPARED.setdefault(raw, set())
+    sent: list[bytes | None] = []  # per result to come: the name it prepares, or None
+    pgconn = raw.pgconn
+
+    def run(name: bytes, text: bytes, types: Sequence[int] | None = None,
+            values: Sequence[Buffer | None] | None = None,
+            formats: Sequence[pq.Format] | None = None) -> int:
+        if name not in prepared:
+            pgconn.send_prepare(name, text, param_types=types)
+            sent.append(name)
+        pgconn.send_query_prepared(name, values, param_formats=formats)
+        sent.append(None)
+        return len(sent) - 1
+
+    with raw.lock:
+        pgconn.enter_pipeline_mode()
+        try:
+            run(*_GENERIC)
+            at = run(name, statement.text.encode(), tx.types, values, tx.formats)
+            run(*_AUTO)
+            pgconn.pipeline_sync()
+            waiting.wait(generators.send(pgconn), pgconn.socket, _WAIT)
+            results = waiting.wait(_until_sync(pgconn), pgconn.socket, _WAIT)
+        finally:
+            if pgconn.pipeline_status != pq.PipelineStatus.OFF:
+                try:
+                    pgconn.exit_pipeline_mode()
+                except psycopg.Error:  # lost, or left with results unread: never reused
+                    pgconn.finish()
+    # What was prepared stays prepared when the rest failed: a prepared statement is the
+    # session's, not the transaction's.
+    prepared.update(made for made, result in zip(sent, results, strict=True)
+                    if made and result.status == pq.ExecStatus.COMMAND_OK)
+    failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
+    if failed is not None:
+        raise psycopg.errors.error_from_result(failed, encoding=raw.info.encoding)
+    result = results[at]
+    if result.status != pq.ExecStatus.TUPLES_OK:
+        return [], []
+    tx.set_pgresult(result)
+    names = [(result.fname(i) or b"").decode(raw.info.encoding) for i in range(result.nfields)]
+    return names, tx.load_rows(0, result.ntuples, tuple)
+
+
+def _until_sync(pgconn: pq.abc.PGconn) -> generators.PQGen[list[pq.abc.PGresult]]:
+    """Read a pipeline's results up to its sync point (for psycopg's ``waiting.wait``)."""
+    results: list[pq.abc.PGresult] = []
+    while True:
+        while pgconn.is_busy():
+            if (yield waiting.Wait.R):  # nothing yet after _WAIT seconds: wait again
+                pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:  # the end of one statement's results
+            continue
+        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+            return results
+        results.append(result)
 
 
 @contextlib.contextmanager
