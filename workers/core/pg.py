@@ -679,7 +679,7 @@ def driver_tuples(conn: sa.Connection, statement: NativeStatement, params: dict[
     In autocommit (the API's requests) that round trip is written to libpq directly, the
     setting and the reset prepared too (:func:`_generic_round_trip`): psycopg's own
     pipeline costs 75 µs of this process's CPU a call more than a plain execute, and a
-    ``POST /messages`` took a sixth less of the server's CPU without it
+    ``POST /messages`` took about a fifth less of the server's CPU without it
     (docs/performance.md, "One statement a request"). Inside a transaction it takes
     psycopg's pipeline, which begins the transaction as psycopg would."""
     args = statement.args(params)
