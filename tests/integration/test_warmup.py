@@ -261,3 +261,48 @@ def test_the_outlook_past_the_schedule() -> None:
     today = warmup.Today("d.example", date(2026, 1, 1), 1, 10, 3, 0, 0, True)
     assert warmup.Outlook(today, 5, 1, date(2026, 1, 1)).held is False
     assert warmup.Outlook(today, 50, 2, date(2026, 1, 2)).held is True
+
+
+def test_claims_that_wait_on_each_other_share_the_cap(engine: sa.Engine) -> None:
+    """Two claims at once (two threads, two processes): the second waits on the first's
+    lock on the warm-up row, and must then count what the first counted. A statement that
+    waited on a lock still reads with the snapshot it started with, so the sends are read
+    after the lock is held, in a statement of their own."""
+    import threading
+
+    with engine.begin() as conn:
+        warmup.start(conn, "warm.example", caps=[3], hour_share=1.0)
+    campaign_id = _campaign(engine, 6)
+    with engine.begin() as conn:
+        queue.enqueue_broadcast(conn, int(conn.execute(sa.text(
+            "SELECT broadcast_id FROM campaigns WHERE id = :c"), {"c": campaign_id}).scalar_one()))
+        first = queue.claim_batch(conn, "w1", 3, "example.org")
+        second = queue.claim_batch(conn, "w2", 3, "example.org")
+    assert len(first) == len(second) == 3
+    went: dict[str, list[int]] = {}
+    holder = engine.connect()
+    holder.begin()
+    went["first"] = [j.id for j in warmup.hold_over_cap(holder, first)]
+
+    def other() -> None:
+        with engine.begin() as conn:
+            went["second"] = [j.id for j in warmup.hold_over_cap(conn, second)]
+
+    thread = threading.Thread(target=other)
+    thread.start()
+
+    def waiting_on_the_lock() -> bool:
+        with engine.connect() as conn:
+            return bool(conn.execute(sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()")).scalar_one())
+
+    wait_for(waiting_on_the_lock, timeout=30, message="the second claim to wait on the lock")
+    holder.commit()
+    holder.close()
+    thread.join(30)
+    assert len(went["first"]) == 3
+    assert went["second"] == [], "the second claim sent past the day's cap of 3"
+    with engine.connect() as conn:
+        today = warmup.status(conn, "warm.example")
+    assert today is not None and today.sent_today == 3

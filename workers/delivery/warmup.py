@@ -6,7 +6,8 @@ of caps, or the built-in ramp :data:`RAMP`), and in any clock hour at most ``hou
 that day's cap (rounded up). After the last day of the schedule the domain has no cap.
 
 The pacer asks :func:`hold_over_cap` after each claim: within one transaction that locks
-the domain's warm-up row (so every process shares the caps), the claimed jobs within the
+the domain's warm-up row (so every process shares the caps) and only then reads what was
+counted (a statement that waited on the lock would read from before it), the claimed jobs within the
 caps are counted in ``warmup_sends`` and go out; transactional mail (any kind but the
 campaign and sequence kinds) always goes out and is counted, taking room from the campaign
 mail; the rest go back to ``pending`` unsent,
@@ -73,8 +74,7 @@ def caps_for(day: int, caps: Sequence[int] | None,
     return daily, max(1, math.ceil(daily * hour_share))
 
 
-# The warm-ups of these domains with today's and this hour's sends, on the database clock;
-# FOR UPDATE: a claim in another process waits for this one's count.
+# The warm-ups of these domains with today's and this hour's sends, on the database clock.
 _TODAY = sa.text("""
 SELECT w.domain, w.started_on, w.caps, w.hour_share,
        (now() AT TIME ZONE 'UTC')::date - w.started_on + 1 AS day,
@@ -85,6 +85,13 @@ SELECT w.domain, w.started_on, w.caps, w.hour_share,
                    AND s.hour = date_trunc('hour', now())), 0) AS sent_hour
   FROM warmups w WHERE w.domain = ANY(CAST(:domains AS text[]))
  ORDER BY w.domain
+""")
+
+
+# Every claim's count of a domain waits for the one before it (in one order: no deadlock).
+_LOCK = sa.text("""
+SELECT domain FROM warmups WHERE domain = ANY(CAST(:domains AS text[]))
+ ORDER BY domain FOR UPDATE
 """)
 
 
@@ -200,8 +207,12 @@ def hold_over_cap(conn: Connection, jobs: Sequence[ClaimedJob]) -> list[ClaimedJ
     by_domain: dict[str, list[ClaimedJob]] = defaultdict(list)
     for job in jobs:
         by_domain[sending_domain(job)].append(job)
-    rows = conn.execute(sa.text(_TODAY.text + " FOR UPDATE OF w"),
-                        {"domains": sorted(by_domain)}).all()
+    domains = sorted(by_domain)
+    # The lock first, the sends after, in a statement of its own: a statement that waited
+    # on another claim's lock still reads with the snapshot it started with, so it would
+    # not see what that claim counted, and both would send up to the cap.
+    conn.execute(_LOCK, {"domains": domains})
+    rows = conn.execute(_TODAY, {"domains": domains}).all()
     held: set[int] = set()
     for row in rows:
         today = _today(row)
