@@ -188,3 +188,33 @@ def test_maintenance_prunes_the_domain_throttles_that_ended_a_day_ago(
     maintenance._prune_at = time.monotonic()  # an hour later
     maintenance.run()
     assert domains() == {"paused.example"}
+
+
+def test_a_claim_that_waited_on_another_counts_its_sends_against_the_hour(
+        engine: sa.Engine) -> None:
+    """The hourly and daily limits hold across processes: a claim that waited for another
+    one's lock on the rate row must then see what that one took (a statement that waited
+    on a lock still reads with the snapshot it started with)."""
+    holder = engine.connect()
+    holder.begin()
+    assert queue.acquire_permits(holder, 20, 0, per_hour=25).granted == 20
+    granted: list[int] = []
+
+    def other() -> None:
+        with engine.begin() as conn:
+            granted.append(queue.acquire_permits(conn, 10, 0, per_hour=25).granted)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            if conn.execute(sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()")).scalar_one():
+                break
+        time.sleep(0.02)
+    holder.commit()
+    holder.close()
+    thread.join(30)
+    assert granted == [5], "the hour's limit of 25 was handed out twice"

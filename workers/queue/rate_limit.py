@@ -51,11 +51,17 @@ class Permits:
     rate: float = 0.0  # the per-second rate in force (0: none; a throttling relay's pace)
 
 
+# Every grant waits for the one before it on the rate row, in a statement of its own: the
+# statements after it read what that one took. (A statement that waited on the lock itself
+# would read the minute counters with the snapshot it started with, from before that
+# grant, and the hour's and day's limits could be handed out twice.)
+_RATE_LOCK = sa.text("SELECT 1 FROM rate_limiter WHERE id = 1 FOR UPDATE")
+
 _RATE_STATE = sa.text("""
 WITH cur AS (
     SELECT extract(epoch FROM tat)::float8 AS tat,
            extract(epoch FROM clock_timestamp())::float8 AS now, paced_rate
-      FROM rate_limiter WHERE id = 1 FOR UPDATE
+      FROM rate_limiter WHERE id = 1
 )
 SELECT c.tat, c.now, c.paced_rate,
        (SELECT coalesce(sum(used), 0) FROM rate_minutes
@@ -85,6 +91,7 @@ def acquire_permits(conn: Connection, want: int, per_second: float, per_hour: in
     the relay's reply before the next second begins. Slots up to ``horizon`` seconds ahead
     are handed out; the caller waits for each. Unused ones go back with
     :func:`refund_permits` in the same transaction."""
+    conn.execute(_RATE_LOCK)
     conn.execute(_PACE_UP, {"limit": float(per_second)})
     state = conn.execute(_RATE_STATE).one()
     observed = time.monotonic()  # the database's clock was read before this instant
