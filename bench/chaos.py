@@ -13,10 +13,10 @@ a promise is broken.
 How the bound is measured: a victim is frozen (SIGSTOP), the jobs it holds in `sending`
 are counted, then it is SIGKILLed. Only those jobs can have been accepted by the relay
 without being marked `sent` (P3), so duplicates <= their sum over all kills. Each
-duplicate is also put down to the kill whose victim held its job: outcomes are committed
-per message (docs/design.md §16), so no kill may cause more duplicates than the victim has worker
-threads. ``--sink postfix`` uses Postfix's smtp-sink (the zero-latency relay) instead of
-our scripted sink. With
+duplicate is also put down to the kill that left its job accepted and unmarked (see
+:func:`blame`): outcomes are committed per message (docs/design.md §16), so no kill may
+cause more duplicates than the victim has worker threads. ``--sink postfix`` uses
+Postfix's smtp-sink (the zero-latency relay) instead of our scripted sink. With
 --relay-outage the sink itself is stopped mid-conversation; a message whose final dot
 reached it but whose 250 never came back is SMTP's own at-least-once window, counted
 separately (jobs with a transient attempt at stage data_end) and added to the bound.
@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -190,7 +190,8 @@ class Kill:
     victim_in_flight: int
     all_in_flight: int
     victim_jobs: list[int] = field(default_factory=list)
-    duplicates: int = 0  # of the victim's claimed jobs, how many reached the relay twice
+    records_at_kill: int = 0  # messages in the sink's record once the victim was dead
+    duplicates: int = 0  # copies of the victim's jobs it left accepted and unmarked
 
 
 class Fleet:
@@ -212,8 +213,9 @@ class Fleet:
                                                 cwd=ROOT)
         self.started.append(self.procs[slot].pid)  # type: ignore[union-attr]
 
-    def kill(self, slot: int, started: float) -> Kill:
-        """Freeze the slot's process, count what it holds, SIGKILL it."""
+    def kill(self, slot: int, started: float, sink: SinkProcess | PostfixSinkProcess) -> Kill:
+        """Freeze the slot's process, count what it holds, SIGKILL it; then note how far
+        the sink's record has come (before the slot restarts and takes its jobs back)."""
         proc = self.procs[slot]
         assert proc is not None
         os.kill(proc.pid, signal.SIGSTOP)
@@ -229,7 +231,7 @@ class Fleet:
         proc.wait(15)
         self.procs[slot] = None
         return Kill(round(time.monotonic() - started, 2), slot, proc.pid, len(victim),
-                    int(everyone), victim_jobs=victim)
+                    int(everyone), victim_jobs=victim, records_at_kill=len(sink.records()))
 
     def running_slots(self) -> list[int]:
         """Slots whose process has registered as a worker (its pool is draining)."""
@@ -448,7 +450,7 @@ def _wreak_havoc(options: ChaosOptions, rng: random.Random, fleet: Fleet,
         slots = fleet.running_slots() if sent > 0 else []
         if may_kill and slots:
             slot = rng.choice(slots)
-            report.kills.append(fleet.kill(slot, started))
+            report.kills.append(fleet.kill(slot, started, sink))
             time.sleep(rng.uniform(0, 0.5))
             fleet.start(slot)
     if relay_back_at is not None:
@@ -508,19 +510,15 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
                AND a.stage IN ('send', 'data_end')"""), {"id": campaign_id}).scalar_one())
         suppressed = int(conn.execute(sa.text("SELECT count(*) FROM suppressions")).scalar_one())
     received = Counter(r["rcpt_tos"][0] for r in records)
+    copies: dict[str, list[int]] = defaultdict(list)
+    for position, r in enumerate(records):
+        copies[r["rcpt_tos"][0]].append(position)
     report.recipients = len(jobs)
     report.delivered = len(set(received) & set(jobs))
     report.lost = report.recipients - report.delivered
     report.duplicates = sum(n - 1 for n in received.values())
-    # Only a job the victim held in `sending` at its kill can have been sent twice because
-    # of that kill (P3): each duplicate is put down to the last kill that held its job.
     emails = {r.id: r.email for r in conn_rows(engine, campaign_id)}
-    blamed: dict[int, Kill] = {}
-    for kill in report.kills:
-        for job_id in kill.victim_jobs:
-            blamed[job_id] = kill
-    for job_id, kill in blamed.items():
-        kill.duplicates += max(0, received.get(emails.get(job_id, ""), 0) - 1)
+    blame(report.kills, {job_id: copies.get(email, []) for job_id, email in emails.items()})
     report.in_flight_bound = sum(k.victim_in_flight for k in report.kills)
     report.not_terminal = sum(report.counts[s] for s in (PENDING, SENDING, RETRY))
     report.sink_accepted = len(records)
@@ -546,6 +544,25 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
         (not report.unexpected_exits, f"worker(s) {report.unexpected_exits} died unasked"),
     ]
     report.broken.extend(message for ok, message in checks if not ok)
+
+
+def blame(kills: list[Kill], copies: dict[int, list[int]]) -> None:
+    """Put each duplicate down to the kill that caused it (P3). ``copies`` gives each job's
+    copies as their places in the sink's record. Every copy but a job's last was accepted
+    and never marked `sent`; the kill that left it so is the first one after it whose
+    victim held the job in `sending`. (The last kill that held a job is not always it: a
+    job the victim of one kill left unmarked is taken back, and may sit claimed, not yet
+    sent, in the next victim's batch.) A copy no kill held after it was left by something
+    else (the relay's lost 250), counted in the total only."""
+    holders: dict[int, list[Kill]] = defaultdict(list)
+    for kill in kills:
+        for job_id in kill.victim_jobs:
+            holders[job_id].append(kill)
+    for job_id, held_by in holders.items():
+        for place in copies.get(job_id, [])[:-1]:
+            kill = next((k for k in held_by if place < k.records_at_kill), None)
+            if kill is not None:
+                kill.duplicates += 1
 
 
 def conn_rows(engine: sa.Engine, campaign_id: int) -> list[Any]:
