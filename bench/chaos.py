@@ -13,9 +13,9 @@ a promise is broken.
 How the bound is measured: a victim is frozen (SIGSTOP), the jobs it holds in `sending`
 are counted, then it is SIGKILLed. Only those jobs can have been accepted by the relay
 without being marked `sent` (P3), so duplicates <= their sum over all kills. Each
-duplicate is also put down to the kill that left its job accepted and unmarked (see
-:func:`blame`): outcomes are committed per message (docs/design.md §16), so no kill may
-cause more duplicates than the victim has worker threads. ``--sink postfix`` uses
+duplicate is also put down to the kill that left its job accepted and unmarked
+(harness/duplicates.py): outcomes are committed per message (docs/design.md §16), so no
+kill may cause more duplicates than the victim has worker threads. ``--sink postfix`` uses
 Postfix's smtp-sink (the zero-latency relay) instead of our scripted sink. With
 --relay-outage the sink itself is stopped mid-conversation; a message whose final dot
 reached it but whose 250 never came back is SMTP's own at-least-once window, counted
@@ -54,6 +54,7 @@ from bench.common import (
     settings_from,
     table,
 )
+from harness.duplicates import blame
 from harness.seed import make_campaign as make_bench_campaign
 from harness.seed import seed_list
 from webapp.pgserver import PostgresServer, private_postgres
@@ -518,7 +519,10 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
     report.lost = report.recipients - report.delivered
     report.duplicates = sum(n - 1 for n in received.values())
     emails = {r.id: r.email for r in conn_rows(engine, campaign_id)}
-    blame(report.kills, {job_id: copies.get(email, []) for job_id, email in emails.items()})
+    caused = blame([(k.victim_jobs, k.records_at_kill) for k in report.kills],
+                   {job_id: copies.get(email, []) for job_id, email in emails.items()})
+    for kill, duplicates in zip(report.kills, caused, strict=True):
+        kill.duplicates = duplicates
     report.in_flight_bound = sum(k.victim_in_flight for k in report.kills)
     report.not_terminal = sum(report.counts[s] for s in (PENDING, SENDING, RETRY))
     report.sink_accepted = len(records)
@@ -544,25 +548,6 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
         (not report.unexpected_exits, f"worker(s) {report.unexpected_exits} died unasked"),
     ]
     report.broken.extend(message for ok, message in checks if not ok)
-
-
-def blame(kills: list[Kill], copies: dict[int, list[int]]) -> None:
-    """Put each duplicate down to the kill that caused it (P3). ``copies`` gives each job's
-    copies as their places in the sink's record. Every copy but a job's last was accepted
-    and never marked `sent`; the kill that left it so is the first one after it whose
-    victim held the job in `sending`. (The last kill that held a job is not always it: a
-    job the victim of one kill left unmarked is taken back, and may sit claimed, not yet
-    sent, in the next victim's batch.) A copy no kill held after it was left by something
-    else (the relay's lost 250), counted in the total only."""
-    holders: dict[int, list[Kill]] = defaultdict(list)
-    for kill in kills:
-        for job_id in kill.victim_jobs:
-            holders[job_id].append(kill)
-    for job_id, held_by in holders.items():
-        for place in copies.get(job_id, [])[:-1]:
-            kill = next((k for k in held_by if place < k.records_at_kill), None)
-            if kill is not None:
-                kill.duplicates += 1
 
 
 def conn_rows(engine: sa.Engine, campaign_id: int) -> list[Any]:
