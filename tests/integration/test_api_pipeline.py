@@ -108,7 +108,8 @@ def test_the_cooldown_holds_through_both_endpoints(api: Api, engine: sa.Engine) 
     # Over: a new request is a new email.
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE delivery_jobs SET created_at = now() - interval '3 min', "
-                             "finished_at = now() - interval '2 min'"))
+                             "finished_at = now() - interval '2 min', "
+                             "cooldown_until = now() - interval '2 min'"))
     again = api.post("/messages", as_message(VERIFY))
     assert again.status_code == 202 and again.get_json()["existing"] is False
     assert len(rows(engine, "verification")) == 2

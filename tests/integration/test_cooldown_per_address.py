@@ -5,6 +5,7 @@ through /verifications, /messages, a batch and a resend."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import sqlalchemy as sa
@@ -84,3 +85,52 @@ def test_the_address_lookup_reads_an_index(engine: sa.Engine) -> None:
             plan = "\n".join(row[0] for row in cur.fetchall())
         conn.rollback()
     assert "delivery_jobs_email_idx" in plan, plan
+
+
+def test_asks_at_the_same_moment_for_one_address_send_one_email(
+        app: Any, api: Api, engine: sa.Engine) -> None:
+    """Eight new users ask at once for one address (a burst of sign-ups naming someone
+    else's mailbox): each request's statement reads before the others have committed, so
+    the lookup alone would let several through. The database's constraint lets one in;
+    the others are asked again (webapp/domain/intake.py) and find it: 429."""
+    start = threading.Barrier(8)
+    answers: list[Any] = []
+
+    def ask(i: int) -> None:
+        client = app.test_client()
+        start.wait()
+        answers.append(client.post("/api/v1/verifications", headers=api.headers, json={
+            "user_id": f"e-{i}", "email": "Eve@example.org", "verify_url": URL}))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(a.status_code for a in answers) == [202] + [429] * 7
+    for answer in answers:
+        if answer.status_code == 429:
+            _too_many(answer)
+    assert len(rows(engine, "verification")) == 1
+
+
+def test_a_cooldown_shortened_since_keeps_the_one_a_job_opened(engine: sa.Engine) -> None:
+    """The constraint holds the cooldown a job was created with; so does the lookup, so a
+    setting shortened since answers `cooldown` with that job's time left, not `busy`."""
+    with engine.begin() as conn:
+        first = queue.enqueue_one(conn, queue.Ask("verification", "fay@example.org", 0, {},
+                                                  user_ref="f-1", cooldown=60), actor=None)
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET created_at = now() - interval "
+                                 "'30 s', cooldown_until = now() + interval '30 s' "
+                                 "WHERE id = :id"), {"id": first.job["id"]})
+    with engine.begin() as conn:
+        second = queue.enqueue_one(conn, queue.Ask("verification", "Fay@example.org", 0, {},
+                                                   user_ref="f-2", cooldown=10), actor=None)
+    assert second.outcome == "cooldown" and second.wait is not None
+    assert 25 <= second.wait <= 30
+    with engine.begin() as conn:  # once it is over, the shorter cooldown is the rule
+        place_jobs(conn, sa.text("UPDATE delivery_jobs SET created_at = now() - "
+                                 "interval '61 s', cooldown_until = now() - interval '1 s'"))
+        third = queue.enqueue_one(conn, queue.Ask("verification", "fay@example.org", 0, {},
+                                                  user_ref="f-3", cooldown=10), actor=None)
+    assert third.outcome == "new"

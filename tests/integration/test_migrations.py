@@ -60,22 +60,33 @@ def test_state_and_kind_checks_are_the_engine_vocabulary(engine: sa.Engine) -> N
     assert admitted == {k: re.fullmatch(states.KIND_NAME, k) is not None for k in tried}
 
 
-def test_dedupe_exclusion_constraint_is_the_models(engine: sa.Engine) -> None:
-    """Alembic does not compare EXCLUDE constraints: check the one the dedupe window relies
-    on by hand, against the model's."""
+def test_the_exclusion_constraints_are_the_models(engine: sa.Engine) -> None:
+    """Alembic does not compare EXCLUDE constraints: check the ones the dedupe window and
+    the address cooldown rely on by hand, against the model's."""
     from sqlalchemy.dialects.postgresql import ExcludeConstraint
 
     from webapp.models import delivery_jobs
 
-    [model] = [c for c in delivery_jobs.constraints if isinstance(c, ExcludeConstraint)]
+    models = {c.name: c for c in delivery_jobs.constraints if isinstance(c, ExcludeConstraint)}
+    expected = {
+        "delivery_jobs_dedupe_excl": ("EXCLUDE USING gist (user_ref WITH =, kind WITH =, "
+                                      "tstzrange(created_at, dedupe_until) WITH &&)",
+                                      "dedupe_until IS NOT NULL"),
+        "delivery_jobs_cooldown_excl": ("EXCLUDE USING gist (hashtextextended(((kind || ' '::text)"
+                                        " || lower(email)), (0)::bigint) WITH =, "
+                                        "tstzrange(created_at, cooldown_until) WITH &&)",
+                                        "cooldown_until IS NOT NULL"),
+    }
+    assert set(models) == set(expected)
     with engine.connect() as conn:
-        definition = conn.execute(sa.text(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
-            "WHERE conname = :name AND contype = 'x'"), {"name": model.name}).scalar_one()
-    assert definition.startswith("EXCLUDE USING gist (user_ref WITH =, kind WITH =, "
-                                 "tstzrange(created_at, dedupe_until) WITH &&)")
-    assert "dedupe_until IS NOT NULL" in definition and "'cancelled'" in definition
-    assert model.using == "gist"
+        found = dict(conn.execute(sa.text(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = 'delivery_jobs'::regclass AND contype = 'x'")).all())
+    assert set(found) == set(expected)
+    for name, (head, condition) in expected.items():
+        assert found[name].startswith(head), found[name]
+        assert condition in found[name] and "'cancelled'" in found[name]
+        assert models[name].using == "gist"
 
 
 def test_builtin_verification_kind_is_the_shipped_template(engine: sa.Engine) -> None:

@@ -61,7 +61,8 @@ def test_same_user_while_live_returns_that_job(api: Api, engine: sa.Engine) -> N
     # Once that job is terminal and the cooldown over, asking again creates a new one.
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE delivery_jobs SET created_at = now() - interval '3 min', "
-                             "finished_at = now() - interval '2 min'"))
+                             "finished_at = now() - interval '2 min', "
+                             "cooldown_until = now() - interval '2 min'"))
     third = api.post("/verifications", GOOD).get_json()
     assert third["id"] != first["id"] and third["existing"] is False
     assert len(jobs(engine)) == 2

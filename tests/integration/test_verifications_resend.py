@@ -28,10 +28,13 @@ def api_with(engine: sa.Engine, config: Config, token: str) -> Api:
 
 def age_jobs(engine: sa.Engine, *, created: str, finished: str | None = None,
              status: str | None = None) -> None:
-    """Move the user's jobs into the past (and optionally to a status)."""
+    """Move the user's jobs into the past (and optionally to a status): the cooldown each
+    opened moves with its creation."""
     with engine.begin() as conn:
         place_jobs(conn, sa.text(
             "UPDATE delivery_jobs SET created_at = now() - CAST(:created AS interval), "
+            "cooldown_until = cooldown_until - (created_at - now() "
+            "                                   + CAST(:created AS interval)), "
             "finished_at = now() - CAST(:finished AS interval), "
             "status = coalesce(:status, status)"),
             {"created": created, "finished": finished, "status": status})

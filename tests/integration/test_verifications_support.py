@@ -151,7 +151,8 @@ def test_resend_button_shows_the_cooldown_and_the_form_resends(
     with engine.begin() as conn:
         place_jobs(conn, sa.text("UPDATE delivery_jobs SET status = 'sent', "
                              "created_at = now() - interval '5 minutes', "
-                             "finished_at = now() - interval '5 minutes'"))
+                             "finished_at = now() - interval '5 minutes', "
+                             "cooldown_until = now() - interval '4 minutes'"))
     page = browser.get("/support/users/n-1").get_data(as_text=True)
     button = re.search(r'<button[^>]*id="resend-button"[^>]*>', page, re.S)[0]  # type: ignore[index]
     assert "disabled" not in button and "Accepted by the mail server at" in page

@@ -90,6 +90,9 @@ delivery_jobs = Table(
     Column("dismissed_at", DateTime(timezone=True)),
     # The end of the message's dedupe window (its kind's, from created_at); NULL: none.
     Column("dedupe_until", DateTime(timezone=True)),
+    # The end of the cooldown this message opened for its address (created_at plus the
+    # cooldown it was asked with: verification, resends); NULL: none.
+    Column("cooldown_until", DateTime(timezone=True)),
     CheckConstraint(check_in("status", JOB_STATUSES), name="delivery_jobs_status_check"),
     # The engine's own kinds and the admins' (rows of `kinds`, no foreign key: it would
     # cost the set-based broadcast enqueue a lookup per row).
@@ -100,6 +103,14 @@ delivery_jobs = Table(
                       (text("tstzrange(created_at, dedupe_until)"), "&&"),
                       name="delivery_jobs_dedupe_excl", using="gist",
                       where=text(f"dedupe_until IS NOT NULL AND status <> '{states.CANCELLED}'")),
+    # No second email of a kind to one address inside the cooldown (docs/design.md §21),
+    # whoever asks and under any concurrency: no two not-cancelled messages of one (address,
+    # kind) have overlapping cooldowns; the pair is compared as a 64-bit hash of both, a
+    # cheaper check (migration 0049).
+    ExcludeConstraint((text("hashtextextended(kind || ' ' || lower(email), 0)"), "="),
+                      (text("tstzrange(created_at, cooldown_until)"), "&&"),
+                      name="delivery_jobs_cooldown_excl", using="gist",
+                      where=text(f"cooldown_until IS NOT NULL AND status <> '{states.CANCELLED}'")),
     # The claim: transactional jobs by priority (P7), then due time; each open broadcast's
     # due jobs from its own range, so a paused campaign's backlog is never read.
     Index("delivery_jobs_claim_idx", "priority", "available_at", "id",

@@ -20,8 +20,8 @@ The per-message rules, all in the database so they hold across processes:
 - ``cooldown``: no second message of the kind to one address inside the cooldown since the
   last one was created, sent or resent, whoever asks: per user (that user's latest job)
   **and** per address (lower-cased and trimmed, any user id: ``delivery_jobs_email_idx``);
-  answered ``cooldown`` with the seconds left. Two asks of one call for one address: the
-  first is inserted, the second waits for the caller's next round (``busy``);
+  answered ``cooldown`` with the seconds left; at once: ``delivery_jobs_cooldown_excl`` on
+  ``cooldown_until``. Two asks of one call for one address: the second waits (``busy``);
 - the backlog limit: past ``max_backlog`` transactional jobs waiting, an ask is ``full``;
 - suppression: an address on the suppression list gets the ``suppressed`` flag (the
   worker finishes it without sending);
@@ -178,16 +178,16 @@ _EARLIER = f"""earlier AS (
               WHERE lower(l.email) = i.address
                 AND l.last + make_interval(secs => i.cooldown) > now())
             UNION ALL
-            (SELECT l.id, 'cooldown',
-                    extract(epoch FROM l.last + make_interval(secs => i.cooldown) - now()), 5
-               FROM (SELECT j.id, {_LAST} AS last
+            (SELECT l.id, 'cooldown', extract(epoch FROM l.until - clock_timestamp()), 5
+               FROM (SELECT j.id, greatest({_LAST} + make_interval(secs => i.cooldown),
+                                           j.cooldown_until) AS until
                        FROM (SELECT * FROM delivery_jobs a
                               WHERE i.cooldown IS NOT NULL AND lower(a.email) = i.address
                                 AND a.kind <> 'broadcast' OFFSET 0) j
                       WHERE j.kind = i.kind AND j.status <> '{CANCELLED}'
                         AND j.id IS DISTINCT FROM i.replace_id
                       ORDER BY 2 DESC LIMIT 1) l
-              WHERE l.last + make_interval(secs => i.cooldown) > now())
+              WHERE l.until > now())
         ) c ORDER BY rank LIMIT 1) e
      WHERE i.i NOT IN (SELECT i FROM stale)
 )"""
@@ -228,16 +228,16 @@ def _inserted(admit: str) -> str:
     return f"""inserted AS (
     INSERT INTO delivery_jobs (kind, priority, status, email, user_ref, idempotency_key,
                                payload, flags, requested_by, available_at, dedupe_until,
-                               correlation_id)
+                               cooldown_until, correlation_id)
     SELECT a.kind, a.priority, CASE WHEN a.hold THEN '{HELD}' ELSE '{PENDING}' END, a.email,
            a.user_ref, a.key, a.payload,
-           a.flags || CASE WHEN NOT a.flags ? 'suppressed'
-                                AND EXISTS (SELECT 1 FROM suppressions s
-                                             WHERE s.email = lower(a.email))
+           a.flags || CASE WHEN NOT a.flags ? 'suppressed' AND EXISTS (
+                               SELECT 1 FROM suppressions s WHERE s.email = lower(a.email))
                            THEN '["suppressed"]'::jsonb ELSE '[]'::jsonb END,
            %(actor)s, coalesce(a.send_at, now()),
            CASE WHEN a.dedupe_window > 0 THEN now() + make_interval(secs => a.dedupe_window)
-           END, a.correlation_id
+           END, now() + make_interval(secs => CASE WHEN a.cooldown > 0 THEN a.cooldown END),
+           a.correlation_id
       FROM admitted a
      WHERE {admit}
     ON CONFLICT DO NOTHING
