@@ -510,10 +510,10 @@ def _verify(engine: sa.Engine, campaign_id: int, records: list[dict[str, Any]],
              WHERE j.campaign_id = :id AND a.outcome = 'transient'
                AND a.stage IN ('send', 'data_end')"""), {"id": campaign_id}).scalar_one())
         suppressed = int(conn.execute(sa.text("SELECT count(*) FROM suppressions")).scalar_one())
-    received = Counter(r["rcpt_tos"][0] for r in records)
-    copies: dict[str, list[int]] = defaultdict(list)
+    copies: dict[str, list[int]] = defaultdict(list)  # each address's places in the record
     for position, r in enumerate(records):
         copies[r["rcpt_tos"][0]].append(position)
+    received = Counter({email: len(places) for email, places in copies.items()})
     report.recipients = len(jobs)
     report.delivered = len(set(received) & set(jobs))
     report.lost = report.recipients - report.delivered

@@ -163,3 +163,12 @@ def accepted_campaign(engine: sa.Engine, emails: list[str], *,
         rows = conn.execute(sa.text("SELECT * FROM delivery_jobs WHERE broadcast_id = :b"),
                             {"b": campaign["broadcast_id"]}).mappings()
         return campaign, {r["email"]: dict(r) for r in rows}
+
+
+def waiting_on_a_lock(engine: sa.Engine) -> bool:
+    """Whether some session of the engine's database is waiting on a lock (a statement
+    that a test's open transaction holds up)."""
+    with engine.connect() as conn:
+        return bool(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()")).scalar_one())

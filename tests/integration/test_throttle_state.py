@@ -12,6 +12,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from tests.conftest import wait_for
+from tests.helpers import waiting_on_a_lock
 from workers import queue
 from workers.core import pg
 from workers.delivery.maintenance import Maintenance
@@ -206,14 +208,8 @@ def test_a_claim_that_waited_on_another_counts_its_sends_against_the_hour(
 
     thread = threading.Thread(target=other)
     thread.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with engine.connect() as conn:
-            if conn.execute(sa.text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database()")).scalar_one():
-                break
-        time.sleep(0.02)
+    wait_for(lambda: waiting_on_a_lock(engine), timeout=30,
+             message="the second grant to wait on the lock")
     holder.commit()
     holder.close()
     thread.join(30)

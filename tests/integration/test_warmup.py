@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.conftest import wait_for
-from tests.helpers import Browser, campaign_status
+from tests.helpers import Browser, campaign_status, waiting_on_a_lock
 from webapp.domain import campaigns, lists
 from workers import queue
 from workers.core.settings import Config
@@ -291,13 +291,8 @@ def test_claims_that_wait_on_each_other_share_the_cap(engine: sa.Engine) -> None
     thread = threading.Thread(target=other)
     thread.start()
 
-    def waiting_on_the_lock() -> bool:
-        with engine.connect() as conn:
-            return bool(conn.execute(sa.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()")).scalar_one())
-
-    wait_for(waiting_on_the_lock, timeout=30, message="the second claim to wait on the lock")
+    wait_for(lambda: waiting_on_a_lock(engine), timeout=30,
+             message="the second claim to wait on the lock")
     holder.commit()
     holder.close()
     thread.join(30)

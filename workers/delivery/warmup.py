@@ -7,11 +7,10 @@ that day's cap (rounded up). After the last day of the schedule the domain has n
 
 The pacer asks :func:`hold_over_cap` after each claim: within one transaction that locks
 the domain's warm-up row (so every process shares the caps) and only then reads what was
-counted (a statement that waited on the lock would read from before it), the claimed jobs within the
-caps are counted in ``warmup_sends`` and go out; transactional mail (any kind but the
-campaign and sequence kinds) always goes out and is counted, taking room from the campaign
-mail; the rest go back to ``pending`` unsent,
-with no attempt used, due again at the start of the next hour (hourly cap reached) or of the
+counted, the claimed jobs within the caps are counted in ``warmup_sends`` and go out;
+transactional mail (any kind but the campaign and sequence kinds) always goes out and is
+counted, taking room from the campaign mail; the rest go back to ``pending`` unsent, with
+no attempt used, due again at the start of the next hour (hourly cap reached) or of the
 next day (daily cap reached). Mail beyond the cap waits; it never fails."""
 
 from __future__ import annotations
@@ -89,6 +88,9 @@ SELECT w.domain, w.started_on, w.caps, w.hour_share,
 
 
 # Every claim's count of a domain waits for the one before it (in one order: no deadlock).
+# The sends are read after it, in a statement of their own: a statement that waited on the
+# lock would still read with the snapshot it started with, not see what the claim before
+# it counted, and both would send up to the cap.
 _LOCK = sa.text("""
 SELECT domain FROM warmups WHERE domain = ANY(CAST(:domains AS text[]))
  ORDER BY domain FOR UPDATE
@@ -208,9 +210,6 @@ def hold_over_cap(conn: Connection, jobs: Sequence[ClaimedJob]) -> list[ClaimedJ
     for job in jobs:
         by_domain[sending_domain(job)].append(job)
     domains = sorted(by_domain)
-    # The lock first, the sends after, in a statement of its own: a statement that waited
-    # on another claim's lock still reads with the snapshot it started with, so it would
-    # not see what that claim counted, and both would send up to the cap.
     conn.execute(_LOCK, {"domains": domains})
     rows = conn.execute(_TODAY, {"domains": domains}).all()
     held: set[int] = set()

@@ -236,7 +236,7 @@ def _inserted(admit: str) -> str:
                            THEN '["suppressed"]'::jsonb ELSE '[]'::jsonb END,
            %(actor)s, coalesce(a.send_at, now()),
            CASE WHEN a.dedupe_window > 0 THEN now() + make_interval(secs => a.dedupe_window)
-           END, now() + make_interval(secs => CASE WHEN a.cooldown > 0 THEN a.cooldown END),
+           END, CASE WHEN a.cooldown > 0 THEN now() + make_interval(secs => a.cooldown) END,
            a.correlation_id
       FROM admitted a
      WHERE {admit}
